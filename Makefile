@@ -1,0 +1,28 @@
+# `make demo` and `make test` work from nothing: they create .venv, install the CPU stack, run.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint clean
+
+$(STAMP): requirements-cpu.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-cpu.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m grpo_kit demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: lint
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .cache .pytest_cache .ruff_cache

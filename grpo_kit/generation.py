@@ -1,0 +1,136 @@
+"""Generation backends: completions for many prompts at once.
+
+A backend turns conversational prompts into completions: ``backend.generate(prompts, sampling)``
+returns, for each prompt, ``sampling.n`` completion texts. The transformers backend (CPU or
+GPU) batches prompts with left padding; a vLLM backend for GPUs will sit behind the same
+interface and is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["Backend", "Generation", "Sampling", "TransformersBackend"]
+
+Prompt = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How completions are drawn.
+
+    ``temperature=0`` is greedy decoding (the headline evaluation; ``n`` must then be 1).
+    ``max_new_tokens`` bounds each completion, in tokens; a completion that reaches it is
+    reported as truncated. ``seed`` makes sampled runs repeatable.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    n: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1 or self.n < 1:
+            raise ValueError(f"bad sampling settings {self}: need temperature >= 0, 0 < top_p <= 1, "
+                             "max_new_tokens >= 1, n >= 1")
+        if self.greedy and self.n != 1:
+            raise ValueError("greedy decoding (temperature=0) gives one completion per prompt: set n=1 "
+                             "or a temperature above 0")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion: its text, its length in tokens, and whether it hit ``max_new_tokens``."""
+
+    text: str
+    num_tokens: int
+    truncated: bool
+
+
+class Backend(Protocol):
+    """What evaluation needs from a generation backend."""
+
+    def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Generation]]:
+        """Return ``sampling.n`` generations for each prompt, in prompt order."""
+        ...
+
+
+class TransformersBackend:
+    """Batched generation with ``model.generate``: prompts sorted by length, left padded.
+
+    Args:
+        model: a causal LM (``PreTrainedModel`` or a peft model).
+        tokenizer: its tokenizer, with a chat template and a pad token.
+        batch_size: prompts per ``generate`` call (completions per call: ``batch_size * n``).
+        progress: show a tqdm bar over batches.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.progress = progress
+
+    def _render(self, prompt: Prompt) -> str:
+        return self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+
+    def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Generation]]:
+        """Generate ``sampling.n`` completions per prompt.
+
+        Args:
+            prompts: conversational prompts, each a list of ``{"role", "content"}`` messages.
+            sampling: decoding settings.
+
+        Returns:
+            ``list`` (one per prompt, in the given order) of ``list[Generation]`` of length
+            ``sampling.n``. Special tokens (EOS, padding) are removed from the text.
+        """
+        import torch
+        from tqdm.auto import tqdm
+
+        texts = [self._render(p) for p in prompts]
+        lengths = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        # Similar lengths in one batch waste less compute on padding.
+        order = sorted(range(len(texts)), key=lambda i: lengths[i])
+        results: list[list[Generation]] = [[] for _ in texts]
+        pad = self.tokenizer.pad_token_id
+        eos = self.tokenizer.eos_token_id
+        previous_side = self.tokenizer.padding_side
+        self.tokenizer.padding_side = "left"
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            for batch_no, batch in enumerate(tqdm(batches, desc="generate", unit="batch", disable=not self.progress)):
+                enc = self.tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
+                                     add_special_tokens=False).to(self.model.device)
+                kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
+                                              eos_token_id=eos, num_return_sequences=sampling.n)
+                if sampling.greedy:
+                    kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+                else:
+                    torch.manual_seed(sampling.seed + batch_no)
+                    kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+                with torch.no_grad():
+                    out = self.model.generate(**enc, **kwargs)
+                new = out[:, enc["input_ids"].shape[1]:]
+                for row, ids in enumerate(new.tolist()):
+                    ended = eos in ids
+                    ids = ids[:ids.index(eos) + 1] if ended else [t for t in ids if t != pad]
+                    text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                    results[batch[row // sampling.n]].append(
+                        Generation(text=text, num_tokens=len(ids),
+                                   truncated=not ended and len(ids) >= sampling.max_new_tokens))
+        finally:
+            self.tokenizer.padding_side = previous_side
+            self.model.train(was_training)
+        return results

@@ -1,0 +1,157 @@
+"""Policies: a tiny offline one built from nothing, and loading for transformers (+ peft) and Unsloth.
+
+The tiny policy lets everything run on a CPU with no network: a small Qwen2-architecture
+causal LM with random weights and a byte-level BPE tokenizer trained on the text you give
+it (REFERENCE section 6: hidden 128, 4 layers, 4 heads / 2 KV heads, FFN 512, tied
+embeddings, single-digit tokens, the four XML tags as tokens). Both are deterministic in
+the seed. Real models load by Hub name or path on users' machines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TinyPolicySpec", "build_tiny_policy", "load_policy", "require_gpu_stack"]
+
+# ChatML, the format of Qwen2 instruct models; `generation` markers are not needed because
+# the kit trains on prompt/completion pairs.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+XML_TAG_TOKENS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
+
+
+@dataclass(frozen=True)
+class TinyPolicySpec:
+    """Shape of the tiny offline policy (defaults: REFERENCE section 6, about 1M parameters
+    plus ``vocab_size * hidden_size`` for the tied embedding)."""
+
+    vocab_size: int = 2048
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 512
+    max_positions: int = 1024
+
+
+def _train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    # Digits in groups of up to three (GPT-2's regex) keep sequences short; byte level
+    # covers any text, so there is no unknown token.
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    # The XML tags are single tokens but not special ones: decoding with
+    # skip_special_tokens=True (as TRL does) must keep them in the completion text.
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in XML_TAG_TOKENS])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        padding_side="left",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_policy(texts: Iterable[str], seed: int = 0, spec: TinyPolicySpec = TinyPolicySpec()) -> tuple[Any, Any]:
+    """Build a small causal LM and its tokenizer locally, with no network, deterministically.
+
+    Args:
+        texts: text to train the BPE tokenizer on (e.g. GSM8K questions and solutions plus
+            the system prompt); iterated once.
+        seed: seeds the weight initialisation (``torch.manual_seed``).
+        spec: the model's shape.
+
+    Returns:
+        ``(model, tokenizer)``: a ``transformers.Qwen2ForCausalLM`` in float32 with random
+        weights, and a ``PreTrainedTokenizerFast`` with a ChatML chat template, left padding,
+        ``eos_token="<|im_end|>"``, ``pad_token="<|endoftext|>"``.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = _train_tokenizer(texts, spec.vocab_size)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    return model, tokenizer
+
+
+def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str | None = None) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer with plain transformers (CPU or GPU, no Unsloth).
+
+    A folder holding a peft LoRA adapter (``adapter_config.json``) loads its base model
+    and the adapter on top, so an adapter saved by training evaluates as is.
+
+    Args:
+        name_or_path: a Hub id (users' machines) or a local folder.
+        dtype: ``"auto"`` (the checkpoint's), or a torch dtype name such as ``"float32"``.
+        device_map: passed to ``from_pretrained`` (e.g. ``"auto"`` on a GPU); ``None`` keeps CPU.
+
+    Returns:
+        ``(model, tokenizer)``; the tokenizer pads on the left (batched generation) and has
+        a pad token (its EOS token when it had none).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(name_or_path)
+    adapter = path.is_dir() and (path / "adapter_config.json").is_file()
+    if adapter:
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=dtype, device_map=device_map)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype, device_map=device_map)
+    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def require_gpu_stack(what: str) -> None:
+    """Raise a clear error when ``what`` (an Unsloth or vLLM feature) is asked for without CUDA.
+
+    Raises:
+        RuntimeError: no CUDA device; the message names the CPU alternative.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{what} needs an NVIDIA GPU with CUDA, and none is visible. On a CPU use the "
+            "transformers + peft path instead: preset 'cpu-tiny' (or backend='transformers', "
+            "use_unsloth=False).")

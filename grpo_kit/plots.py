@@ -1,0 +1,66 @@
+"""Training curves from a trainer's log history, drawn with matplotlib."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["plot_training_curves", "training_curves"]
+
+
+def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
+    """Per-step series of every reward's mean, the total reward and the completion length.
+
+    Args:
+        log_history: ``trainer.state.log_history`` (one dict per logging step).
+
+    Returns:
+        ``{metric: (steps, values)}`` for ``rewards/<name>/mean`` of each reward, ``reward``
+        and ``completions/mean_length``, in that order, where logged.
+
+    >>> training_curves([{"step": 1, "reward": 0.5, "rewards/f/mean": 0.1}, {"step": 2, "reward": 0.7}])
+    {'rewards/f/mean': ([1], [0.1]), 'reward': ([1, 2], [0.5, 0.7])}
+    """
+    keys = [k for row in log_history for k in row if k.startswith("rewards/") and k.endswith("/mean")]
+    keys = list(dict.fromkeys(keys)) + ["reward", "completions/mean_length"]
+    curves = {}
+    for key in keys:
+        points = [(row["step"], float(row[key])) for row in log_history if key in row and "step" in row]
+        if points:
+            curves[key] = ([s for s, _ in points], [v for _, v in points])
+    return curves
+
+
+def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path | None = None,
+                         title: str = "GRPO training") -> Any:
+    """Draw one small panel per curve of :func:`training_curves`; save a PNG when ``path`` is given.
+
+    Returns:
+        The ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: the log history holds no reward curve.
+    """
+    import matplotlib.pyplot as plt  # headless machines fall back to the Agg backend by themselves
+
+    curves = training_curves(log_history)
+    if not curves:
+        raise ValueError("the log history has no rewards/<name>/mean, reward or completion length entries")
+    cols = 4
+    rows = -(-len(curves) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
+    for ax, (key, (steps, values)) in zip(axes.flat, curves.items()):
+        ax.plot(steps, values, lw=1.2)
+        ax.set_title(key.removeprefix("rewards/").removesuffix("/mean"), fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(curves):]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    return fig

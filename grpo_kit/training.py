@@ -1,0 +1,313 @@
+"""GRPO training around TRL's ``GRPOTrainer``: named presets, overrides, checks before loading.
+
+A preset is the whole recipe as plain values (model, LoRA, optimiser, GRPO sampling,
+rewards). :func:`build_grpo_config` turns a preset plus overrides into a ``GRPOConfig``;
+:func:`build_trainer` adds the policy and the data. Every setting is checked by
+:func:`check_settings` before any model is loaded, so a typo costs a second, not a download.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_kit.rewards import REWARD_FUNCS, SEED_REWARDS, get_reward_funcs
+
+__all__ = [
+    "PRESETS",
+    "Preset",
+    "build_grpo_config",
+    "build_trainer",
+    "check_settings",
+    "get_preset",
+    "quiet_progress",
+]
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Rewards that read the dataset's `answer` column.
+_NEEDS_ANSWER = {"correctness_reward_func", "soft_correctness_reward_func"}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A GRPO recipe as plain values. Field defaults are TRL's where TRL has one.
+
+    Lengths are in tokens; ``learning_rate`` is the peak rate of the schedule;
+    ``per_device_train_batch_size`` counts completions (TRL), so each optimiser step sees
+    ``per_device_train_batch_size * gradient_accumulation_steps / num_generations`` prompts.
+    ``lora_rank=None`` means full fine-tuning.
+    """
+
+    name: str
+    model: str | None  # Hub id or path; None: the kit's tiny offline policy
+    description: str = ""
+    use_unsloth: bool = False
+    load_in_4bit: bool = False
+    lora_rank: int | None = 32
+    lora_alpha: int = 32
+    lora_target_modules: tuple[str, ...] = LORA_TARGETS
+    max_seq_length: int = 512
+    max_prompt_tokens: int = 256
+    max_completion_length: int = 256
+    num_generations: int = 8
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_steps: int = 250
+    learning_rate: float = 5e-6
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.99
+    weight_decay: float = 0.1
+    warmup_ratio: float = 0.1
+    lr_scheduler_type: str = "cosine"
+    optim: str = "paged_adamw_8bit"
+    max_grad_norm: float = 0.1
+    temperature: float = 1.0
+    beta: float = 0.0
+    logging_steps: int = 1
+    save_steps: int = 250
+    bf16: bool = True
+    use_cpu: bool = False
+    gradient_checkpointing: bool = True
+    gpu_memory_utilization: float = 0.6
+    rewards: tuple[str, ...] = SEED_REWARDS
+    reward_weights: tuple[float, ...] | None = None
+    seed: int = 3407
+    extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, passed as is
+
+
+PRESETS: dict[str, Preset] = {
+    "a100": Preset(
+        name="a100",
+        model="meta-llama/meta-Llama-3.1-8B-Instruct",
+        description=("Seed 002's recipe on one A100 (REFERENCE section 3): Llama-3.1-8B-Instruct, Unsloth "
+                     "4-bit LoRA rank 32 with vLLM generation, num_generations 8, 250 steps."),
+        use_unsloth=True,
+        load_in_4bit=True,
+        lora_rank=32,
+        lora_alpha=32,
+        max_seq_length=512,
+        max_prompt_tokens=256,
+        max_completion_length=256,
+        num_generations=8,
+        per_device_train_batch_size=8,  # Unsloth sets the per-device batch to num_generations
+        gradient_accumulation_steps=2,
+        max_steps=250,
+        save_steps=250,
+    ),
+    "cpu-tiny": Preset(
+        name="cpu-tiny",
+        model=None,
+        description=("The kit's tiny offline policy on a CPU (REFERENCE section 6): full fine-tuning, "
+                     "short completions, a constant learning rate high enough to move a 1M-parameter model."),
+        lora_rank=None,
+        max_seq_length=320,
+        max_prompt_tokens=200,
+        max_completion_length=64,
+        num_generations=8,
+        per_device_train_batch_size=32,
+        gradient_accumulation_steps=1,
+        max_steps=60,
+        learning_rate=3e-5,
+        weight_decay=0.0,
+        warmup_ratio=0.0,
+        lr_scheduler_type="constant",
+        optim="adamw_torch",
+        max_grad_norm=1.0,
+        temperature=1.0,
+        save_steps=10_000,
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        seed=0,
+    ),
+}
+
+
+def get_preset(name: str | Preset, **overrides: Any) -> Preset:
+    """Return a preset by name with fields replaced by ``overrides``.
+
+    Raises:
+        ValueError: unknown preset name; an override that is not a preset field (the message
+            lists them); ``max_prompt_length``, which TRL removed (use ``max_prompt_tokens``).
+
+    >>> get_preset("a100", max_steps=350).max_steps
+    350
+    """
+    preset = name if isinstance(name, Preset) else PRESETS.get(name)
+    if preset is None:
+        raise ValueError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
+    if "max_prompt_length" in overrides:
+        raise ValueError("max_prompt_length is gone from TRL's GRPOConfig (removed in 0.28; passing it is a "
+                         "TypeError): set max_prompt_tokens instead, and the kit drops longer prompts "
+                         "from the dataset")
+    fields = {f.name for f in dataclasses.fields(Preset)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"unknown preset field(s) {unknown}: choose from {sorted(fields)}")
+    for key in ("rewards", "lora_target_modules", "reward_weights"):
+        if isinstance(overrides.get(key), list):
+            overrides[key] = tuple(overrides[key])
+    return dataclasses.replace(preset, **overrides)
+
+
+def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
+                   extra_rewards: Sequence[Callable] = ()) -> None:
+    """Check a preset (and the dataset's columns) before any model is loaded.
+
+    Args:
+        preset: the recipe.
+        dataset_columns: the training dataset's column names, when known.
+        extra_rewards: reward functions passed directly (not by name).
+
+    Raises:
+        ValueError: ``num_generations < 2``; the generation batch
+            (``per_device_train_batch_size * gradient_accumulation_steps``) not divisible by
+            ``num_generations`` (TRL's rule); an unknown reward name; reward weights of the
+            wrong length; a dataset without ``prompt``, or without ``answer`` when a
+            correctness reward needs it; non-positive lengths or steps.
+    """
+    if preset.num_generations < 2:
+        raise ValueError(f"num_generations must be at least 2 (GRPO compares completions within a group), "
+                         f"got {preset.num_generations}")
+    generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
+    if generation_batch % preset.num_generations:
+        raise ValueError(
+            f"per_device_train_batch_size * gradient_accumulation_steps = {generation_batch} completions is "
+            f"not divisible by num_generations = {preset.num_generations}: TRL needs whole groups. "
+            f"Make per_device_train_batch_size a multiple of {preset.num_generations}.")
+    for name in ("max_completion_length", "max_prompt_tokens", "max_steps"):
+        if getattr(preset, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(preset, name)}")
+    get_reward_funcs(preset.rewards or list(extra_rewards))  # unknown names raise here
+    n_rewards = len(preset.rewards) + len(extra_rewards)
+    if preset.reward_weights is not None and len(preset.reward_weights) != n_rewards:
+        raise ValueError(f"reward_weights has {len(preset.reward_weights)} entries for {n_rewards} reward "
+                         "functions: give one weight per reward")
+    if dataset_columns is not None:
+        if "prompt" not in dataset_columns:
+            raise ValueError(f"the training dataset has no 'prompt' column (it has {list(dataset_columns)}); "
+                             "build it with grpo_kit.data.load_gsm8k or add conversational prompts")
+        needing = sorted(_NEEDS_ANSWER & set(preset.rewards))
+        if needing and "answer" not in dataset_columns:
+            raise ValueError(f"rewards {needing} read the dataset's 'answer' column, which is missing "
+                             f"(columns: {list(dataset_columns)}); add gold answers or drop those rewards")
+
+
+def build_grpo_config(preset: str | Preset, output_dir: str, **overrides: Any) -> Any:
+    """Build TRL's ``GRPOConfig`` from a preset plus overrides, after :func:`check_settings`.
+
+    Args:
+        preset: a name in :data:`PRESETS` or a :class:`Preset`.
+        output_dir: where TRL writes checkpoints and logs.
+        **overrides: preset fields to replace (e.g. ``max_steps=10``).
+
+    Returns:
+        ``trl.GRPOConfig``. Works with TRL 1.15 (GPU stack) and 1.16 (CPU stack).
+
+    Raises:
+        ValueError: see :func:`get_preset` and :func:`check_settings`.
+    """
+    p = get_preset(preset, **overrides)
+    check_settings(p)
+    from trl import GRPOConfig
+
+    kwargs: dict[str, Any] = dict(
+        output_dir=output_dir,
+        learning_rate=p.learning_rate,
+        adam_beta1=p.adam_beta1,
+        adam_beta2=p.adam_beta2,
+        weight_decay=p.weight_decay,
+        # transformers 5 folded warmup_ratio into warmup_steps: a float in [0, 1) is a ratio.
+        warmup_steps=p.warmup_ratio if p.warmup_ratio > 0 else 0,
+        lr_scheduler_type=p.lr_scheduler_type,
+        optim=p.optim,
+        logging_steps=p.logging_steps,
+        per_device_train_batch_size=p.per_device_train_batch_size,
+        gradient_accumulation_steps=p.gradient_accumulation_steps,
+        num_generations=p.num_generations,
+        max_completion_length=p.max_completion_length,
+        max_steps=p.max_steps,
+        save_steps=p.save_steps,
+        max_grad_norm=p.max_grad_norm,
+        temperature=p.temperature,
+        beta=p.beta,
+        bf16=p.bf16,
+        use_cpu=p.use_cpu,
+        gradient_checkpointing=p.gradient_checkpointing,
+        reward_weights=list(p.reward_weights) if p.reward_weights is not None else None,
+        report_to="none",
+        seed=p.seed,
+    )
+    kwargs.update(p.extra)
+    return GRPOConfig(**kwargs)
+
+
+def build_trainer(
+    model: Any,
+    tokenizer: Any,
+    train_dataset: Any,
+    preset: str | Preset,
+    output_dir: str,
+    reward_funcs: Sequence[str | Callable] | None = None,
+    callbacks: Sequence[Any] = (),
+    **overrides: Any,
+) -> Any:
+    """Build a ``GRPOTrainer`` on the transformers path (optionally LoRA through peft).
+
+    Args:
+        model: a loaded ``PreTrainedModel`` (see :mod:`grpo_kit.models`).
+        tokenizer: its tokenizer, with a chat template.
+        train_dataset: a ``datasets.Dataset`` with ``prompt`` (and ``answer``) columns.
+        preset: a name in :data:`PRESETS` or a :class:`Preset`.
+        output_dir: TRL's output folder.
+        reward_funcs: names and/or functions; default the preset's ``rewards``.
+        callbacks: ``transformers.TrainerCallback`` objects.
+        **overrides: preset fields to replace.
+
+    Returns:
+        ``trl.GRPOTrainer``; call ``.train()``. Logged metrics include
+        ``rewards/<function name>/mean`` for every reward.
+
+    Raises:
+        ValueError: see :func:`check_settings` (raised before TRL touches the model).
+        NotImplementedError: an Unsloth preset; the Unsloth path is not in the kit yet.
+    """
+    if reward_funcs is not None:
+        overrides["rewards"] = tuple(r for r in reward_funcs if isinstance(r, str))
+    p = get_preset(preset, **overrides)
+    funcs = get_reward_funcs(list(reward_funcs) if reward_funcs is not None else list(p.rewards))
+    extra = [f for f in funcs if f.__name__ not in REWARD_FUNCS]
+    check_settings(p, train_dataset.column_names, extra_rewards=extra)
+    if p.use_unsloth:
+        raise NotImplementedError(f"preset {p.name!r} trains through Unsloth, which the kit does not wire up yet; "
+                                  "on the transformers path pass use_unsloth=False")
+    from trl import GRPOTrainer
+
+    config = build_grpo_config(p, output_dir)
+    peft_config = None
+    if p.lora_rank is not None:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules),
+                                 task_type="CAUSAL_LM")
+    return GRPOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
+                       processing_class=tokenizer, peft_config=peft_config, callbacks=list(callbacks))
+
+
+def quiet_progress(trainer: Any) -> Any:
+    """Keep ``trainer``'s progress bar but stop it printing a dict of metrics at every logging step.
+
+    The metrics still reach ``trainer.state.log_history`` (and wandb when enabled).
+    Returns the trainer.
+    """
+    from transformers.trainer_callback import ProgressCallback
+
+    class _QuietProgress(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            return None
+
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(_QuietProgress())
+    return trainer

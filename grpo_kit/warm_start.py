@@ -1,0 +1,160 @@
+"""Supervised warm start ("cold start" in DeepSeek-R1) on GSM8K solutions, with TRL's SFTTrainer.
+
+R1 fine-tuned on a little chain-of-thought data before RL; R1-Zero did not (seed 002
+discusses both). Here the warm start also sets up what GRPO should teach: only
+``xml_share`` of the targets use the XML format, the rest GSM8K's own ``#### N`` style, so
+the policy knows the XML format exists but rarely picks it under greedy decoding.
+
+Greedy decoding picks the single most likely first token. The XML targets all open with
+``<reasoning>``; the plain targets open with one fixed lead-in (``plain_lead``, by default
+the zero-shot chain-of-thought trigger of Kojima et al. 2022), so the plain style stays the
+greedy choice while a sizeable ``xml_share`` still shows up in sampled GRPO groups.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["WarmStart", "render_completion", "warm_start", "warm_start_dataset"]
+
+_CALCULATOR = re.compile(r"<<(.*?)>>")
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Warm-start settings. Defaults fit the tiny CPU policy (REFERENCE section 6: AdamW 3e-3,
+    cosine); ``steps`` are optimiser steps of ``batch_size`` examples."""
+
+    xml_share: float = 0.3
+    reasoning: str = "equations"
+    plain_lead: str = "Let's think step by step."
+    steps: int = 150
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    max_length: int = 320
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.xml_share <= 1:
+            raise ValueError(f"xml_share must be in [0, 1], got {self.xml_share}")
+        if self.reasoning not in ("equations", "full"):
+            raise ValueError(f"reasoning must be 'equations' or 'full', got {self.reasoning!r}")
+
+
+def _reasoning(solution: str, style: str) -> str:
+    body = solution.split("####")[0].strip()
+    if style == "equations":
+        # The solution's calculator annotations (`<<48/2=24>>`), one per line: the steps
+        # without prose, short enough for a 1M-parameter model to learn in minutes.
+        equations = _CALCULATOR.findall(body)
+        if equations:
+            return "\n".join(equations)
+    return _CALCULATOR.sub("", body)
+
+
+def render_completion(solution: str, answer: str, xml: bool, reasoning: str = "equations",
+                      plain_lead: str = "") -> str:
+    """Render a GSM8K worked solution as a completion, in the XML format or GSM8K's own.
+
+    Args:
+        solution: GSM8K's worked solution (ending ``#### N``).
+        answer: the gold final answer.
+        xml: ``True`` for ``<reasoning>``/``<answer>`` blocks, ``False`` for ``steps\\n#### N``.
+        reasoning: ``"full"`` (the solution's text, calculator annotations removed) or
+            ``"equations"`` (only the annotations, one per line; the text when it has none).
+        plain_lead: a line put before the steps of a plain (non-XML) completion.
+
+    >>> render_completion("Half is 48/2 = <<48/2=24>>24.\\n#### 24", "24", xml=True)
+    '<reasoning>\\n48/2=24\\n</reasoning>\\n<answer>\\n24\\n</answer>'
+    >>> render_completion("Half is 48/2 = <<48/2=24>>24.\\n#### 24", "24", xml=False, reasoning="full")
+    'Half is 48/2 = 24.\\n#### 24'
+    >>> render_completion("<<2*3=6>>6 eggs\\n#### 6", "6", xml=False, plain_lead="Step by step:")
+    'Step by step:\\n2*3=6\\n#### 6'
+    """
+    steps = _reasoning(solution, reasoning)
+    if xml:
+        return f"<reasoning>\n{steps}\n</reasoning>\n<answer>\n{answer}\n</answer>"
+    lead = f"{plain_lead}\n" if plain_lead else ""
+    return f"{lead}{steps}\n#### {answer}"
+
+
+def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart()) -> Any:
+    """Build the prompt/completion dataset: each row's solution in XML with probability ``xml_share``.
+
+    Args:
+        dataset: rows with ``prompt``, ``solution`` and ``answer`` (from :func:`grpo_kit.data.load_gsm8k`).
+        settings: the share of XML targets, the reasoning style and the seed.
+
+    Returns:
+        ``datasets.Dataset`` with conversational ``prompt`` and ``completion`` columns and a
+        boolean ``xml`` column.
+    """
+    from datasets import Dataset
+
+    rng = random.Random(settings.seed)
+    rows = []
+    for row in dataset:
+        xml = rng.random() < settings.xml_share
+        text = render_completion(row["solution"], row["answer"], xml, settings.reasoning, settings.plain_lead)
+        rows.append({"prompt": row["prompt"], "completion": [{"role": "assistant", "content": text}], "xml": xml})
+    return Dataset.from_list(rows)
+
+
+def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
+               settings: WarmStart = WarmStart(), progress: bool = True) -> Any:
+    """Fine-tune ``model`` on :func:`warm_start_dataset` of ``dataset`` and save it to ``output_dir``.
+
+    The loss is on completion tokens only (TRL's default for prompt/completion data), with
+    the chat template's end-of-turn token as the target after each completion, so the
+    policy learns to stop.
+
+    Args:
+        model: a causal LM (trained in place).
+        tokenizer: its tokenizer, with a chat template.
+        dataset: GSM8K rows (``prompt``, ``solution``, ``answer``).
+        output_dir: where the model and tokenizer are saved (``save_pretrained``).
+        settings: :class:`WarmStart`.
+        progress: show TRL's progress bar.
+
+    Returns:
+        The trainer's ``log_history`` (``list[dict]``, loss per logging step).
+    """
+    from trl import SFTConfig, SFTTrainer
+
+    from grpo_kit.training import quiet_progress
+
+    config = SFTConfig(
+        output_dir=str(output_dir),
+        max_steps=settings.steps,
+        per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=min(10, settings.steps // 10),
+        weight_decay=0.0,
+        max_length=settings.max_length,
+        logging_steps=max(1, settings.steps // 10),
+        save_strategy="no",
+        report_to="none",
+        use_cpu=not _cuda_available(),
+        bf16=False,
+        gradient_checkpointing=False,
+        seed=settings.seed,
+        disable_tqdm=not progress,
+    )
+    trainer = SFTTrainer(model=model, args=config, train_dataset=warm_start_dataset(dataset, settings),
+                         processing_class=tokenizer)
+    quiet_progress(trainer).train()
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    return trainer.state.log_history
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

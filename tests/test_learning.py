@@ -1,0 +1,81 @@
+"""GRPO really improves a policy: a learning test on a small synthetic arithmetic task.
+
+REFERENCE section 6: a tiny warm-started policy that knows the sums but rarely uses the XML
+format learns the format from GRPO within a few dozen steps. Here the warm start sees every
+single-digit sum; GRPO trains on 70% of the (a, b) pairs; strict accuracy (strict format and
+correct answer) is measured greedily on the other 30%, before and after, with an exact McNemar
+test on the per-question flips.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from grpo_kit.data import build_prompt
+from grpo_kit.evaluation import evaluate, flips, mcnemar_exact
+from grpo_kit.generation import Sampling, TransformersBackend
+from grpo_kit.models import TinyPolicySpec, build_tiny_policy
+from grpo_kit.training import build_trainer
+from grpo_kit.warm_start import WarmStart, warm_start
+
+SYSTEM = "Reply with <reasoning> and <answer> tags."
+PHRASES = ["What is {a} plus {b}?", "Add {a} and {b}.", "Compute {a}+{b}."]
+
+
+def addition_rows(pairs):
+    rows = []
+    for a, b in pairs:
+        for phrase in PHRASES:
+            s = a + b
+            rows.append({"question": phrase.format(a=a, b=b), "answer": str(s),
+                         "solution": f"{a}+{b} = <<{a}+{b}={s}>>{s}\n#### {s}",
+                         "prompt": build_prompt(phrase.format(a=a, b=b), SYSTEM)})
+    return rows
+
+
+def strict_correct(result):
+    return [r["strict_format_reward_func"] > 0 and r["correctness_reward_func"] > 0 for r in result.records]
+
+
+@pytest.mark.slow
+def test_grpo_raises_held_out_strict_accuracy_significantly(tmp_path):
+    from datasets import Dataset
+
+    torch.manual_seed(0)
+    pairs = [(a, b) for a in range(10) for b in range(10)]
+    random.Random(0).shuffle(pairs)
+    train_rows, heldout_rows = addition_rows(pairs[:70]), addition_rows(pairs[70:])
+    texts = [SYSTEM] + [r["question"] + "\n" + r["solution"] for r in train_rows + heldout_rows]
+    model, tokenizer = build_tiny_policy(texts * 3, seed=0, spec=TinyPolicySpec(vocab_size=400))
+    warm = WarmStart(xml_share=0.3, plain_lead="The sum:", steps=150, batch_size=32, learning_rate=3e-3,
+                     max_length=96)
+    warm_start(model, tokenizer, train_rows + heldout_rows, tmp_path / "warm", warm, progress=False)
+
+    greedy = Sampling(max_new_tokens=32)
+    before = evaluate(TransformersBackend(model, tokenizer, batch_size=90, progress=False), heldout_rows, greedy)
+    lenient_before = sum(r["soft_correctness_reward_func"] > 0 or r["extracted"].endswith(r["answer"])
+                         for r in before.records)
+
+    trainer = build_trainer(
+        model, tokenizer, Dataset.from_list(train_rows).remove_columns(["solution", "question"]), "cpu-tiny",
+        str(tmp_path / "grpo"),
+        reward_funcs=["xmlcount_reward_func", "strict_format_reward_func", "correctness_reward_func"],
+        reward_weights=(1.0, 1.0, 2.0), max_steps=40, max_completion_length=32, temperature=0.7,
+        learning_rate=3e-5, per_device_train_batch_size=32, num_generations=8)
+    trainer.args.disable_tqdm = True
+    trainer.train()
+    after = evaluate(TransformersBackend(trainer.model, tokenizer, batch_size=90, progress=False), heldout_rows,
+                     greedy)
+
+    ok_before, ok_after = strict_correct(before), strict_correct(after)
+    gained, lost = flips(ok_before, ok_after)
+    p = mcnemar_exact(gained, lost)
+    rate_before, rate_after = sum(ok_before) / len(ok_before), sum(ok_after) / len(ok_after)
+    print(f"held-out strict accuracy {rate_before:.3f} -> {rate_after:.3f} "
+          f"({gained} wrong->right, {lost} right->wrong, McNemar p={p:.2g}); lenient-ish before {lenient_before}")
+    assert lenient_before > 0  # the warm start knows some sums, so format is what GRPO has to teach
+    assert rate_after - rate_before >= 0.2
+    assert p < 0.01

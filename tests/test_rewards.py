@@ -1,0 +1,169 @@
+"""Reward functions and answer extraction: the seed's examples, the issue's edge cases, both forms."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import grpo_kit
+from grpo_kit import (
+    correctness_reward_func,
+    evaluate_answers,
+    extract_final_answer,
+    extract_hash_answer,
+    extract_xml_answer,
+    int_reward_func,
+    soft_correctness_reward_func,
+    soft_format_reward_func,
+    strict_format_reward_func,
+    xmlcount_reward_func,
+)
+from grpo_kit.rewards import REWARD_FUNCS, REWARD_MAX, SEED_REWARDS, get_reward_funcs
+
+# Seed 002's post-training sample (Ursula's salary), a well-formed multi-line completion.
+URSULA = (
+    "<reasoning>\nTo find Ursula's annual salary, first, we need to calculate her daily income, then her "
+    "monthly income, and finally her yearly income. \nDaily income is 8.50 * 8 = 68, monthly income is "
+    "68 * 20 = 1360,  annually her income would come out as 1360 * 12 = 16320 \n</reasoning>\n"
+    "<answer>\n16320\n</answer>"
+)
+
+
+def chat(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text}]
+
+
+def both_forms(func, texts, **kwargs):
+    """Call a reward on the standard and the conversational form; they must agree."""
+    plain = func(prompts=[None] * len(texts), completions=texts, **kwargs)
+    conversational = func(prompts=[None] * len(texts), completions=[chat(t) for t in texts], **kwargs)
+    assert plain == conversational
+    assert all(isinstance(v, float) for v in plain)
+    return plain
+
+
+def test_extract_xml_answer_is_the_notebooks_rule():
+    assert extract_xml_answer(URSULA) == "16320"
+    assert extract_xml_answer("<answer> 7 ") == "7"
+    assert extract_xml_answer("no tags at all") == "no tags at all"
+    assert extract_xml_answer("<answer>1</answer><answer>2</answer>") == "2"
+
+
+def test_extract_hash_answer():
+    assert extract_hash_answer("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72") == "72"
+    assert extract_hash_answer("a\n#### 1,000") == "1000"
+    assert extract_hash_answer("#### 1 #### 2") == "2"
+    assert extract_hash_answer("no final line") is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("<answer>\n$1,200.50\n</answer>", "1200.50"),
+    ("<answer>96%</answer>", "96"),
+    ("<answer>72 units</answer>", "72"),
+    ("<answer>$27</answer>", "27"),
+    ("<answer>-3</answer>", "-3"),
+    ("<answer>-$5</answer>", "-5"),
+    ("<answer>about 3 or 4</answer>", "3"),
+    ("<answer>none</answer>", None),
+])
+def test_extract_final_answer(text, expected):
+    assert extract_final_answer(text) == expected
+
+
+def test_correctness_is_an_exact_string_compare():
+    texts = [URSULA, URSULA.replace("16320", "16320.0"), URSULA.replace("16320", "16,320"), "16320"]
+    assert both_forms(correctness_reward_func, texts, answer=["16320"] * 4) == [1.0, 0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("given_answer, score", [
+    ("1200", 1.0), ("1200.0", 1.0), ("$1,200", 1.0), ("1200 units", 1.0), ("1,200.00", 1.0),
+    ("1201", 0.0), ("-1200", 0.0), ("", 0.0), ("twelve hundred", 0.0),
+])
+def test_soft_correctness_compares_numbers(given_answer, score):
+    text = f"<reasoning>\nx\n</reasoning>\n<answer>\n{given_answer}\n</answer>"
+    assert both_forms(soft_correctness_reward_func, [text], answer=["1200"]) == [score]
+
+
+def test_soft_correctness_keeps_the_sign():
+    texts = ["<answer>3</answer>", "<answer>-3</answer>"]
+    assert both_forms(soft_correctness_reward_func, texts, answer=["-3", "-3"]) == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("answer, score", [
+    ("-3", 0.5), ("42", 0.5), ("+7", 0.5), ("3.5", 0.0), ("1,000", 0.0), ("12 apples", 0.0), ("", 0.0),
+])
+def test_int_reward(answer, score):
+    assert both_forms(int_reward_func, [f"<answer>\n{answer}\n</answer>"]) == [score]
+
+
+def test_strict_format_accepts_multiline_reasoning_and_trailing_newlines():
+    texts = [URSULA, URSULA + "\n", URSULA + "\n\n", URSULA + " trailing", " " + URSULA,
+             URSULA.replace("<reasoning>\n", "<reasoning>"),
+             "<reasoning>\na\n</reasoning>\n\n<answer>\n1\n</answer>"]
+    assert both_forms(strict_format_reward_func, texts) == [0.5, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_soft_format_accepts_multiline_and_loose_spacing():
+    texts = [URSULA, "<reasoning>a\nb</reasoning><answer>1</answer>", "<reasoning>a</reasoning>\n\n <answer>1</answer>",
+             "<answer>1</answer>", "x <reasoning>a</reasoning><answer>1</answer>"]
+    assert both_forms(soft_format_reward_func, texts) == [0.5, 0.5, 0.5, 0.0, 0.0]
+
+
+def test_xmlcount():
+    perfect = "<reasoning>\nx\n</reasoning>\n<answer>\n4\n</answer>"
+    texts = [perfect, perfect + "\n", perfect + "\n\n  ", perfect + "\nabc", "<reasoning>\nx", "", perfect + perfect]
+    assert both_forms(xmlcount_reward_func, texts) == [0.5, 0.5, 0.5, 0.497, 0.125, 0.0, 0.0]
+
+
+def test_seed_table_rewards_on_the_seeds_sample():
+    scores = {name: REWARD_FUNCS[name](prompts=[None], completions=[chat(URSULA)], answer=["16320"])[0]
+              for name in SEED_REWARDS}
+    assert scores == REWARD_MAX  # the seed's sample earns every reward's maximum
+
+
+def test_registry_and_errors():
+    assert list(SEED_REWARDS) == [f.__name__ for f in get_reward_funcs(list(SEED_REWARDS))]
+    with pytest.raises(ValueError, match="unknown reward 'typo'"):
+        get_reward_funcs(["typo"])
+    with pytest.raises(ValueError, match="no reward functions"):
+        get_reward_funcs([])
+
+
+def test_names_are_importable_from_the_package():
+    for name in ["extract_xml_answer", "extract_hash_answer", "extract_final_answer", "evaluate_answers",
+                 *SEED_REWARDS]:
+        assert hasattr(grpo_kit, name)
+
+
+def test_evaluate_answers():
+    assert evaluate_answers(["1", "2", "3", "4"], ["1", "2", "0", "4"]) == 0.75
+    with pytest.raises(ValueError):
+        evaluate_answers(["1"], [])
+
+
+odd_completions = st.one_of(
+    st.text(),
+    st.lists(st.fixed_dictionaries({"role": st.sampled_from(["assistant", "user"]),
+                                    "content": st.one_of(st.text(), st.none(), st.integers())}), max_size=3),
+    st.none(),
+    st.integers(),
+    st.builds(lambda a, b: f"<reasoning>\n{a}\n</reasoning>\n<answer>\n{b}\n</answer>{a}", st.text(), st.text()),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(completions=st.lists(odd_completions, max_size=5),
+       answer=st.lists(st.one_of(st.text(), st.none()), max_size=6))
+def test_rewards_never_raise_and_return_one_float_per_completion(completions, answer):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for func in REWARD_FUNCS.values():
+            values = func(prompts=[None] * len(completions), completions=completions, answer=answer,
+                          completion_ids=None, trainer_state=None)
+            assert len(values) == len(completions)
+            assert all(isinstance(v, float) for v in values)
+    assert printed.getvalue() == ""

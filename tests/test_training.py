@@ -1,0 +1,112 @@
+"""Presets, config errors before any model is loaded, and GRPO runs on the tiny policy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_kit.rewards import SEED_REWARDS
+from grpo_kit.training import PRESETS, build_grpo_config, build_trainer, check_settings, get_preset
+
+
+def test_a100_preset_is_the_seeds_recipe(tmp_path):
+    preset = PRESETS["a100"]
+    assert (preset.lora_rank, preset.lora_alpha, preset.load_in_4bit, preset.use_unsloth) == (32, 32, True, True)
+    assert set(preset.lora_target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                               "down_proj"}
+    assert (preset.max_seq_length, preset.max_prompt_tokens, preset.max_completion_length) == (512, 256, 256)
+    assert preset.rewards == SEED_REWARDS
+    config = build_grpo_config("a100", str(tmp_path), bf16=False)  # bf16 needs a GPU to validate
+    assert config.learning_rate == 5e-6
+    assert (config.adam_beta1, config.adam_beta2, config.weight_decay) == (0.9, 0.99, 0.1)
+    assert config.warmup_steps == 0.1
+    assert config.lr_scheduler_type == "cosine"
+    assert config.optim == "paged_adamw_8bit"
+    assert (config.gradient_accumulation_steps, config.num_generations, config.max_grad_norm) == (2, 8, 0.1)
+    assert (config.max_completion_length, config.max_steps, config.logging_steps) == (256, 250, 1)
+
+
+def test_overrides_reach_grpo_config(tmp_path):
+    config = build_grpo_config("cpu-tiny", str(tmp_path), max_steps=7, reward_weights=[1, 2, 3, 4, 5, 6])
+    assert config.max_steps == 7
+    assert config.reward_weights == [1, 2, 3, 4, 5, 6]
+    assert config.use_cpu
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(per_device_train_batch_size=12), "not divisible by num_generations"),
+    (dict(num_generations=1, per_device_train_batch_size=4), "at least 2"),
+    (dict(rewards=("typo_reward",)), "unknown reward 'typo_reward'"),
+    (dict(max_prompt_length=256), "max_prompt_tokens"),
+    (dict(learning_rat=1e-5), "unknown preset field"),
+    (dict(reward_weights=(1.0,)), "one weight per reward"),
+    (dict(max_completion_length=0), "must be positive"),
+])
+def test_bad_settings_raise_before_loading(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        build_grpo_config("cpu-tiny", str(tmp_path), **overrides)
+
+
+def test_unknown_preset(tmp_path):
+    with pytest.raises(ValueError, match="unknown preset 'h100'"):
+        build_grpo_config("h100", str(tmp_path))
+
+
+def test_dataset_columns_are_checked():
+    preset = get_preset("cpu-tiny")
+    with pytest.raises(ValueError, match="'answer' column"):
+        check_settings(preset, ["prompt"])
+    with pytest.raises(ValueError, match="no 'prompt' column"):
+        check_settings(preset, ["question", "answer"])
+    check_settings(get_preset("cpu-tiny", rewards=("strict_format_reward_func",)), ["prompt"])
+
+
+def test_build_trainer_checks_before_touching_the_model(gsm8k_train_small, tmp_path):
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError("the model was touched")
+
+    with pytest.raises(ValueError, match="'answer' column"):
+        build_trainer(Untouchable(), Untouchable(), gsm8k_train_small.remove_columns(["answer"]), "cpu-tiny",
+                      str(tmp_path))
+
+
+def text_length_reward(completions, **kwargs):
+    """Varies across a random policy's completions, so advantages are non-zero (the seed's six are all 0)."""
+    return [float(len(c[0]["content"])) for c in completions]
+
+
+def _snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_grpo_trains_the_tiny_policy_and_logs_every_reward(tiny_policy, gsm8k_train_small, tmp_path, lora):
+    model, tokenizer = tiny_policy
+    overrides = dict(max_steps=2, per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
+                     learning_rate=0.1, save_steps=100)
+    if lora:
+        overrides.update(lora_rank=4, lora_alpha=8)
+    data = gsm8k_train_small.select(range(16))
+    trainer = build_trainer(model, tokenizer, data, "cpu-tiny", str(tmp_path),
+                            reward_funcs=[*SEED_REWARDS, text_length_reward], **overrides)
+    before = _snapshot(trainer.model)
+    assert (any("lora_" in n for n in before)) == lora
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    changed = [n for n, p in before.items() if not torch.equal(p, after[n].detach())]
+    # Every trainable parameter moves (TRL's own test); with a zero-reward-variance batch nothing would.
+    assert changed == list(before), f"unchanged: {sorted(set(before) - set(changed))[:5]}"
+    logged = {k for row in trainer.state.log_history for k in row}
+    assert {f"rewards/{name}/mean" for name in SEED_REWARDS} <= logged
+
+
+def test_custom_reward_function_drops_in(tiny_policy, gsm8k_train_small, tmp_path):
+    model, tokenizer = tiny_policy
+
+    trainer = build_trainer(model, tokenizer, gsm8k_train_small.select(range(8)), "cpu-tiny", str(tmp_path),
+                            reward_funcs=["strict_format_reward_func", text_length_reward], max_steps=1,
+                            per_device_train_batch_size=4, num_generations=4, max_completion_length=6)
+    trainer.train()
+    logged = {k for row in trainer.state.log_history for k in row}
+    assert {"rewards/text_length_reward/mean", "rewards/strict_format_reward_func/mean"} <= logged
