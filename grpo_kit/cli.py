@@ -10,8 +10,12 @@ __all__ = ["main"]
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import datasets
+
     from grpo_kit.demo import DemoConfig, run_demo
     from grpo_kit.warm_start import WarmStart
+
+    datasets.disable_progress_bars()  # per-row map/filter bars drown the phase bars
 
     config = DemoConfig(
         name=args.name,

@@ -22,7 +22,7 @@ from grpo_kit.evaluation import EvalResult, compare, evaluate
 from grpo_kit.generation import Sampling, TransformersBackend
 from grpo_kit.models import TinyPolicySpec, build_tiny_policy, load_policy
 from grpo_kit.plots import plot_training_curves
-from grpo_kit.training import build_trainer, get_preset, quiet_progress
+from grpo_kit.training import build_trainer, check_settings, get_preset, quiet_progress
 from grpo_kit.warm_start import WarmStart, warm_start
 
 __all__ = ["DemoConfig", "run_demo"]
@@ -45,7 +45,7 @@ class DemoConfig:
     cache_dir: str = ".cache/grpo_kit"
     eval_size: int = 200
     train_size: int | None = None  # None: every train question whose prompt fits
-    grpo_steps: int = 60
+    grpo_steps: int = 100
     eval_max_new_tokens: int = 64
     eval_batch_size: int = 64
     warm: WarmStart = WarmStart()
@@ -170,6 +170,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
 
     total_start = time.perf_counter()
     preset = get_preset("cpu-tiny", max_steps=config.grpo_steps, seed=config.seed, **config.preset_overrides)
+    check_settings(preset, ["prompt", "answer"])
     if config.eval_size < 1:
         raise ValueError(f"eval_size must be at least 1, got {config.eval_size}")
     run_dir = Path(config.runs_dir) / config.name

@@ -108,7 +108,7 @@ PRESETS: dict[str, Preset] = {
         num_generations=8,
         per_device_train_batch_size=32,
         gradient_accumulation_steps=1,
-        max_steps=60,
+        max_steps=100,
         learning_rate=3e-5,
         weight_decay=0.0,
         warmup_ratio=0.0,
@@ -302,12 +302,13 @@ def quiet_progress(trainer: Any) -> Any:
     The metrics still reach ``trainer.state.log_history`` (and wandb when enabled).
     Returns the trainer.
     """
-    from transformers.trainer_callback import ProgressCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     class _QuietProgress(ProgressCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             return None
 
+    trainer.pop_callback(PrinterCallback)  # used instead of the bar when tqdm is disabled
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(_QuietProgress())
     return trainer

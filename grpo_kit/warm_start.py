@@ -32,8 +32,8 @@ class WarmStart:
     xml_share: float = 0.3
     reasoning: str = "equations"
     plain_lead: str = "Let's think step by step."
-    steps: int = 150
-    batch_size: int = 32
+    steps: int = 300
+    batch_size: int = 16
     learning_rate: float = 3e-3
     max_length: int = 320
     seed: int = 0

@@ -10,6 +10,7 @@ test on the per-question flips.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -36,6 +37,11 @@ def addition_rows(pairs):
     return rows
 
 
+def last_number_correct(result):
+    """Lenient, flexible-extract style: the last number anywhere in the completion is the gold answer."""
+    return [(re.findall(r"-?\d+", r["completion"]) or [None])[-1] == r["answer"] for r in result.records]
+
+
 def strict_correct(result):
     return [r["strict_format_reward_func"] > 0 and r["correctness_reward_func"] > 0 for r in result.records]
 
@@ -50,20 +56,19 @@ def test_grpo_raises_held_out_strict_accuracy_significantly(tmp_path):
     train_rows, heldout_rows = addition_rows(pairs[:70]), addition_rows(pairs[70:])
     texts = [SYSTEM] + [r["question"] + "\n" + r["solution"] for r in train_rows + heldout_rows]
     model, tokenizer = build_tiny_policy(texts * 3, seed=0, spec=TinyPolicySpec(vocab_size=400))
-    warm = WarmStart(xml_share=0.3, plain_lead="The sum:", steps=150, batch_size=32, learning_rate=3e-3,
+    warm = WarmStart(xml_share=0.3, plain_lead="The sum:", steps=400, batch_size=32, learning_rate=3e-3,
                      max_length=96)
     warm_start(model, tokenizer, train_rows + heldout_rows, tmp_path / "warm", warm, progress=False)
 
     greedy = Sampling(max_new_tokens=32)
     before = evaluate(TransformersBackend(model, tokenizer, batch_size=90, progress=False), heldout_rows, greedy)
-    lenient_before = sum(r["soft_correctness_reward_func"] > 0 or r["extracted"].endswith(r["answer"])
-                         for r in before.records)
+    lenient_before = sum(last_number_correct(before)) / len(before.records)
 
     trainer = build_trainer(
         model, tokenizer, Dataset.from_list(train_rows).remove_columns(["solution", "question"]), "cpu-tiny",
         str(tmp_path / "grpo"),
         reward_funcs=["xmlcount_reward_func", "strict_format_reward_func", "correctness_reward_func"],
-        reward_weights=(1.0, 1.0, 2.0), max_steps=40, max_completion_length=32, temperature=0.7,
+        reward_weights=(1.0, 1.0, 2.0), max_steps=60, max_completion_length=32, temperature=0.7,
         learning_rate=3e-5, per_device_train_batch_size=32, num_generations=8)
     trainer.args.disable_tqdm = True
     trainer.train()
@@ -75,7 +80,8 @@ def test_grpo_raises_held_out_strict_accuracy_significantly(tmp_path):
     p = mcnemar_exact(gained, lost)
     rate_before, rate_after = sum(ok_before) / len(ok_before), sum(ok_after) / len(ok_after)
     print(f"held-out strict accuracy {rate_before:.3f} -> {rate_after:.3f} "
-          f"({gained} wrong->right, {lost} right->wrong, McNemar p={p:.2g}); lenient-ish before {lenient_before}")
-    assert lenient_before > 0  # the warm start knows some sums, so format is what GRPO has to teach
+          f"({gained} wrong->right, {lost} right->wrong, McNemar p={p:.2g}); lenient before {lenient_before:.3f}")
+    assert lenient_before >= 0.5  # the warm start knows the sums: the format is what GRPO has to teach
+    assert rate_before <= 0.1  # and greedy decoding rarely uses the XML format
     assert rate_after - rate_before >= 0.2
     assert p < 0.01
