@@ -28,11 +28,13 @@ from grpo_kit.warm_start import WarmStart, warm_start
 __all__ = ["DemoConfig", "run_demo"]
 
 _CAVEAT = (
-    "A ~1M-parameter policy trained for minutes on a CPU cannot do grade-school arithmetic, so its "
-    "correctness stays near zero before and after. What it can show is the effect that dominates "
-    "seed 002's hard-correctness gain: GRPO teaches the answer format (strict and soft format, XML tag "
-    "count) that the warm start made possible but rare. Run the `a100` preset on a real model to see "
-    "correctness move."
+    "A ~1M-parameter policy trained for minutes on a CPU cannot do grade-school arithmetic: soft "
+    "correctness, which reads the first number whether or not it sits in <answer> tags, stays level. What "
+    "it can show is the effect that dominates seed 002's hard-correctness gain: GRPO teaches the answer "
+    "format (strict and soft format, XML tag count, integer answers) that the warm start made possible but "
+    "rare. Any rise in hard correctness here is that same format effect: it needs the exact answer inside "
+    "<answer> tags, so the few answers the policy already got right start to count. Run the `a100` preset "
+    "on a real model to see reasoning improve."
 )
 
 

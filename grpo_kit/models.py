@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TinyPolicySpec", "build_tiny_policy", "load_policy", "require_gpu_stack"]
+__all__ = ["TinyPolicySpec", "build_tiny_policy", "load_policy"]
 
 # ChatML, the format of Qwen2 instruct models; `generation` markers are not needed because
 # the kit trains on prompt/completion pairs.
@@ -140,18 +140,3 @@ def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str |
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
-
-
-def require_gpu_stack(what: str) -> None:
-    """Raise a clear error when ``what`` (an Unsloth or vLLM feature) is asked for without CUDA.
-
-    Raises:
-        RuntimeError: no CUDA device; the message names the CPU alternative.
-    """
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            f"{what} needs an NVIDIA GPU with CUDA, and none is visible. On a CPU use the "
-            "transformers + peft path instead: preset 'cpu-tiny' (or backend='transformers', "
-            "use_unsloth=False).")
