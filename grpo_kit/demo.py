@@ -8,22 +8,20 @@ Everything lands in ``runs/<name>/``.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.data import SYSTEM_PROMPT, drop_long_prompts, load_gsm8k, take_slice
+from grpo_kit.data import drop_long_prompts, load_gsm8k, take_slice
 from grpo_kit.evaluation import EvalResult, compare, evaluate
 from grpo_kit.generation import Sampling, TransformersBackend
-from grpo_kit.models import TinyPolicySpec, build_tiny_policy, load_policy
+from grpo_kit.models import TinyPolicySpec
 from grpo_kit.plots import plot_training_curves
+from grpo_kit.runs import RunFolder
 from grpo_kit.training import build_trainer, check_settings, get_preset, quiet_progress
-from grpo_kit.warm_start import WarmStart, warm_start
+from grpo_kit.warm_start import WarmStart, tiny_policy_dir, warm_started_tiny_policy
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -59,25 +57,6 @@ class DemoConfig:
 
 def _say(message: str) -> None:
     print(f"[grpo_kit demo] {message}", flush=True)
-
-
-def _policy_dir(config: DemoConfig) -> Path:
-    """Cache folder of the warm-started policy, keyed by everything that shapes it."""
-    key = json.dumps({"warm": dataclasses.asdict(config.warm), "spec": dataclasses.asdict(config.spec),
-                      "seed": config.seed, "format": 2}, sort_keys=True)
-    return Path(config.cache_dir) / f"tiny-policy-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-
-
-def _warm_started_policy(config: DemoConfig, train: Any) -> tuple[Any, Any, float, bool]:
-    path = _policy_dir(config)
-    start = time.perf_counter()
-    if (path / "config.json").is_file():
-        model, tokenizer = load_policy(path, dtype="float32")
-        return model, tokenizer, time.perf_counter() - start, True
-    texts = [SYSTEM_PROMPT] * 50 + list(train["question"]) + list(train["solution"])
-    model, tokenizer = build_tiny_policy(texts, seed=config.seed, spec=config.spec)
-    warm_start(model, tokenizer, train, path, config.warm, progress=config.progress)
-    return model, tokenizer, time.perf_counter() - start, False
 
 
 def _versions() -> dict[str, str]:
@@ -175,8 +154,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     check_settings(preset, ["prompt", "answer"])
     if config.eval_size < 1:
         raise ValueError(f"eval_size must be at least 1, got {config.eval_size}")
-    run_dir = Path(config.runs_dir) / config.name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run = RunFolder(Path(config.runs_dir) / config.name)
     torch.manual_seed(config.seed)
     wall: dict[str, float] = {}
 
@@ -184,15 +162,19 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     train, test = load_gsm8k("train"), load_gsm8k("test")
     eval_set = take_slice(test, n=config.eval_size, seed=config.seed)
 
-    _say(f"warm start of the tiny policy (cached in {_policy_dir(config)})")
-    model, tokenizer, wall["warm start"], cached = _warm_started_policy(config, train)
+    cache = tiny_policy_dir(config.cache_dir, config.warm, config.spec, config.seed)
+    _say(f"warm start of the tiny policy (cached in {cache})")
+    start = time.perf_counter()
+    model, tokenizer, cached = warm_started_tiny_policy(config.cache_dir, config.warm, config.spec, config.seed,
+                                                        train=train, progress=config.progress)
+    wall["warm start"] = time.perf_counter() - start
     _say("warm start " + ("loaded from cache" if cached else f"trained in {wall['warm start']:.0f} s"))
 
     sampling = Sampling(temperature=0.0, max_new_tokens=config.eval_max_new_tokens)
     backend = TransformersBackend(model, tokenizer, batch_size=config.eval_batch_size, progress=config.progress)
     _say(f"baseline evaluation on {len(eval_set)} test questions (greedy)")
     before = evaluate(backend, eval_set, sampling)
-    before.to_jsonl(run_dir / "baseline.jsonl")
+    before.to_jsonl(run.baseline)
     wall["baseline evaluation"] = before.wall_s
     print(before.summary.to_markdown(floatfmt=".3f"), flush=True)
 
@@ -202,28 +184,28 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     _say(f"GRPO: {preset.max_steps} steps on {len(grpo_train)} train questions, rewards: {', '.join(preset.rewards)}")
     start = time.perf_counter()
     trainer = build_trainer(model, tokenizer, grpo_train.remove_columns(["solution", "question"]), preset,
-                            output_dir=str(run_dir / "grpo"))
+                            output_dir=str(run.path / "grpo"))
     quiet_progress(trainer).train()
     wall["GRPO training"] = time.perf_counter() - start
     log_history = trainer.state.log_history
-    (run_dir / "log_history.json").write_text(json.dumps(log_history, indent=1), encoding="utf-8")
+    run.write_json(run.log_history, log_history)
     import matplotlib.pyplot as plt
 
-    figure = plot_training_curves(log_history, run_dir / "training_curves.png",
+    figure = plot_training_curves(log_history, run.curves,
                                   title=f"GRPO on the tiny policy ({config.name})")
     plt.close(figure)
 
     _say(f"evaluation after GRPO on the same {len(eval_set)} questions")
     after = evaluate(TransformersBackend(trainer.model, tokenizer, batch_size=config.eval_batch_size,
                                          progress=config.progress), eval_set, sampling)
-    after.to_jsonl(run_dir / "trained.jsonl")
+    after.to_jsonl(run.trained)
     wall["evaluation after GRPO"] = after.wall_s
 
     table = compare(before, after)
     wall["total"] = time.perf_counter() - total_start
-    report = _report(run_dir / "report.md", config, table, preset, wall, cached, len(grpo_train), before, after)
+    report = _report(run.report, config, table, preset, wall, cached, len(grpo_train), before, after)
     print("\n" + report.split("## What this shows")[0].strip() + "\n", flush=True)
-    _say(f"wrote {run_dir}/ (report.md, baseline.jsonl, trained.jsonl, log_history.json, training_curves.png) "
+    _say(f"wrote {run.path}/ (report.md, baseline.jsonl, trained.jsonl, log_history.json, training_curves.png) "
          f"in {wall['total']:.0f} s")
-    return {"run_dir": run_dir, "table": table, "before": before, "after": after,
+    return {"run_dir": run.path, "table": table, "before": before, "after": after,
             "log_history": log_history, "wall": wall}

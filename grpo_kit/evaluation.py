@@ -28,6 +28,7 @@ __all__ = [
     "compare",
     "evaluate",
     "evaluate_answers",
+    "flipped",
     "flips",
     "mcnemar_exact",
     "paired_test",
@@ -145,6 +146,24 @@ class EvalResult:
                 f.write(json.dumps(record) + "\n")
         return path
 
+    def to_frame(self) -> pd.DataFrame:
+        """The records as a ``pandas.DataFrame`` (one row per completion)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.records)
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path, sampling: Sampling | None = None) -> EvalResult:
+        """Read records written by :meth:`to_jsonl`; the summary is recomputed, ``wall_s`` is 0.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            ValueError: the file holds no records.
+        """
+        with Path(path).open(encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        return cls(records=records, summary=summarize(records), sampling=sampling or Sampling(), wall_s=0.0)
+
     def correct(self, metric: str = "correctness_reward_func") -> list[bool]:
         """Per-question correctness under ``metric`` (first sample of each question)."""
         return [r[metric] > 0 for r in self.records if r["sample"] == 0]
@@ -225,6 +244,36 @@ def paired_test(before: EvalResult, after: EvalResult, metric: str = "correctnes
     """
     gained, lost = flips(before.correct(metric), after.correct(metric))
     return {"wrong_to_right": gained, "right_to_wrong": lost, "mcnemar_p": mcnemar_exact(gained, lost)}
+
+
+def flipped(before: EvalResult, after: EvalResult, metric: str = "correctness_reward_func") -> pd.DataFrame:
+    """The questions whose success under ``metric`` changed, with both completions (first sample).
+
+    Returns:
+        ``pandas.DataFrame`` with ``change`` (``"wrong -> right"`` or ``"right -> wrong"``),
+        ``index``, ``question``, ``answer``, ``before``, ``after`` (the completions) and
+        ``extracted_before`` / ``extracted_after``; wrong-to-right rows first.
+
+    Raises:
+        ValueError: the evaluations cover different numbers of questions.
+    """
+    import pandas as pd
+
+    b = [r for r in before.records if r["sample"] == 0]
+    a = [r for r in after.records if r["sample"] == 0]
+    if len(b) != len(a):
+        raise ValueError(f"paired results need the same questions: {len(b)} before, {len(a)} after")
+    rows = []
+    for rb, ra in zip(b, a):
+        was, now = rb[metric] > 0, ra[metric] > 0
+        if was != now:
+            rows.append({"change": "wrong -> right" if now else "right -> wrong", "index": rb["index"],
+                         "question": rb["question"], "answer": rb["answer"], "before": rb["completion"],
+                         "after": ra["completion"], "extracted_before": rb["extracted"],
+                         "extracted_after": ra["extracted"]})
+    columns = ["change", "index", "question", "answer", "before", "after", "extracted_before", "extracted_after"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values("change", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def compare(before: EvalResult, after: EvalResult) -> pd.DataFrame:

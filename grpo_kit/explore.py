@@ -111,25 +111,32 @@ def near_duplicates(train_questions: list[str], test_questions: list[str], thres
     return frame
 
 
-def question_map(questions: list[str], labels: dict[str, list[Any]] | None = None, seed: int = 0) -> pd.DataFrame:
+def question_map(splits: dict[str, Any], n: int | None = 3000, seed: int = 0) -> pd.DataFrame:
     """A 2-D map of questions: TF-IDF vectors reduced by truncated SVD (offline; no embedding model).
 
     Args:
-        questions: the texts to place.
-        labels: extra columns for the frame (e.g. ``{"split": [...], "steps": [...]}``), each
-            as long as ``questions``.
-        seed: the SVD's random state.
+        splits: ``{name: dataset}`` with ``question`` and ``solution`` columns (e.g. train and test).
+        n: how many questions to place, sampled uniformly over all splits (``None``: all).
+        seed: seeds the sample and the SVD.
 
     Returns:
-        ``pandas.DataFrame`` with ``x``, ``y`` and the label columns.
+        ``pandas.DataFrame`` with ``x``, ``y``, ``split``, ``steps`` and ``question``.
     """
+    import numpy as np
     import pandas as pd
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    vectors = TfidfVectorizer(stop_words="english", min_df=2).fit_transform(questions)
+    rows = [(name, q, solution_steps(s)) for name, ds in splits.items()
+            for q, s in zip(ds["question"], ds["solution"])]
+    if n is not None and n < len(rows):
+        keep = np.random.default_rng(seed).choice(len(rows), size=n, replace=False)
+        rows = [rows[i] for i in sorted(keep)]
+    frame = pd.DataFrame(rows, columns=["split", "question", "steps"])
+    vectors = TfidfVectorizer(stop_words="english", min_df=2).fit_transform(frame["question"])
     xy = TruncatedSVD(n_components=2, random_state=seed).fit_transform(vectors)
-    return pd.DataFrame({"x": xy[:, 0], "y": xy[:, 1], **(labels or {})})
+    frame["x"], frame["y"] = xy[:, 0], xy[:, 1]
+    return frame[["x", "y", "split", "steps", "question"]]
 
 
 def plot_distributions(features: pd.DataFrame) -> Any:

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TinyPolicySpec", "build_tiny_policy", "load_policy"]
+__all__ = [
+    "TinyPolicySpec",
+    "build_tiny_policy",
+    "describe_device",
+    "load_policy",
+    "placement",
+    "train_tiny_tokenizer",
+]
 
 # ChatML, the format of Qwen2 instruct models; `generation` markers are not needed because
 # the kit trains on prompt/completion pairs.
@@ -42,7 +49,14 @@ class TinyPolicySpec:
     max_positions: int = 1024
 
 
-def _train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
+def train_tiny_tokenizer(texts: Iterable[str], vocab_size: int = TinyPolicySpec.vocab_size) -> Any:
+    """Train the tiny policy's byte-level BPE tokenizer on ``texts`` (deterministic).
+
+    Returns:
+        ``PreTrainedTokenizerFast`` with a ChatML chat template, left padding,
+        ``eos_token="<|im_end|>"``, ``pad_token="<|endoftext|>"`` and the four XML tags as
+        single (non-special) tokens.
+    """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -89,7 +103,7 @@ def build_tiny_policy(texts: Iterable[str], seed: int = 0, spec: TinyPolicySpec 
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = _train_tokenizer(texts, spec.vocab_size)
+    tokenizer = train_tiny_tokenizer(texts, spec.vocab_size)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
@@ -108,6 +122,28 @@ def build_tiny_policy(texts: Iterable[str], seed: int = 0, spec: TinyPolicySpec 
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     return model, tokenizer
+
+
+def placement() -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments for this machine: bfloat16 spread over the GPUs
+    (``device_map="auto"``) when CUDA is available, else float32 on the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return {"dtype": "bfloat16", "device_map": "auto"}
+    return {"dtype": "float32", "device_map": None}
+
+
+def describe_device() -> str:
+    """One line saying what runs where on this machine (for the notebooks' GPU check)."""
+    import torch
+
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return (f"CUDA GPU: {props.name}, {props.total_memory / 2**30:.0f} GiB. Models load in bfloat16 on the GPU; "
+                "the GPU presets (a100) fit here if the memory does.")
+    return ("No CUDA GPU: everything runs on the CPU. Use preset 'cpu-tiny' (the kit's tiny offline policy); "
+            "the GPU presets (a100) need a CUDA GPU (on Colab: Runtime > Change runtime type > GPU).")
 
 
 def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str | None = None) -> tuple[Any, Any]:

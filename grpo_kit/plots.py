@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_training_curves", "training_curves"]
+__all__ = ["plot_before_after", "plot_training_curves", "training_curves"]
 
 
 def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
@@ -63,4 +63,30 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
+    return fig
+
+
+def plot_before_after(table: Any, title: str = "before vs after GRPO") -> Any:
+    """Bar chart of each metric before and after, as a share of the metric's maximum.
+
+    Args:
+        table: :func:`grpo_kit.evaluation.compare`'s frame (``metric``, ``before``, ``after``, ``max``).
+
+    Returns:
+        The ``matplotlib.figure.Figure``.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    x = np.arange(len(table))
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    ax.bar(x - 0.2, table["before"] / table["max"], width=0.4, label="before")
+    ax.bar(x + 0.2, table["after"] / table["max"], width=0.4, label="after")
+    ax.set_xticks(x, table["metric"], rotation=20, ha="right", fontsize=9)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share of maximum")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
     return fig

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from grpo_kit.rewards import REWARD_FUNCS, SEED_REWARDS, get_reward_funcs
@@ -22,7 +23,11 @@ __all__ = [
     "build_trainer",
     "check_settings",
     "get_preset",
+    "load_preset_policy",
+    "load_preset_tokenizer",
     "quiet_progress",
+    "save_policy",
+    "setup_wandb",
 ]
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -74,6 +79,7 @@ class Preset:
     rewards: tuple[str, ...] = SEED_REWARDS
     reward_weights: tuple[float, ...] | None = None
     seed: int = 3407
+    report_to: str = "none"  # "wandb" to log there (see setup_wandb)
     extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, passed as is
 
 
@@ -237,7 +243,7 @@ def build_grpo_config(preset: str | Preset, output_dir: str, **overrides: Any) -
         use_cpu=p.use_cpu,
         gradient_checkpointing=p.gradient_checkpointing,
         reward_weights=list(p.reward_weights) if p.reward_weights is not None else None,
-        report_to="none",
+        report_to=p.report_to,
         seed=p.seed,
     )
     kwargs.update(p.extra)
@@ -312,3 +318,89 @@ def quiet_progress(trainer: Any) -> Any:
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(_QuietProgress())
     return trainer
+
+
+def setup_wandb(project: str | None, mode: str | None = None) -> str:
+    """Prepare Weights & Biases logging without ever prompting for a login.
+
+    Args:
+        project: the wandb project; ``None`` turns wandb off.
+        mode: ``"online"``, ``"offline"`` or ``"disabled"``; default online when ``WANDB_API_KEY``
+            is set, else offline (runs are kept locally; ``wandb sync`` uploads them later).
+
+    Returns:
+        The value for the preset's ``report_to``: ``"wandb"`` or ``"none"``.
+    """
+    import os
+
+    if project is None or mode == "disabled":
+        return "none"
+    os.environ["WANDB_PROJECT"] = project
+    os.environ["WANDB_MODE"] = mode or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    return "wandb"
+
+
+def load_preset_policy(preset: str | Preset, model: str | None = None, cache_dir: str = ".cache/grpo_kit",
+                       warm_start_steps: int | None = None, progress: bool = True) -> tuple[Any, Any]:
+    """Load the policy a preset trains: the warm-started tiny policy, or a model by Hub id or path.
+
+    Args:
+        preset: a name in :data:`PRESETS` or a :class:`Preset`.
+        model: a Hub id or path that replaces the preset's model.
+        cache_dir: where the tiny policy is cached (presets without a model).
+        warm_start_steps: the tiny policy's warm-start steps (default :class:`grpo_kit.warm_start.WarmStart`'s).
+        progress: show the warm start's progress bar.
+
+    Returns:
+        ``(model, tokenizer)``. Hub models load with transformers in bfloat16 on the GPU
+        (``device_map="auto"``), or float32 on a CPU.
+
+    Raises:
+        ValueError: unknown preset.
+        NotImplementedError: a preset that loads through Unsloth (not wired up yet).
+    """
+    p = get_preset(preset)
+    name = model or p.model
+    if name is None:
+        from grpo_kit.warm_start import WarmStart, warm_started_tiny_policy
+
+        settings = WarmStart() if warm_start_steps is None else WarmStart(steps=warm_start_steps)
+        policy, tokenizer, _ = warm_started_tiny_policy(cache_dir, settings, progress=progress)
+        return policy, tokenizer
+    if p.use_unsloth:
+        raise NotImplementedError(f"preset {p.name!r} loads through Unsloth, which the kit does not wire up yet; "
+                                  "pass use_unsloth=False to load with transformers")
+    from grpo_kit.models import load_policy, placement
+
+    return load_policy(name, **placement())
+
+
+def load_preset_tokenizer(preset: str | Preset, model: str | None = None) -> Any:
+    """The tokenizer of the policy a preset trains, without loading the model.
+
+    For the tiny policy (presets without a model) this trains the same deterministic
+    tokenizer as :func:`grpo_kit.warm_start.warm_started_tiny_policy` (a few seconds).
+    """
+    p = get_preset(preset)
+    name = model or p.model
+    if name is None:
+        from grpo_kit.data import SYSTEM_PROMPT, load_gsm8k
+        from grpo_kit.models import train_tiny_tokenizer
+
+        train = load_gsm8k("train")
+        return train_tiny_tokenizer([SYSTEM_PROMPT] * 50 + list(train["question"]) + list(train["solution"]))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
+    """Save the trained policy and its tokenizer: the LoRA adapter for a peft model, else the full model.
+
+    :func:`grpo_kit.models.load_policy` loads either kind back. Returns the folder.
+    """
+    path = Path(path)
+    trainer.save_model(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path
