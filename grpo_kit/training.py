@@ -186,7 +186,7 @@ def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
     for name in ("max_completion_length", "max_prompt_tokens", "max_steps"):
         if getattr(preset, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(preset, name)}")
-    get_reward_funcs(preset.rewards or list(extra_rewards))  # unknown names raise here
+    get_reward_funcs(list(preset.rewards) + list(extra_rewards))  # unknown names, or none at all, raise here
     n_rewards = len(preset.rewards) + len(extra_rewards)
     if preset.reward_weights is not None and len(preset.reward_weights) != n_rewards:
         raise ValueError(f"reward_weights has {len(preset.reward_weights)} entries for {n_rewards} reward "
@@ -217,6 +217,10 @@ def build_grpo_config(preset: str | Preset, output_dir: str, **overrides: Any) -
     """
     p = get_preset(preset, **overrides)
     check_settings(p)
+    return _grpo_config(p, output_dir)
+
+
+def _grpo_config(p: Preset, output_dir: str) -> Any:
     from trl import GRPOConfig
 
     kwargs: dict[str, Any] = dict(
@@ -291,7 +295,7 @@ def build_trainer(
                                   "on the transformers path pass use_unsloth=False")
     from trl import GRPOTrainer
 
-    config = build_grpo_config(p, output_dir)
+    config = _grpo_config(p, output_dir)
     peft_config = None
     if p.lora_rank is not None:
         from peft import LoraConfig

@@ -10,6 +10,7 @@ from grpo_kit.evaluation import (
     EvalResult,
     compare,
     evaluate,
+    flipped,
     flips,
     mcnemar_exact,
     paired_test,
@@ -117,3 +118,32 @@ def test_evaluate_on_the_tiny_policy(tiny_policy, gsm8k_train_small):
     assert isinstance(result, EvalResult)
     assert len(result.records) == 6
     assert result.summary.loc["Total", "max"] == 4.0
+
+
+def test_eval_result_round_trips_through_jsonl(tmp_path):
+    result = evaluate(ScriptedBackend([GOOD, "5", GOOD, "4"]), EXAMPLES)
+    again = EvalResult.from_jsonl(result.to_jsonl(tmp_path / "r.jsonl"))
+    assert again.records == result.records
+    assert again.summary.equals(result.summary)
+
+
+def test_flipped_lists_changed_questions_with_both_completions():
+    before = evaluate(ScriptedBackend(["4", "5", "4", "5"]), EXAMPLES)
+    after = evaluate(ScriptedBackend(["5", GOOD, "4", "5"]), EXAMPLES)
+    frame = flipped(before, after)
+    assert list(frame["change"]) == ["wrong -> right", "right -> wrong"]
+    assert list(frame["index"]) == [1, 0]
+    assert frame.iloc[0]["before"] == "5" and frame.iloc[0]["after"] == GOOD
+    assert frame.iloc[0]["extracted_after"] == "4"
+
+
+def test_before_after_chart():
+    import matplotlib.pyplot as plt
+
+    from grpo_kit.plots import plot_before_after
+
+    before = evaluate(ScriptedBackend(["4", "5", "5", "5"]), EXAMPLES)
+    after = evaluate(ScriptedBackend([GOOD, GOOD, GOOD, "5"]), EXAMPLES)
+    fig = plot_before_after(compare(before, after))
+    assert len(fig.axes[0].patches) == 2 * 7
+    plt.close(fig)

@@ -110,3 +110,47 @@ def test_custom_reward_function_drops_in(tiny_policy, gsm8k_train_small, tmp_pat
     trainer.train()
     logged = {k for row in trainer.state.log_history for k in row}
     assert {"rewards/text_length_reward/mean", "rewards/strict_format_reward_func/mean"} <= logged
+
+
+def test_setup_wandb_never_prompts(monkeypatch):
+    from grpo_kit.training import setup_wandb
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert setup_wandb(None) == "none"
+    assert setup_wandb("proj", "disabled") == "none"
+    assert setup_wandb("proj") == "wandb"
+    import os
+
+    assert os.environ["WANDB_MODE"] == "offline" and os.environ["WANDB_PROJECT"] == "proj"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    setup_wandb("proj")
+    assert os.environ["WANDB_MODE"] == "online"
+
+
+def test_saved_lora_adapter_loads_back_for_evaluation(tiny_policy, tiny_policy_files, gsm8k_train_small, tmp_path):
+    from grpo_kit.models import load_policy
+    from grpo_kit.training import save_policy
+
+    model, tokenizer = tiny_policy
+    trainer = build_trainer(model, tokenizer, gsm8k_train_small.select(range(8)), "cpu-tiny", str(tmp_path / "out"),
+                            reward_funcs=[text_length_reward], max_steps=1, per_device_train_batch_size=4,
+                            num_generations=4, max_completion_length=6, lora_rank=4, lora_alpha=8,
+                            learning_rate=0.1)
+    trainer.train()
+    path = save_policy(trainer, tokenizer, tmp_path / "model")
+    assert (path / "adapter_config.json").is_file()
+    loaded, loaded_tokenizer = load_policy(path, dtype="float32")
+    ids = tokenizer("2+2", return_tensors="pt")
+    trained_logits = trainer.model(**ids).logits
+    assert torch.allclose(loaded(**ids).logits, trained_logits, atol=1e-5)
+    base, _ = load_policy(tiny_policy_files, dtype="float32")
+    assert not torch.allclose(base(**ids).logits, trained_logits, atol=1e-5)  # the adapter is not a no-op
+
+
+def test_preset_tokenizer_of_the_tiny_policy_is_deterministic():
+    from grpo_kit.training import load_preset_tokenizer
+
+    a, b = load_preset_tokenizer("cpu-tiny"), load_preset_tokenizer("cpu-tiny")
+    assert a.get_vocab() == b.get_vocab()
+    assert a.convert_tokens_to_ids("<answer>") != a.unk_token_id
