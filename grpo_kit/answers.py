@@ -12,19 +12,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "EXTRACTION_RULES",
     "completion_text",
     "extract_final_answer",
     "extract_hash_answer",
     "extract_xml_answer",
+    "flexible_answer",
     "is_integer_literal",
+    "is_strict_format",
+    "normalize_number",
     "numbers_equal",
     "parse_number",
+    "strict_answer",
 ]
 
 # First number in a string: optional sign and `$`, thousands groups, optional decimals and `%`.
 # The sign may stand before or after the `$` ("-$5" and "$-5" both give -5).
 _NUMBER = re.compile(r"(-?)\$?(-?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?%?")
 _INTEGER_LITERAL = re.compile(r"[+-]?\d+")
+# The seed's strict layout; re.DOTALL lets the reasoning span lines (unsloth #1761), `\n*$`
+# admits trailing newlines (seed 002).
+_STRICT_FORMAT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n*$", re.DOTALL)
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]] | Any) -> str:
@@ -122,8 +130,10 @@ def parse_number(text: str) -> str | None:
     True
     """
     match = _NUMBER.search(text)
-    if match is None:
-        return None
+    return None if match is None else _number_text(match)
+
+
+def _number_text(match: re.Match) -> str:
     sign = "-" if (match.group(1) or match.group(2)) else ""
     return sign + match.group(3).replace(",", "") + (match.group(4) or "")
 
@@ -172,3 +182,68 @@ def numbers_equal(a: str | None, b: str | None) -> bool:
         return float(a) == float(b)
     except ValueError:
         return False
+
+
+def is_strict_format(text: str) -> bool:
+    """Whether ``text`` is exactly reasoning then answer, each tag on its own line (seed 002's regex).
+
+    >>> is_strict_format("<reasoning>\\na\\nb\\n</reasoning>\\n<answer>\\n4\\n</answer>\\n")
+    True
+    >>> is_strict_format("<reasoning>a</reasoning><answer>4</answer>")
+    False
+    """
+    return _STRICT_FORMAT.match(text) is not None
+
+
+def normalize_number(text: str | None) -> str | None:
+    """Canonical form of a numeric string, so equal numbers compare equal as strings.
+
+    >>> [normalize_number(s) for s in ["1200.50", "1200.0", "0012", "-0", "1e3", "x", None]]
+    ['1200.5', '1200', '12', '0', '1000', None, None]
+    """
+    from decimal import Decimal, InvalidOperation
+
+    if text is None:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        return None
+    if not value.is_finite():
+        return None
+    out = format(value.normalize(), "f")
+    return "0" if out in ("-0", "0") else out
+
+
+def strict_answer(text: str) -> str | None:
+    """The ``strict`` rule: the number inside ``<answer>`` of a strictly formatted completion.
+
+    Returns:
+        The normalised first number of the answer block, or ``None`` when the completion is not
+        in the strict format or its answer holds no number.
+
+    >>> strict_answer("<reasoning>\\nx\\n</reasoning>\\n<answer>\\n$1,200.0\\n</answer>")
+    '1200'
+    >>> strict_answer("The answer is 1200.") is None
+    True
+    """
+    return normalize_number(extract_final_answer(text)) if is_strict_format(text) else None
+
+
+def flexible_answer(text: str) -> str | None:
+    """The ``flexible`` rule: the last number anywhere in the completion (lm-evaluation-harness's
+    flexible-extract for GSM8K), normalised; ``None`` when there is none.
+
+    >>> flexible_answer("3 + 4 = 7, so the answer is 7.")
+    '7'
+    >>> flexible_answer("<answer>\\n$1,200\\n</answer>")
+    '1200'
+    """
+    matches = list(_NUMBER.finditer(text))
+    if not matches:
+        return None
+    return normalize_number(_number_text(matches[-1]))
+
+
+#: Named answer-extraction rules, reported side by side (as lm-evaluation-harness's filters).
+EXTRACTION_RULES = {"strict": strict_answer, "flexible": flexible_answer}

@@ -8,13 +8,16 @@ interface and is imported only when asked for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Backend", "Generation", "Sampling", "TransformersBackend"]
+__all__ = ["Backend", "Generation", "Sampling", "TransformersBackend", "model_fingerprint"]
 
 Prompt = list[dict[str, str]]
+#: Called as ``on_result(i, generations)`` once the completions of prompt ``i`` exist.
+OnResult = Callable[[int, list["Generation"]], None]
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,35 @@ class Generation:
 class Backend(Protocol):
     """What evaluation needs from a generation backend."""
 
-    def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Generation]]:
-        """Return ``sampling.n`` generations for each prompt, in prompt order."""
+    def generate(self, prompts: Sequence[Prompt], sampling: Sampling,
+                 on_result: OnResult | None = None) -> list[list[Generation]]:
+        """Return ``sampling.n`` generations for each prompt, in prompt order; call ``on_result``
+        for each prompt as soon as its generations exist."""
         ...
+
+    def identity(self) -> str:
+        """What the outputs depend on besides prompt and sampling: model and template (cache keys)."""
+        ...
+
+
+def model_fingerprint(model: Any) -> str:
+    """Name plus a SHA-256 of the weights: ``"<name_or_path>@<16 hex digits>"``.
+
+    For a peft model only the adapter (``lora_`` parameters) is hashed, the base being named by
+    ``name_or_path``. Tensors over 65,536 elements are hashed on an evenly strided sample of
+    about that many elements (a training step moves all of them), so fingerprinting an 8B model
+    reads megabytes, not gigabytes.
+    """
+    digest = hashlib.sha256()
+    params = dict(model.named_parameters())
+    chosen = {n: p for n, p in params.items() if "lora_" in n} or params
+    for name in sorted(chosen):
+        tensor = chosen[name].detach().reshape(-1)
+        step = max(1, tensor.numel() // 65536)
+        digest.update(f"{name}{tuple(chosen[name].shape)}{chosen[name].dtype}".encode())
+        digest.update(tensor[::step].float().cpu().numpy().tobytes())
+    name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    return f"{name}@{digest.hexdigest()[:16]}"
 
 
 class TransformersBackend:
@@ -80,15 +109,23 @@ class TransformersBackend:
         self.batch_size = batch_size
         self.progress = progress
 
+    def identity(self) -> str:
+        """The model's fingerprint plus a hash of the chat template and special tokens."""
+        template = f"{self.tokenizer.chat_template}|{self.tokenizer.eos_token}|{self.tokenizer.pad_token}"
+        return f"{model_fingerprint(self.model)}|{hashlib.sha256(template.encode()).hexdigest()[:16]}"
+
     def _render(self, prompt: Prompt) -> str:
         return self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
 
-    def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[Prompt], sampling: Sampling,
+                 on_result: OnResult | None = None) -> list[list[Generation]]:
         """Generate ``sampling.n`` completions per prompt.
 
         Args:
             prompts: conversational prompts, each a list of ``{"role", "content"}`` messages.
-            sampling: decoding settings.
+            sampling: decoding settings. Sampled runs seed torch with ``sampling.seed`` plus the
+                batch number, so a rerun with the same prompts and batch size repeats itself.
+            on_result: called with ``(prompt index, generations)`` after each batch.
 
         Returns:
             ``list`` (one per prompt, in the given order) of ``list[Generation]`` of length
@@ -130,6 +167,9 @@ class TransformersBackend:
                     results[batch[row // sampling.n]].append(
                         Generation(text=text, num_tokens=len(ids),
                                    truncated=not ended and len(ids) >= sampling.max_new_tokens))
+                if on_result is not None:
+                    for i in batch:
+                        on_result(i, results[i])
         finally:
             self.tokenizer.padding_side = previous_side
             self.model.train(was_training)

@@ -67,10 +67,11 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
 
 
 def plot_before_after(table: Any, title: str = "before vs after GRPO") -> Any:
-    """Bar chart of each metric before and after, as a share of the metric's maximum.
+    """Bar chart of each metric before and after, as a share of the metric's maximum, with the
+    95% bootstrap intervals as error bars.
 
     Args:
-        table: :func:`grpo_kit.evaluation.compare`'s frame (``metric``, ``before``, ``after``, ``max``).
+        table: :func:`grpo_kit.evaluation.compare`'s frame.
 
     Returns:
         The ``matplotlib.figure.Figure``.
@@ -80,11 +81,13 @@ def plot_before_after(table: Any, title: str = "before vs after GRPO") -> Any:
 
     x = np.arange(len(table))
     fig, ax = plt.subplots(figsize=(10, 3.6))
-    ax.bar(x - 0.2, table["before"] / table["max"], width=0.4, label="before")
-    ax.bar(x + 0.2, table["after"] / table["max"], width=0.4, label="after")
+    for offset, when in ((-0.2, "before"), (0.2, "after")):
+        value = table[when] / table["max"]
+        errors = [value - table[f"{when}_low"] / table["max"], table[f"{when}_high"] / table["max"] - value]
+        ax.bar(x + offset, value, width=0.4, yerr=errors, capsize=3, label=when)
     ax.set_xticks(x, table["metric"], rotation=20, ha="right", fontsize=9)
     ax.set_ylim(0, 1.05)
-    ax.set_ylabel("share of maximum")
+    ax.set_ylabel("share of maximum (95% CI)")
     ax.set_title(title)
     ax.legend()
     ax.grid(axis="y", alpha=0.3)

@@ -23,6 +23,7 @@ from grpo_kit.answers import (
     extract_final_answer,
     extract_xml_answer,
     is_integer_literal,
+    is_strict_format,
     numbers_equal,
 )
 
@@ -41,9 +42,7 @@ __all__ = [
 
 RewardFunc = Callable[..., list[float]]
 
-# re.DOTALL: without it multi-line reasoning never matches (unsloth #1761); `\n*$` admits
-# trailing newlines (seed 002).
-_STRICT_FORMAT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n*$", re.DOTALL)
+# re.DOTALL: without it multi-line reasoning never matches (unsloth #1761).
 _SOFT_FORMAT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
 _XML_TAGS = ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
 
@@ -136,7 +135,7 @@ def strict_format_reward_func(completions=None, **kwargs) -> list[float]:
     ...     "<reasoning>2+2</reasoning><answer>4</answer>"])
     [0.5, 0.0]
     """
-    return [0.5 if _STRICT_FORMAT.match(t) else 0.0 for t in _texts(completions)]
+    return [0.5 if is_strict_format(t) else 0.0 for t in _texts(completions)]
 
 
 def soft_format_reward_func(completions=None, **kwargs) -> list[float]:

@@ -31,7 +31,7 @@ def test_demo_writes_the_run_folder_and_caches_the_warm_start(tmp_path):
     for needle in ["| metric", "Hard correctness", "Strict format", "## Settings", "## Wall times", "## Versions",
                    "cannot do grade-school arithmetic", "trl:"]:
         assert needle in report
-    assert list(result["table"].columns) == ["metric", "before", "after", "delta", "max"]
+    assert list(result["table"].columns)[:5] == ["metric", "before", "after", "delta", "max"]
     assert (run / "training_curves.png").stat().st_size > 10_000
 
     again = run_demo(config)  # the warm-started policy now comes from the cache

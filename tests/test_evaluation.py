@@ -9,11 +9,13 @@ import pytest
 from grpo_kit.evaluation import (
     EvalResult,
     compare,
+    compare_markdown,
     evaluate,
     flipped,
     flips,
     mcnemar_exact,
     paired_test,
+    sampled_metrics,
     score,
     summarize,
 )
@@ -40,8 +42,9 @@ def test_score_records_and_summary_table():
     assert records[0]["total"] == pytest.approx(4.0)
     assert records[1]["extracted"] == "4" and records[1]["final_answer"] == "4"
     table = summarize(records)
-    assert list(table.index) == ["Hard correctness", "Soft correctness", "Integer", "Soft format",
-                                 "Strict format", "XML tag count", "Total"]
+    assert list(table.index) == ["Strict accuracy", "Flexible accuracy", "Hard correctness", "Soft correctness",
+                                 "Integer", "Soft format", "Strict format", "XML tag count", "Total"]
+    assert list(table.columns) == ["value", "ci_low", "ci_high", "max"]
     assert table.loc["Strict format", "value"] == pytest.approx(0.25)
     assert table.loc["Total", "max"] == 4.0
 
@@ -50,7 +53,7 @@ def test_evaluate_and_compare_with_paired_statistics():
     before = evaluate(ScriptedBackend(["4", "5", "5", "5"]), EXAMPLES)
     after = evaluate(ScriptedBackend([GOOD, GOOD, GOOD, "5"]), EXAMPLES)
     table = compare(before, after)
-    assert list(table.columns) == ["metric", "before", "after", "delta", "max"]
+    assert list(table.columns)[:5] == ["metric", "before", "after", "delta", "max"]
     row = table.set_index("metric").loc["Hard correctness"]
     assert (row["before"], row["after"], row["delta"]) == (0.25, 0.75, 0.5)
     assert table.attrs["wrong_to_right"] == 2 and table.attrs["right_to_wrong"] == 0
@@ -145,5 +148,46 @@ def test_before_after_chart():
     before = evaluate(ScriptedBackend(["4", "5", "5", "5"]), EXAMPLES)
     after = evaluate(ScriptedBackend([GOOD, GOOD, GOOD, "5"]), EXAMPLES)
     fig = plot_before_after(compare(before, after))
-    assert len(fig.axes[0].patches) == 2 * 7
+    assert len(fig.axes[0].patches) == 2 * 9
     plt.close(fig)
+
+
+def test_strict_and_flexible_rules_side_by_side():
+    records = score(EXAMPLES[:3], [[GOOD], ["The answer is 4."], ["<answer>4</answer>"]])
+    assert [r["strict_correct"] for r in records] == [1.0, 0.0, 0.0]
+    assert [r["flexible_correct"] for r in records] == [1.0, 1.0, 1.0]
+    assert records[0]["strict_answer"] == "4" and records[1]["strict_answer"] is None
+
+
+def test_sampled_metrics_avg_pass_and_maj():
+    # question 0 (gold 4): 2 of 4 samples right, "4" wins the vote; question 1 (gold 7): none right
+    completions = [[GOOD, "5", GOOD, "3"], ["5", "5", "6", "3"]]
+    examples = [dict(EXAMPLES[0]), dict(EXAMPLES[1], answer="7")]
+    metrics = sampled_metrics(score(examples, completions))
+    assert metrics.loc["avg@4 (flexible)", "value"] == pytest.approx((2 / 4 + 0) / 2)
+    assert metrics.loc["pass@1 (flexible)", "value"] == pytest.approx(0.25)
+    assert metrics.loc["pass@4 (flexible)", "value"] == pytest.approx(0.5)
+    assert metrics.loc["pass@2 (strict)", "value"] == pytest.approx((1 - 1 / 6) / 2)
+    assert metrics.loc["maj@4 (flexible)", "value"] == pytest.approx(0.5)
+    assert list(metrics.columns) == ["value", "ci_low", "ci_high"]
+
+
+def test_compare_reports_intervals_flips_and_format_only_gain():
+    before = evaluate(ScriptedBackend(["4", "The answer is 4", "5", "5"]), EXAMPLES)
+    after = evaluate(ScriptedBackend([GOOD, GOOD, "5", "5"]), EXAMPLES)
+    table = compare(before, after).set_index("metric")
+    assert table.loc["Strict accuracy", "delta"] == 0.5
+    assert table.loc["Flexible accuracy", "delta"] == 0.0
+    assert compare(before, after).attrs["format_only_gain"] == 0.5
+    assert table.loc["Strict accuracy", "wrong_to_right"] == 2
+    assert table.loc["Strict accuracy", "delta_low"] <= 0.5 <= table.loc["Strict accuracy", "delta_high"]
+    assert math.isnan(table.loc["Total", "mcnemar_p"])
+    markdown = compare_markdown(compare(before, after))
+    assert "| Strict accuracy | 0.000 [0.000, 0.000] | 0.500 [" in markdown
+
+
+def test_diagnostics():
+    result = evaluate(ScriptedBackend([GOOD, "4", GOOD, "x"]), EXAMPLES)
+    d = result.diagnostics()
+    assert d["has <answer>"] == 0.5 and d["truncation_rate"] == 0.0
+    assert d["max_tokens"] == len(GOOD)
