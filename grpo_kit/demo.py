@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.data import drop_long_prompts, load_gsm8k, take_slice
-from grpo_kit.evaluation import EvalResult, compare, evaluate
+from grpo_kit.evaluation import EvalResult, compare, compare_markdown, evaluate, intervals_markdown, paired_test
 from grpo_kit.generation import Sampling, TransformersBackend
 from grpo_kit.models import TinyPolicySpec
-from grpo_kit.plots import plot_training_curves
+from grpo_kit.plots import plot_before_after, plot_training_curves
 from grpo_kit.runs import RunFolder
 from grpo_kit.training import build_trainer, check_settings, get_preset, quiet_progress
 from grpo_kit.warm_start import WarmStart, tiny_policy_dir, warm_started_tiny_policy
@@ -47,6 +47,8 @@ class DemoConfig:
     train_size: int | None = None  # None: every train question whose prompt fits
     grpo_steps: int = 100
     eval_max_new_tokens: int = 64
+    samples: int = 4  # sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)
+    sample_temperature: float = 0.7
     eval_batch_size: int = 64
     warm: WarmStart = WarmStart()
     spec: TinyPolicySpec = TinyPolicySpec()
@@ -72,12 +74,11 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _report(path: Path, config: DemoConfig, table: Any, preset: Any, wall: dict[str, float],
-            cached: bool, n_train: int, before: EvalResult, after: EvalResult) -> str:
-    from grpo_kit.evaluation import paired_test
+def _report(path: Path, config: DemoConfig, preset: Any, wall: dict[str, float], cached: bool, n_train: int,
+            before: dict[str, EvalResult], after: dict[str, EvalResult], table: Any) -> str:
+    import pandas as pd
 
-    strict = paired_test(before, after, "strict_format_reward_func")
-    hard = table.attrs
+    hard, strict = table.attrs, paired_test(before["greedy"], after["greedy"], "strict_format_reward_func")
     settings = {
         "eval questions (GSM8K test, seeded slice)": config.eval_size,
         "train questions (GSM8K train, prompt <= max_prompt_tokens)": n_train,
@@ -87,7 +88,8 @@ def _report(path: Path, config: DemoConfig, table: Any, preset: Any, wall: dict[
         "learning rate": preset.learning_rate,
         "max completion length (tokens)": preset.max_completion_length,
         "temperature (training)": preset.temperature,
-        "evaluation decoding": f"greedy, at most {config.eval_max_new_tokens} new tokens",
+        "evaluation decoding": (f"greedy, and {config.samples} samples per question at temperature "
+                                f"{config.sample_temperature}; at most {config.eval_max_new_tokens} new tokens"),
         "warm start": (f"{config.warm.steps} SFT steps x {config.warm.batch_size}, {config.warm.xml_share:.0%} "
                        f"of targets in XML, reasoning '{config.warm.reasoning}'"
                        + (" (loaded from cache)" if cached else "")),
@@ -97,14 +99,28 @@ def _report(path: Path, config: DemoConfig, table: Any, preset: Any, wall: dict[
     lines = [
         f"# grpo_kit demo: {config.name}",
         "",
-        "Tiny offline policy on GSM8K, before and after GRPO (greedy decoding, the same questions).",
+        "Tiny offline policy on GSM8K, before and after GRPO, on the same questions. Values with 95% "
+        "bootstrap intervals over questions; deltas with paired intervals; exact McNemar tests on the flips.",
         "",
-        table.to_markdown(index=False, floatfmt=".3f"),
+        "## Greedy",
         "",
-        f"Hard correctness, paired: {hard['wrong_to_right']} wrong->right, {hard['right_to_wrong']} "
-        f"right->wrong, exact McNemar p = {hard['mcnemar_p']:.3g}.",
-        f"Strict format, paired: {strict['wrong_to_right']} gained, {strict['right_to_wrong']} lost, "
-        f"exact McNemar p = {strict['mcnemar_p']:.3g}.",
+        compare_markdown(table),
+        "",
+        f"Hard correctness: {hard['wrong_to_right']} wrong->right, {hard['right_to_wrong']} right->wrong, exact "
+        f"McNemar p = {hard['mcnemar_p']:.3g}. Strict format: {strict['wrong_to_right']} gained, "
+        f"{strict['right_to_wrong']} lost, p = {strict['mcnemar_p']:.3g}. Part of the strict-accuracy gain that "
+        f"flexible accuracy does not show (format only): {table.attrs.get('format_only_gain', float('nan')):+.3f}.",
+        "",
+    ]
+    if "sampled" in before:
+        lines += [f"## Sampled ({config.samples} per question, temperature {config.sample_temperature})", "",
+                  intervals_markdown({"before": before["sampled"].sampled(), "after": after["sampled"].sampled()}),
+                  ""]
+    diag = pd.DataFrame({"before": before["greedy"].diagnostics(), "after": after["greedy"].diagnostics()})
+    lines += [
+        "## Diagnostics (greedy completions)",
+        "",
+        diag.to_markdown(floatfmt=".3f"),
         "",
         "## What this shows",
         "",
@@ -124,14 +140,34 @@ def _report(path: Path, config: DemoConfig, table: Any, preset: Any, wall: dict[
         "",
         "## Files",
         "",
-        "- `baseline.jsonl`, `trained.jsonl`: one record per question (completion, extracted answer, rewards)",
-        "- `log_history.json`: the GRPO trainer's log history",
-        "- `training_curves.png`: every reward's curve and the completion length",
+        "- `baseline.jsonl`, `trained.jsonl`: one record per question, greedy (completion, extracted answers, rewards)",
+        "- `baseline_sampled.jsonl`, `trained_sampled.jsonl`: the same for the sampled completions",
+        "- `comparison.csv`: the greedy before/after table with intervals and paired tests",
+        "- `before_after.png`: that table as a chart with 95% intervals",
+        "- `log_history.json`, `training_curves.png`: the GRPO trainer's log and every reward's curve",
+        "- `generations.jsonl`: the generation cache (a rerun regenerates nothing it holds)",
         "",
     ]
     text = "\n".join(lines)
     path.write_text(text, encoding="utf-8")
     return text
+
+
+def _measure(model: Any, tokenizer: Any, eval_set: Any, config: DemoConfig, run: RunFolder, when: str,
+             ) -> dict[str, EvalResult]:
+    """Greedy (and sampled) evaluation through the run's generation cache; records written to the run folder."""
+    backend = TransformersBackend(model, tokenizer, batch_size=config.eval_batch_size, progress=config.progress)
+    cache = run.path / "generations.jsonl"
+    results = {"greedy": evaluate(backend, eval_set, Sampling(max_new_tokens=config.eval_max_new_tokens),
+                                  cache=cache, seed=config.seed)}
+    stem = "baseline" if when == "before" else "trained"
+    results["greedy"].to_jsonl(run.path / f"{stem}.jsonl")
+    if config.samples > 0:
+        sampling = Sampling(temperature=config.sample_temperature, n=config.samples,
+                            max_new_tokens=config.eval_max_new_tokens, seed=config.seed)
+        results["sampled"] = evaluate(backend, eval_set, sampling, cache=cache, seed=config.seed)
+        results["sampled"].to_jsonl(run.path / f"{stem}_sampled.jsonl")
+    return results
 
 
 def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
@@ -170,13 +206,12 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     wall["warm start"] = time.perf_counter() - start
     _say("warm start " + ("loaded from cache" if cached else f"trained in {wall['warm start']:.0f} s"))
 
-    sampling = Sampling(temperature=0.0, max_new_tokens=config.eval_max_new_tokens)
-    backend = TransformersBackend(model, tokenizer, batch_size=config.eval_batch_size, progress=config.progress)
-    _say(f"baseline evaluation on {len(eval_set)} test questions (greedy)")
-    before = evaluate(backend, eval_set, sampling)
-    before.to_jsonl(run.baseline)
-    wall["baseline evaluation"] = before.wall_s
-    print(before.summary.to_markdown(floatfmt=".3f"), flush=True)
+    plan = f"greedy + {config.samples} samples each" if config.samples else "greedy"
+    _say(f"baseline evaluation on {len(eval_set)} test questions ({plan})")
+    start = time.perf_counter()
+    before = _measure(model, tokenizer, eval_set, config, run, "before")
+    wall["baseline evaluation"] = time.perf_counter() - start
+    print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
 
     grpo_train = drop_long_prompts(train, tokenizer, preset.max_prompt_tokens)
     if config.train_size is not None:
@@ -195,17 +230,19 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
                                   title=f"GRPO on the tiny policy ({config.name})")
     plt.close(figure)
 
-    _say(f"evaluation after GRPO on the same {len(eval_set)} questions")
-    after = evaluate(TransformersBackend(trainer.model, tokenizer, batch_size=config.eval_batch_size,
-                                         progress=config.progress), eval_set, sampling)
-    after.to_jsonl(run.trained)
-    wall["evaluation after GRPO"] = after.wall_s
+    _say(f"evaluation after GRPO on the same {len(eval_set)} questions ({plan})")
+    start = time.perf_counter()
+    after = _measure(trainer.model, tokenizer, eval_set, config, run, "after")
+    wall["evaluation after GRPO"] = time.perf_counter() - start
 
-    table = compare(before, after)
+    table = compare(before["greedy"], after["greedy"], seed=config.seed)
+    table.to_csv(run.path / "comparison.csv", index=False)
+    plt.close(plot_before_after(table, run.path / "before_after.png",
+                                title=f"tiny policy before vs after GRPO ({config.name})"))
     wall["total"] = time.perf_counter() - total_start
-    report = _report(run.report, config, table, preset, wall, cached, len(grpo_train), before, after)
-    print("\n" + report.split("## What this shows")[0].strip() + "\n", flush=True)
-    _say(f"wrote {run.path}/ (report.md, baseline.jsonl, trained.jsonl, log_history.json, training_curves.png) "
-         f"in {wall['total']:.0f} s")
-    return {"run_dir": run.path, "table": table, "before": before, "after": after,
+    report = _report(run.report, config, preset, wall, cached, len(grpo_train), before, after, table)
+    print("\n" + report.split("## Diagnostics")[0].strip() + "\n", flush=True)
+    _say(f"wrote {run.path}/ (report.md, records, comparison.csv, charts, log history) in {wall['total']:.0f} s")
+    return {"run_dir": run.path, "table": table, "before": before["greedy"], "after": after["greedy"],
+            "before_sampled": before.get("sampled"), "after_sampled": after.get("sampled"),
             "log_history": log_history, "wall": wall}

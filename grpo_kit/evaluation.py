@@ -40,6 +40,7 @@ __all__ = [
     "bootstrap_ci",
     "compare",
     "compare_markdown",
+    "intervals_markdown",
     "diagnostics",
     "evaluate",
     "evaluate_answers",
@@ -480,4 +481,27 @@ def compare_markdown(table: pd.DataFrame, digits: int = 3) -> str:
                      f"{interval(r['after'], r['after_low'], r['after_high'])} | "
                      f"{interval(r['delta'], r['delta_low'], r['delta_high'])} | {r['max']:g} | "
                      + " | ".join(paired) + " |")
+    return "\n".join(lines)
+
+
+def intervals_markdown(frames: dict[str, pd.DataFrame], digits: int = 3) -> str:
+    """Markdown of several ``value``/``ci_low``/``ci_high`` frames side by side, one column per name.
+
+    E.g. ``intervals_markdown({"before": a.sampled(), "after": b.sampled()})``; a metric
+    missing from one frame shows as blank.
+    """
+    names = list(frames)
+    metrics = list(dict.fromkeys(m for f in frames.values() for m in f.index))
+    lines = ["| metric | " + " | ".join(f"{n} [95% CI]" for n in names) + " |",
+             "|:--|" + "--:|" * len(names)]
+    for metric in metrics:
+        cells = []
+        for name in names:
+            frame = frames[name]
+            if metric in frame.index:
+                r = frame.loc[metric]
+                cells.append(f"{r['value']:.{digits}f} [{r['ci_low']:.{digits}f}, {r['ci_high']:.{digits}f}]")
+            else:
+                cells.append("")
+        lines.append(f"| {metric} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

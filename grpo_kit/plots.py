@@ -66,12 +66,13 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
     return fig
 
 
-def plot_before_after(table: Any, title: str = "before vs after GRPO") -> Any:
+def plot_before_after(table: Any, path: str | Path | None = None, title: str = "before vs after GRPO") -> Any:
     """Bar chart of each metric before and after, as a share of the metric's maximum, with the
     95% bootstrap intervals as error bars.
 
     Args:
         table: :func:`grpo_kit.evaluation.compare`'s frame.
+        path: where to save a PNG, if given.
 
     Returns:
         The ``matplotlib.figure.Figure``.
@@ -92,4 +93,6 @@ def plot_before_after(table: Any, title: str = "before vs after GRPO") -> Any:
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
     return fig

@@ -11,7 +11,7 @@ from grpo_kit.demo import DemoConfig, run_demo
 from grpo_kit.models import TinyPolicySpec
 from grpo_kit.warm_start import WarmStart
 
-SMALL = dict(eval_size=6, train_size=16, grpo_steps=2, eval_max_new_tokens=16,
+SMALL = dict(eval_size=6, train_size=16, grpo_steps=2, eval_max_new_tokens=16, samples=2,
              warm=WarmStart(steps=4, batch_size=8), spec=TinyPolicySpec(vocab_size=400, hidden_size=32, num_layers=1,
                                                                            num_heads=2, num_kv_heads=1,
                                                                            intermediate_size=64),
@@ -23,12 +23,15 @@ def test_demo_writes_the_run_folder_and_caches_the_warm_start(tmp_path):
     result = run_demo(config)
     run = tmp_path / "runs" / "small"
     assert {p.name for p in run.iterdir()} >= {"report.md", "baseline.jsonl", "trained.jsonl", "log_history.json",
-                                               "training_curves.png"}
+                                               "training_curves.png", "baseline_sampled.jsonl", "comparison.csv",
+                                               "before_after.png", "generations.jsonl"}
+    assert len((run / "baseline_sampled.jsonl").read_text().splitlines()) == 6 * 2
     assert len((run / "baseline.jsonl").read_text().splitlines()) == 6
     history = json.loads((run / "log_history.json").read_text())
     assert any("rewards/strict_format_reward_func/mean" in row for row in history)
     report = (run / "report.md").read_text()
-    for needle in ["| metric", "Hard correctness", "Strict format", "## Settings", "## Wall times", "## Versions",
+    for needle in ["| metric", "Hard correctness", "Strict accuracy", "Flexible accuracy", "McNemar", "pass@2 (strict)",
+                   "maj@2 (flexible)", "truncation_rate", "format only", "## Settings", "## Wall times", "## Versions",
                    "cannot do grade-school arithmetic", "trl:"]:
         assert needle in report
     assert list(result["table"].columns)[:5] == ["metric", "before", "after", "delta", "max"]
