@@ -17,9 +17,13 @@ from typing import Any
 __all__ = [
     "TinyPolicySpec",
     "build_tiny_policy",
+    "check_adapter_trained",
     "describe_device",
     "load_policy",
+    "load_unsloth_policy",
     "placement",
+    "require_cuda",
+    "save_merged",
     "train_tiny_tokenizer",
 ]
 
@@ -57,13 +61,19 @@ def train_tiny_tokenizer(texts: Iterable[str], vocab_size: int = TinyPolicySpec.
         ``eos_token="<|im_end|>"``, ``pad_token="<|endoftext|>"`` and the four XML tags as
         single (non-special) tokens.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     tok = Tokenizer(models.BPE())
-    # Digits in groups of up to three (GPT-2's regex) keep sequences short; byte level
-    # covers any text, so there is no unknown token.
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # Exactly the normaliser and pre-tokeniser transformers' Qwen2Tokenizer rebuilds when the saved
+    # policy is loaded back (the model is a Qwen2), so a reloaded tokenizer splits text the same
+    # way as the one trained here: single digits, byte level (no unknown token).
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -176,3 +186,115 @@ def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str |
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+
+def require_cuda(what: str) -> None:
+    """Raise a clear error when ``what`` (an Unsloth or vLLM feature) is asked for without a CUDA GPU.
+
+    Raises:
+        RuntimeError: no CUDA device; the message names the CPU alternative.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{what} needs an NVIDIA GPU with CUDA, and none is visible here. On a CPU use the "
+                           "transformers + peft path: preset 'cpu-tiny', or any preset with use_unsloth=False, "
+                           "and grpo_kit.generation.TransformersBackend for evaluation.")
+
+
+def load_unsloth_policy(model_name: str, max_seq_length: int = 512, load_in_4bit: bool = True,
+                        lora_rank: int | None = 32, lora_alpha: int = 32,
+                        target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                           "up_proj", "down_proj"),
+                        fast_inference: bool = True, gpu_memory_utilization: float = 0.6,
+                        seed: int = 3407) -> tuple[Any, Any]:
+    """Load a policy through Unsloth: 4-bit or 16-bit LoRA (optionally with colocated vLLM), or full weights.
+
+    What runs where (REFERENCE section 3; unsloth #2846, #3577):
+
+    | route | LoRA 4-bit | LoRA 16-bit | full fine-tuning |
+    | --- | --- | --- | --- |
+    | Unsloth + colocated vLLM (``fast_inference=True``) | yes | yes | no |
+    | Unsloth, generation with transformers | yes | yes | yes (``lora_rank=None``) |
+    | transformers + TRL's colocated vLLM (``use_unsloth=False, use_vllm=True``) | no | yes | yes |
+
+    ``unsloth`` is imported here, first, so that it patches transformers, TRL and peft before
+    they are used; nothing else in the kit imports it.
+
+    Args:
+        model_name: Hub id or path.
+        max_seq_length: prompt plus completion, in tokens.
+        load_in_4bit: QLoRA (bitsandbytes 4-bit base weights).
+        lora_rank, lora_alpha, target_modules: the adapter; ``lora_rank=None`` trains all weights.
+        fast_inference: colocate a vLLM engine sharing the weights (TRL then generates with it).
+        gpu_memory_utilization: the share of GPU memory vLLM may take.
+        seed: the adapter's initialisation.
+
+    Returns:
+        ``(model, tokenizer)``.
+
+    Raises:
+        RuntimeError: no CUDA GPU.
+        ValueError: full fine-tuning with ``fast_inference`` (Unsloth cannot do it).
+    """
+    if lora_rank is None and fast_inference:
+        raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference: pass fast_inference=False")
+    require_cuda("Unsloth")
+    import unsloth  # noqa: F401  (first: it patches transformers, TRL and peft)
+    from unsloth import FastLanguageModel
+
+    kwargs: dict[str, Any] = dict(model_name=model_name, max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
+                                  fast_inference=fast_inference)
+    if fast_inference:
+        kwargs.update(max_lora_rank=lora_rank, gpu_memory_utilization=gpu_memory_utilization)
+    if lora_rank is None:
+        kwargs.update(full_finetuning=True)
+    model, tokenizer = FastLanguageModel.from_pretrained(**kwargs)
+    if lora_rank is not None:
+        model = FastLanguageModel.get_peft_model(model, r=lora_rank, lora_alpha=lora_alpha,
+                                                 target_modules=list(target_modules),
+                                                 use_gradient_checkpointing="unsloth", random_state=seed)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def check_adapter_trained(path: str | Path) -> None:
+    """Check that a saved LoRA adapter is not the untrained initialisation (all ``lora_B`` zero).
+
+    peft starts every ``lora_B`` at zero, so an adapter saved before any effective step leaves
+    the model unchanged: evaluating it measures the base model by mistake.
+
+    Raises:
+        FileNotFoundError: no ``adapter_model.safetensors`` in ``path``.
+        ValueError: every ``lora_B`` weight is zero (or there is none).
+    """
+    from safetensors.torch import load_file
+
+    file = Path(path) / "adapter_model.safetensors"
+    if not file.is_file():
+        raise FileNotFoundError(f"no LoRA adapter at {file}")
+    weights = load_file(str(file))
+    lora_b = [t for name, t in weights.items() if "lora_B" in name]
+    if not lora_b or all(not t.any() for t in lora_b):
+        raise ValueError(f"the adapter in {path} is all zeros (lora_B never moved): it would evaluate the base "
+                         "model. Train for at least one step with a non-zero advantage, or check the learning rate.")
+
+
+def save_merged(model: Any, tokenizer: Any, path: str | Path) -> Path:
+    """Save base plus LoRA merged into one 16-bit model (for vLLM or the Hub); returns the folder.
+
+    An Unsloth model uses its ``save_pretrained_merged(..., save_method="merged_16bit")``; a peft
+    model is merged with ``merge_and_unload`` (which folds the adapter into the base in place:
+    keep using the returned files, not ``model``); a plain model is saved as is.
+    """
+    path = Path(path)
+    if hasattr(model, "save_pretrained_merged"):
+        model.save_pretrained_merged(str(path), tokenizer, save_method="merged_16bit")
+        return path
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path

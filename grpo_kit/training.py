@@ -50,6 +50,8 @@ class Preset:
     description: str = ""
     use_unsloth: bool = False
     load_in_4bit: bool = False
+    fast_inference: bool = False  # Unsloth only: vLLM colocated with shared weights (LoRA only)
+    use_vllm: bool = False  # plain transformers path: TRL's own vLLM in colocate mode
     lora_rank: int | None = 32
     lora_alpha: int = 32
     lora_target_modules: tuple[str, ...] = LORA_TARGETS
@@ -86,11 +88,14 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "a100": Preset(
         name="a100",
-        model="meta-llama/meta-Llama-3.1-8B-Instruct",
-        description=("Seed 002's recipe on one A100 (REFERENCE section 3): Llama-3.1-8B-Instruct, Unsloth "
-                     "4-bit LoRA rank 32 with vLLM generation, num_generations 8, 250 steps."),
+        # Unsloth's ungated copy of the seed's model; the gated original is
+        # "meta-llama/Llama-3.1-8B-Instruct" (pass model=..., with a Hub token).
+        model="unsloth/Meta-Llama-3.1-8B-Instruct",
+        description=("Seed 002's recipe on one A100 40/80 GB (REFERENCE section 3): Llama-3.1-8B-Instruct, "
+                     "Unsloth 4-bit LoRA rank 32 with colocated vLLM generation, num_generations 8, 250 steps."),
         use_unsloth=True,
         load_in_4bit=True,
+        fast_inference=True,
         lora_rank=32,
         lora_alpha=32,
         max_seq_length=512,
@@ -101,6 +106,46 @@ PRESETS: dict[str, Preset] = {
         gradient_accumulation_steps=2,
         max_steps=250,
         save_steps=250,
+    ),
+    "colab-t4": Preset(
+        name="colab-t4",
+        model="unsloth/Qwen2.5-3B-Instruct",
+        description=("Colab free tier (T4, 16 GB), after Unsloth's Qwen2.5-3B GRPO notebook: 4-bit LoRA rank 64 "
+                     "with colocated vLLM, fp16 (a T4 has no bfloat16), num_generations 6."),
+        use_unsloth=True,
+        load_in_4bit=True,
+        fast_inference=True,
+        lora_rank=64,
+        lora_alpha=64,
+        max_seq_length=1024,
+        max_prompt_tokens=256,
+        max_completion_length=256,
+        num_generations=6,
+        per_device_train_batch_size=6,
+        gradient_accumulation_steps=1,
+        optim="adamw_8bit",
+        gpu_memory_utilization=0.5,
+        bf16=False,
+        extra={"fp16": True},
+    ),
+    "full-80gb": Preset(
+        name="full-80gb",
+        model="Qwen/Qwen2.5-1.5B-Instruct",
+        description=("Full fine-tuning of a 1.5B instruct model on one 80 GB card (A100/H100): plain "
+                     "transformers with TRL's own vLLM colocated (Unsloth cannot pair full fine-tuning with "
+                     "fast_inference), bfloat16, AdamW."),
+        lora_rank=None,
+        use_vllm=True,
+        gpu_memory_utilization=0.3,
+        max_seq_length=1024,
+        max_prompt_tokens=256,
+        max_completion_length=512,
+        num_generations=8,
+        per_device_train_batch_size=16,
+        gradient_accumulation_steps=1,
+        learning_rate=1e-6,
+        optim="adamw_torch",
+        max_grad_norm=1.0,
     ),
     "cpu-tiny": Preset(
         name="cpu-tiny",
@@ -174,6 +219,15 @@ def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
             wrong length; a dataset without ``prompt``, or without ``answer`` when a
             correctness reward needs it; non-positive lengths or steps.
     """
+    if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
+        raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
+                         "fast_inference=False (Unsloth, generation without vLLM), or use_unsloth=False with "
+                         "use_vllm=True (transformers + TRL's colocated vLLM), or a lora_rank")
+    if preset.fast_inference and not preset.use_unsloth:
+        raise ValueError("fast_inference is Unsloth's colocated vLLM: with use_unsloth=False set use_vllm=True "
+                         "for TRL's own vLLM instead")
+    if preset.use_unsloth and preset.use_vllm:
+        raise ValueError("use_vllm is for the plain transformers path; with Unsloth set fast_inference=True")
     if preset.num_generations < 2:
         raise ValueError(f"num_generations must be at least 2 (GRPO compares completions within a group), "
                          f"got {preset.num_generations}")
@@ -250,6 +304,8 @@ def _grpo_config(p: Preset, output_dir: str) -> Any:
         report_to=p.report_to,
         seed=p.seed,
     )
+    if p.use_vllm:
+        kwargs.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=p.gpu_memory_utilization)
     kwargs.update(p.extra)
     return GRPOConfig(**kwargs)
 
@@ -282,7 +338,6 @@ def build_trainer(
 
     Raises:
         ValueError: see :func:`check_settings` (raised before TRL touches the model).
-        NotImplementedError: an Unsloth preset; the Unsloth path is not in the kit yet.
     """
     if reward_funcs is not None:
         overrides["rewards"] = tuple(r for r in reward_funcs if isinstance(r, str))
@@ -290,14 +345,14 @@ def build_trainer(
     funcs = get_reward_funcs(list(reward_funcs) if reward_funcs is not None else list(p.rewards))
     extra = [f for f in funcs if f.__name__ not in REWARD_FUNCS]
     check_settings(p, train_dataset.column_names, extra_rewards=extra)
-    if p.use_unsloth:
-        raise NotImplementedError(f"preset {p.name!r} trains through Unsloth, which the kit does not wire up yet; "
-                                  "on the transformers path pass use_unsloth=False")
+    if p.use_unsloth and not _is_unsloth_model(model):
+        raise ValueError(f"preset {p.name!r} trains through Unsloth: load the policy with "
+                         "grpo_kit.training.load_preset_policy (it applies Unsloth's LoRA), or pass use_unsloth=False")
     from trl import GRPOTrainer
 
     config = _grpo_config(p, output_dir)
     peft_config = None
-    if p.lora_rank is not None:
+    if p.lora_rank is not None and not p.use_unsloth:  # Unsloth's loader already added the adapter
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules),
@@ -322,6 +377,12 @@ def quiet_progress(trainer: Any) -> Any:
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(_QuietProgress())
     return trainer
+
+
+def _is_unsloth_model(model: Any) -> bool:
+    """Whether Unsloth loaded ``model`` (it adds ``fast_generate`` / marks the config)."""
+    return hasattr(model, "fast_generate") or "unsloth" in type(model).__module__ or \
+        bool(getattr(getattr(model, "config", None), "unsloth_version", None))
 
 
 def setup_wandb(project: str | None, mode: str | None = None) -> str:
@@ -357,14 +418,18 @@ def load_preset_policy(preset: str | Preset, model: str | None = None, cache_dir
         progress: show the warm start's progress bar.
 
     Returns:
-        ``(model, tokenizer)``. Hub models load with transformers in bfloat16 on the GPU
+        ``(model, tokenizer)``. Unsloth presets load through
+        :func:`grpo_kit.models.load_unsloth_policy` (LoRA applied, vLLM colocated when
+        ``fast_inference``); other Hub models load with transformers in bfloat16 on the GPU
         (``device_map="auto"``), or float32 on a CPU.
 
     Raises:
-        ValueError: unknown preset.
-        NotImplementedError: a preset that loads through Unsloth (not wired up yet).
+        ValueError: unknown preset or inconsistent settings (before anything loads).
+        RuntimeError: an Unsloth preset on a machine without a CUDA GPU (the message names
+            the CPU alternative).
     """
     p = get_preset(preset)
+    check_settings(p)
     name = model or p.model
     if name is None:
         from grpo_kit.warm_start import WarmStart, warm_started_tiny_policy
@@ -373,8 +438,12 @@ def load_preset_policy(preset: str | Preset, model: str | None = None, cache_dir
         policy, tokenizer, _ = warm_started_tiny_policy(cache_dir, settings, progress=progress)
         return policy, tokenizer
     if p.use_unsloth:
-        raise NotImplementedError(f"preset {p.name!r} loads through Unsloth, which the kit does not wire up yet; "
-                                  "pass use_unsloth=False to load with transformers")
+        from grpo_kit.models import load_unsloth_policy
+
+        return load_unsloth_policy(name, max_seq_length=p.max_seq_length, load_in_4bit=p.load_in_4bit,
+                                   lora_rank=p.lora_rank, lora_alpha=p.lora_alpha,
+                                   target_modules=p.lora_target_modules, fast_inference=p.fast_inference,
+                                   gpu_memory_utilization=p.gpu_memory_utilization, seed=p.seed)
     from grpo_kit.models import load_policy, placement
 
     return load_policy(name, **placement())

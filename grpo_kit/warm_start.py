@@ -170,7 +170,7 @@ def tiny_policy_dir(cache_dir: str | Path, settings: WarmStart = WarmStart(), sp
                     seed: int = 0) -> Path:
     """Cache folder of a warm-started tiny policy, keyed by everything that shapes it."""
     key = json.dumps({"warm": dataclasses.asdict(settings), "spec": dataclasses.asdict(spec), "seed": seed,
-                      "format": 2}, sort_keys=True)
+                      "format": 3}, sort_keys=True)
     return Path(cache_dir) / f"tiny-policy-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 

@@ -1,0 +1,108 @@
+"""The GPU path's logic that a CPU can check: settings, errors without CUDA, adapters, merging, vLLM mapping.
+
+What needs a GPU (Unsloth, vLLM) is in tests/gpu and skips here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import grpo_kit
+from grpo_kit.generation import Sampling
+from grpo_kit.training import build_grpo_config, get_preset
+from grpo_kit.vllm_backend import UnslothVLLMBackend, generations_of, sampling_params
+
+
+def test_nothing_imports_unsloth_or_vllm():
+    code = ("import pkgutil, importlib, sys, grpo_kit\n"
+            "for m in pkgutil.iter_modules(grpo_kit.__path__):\n"
+            "    if m.name != '__main__':\n"
+            "        importlib.import_module('grpo_kit.' + m.name)\n"
+            "print(sorted(k for k in sys.modules if k.split('.')[0] in ('unsloth', 'vllm', 'unsloth_zoo')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert {m.name for m in pkgutil.iter_modules(grpo_kit.__path__)} >= {"vllm_backend", "models", "training"}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(lora_rank=None), "cannot combine full fine-tuning with fast_inference"),
+    (dict(use_unsloth=False), "fast_inference is Unsloth's"),
+    (dict(fast_inference=False, use_vllm=True), "use_vllm is for the plain transformers path"),
+])
+def test_gpu_route_conflicts_are_caught_before_loading(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        build_grpo_config("a100", str(tmp_path), bf16=False, **overrides)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a CPU-only user gets")
+def test_unsloth_on_a_cpu_names_the_cpu_alternative():
+    from grpo_kit.models import load_unsloth_policy
+    from grpo_kit.training import load_preset_policy
+
+    with pytest.raises(RuntimeError, match="cpu-tiny"):
+        load_preset_policy("a100")
+    with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
+        load_unsloth_policy("unsloth/Qwen2.5-3B-Instruct")
+    assert "unsloth" not in sys.modules
+
+
+def test_presets_for_each_card(tmp_path):
+    assert get_preset("a100").model == "unsloth/Meta-Llama-3.1-8B-Instruct"
+    t4 = build_grpo_config("colab-t4", str(tmp_path))
+    assert t4.fp16 and not t4.bf16 and t4.num_generations == 6
+    full = get_preset("full-80gb")
+    assert full.lora_rank is None and not full.use_unsloth
+    config = build_grpo_config("full-80gb", str(tmp_path), bf16=False)
+    assert config.use_vllm and config.vllm_mode == "colocate"
+
+
+def test_an_untrained_adapter_is_caught(tiny_policy, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_kit.models import check_adapter_trained
+
+    model, _ = tiny_policy
+    peft_model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    peft_model.save_pretrained(tmp_path / "untrained")
+    with pytest.raises(ValueError, match="all zeros"):
+        check_adapter_trained(tmp_path / "untrained")
+    with torch.no_grad():
+        next(p for n, p in peft_model.named_parameters() if "lora_B" in n).add_(0.01)
+    peft_model.save_pretrained(tmp_path / "trained")
+    check_adapter_trained(tmp_path / "trained")
+    with pytest.raises(FileNotFoundError):
+        check_adapter_trained(tmp_path)
+
+
+def test_merged_model_matches_base_plus_adapter(tiny_policy, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_kit.models import load_policy, save_merged
+
+    model, tokenizer = tiny_policy
+    peft_model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    ids = tokenizer("48/2=24", return_tensors="pt")
+    with torch.no_grad():
+        expected = peft_model(**ids).logits
+    merged, _ = load_policy(save_merged(peft_model, tokenizer, tmp_path / "merged"), dtype="float32")
+    assert not (tmp_path / "merged" / "adapter_config.json").exists()
+    with torch.no_grad():
+        assert torch.allclose(merged(**ids).logits, expected, atol=1e-4)
+
+
+def test_vllm_sampling_and_outputs_map_to_the_kit():
+    assert sampling_params(Sampling()) == {"n": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "seed": 0}
+    output = SimpleNamespace(outputs=[SimpleNamespace(text="a", token_ids=[1, 2], finish_reason="stop"),
+                                      SimpleNamespace(text="b", token_ids=[1, 2, 3], finish_reason="length")])
+    generations = generations_of(output)
+    assert [(g.text, g.num_tokens, g.truncated) for g in generations] == [("a", 2, False), ("b", 3, True)]
+    with pytest.raises(ValueError, match="fast_generate"):
+        UnslothVLLMBackend(object(), None)
+    importlib.import_module("grpo_kit.vllm_backend")  # importable without vllm installed
