@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test test-gpu lint clean
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ lint: $(STAMP)
 
 test: lint
 	$(PY) -m pytest -q
+
+# GPU tests (tests/gpu, marker `gpu`): need CUDA and the GPU stack (requirements.txt); skipped elsewhere.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu tests/gpu
 
 clean:
 	rm -rf $(VENV) runs .cache .pytest_cache .ruff_cache

@@ -22,7 +22,7 @@ from grpo_kit.answers import extract_hash_answer
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["SYSTEM_PROMPT", "build_prompt", "drop_long_prompts", "load_gsm8k", "take_slice"]
+__all__ = ["SYSTEM_PROMPT", "build_prompt", "drop_long_prompts", "load_gsm8k", "take_slice", "tokenizer_texts"]
 
 #: Seed 002's system prompt: the Unsloth notebook's format block plus the seed's extra line,
 #: which lifted the instruct model's baseline.
@@ -182,3 +182,9 @@ def drop_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_tokens: int) 
         return len(ids) <= max_prompt_tokens
 
     return dataset.filter(fits)
+
+
+def tokenizer_texts(dataset: Dataset, system_copies: int = 50) -> list[str]:
+    """Text to train the tiny policy's tokenizer on: the system prompt (weighted by
+    ``system_copies`` so its words become single tokens), then every question and solution."""
+    return [SYSTEM_PROMPT] * system_copies + list(dataset["question"]) + list(dataset["solution"])

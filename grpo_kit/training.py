@@ -458,11 +458,10 @@ def load_preset_tokenizer(preset: str | Preset, model: str | None = None) -> Any
     p = get_preset(preset)
     name = model or p.model
     if name is None:
-        from grpo_kit.data import SYSTEM_PROMPT, load_gsm8k
+        from grpo_kit.data import load_gsm8k, tokenizer_texts
         from grpo_kit.models import train_tiny_tokenizer
 
-        train = load_gsm8k("train")
-        return train_tiny_tokenizer([SYSTEM_PROMPT] * 50 + list(train["question"]) + list(train["solution"]))
+        return train_tiny_tokenizer(tokenizer_texts(load_gsm8k("train")))
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name)

@@ -192,7 +192,7 @@ def warm_started_tiny_policy(cache_dir: str | Path = ".cache/grpo_kit", settings
     Returns:
         ``(model, tokenizer, cached)``, ``cached`` telling whether it came from the cache.
     """
-    from grpo_kit.data import SYSTEM_PROMPT, load_gsm8k
+    from grpo_kit.data import load_gsm8k, tokenizer_texts
     from grpo_kit.models import build_tiny_policy, load_policy
 
     path = tiny_policy_dir(cache_dir, settings, spec, seed)
@@ -200,8 +200,7 @@ def warm_started_tiny_policy(cache_dir: str | Path = ".cache/grpo_kit", settings
         model, tokenizer = load_policy(path, dtype="float32")
         return model, tokenizer, True
     train = load_gsm8k("train") if train is None else train
-    texts = [SYSTEM_PROMPT] * 50 + list(train["question"]) + list(train["solution"])
-    model, tokenizer = build_tiny_policy(texts, seed=seed, spec=spec)
+    model, tokenizer = build_tiny_policy(tokenizer_texts(train), seed=seed, spec=spec)
     warm_start(model, tokenizer, train, path, settings, progress=progress)
     return model, tokenizer, False
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_kit.data import SYSTEM_PROMPT, load_gsm8k
+from grpo_kit.data import load_gsm8k, tokenizer_texts
 from grpo_kit.models import TinyPolicySpec, build_tiny_policy
 
 SMALL_SPEC = TinyPolicySpec(vocab_size=512, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
@@ -19,8 +19,7 @@ def gsm8k_train_small():
 @pytest.fixture(scope="session")
 def tiny_policy_files(tmp_path_factory, gsm8k_train_small):
     """A small random policy saved to disk; tests load their own copy (training changes weights)."""
-    texts = [SYSTEM_PROMPT] * 5 + list(gsm8k_train_small["question"]) + list(gsm8k_train_small["solution"])
-    model, tokenizer = build_tiny_policy(texts, seed=0, spec=SMALL_SPEC)
+    model, tokenizer = build_tiny_policy(tokenizer_texts(gsm8k_train_small, system_copies=5), seed=0, spec=SMALL_SPEC)
     path = tmp_path_factory.mktemp("tiny-policy")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

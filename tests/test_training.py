@@ -158,13 +158,12 @@ def test_preset_tokenizer_of_the_tiny_policy_is_deterministic():
 
 def test_a_saved_tiny_policy_tokenizes_exactly_like_the_one_that_trained(tiny_policy_files, gsm8k_train_small):
     """transformers rebuilds a Qwen2 tokenizer's pre-tokenizer on load: it must match training's."""
-    from grpo_kit.data import SYSTEM_PROMPT
+    from grpo_kit.data import tokenizer_texts
     from grpo_kit.models import build_tiny_policy, load_policy
 
     from .conftest import SMALL_SPEC
 
-    texts = [SYSTEM_PROMPT] * 5 + list(gsm8k_train_small["question"]) + list(gsm8k_train_small["solution"])
-    _, trained_with = build_tiny_policy(texts, seed=0, spec=SMALL_SPEC)
+    _, trained_with = build_tiny_policy(tokenizer_texts(gsm8k_train_small, system_copies=5), seed=0, spec=SMALL_SPEC)
     _, reloaded = load_policy(tiny_policy_files)
     for row in gsm8k_train_small.select(range(20)):
         text = trained_with.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)

@@ -1,0 +1,50 @@
+"""GPU tests: skipped where CUDA is absent (`make test` on a CPU), run by `make test-gpu`.
+
+Models are real architectures built from configs with random weights (no Hub): a small Llama
+and the kit's byte-level tokenizer with a chat template.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from grpo_kit.data import load_gsm8k, tokenizer_texts
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+HAS_UNSLOTH = importlib.util.find_spec("unsloth") is not None
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/gpu" in str(item.fspath):
+            item.add_marker(pytest.mark.gpu)
+            item.add_marker(requires_cuda)
+
+
+@pytest.fixture(scope="session")
+def gsm8k_small():
+    return load_gsm8k("train").select(range(64))
+
+
+@pytest.fixture(scope="session")
+def random_llama(tmp_path_factory, gsm8k_small):
+    """A 2-layer Llama with random weights and the kit's tokenizer, saved as a checkpoint folder."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from grpo_kit.models import train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer(tokenizer_texts(gsm8k_small, system_copies=5), vocab_size=1024)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+                         tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    path = tmp_path_factory.mktemp("random-llama")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
