@@ -345,7 +345,7 @@ def build_trainer(
     funcs = get_reward_funcs(list(reward_funcs) if reward_funcs is not None else list(p.rewards))
     extra = [f for f in funcs if f.__name__ not in REWARD_FUNCS]
     check_settings(p, train_dataset.column_names, extra_rewards=extra)
-    if p.use_unsloth and not _is_unsloth_model(model):
+    if p.use_unsloth and p.lora_rank is not None and not hasattr(model, "peft_config"):
         raise ValueError(f"preset {p.name!r} trains through Unsloth: load the policy with "
                          "grpo_kit.training.load_preset_policy (it applies Unsloth's LoRA), or pass use_unsloth=False")
     from trl import GRPOTrainer
@@ -377,12 +377,6 @@ def quiet_progress(trainer: Any) -> Any:
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(_QuietProgress())
     return trainer
-
-
-def _is_unsloth_model(model: Any) -> bool:
-    """Whether Unsloth loaded ``model`` (it adds ``fast_generate`` / marks the config)."""
-    return hasattr(model, "fast_generate") or "unsloth" in type(model).__module__ or \
-        bool(getattr(getattr(model, "config", None), "unsloth_version", None))
 
 
 def setup_wandb(project: str | None, mode: str | None = None) -> str:
