@@ -217,7 +217,9 @@ def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
             (``per_device_train_batch_size * gradient_accumulation_steps``) not divisible by
             ``num_generations`` (TRL's rule); an unknown reward name; reward weights of the
             wrong length; a dataset without ``prompt``, or without ``answer`` when a
-            correctness reward needs it; non-positive lengths or steps.
+            correctness reward needs it; non-positive lengths or steps; GPU routes that cannot
+            work (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without
+            Unsloth, ``use_vllm`` with Unsloth).
     """
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
