@@ -24,6 +24,7 @@ def _demo(args: argparse.Namespace) -> int:
         eval_size=args.eval_size,
         train_size=args.train_size,
         grpo_steps=args.steps,
+        samples=args.samples,
         warm=WarmStart(steps=args.warm_steps, xml_share=args.xml_share),
         seed=args.seed,
     )
@@ -53,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--cache-dir", default=defaults.cache_dir, help="where the warm-started policy is cached")
     demo.add_argument("--eval-size", type=int, default=defaults.eval_size, help="GSM8K test questions to evaluate")
     demo.add_argument("--train-size", type=int, default=None, help="GSM8K train questions for GRPO (default all)")
+    demo.add_argument("--samples", type=int, default=defaults.samples,
+                      help="sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)")
     demo.add_argument("--steps", type=int, default=defaults.grpo_steps, help="GRPO optimiser steps")
     demo.add_argument("--warm-steps", type=int, default=warm.steps, help="supervised warm-start steps")
     demo.add_argument("--xml-share", type=float, default=warm.xml_share,

@@ -190,6 +190,8 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     check_settings(preset, ["prompt", "answer"])
     if config.eval_size < 1:
         raise ValueError(f"eval_size must be at least 1, got {config.eval_size}")
+    if config.samples < 0:
+        raise ValueError(f"samples must be 0 (greedy only) or more, got {config.samples}")
     run = RunFolder(Path(config.runs_dir) / config.name)
     torch.manual_seed(config.seed)
     wall: dict[str, float] = {}
