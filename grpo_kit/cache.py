@@ -32,11 +32,11 @@ class GenerationCache:
         self._entries: dict[str, Generation] = {}
         # A write cut off mid-line leaves no newline: the next entry must start on a line of its own.
         self._cut_line = False
-        if self.path.is_file() and self.path.stat().st_size > 0:
-            with self.path.open("rb") as f:
-                f.seek(-1, 2)
-                self._cut_line = f.read(1) != b"\n"
         if self.path.is_file():
+            if self.path.stat().st_size > 0:
+                with self.path.open("rb") as f:
+                    f.seek(-1, 2)
+                    self._cut_line = f.read(1) != b"\n"
             with self.path.open(encoding="utf-8") as f:
                 for line in f:
                     try:

@@ -153,20 +153,18 @@ def _report(path: Path, config: DemoConfig, preset: Any, wall: dict[str, float],
     return text
 
 
-def _measure(model: Any, tokenizer: Any, eval_set: Any, config: DemoConfig, run: RunFolder, when: str,
-             ) -> dict[str, EvalResult]:
-    """Greedy (and sampled) evaluation through the run's generation cache; records written to the run folder."""
+def _measure(model: Any, tokenizer: Any, eval_set: Any, config: DemoConfig, cache: Path, greedy_path: Path,
+             sampled_path: Path) -> dict[str, EvalResult]:
+    """Greedy (and sampled) evaluation through the run's generation cache; records written to the given paths."""
     backend = TransformersBackend(model, tokenizer, batch_size=config.eval_batch_size, progress=config.progress)
-    cache = run.path / "generations.jsonl"
     results = {"greedy": evaluate(backend, eval_set, Sampling(max_new_tokens=config.eval_max_new_tokens),
                                   cache=cache, seed=config.seed)}
-    stem = "baseline" if when == "before" else "trained"
-    results["greedy"].to_jsonl(run.path / f"{stem}.jsonl")
+    results["greedy"].to_jsonl(greedy_path)
     if config.samples > 0:
         sampling = Sampling(temperature=config.sample_temperature, n=config.samples,
                             max_new_tokens=config.eval_max_new_tokens, seed=config.seed)
         results["sampled"] = evaluate(backend, eval_set, sampling, cache=cache, seed=config.seed)
-        results["sampled"].to_jsonl(run.path / f"{stem}_sampled.jsonl")
+        results["sampled"].to_jsonl(sampled_path)
     return results
 
 
@@ -211,7 +209,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     plan = f"greedy + {config.samples} samples each" if config.samples else "greedy"
     _say(f"baseline evaluation on {len(eval_set)} test questions ({plan})")
     start = time.perf_counter()
-    before = _measure(model, tokenizer, eval_set, config, run, "before")
+    before = _measure(model, tokenizer, eval_set, config, run.generations, run.baseline, run.baseline_sampled)
     wall["baseline evaluation"] = time.perf_counter() - start
     print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
 
@@ -234,12 +232,12 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
 
     _say(f"evaluation after GRPO on the same {len(eval_set)} questions ({plan})")
     start = time.perf_counter()
-    after = _measure(trainer.model, tokenizer, eval_set, config, run, "after")
+    after = _measure(trainer.model, tokenizer, eval_set, config, run.generations, run.trained, run.trained_sampled)
     wall["evaluation after GRPO"] = time.perf_counter() - start
 
     table = compare(before["greedy"], after["greedy"], seed=config.seed)
-    table.to_csv(run.path / "comparison.csv", index=False)
-    plt.close(plot_before_after(table, run.path / "before_after.png",
+    table.to_csv(run.comparison, index=False)
+    plt.close(plot_before_after(table, run.before_after,
                                 title=f"tiny policy before vs after GRPO ({config.name})"))
     wall["total"] = time.perf_counter() - total_start
     report = _report(run.report, config, preset, wall, cached, len(grpo_train), before, after, table)

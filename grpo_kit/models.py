@@ -29,6 +29,9 @@ __all__ = [
 
 # ChatML, the format of Qwen2 instruct models; `generation` markers are not needed because
 # the kit trains on prompt/completion pairs.
+#: LoRA on every attention and MLP projection (the seed's / Unsloth notebook's choice).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -205,8 +208,7 @@ def require_cuda(what: str) -> None:
 
 def load_unsloth_policy(model_name: str, max_seq_length: int = 512, load_in_4bit: bool = True,
                         lora_rank: int | None = 32, lora_alpha: int = 32,
-                        target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                           "up_proj", "down_proj"),
+                        target_modules: tuple[str, ...] = LORA_TARGETS,
                         fast_inference: bool = True, gpu_memory_utilization: float = 0.6,
                         seed: int = 3407) -> tuple[Any, Any]:
     """Load a policy through Unsloth: 4-bit or 16-bit LoRA (optionally with colocated vLLM), or full weights.

@@ -27,6 +27,11 @@ class RunFolder:
 
     baseline = property(lambda self: self.path / "baseline.jsonl", doc="records of the evaluation before training")
     trained = property(lambda self: self.path / "trained.jsonl", doc="records of the evaluation after training")
+    baseline_sampled = property(lambda self: self.path / "baseline_sampled.jsonl", doc="sampled records, before")
+    trained_sampled = property(lambda self: self.path / "trained_sampled.jsonl", doc="sampled records, after")
+    generations = property(lambda self: self.path / "generations.jsonl", doc="the generation cache")
+    comparison = property(lambda self: self.path / "comparison.csv", doc="the before/after table")
+    before_after = property(lambda self: self.path / "before_after.png", doc="the before/after chart")
     model = property(lambda self: self.path / "model", doc="the trained LoRA adapter or full model")
     log_history = property(lambda self: self.path / "log_history.json", doc="the GRPO trainer's log history")
     curves = property(lambda self: self.path / "training_curves.png", doc="reward and length curves")

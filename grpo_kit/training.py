@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.models import LORA_TARGETS
 from grpo_kit.rewards import REWARD_FUNCS, SEED_REWARDS, get_reward_funcs
 
 __all__ = [
@@ -30,7 +31,6 @@ __all__ = [
     "setup_wandb",
 ]
 
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Rewards that read the dataset's `answer` column.
 _NEEDS_ANSWER = {"correctness_reward_func", "soft_correctness_reward_func"}
 
