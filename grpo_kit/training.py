@@ -24,6 +24,7 @@ __all__ = [
     "build_trainer",
     "check_settings",
     "get_preset",
+    "load_eval_backend",
     "load_preset_policy",
     "load_preset_tokenizer",
     "quiet_progress",
@@ -443,6 +444,84 @@ def load_preset_policy(preset: str | Preset, model: str | None = None, cache_dir
     from grpo_kit.models import load_policy, placement
 
     return load_policy(name, **placement())
+
+
+def load_eval_backend(preset: str | Preset, model: str | None = None, trained: str | Path | None = None,
+                      batch_size: int = 32, warm_start_steps: int | None = None) -> Any:
+    """The fastest generation backend for evaluating a preset's model, before or after training.
+
+    Routes, the same for the baseline (``trained=None``) and the trained model:
+
+    - Unsloth with ``fast_inference`` (``a100``, ``colab-t4``): the colocated vLLM engine, with the
+      base weights before training and the saved adapter as a LoRA request after.
+    - ``use_vllm`` (``full-80gb``) where vLLM is installed and a GPU is visible: ``vllm.LLM`` in a
+      subprocess on the model, then on the saved checkpoint (an adapter is merged first).
+    - Anything else (``cpu-tiny``, ``use_unsloth=False``): batched transformers (+ peft for an adapter).
+
+    Before and after go through the same route, so a difference between them is the training's,
+    not the backend's.
+
+    Args:
+        preset: a name in :data:`PRESETS` or a :class:`Preset`.
+        model: a Hub id or path that replaces the preset's model (the base of a trained adapter).
+        trained: the folder written by :func:`save_policy` (a LoRA adapter or a full model).
+        batch_size: prompts per ``generate`` call (transformers route).
+        warm_start_steps: the tiny policy's warm-start steps (presets without a model).
+
+    Returns:
+        a :class:`grpo_kit.generation.Backend`.
+
+    Raises:
+        ValueError: bad settings (before anything loads); a trained LoRA adapter that is all
+            zeros (it would evaluate the base model).
+        FileNotFoundError: ``trained`` does not exist.
+        RuntimeError: an Unsloth preset without a CUDA GPU.
+    """
+    from grpo_kit.generation import TransformersBackend
+    from grpo_kit.models import check_adapter_trained, load_policy, placement
+
+    p = get_preset(preset)
+    check_settings(p)
+    adapter = False
+    if trained is not None:
+        trained = Path(trained)
+        if not trained.is_dir():
+            raise FileNotFoundError(f"no trained model at {trained}: run notebook 03 (or save_policy) first")
+        adapter = (trained / "adapter_config.json").is_file()
+        if adapter:
+            check_adapter_trained(trained)
+    if p.use_unsloth and p.fast_inference and (trained is None or adapter):
+        from grpo_kit.vllm_backend import UnslothVLLMBackend
+
+        policy, tokenizer = load_preset_policy(p, model)
+        return UnslothVLLMBackend(policy, tokenizer, lora_path=trained)
+    if p.use_vllm and _vllm_usable():
+        from grpo_kit.vllm_backend import SubprocessVLLMBackend
+
+        name = model or p.model
+        if trained is not None:
+            name = str(trained)
+            if adapter:
+                merged = trained.parent / f"{trained.name}-merged"
+                if not (merged / "config.json").is_file():
+                    from grpo_kit.models import save_merged
+
+                    save_merged(*load_policy(trained, **placement()), merged)
+                name = str(merged)
+        return SubprocessVLLMBackend(name, gpu_memory_utilization=0.85, max_model_len=p.max_seq_length)
+    if trained is not None:
+        policy, tokenizer = load_policy(trained, **placement())
+    else:
+        policy, tokenizer = load_preset_policy(p, model, warm_start_steps=warm_start_steps)
+    return TransformersBackend(policy, tokenizer, batch_size=batch_size)
+
+
+def _vllm_usable() -> bool:
+    import importlib.util
+
+    import torch
+
+    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
 
 
 def load_preset_tokenizer(preset: str | Preset, model: str | None = None) -> Any:

@@ -11,8 +11,10 @@ Two routes:
 
 Both send all ``n`` samples of a question in one request, map :class:`grpo_kit.generation.Sampling`
 to ``vllm.SamplingParams`` with :func:`sampling_params`, and report results per chunk so the
-generation cache keeps everything finished before a crash. ``vllm`` is imported only here,
-lazily.
+generation cache keeps everything finished before a crash. Prompts go to vLLM as token ids
+rendered exactly as the transformers backend renders them: a rendered chat text sent as a string
+would get a second BOS token from vLLM's tokenizer (vllm #27486), and the two backends would score
+different prompts. ``vllm`` is imported only here, lazily.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 
 from grpo_kit.generation import Generation, OnResult, Prompt, Sampling
 
-__all__ = ["SubprocessVLLMBackend", "UnslothVLLMBackend", "generations_of", "sampling_params"]
+__all__ = ["SubprocessVLLMBackend", "UnslothVLLMBackend", "generations_of", "sampling_params", "token_prompts"]
 
 
 def sampling_params(sampling: Sampling) -> dict[str, Any]:
@@ -53,8 +55,14 @@ def generations_of(request_output: Any) -> list[Generation]:
             for o in request_output.outputs]
 
 
-def _render(tokenizer: Any, prompts: Sequence[Prompt]) -> list[str]:
-    return [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+def token_prompts(tokenizer: Any, prompts: Sequence[Prompt]) -> list[dict[str, list[int]]]:
+    """vLLM ``TokensPrompt`` dicts: the chat template's text, tokenized without adding special tokens.
+
+    The template already holds the BOS token where the model wants one (Llama 3's
+    ``<|begin_of_text|>``); tokenizing with ``add_special_tokens=False`` keeps it single.
+    """
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    return [{"prompt_token_ids": ids} for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
 def _file_digest(folder: Path) -> str:
@@ -99,10 +107,10 @@ class UnslothVLLMBackend:
 
         params = SamplingParams(**sampling_params(sampling))
         lora = self.model.load_lora(str(self.lora_path)) if self.lora_path else None
-        texts = _render(self.tokenizer, prompts)
+        requests = token_prompts(self.tokenizer, prompts)
         results: list[list[Generation]] = []
-        for start in range(0, len(texts), self.chunk_size):
-            outputs = self.model.fast_generate(texts[start:start + self.chunk_size], sampling_params=params,
+        for start in range(0, len(requests), self.chunk_size):
+            outputs = self.model.fast_generate(requests[start:start + self.chunk_size], sampling_params=params,
                                                lora_request=lora)
             for offset, output in enumerate(outputs):
                 results.append(generations_of(output))
@@ -115,7 +123,8 @@ class SubprocessVLLMBackend:
     """``vllm.LLM`` on a saved checkpoint, in a child process that gives its GPU memory back when done.
 
     Args:
-        model_path: a full or merged checkpoint folder (see :func:`grpo_kit.models.save_merged`).
+        model_path: a full or merged checkpoint folder (see :func:`grpo_kit.models.save_merged`), or a
+            Hub id.
         tokenizer: renders the chat prompts (default: loaded from ``model_path``).
         gpu_memory_utilization, max_model_len: passed to ``vllm.LLM``.
         chunk_size: prompts per ``LLM.generate`` call (results reach the cache per chunk).
@@ -124,7 +133,7 @@ class SubprocessVLLMBackend:
     def __init__(self, model_path: str | Path, tokenizer: Any = None, gpu_memory_utilization: float = 0.85,
                  max_model_len: int | None = None, chunk_size: int = 256):
         self.model_path = Path(model_path)
-        if not (self.model_path / "config.json").is_file():
+        if self.model_path.exists() and not (self.model_path / "config.json").is_file():
             raise ValueError(f"{self.model_path} holds no model (config.json); for a LoRA adapter merge it first "
                              "with grpo_kit.models.save_merged")
         if tokenizer is None:
@@ -136,7 +145,9 @@ class SubprocessVLLMBackend:
             chunk_size
 
     def identity(self) -> str:
-        """The checkpoint's path and file digest."""
+        """The checkpoint's path and file digest (a Hub id: the id)."""
+        if not self.model_path.exists():
+            return f"vllm:{self.model_path}"
         return f"vllm:{self.model_path.resolve()}@{_file_digest(self.model_path)}"
 
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling,
@@ -152,22 +163,26 @@ class SubprocessVLLMBackend:
         with tempfile.TemporaryDirectory() as tmp:
             request = Path(tmp) / "request.json"
             request.write_text(json.dumps({
-                "model": str(self.model_path), "texts": _render(self.tokenizer, prompts),
+                "model": str(self.model_path), "prompts": token_prompts(self.tokenizer, prompts),
                 "sampling": sampling_params(sampling), "gpu_memory_utilization": self.gpu_memory_utilization,
                 "max_model_len": self.max_model_len, "chunk_size": self.chunk_size}))
-            child = subprocess.Popen([sys.executable, "-m", "grpo_kit.vllm_backend", str(request)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            results: list[list[Generation]] = []
-            for line in child.stdout:
-                if not line.startswith("{"):
-                    continue
-                row = json.loads(line)
-                results.append([Generation(**g) for g in row["generations"]])
-                if on_result is not None:
-                    on_result(row["index"], results[-1])
-            stderr = child.stderr.read()
-            if child.wait() != 0 or len(results) != len(prompts):
-                tail = "\n".join(stderr.strip().splitlines()[-15:])
+            # vLLM logs a lot to stderr: into a file, since a full stderr pipe nobody reads would
+            # block the child while this process waits on its stdout.
+            log = Path(tmp) / "stderr.log"
+            with log.open("w") as stderr:
+                child = subprocess.Popen([sys.executable, "-m", "grpo_kit.vllm_backend", str(request)],
+                                         stdout=subprocess.PIPE, stderr=stderr, text=True)
+                results: list[list[Generation]] = []
+                for line in child.stdout:
+                    if not line.startswith("{"):
+                        continue
+                    row = json.loads(line)
+                    results.append([Generation(**g) for g in row["generations"]])
+                    if on_result is not None:
+                        on_result(row["index"], results[-1])
+                child.wait()
+            if child.returncode != 0 or len(results) != len(prompts):
+                tail = "\n".join(log.read_text().strip().splitlines()[-15:])
                 raise RuntimeError(f"the vLLM worker failed (exit {child.returncode}, {len(results)} of "
                                    f"{len(prompts)} prompts done):\n{tail}")
         return results
@@ -184,9 +199,9 @@ def _worker(request_path: str) -> None:
         kwargs["max_model_len"] = request["max_model_len"]
     llm = LLM(**kwargs)
     params = SamplingParams(**request["sampling"])
-    texts, chunk = request["texts"], request["chunk_size"]
-    for start in range(0, len(texts), chunk):
-        for offset, output in enumerate(llm.generate(texts[start:start + chunk], params, use_tqdm=False)):
+    prompts, chunk = request["prompts"], request["chunk_size"]
+    for start in range(0, len(prompts), chunk):
+        for offset, output in enumerate(llm.generate(prompts[start:start + chunk], params, use_tqdm=False)):
             generations = [dataclasses.asdict(g) for g in generations_of(output)]
             print(json.dumps({"index": start + offset, "generations": generations}), flush=True)
 

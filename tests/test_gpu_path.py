@@ -106,3 +106,78 @@ def test_vllm_sampling_and_outputs_map_to_the_kit():
     with pytest.raises(ValueError, match="fast_generate"):
         UnslothVLLMBackend(object(), None)
     importlib.import_module("grpo_kit.vllm_backend")  # importable without vllm installed
+
+
+_FAKE_VLLM = '''
+import sys
+from types import SimpleNamespace
+
+class SamplingParams:
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+class LLM:
+    def __init__(self, model, **kwargs):
+        self.model = model
+
+    def generate(self, prompts, params, use_tqdm=True):
+        sys.stderr.write("vllm log line " * 20000)  # more than a pipe buffer holds
+        return [SimpleNamespace(outputs=[SimpleNamespace(text=f"{len(p['prompt_token_ids'])} tokens, sample {k}",
+                                                         token_ids=[1] * (k + 1), finish_reason="stop")
+                                         for k in range(params.n)]) for p in prompts]
+'''
+
+
+def test_subprocess_vllm_backend_protocol(tiny_policy, tiny_policy_files, tmp_path, monkeypatch):
+    """The child process, its JSON lines and a chatty stderr, with a stand-in ``vllm`` module."""
+    import grpo_kit.models
+    from grpo_kit.vllm_backend import SubprocessVLLMBackend, token_prompts
+
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text(_FAKE_VLLM)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(grpo_kit.models, "require_cuda", lambda what: None)
+    _, tokenizer = tiny_policy
+    prompts = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": "And 3 + 3 + 3?"}]]
+    seen = []
+    backend = SubprocessVLLMBackend(tiny_policy_files, tokenizer=tokenizer, chunk_size=1)
+    results = backend.generate(prompts, Sampling(temperature=0.7, n=3), on_result=lambda i, g: seen.append(i))
+    lengths = [len(p["prompt_token_ids"]) for p in token_prompts(tokenizer, prompts)]
+    assert [[g.text for g in r] for r in results] == [[f"{n} tokens, sample {k}" for k in range(3)] for n in lengths]
+    assert seen == [0, 1]
+    assert backend.identity().startswith("vllm:") and "@" in backend.identity()
+    with pytest.raises(ValueError, match="save_merged"):
+        SubprocessVLLMBackend(tmp_path, tokenizer=tokenizer)  # a folder without config.json
+
+
+def test_token_prompts_match_the_transformers_rendering(tiny_policy):
+    from grpo_kit.generation import TransformersBackend
+    from grpo_kit.vllm_backend import token_prompts
+
+    _, tokenizer = tiny_policy
+    prompt = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "1 + 1?"}]
+    text = TransformersBackend(None, tokenizer)._render(prompt)
+    assert token_prompts(tokenizer, [prompt]) == [{"prompt_token_ids": tokenizer(text, add_special_tokens=False)
+                                                   ["input_ids"]}]
+
+
+def test_eval_backend_routes_on_a_cpu(tiny_policy, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_kit.generation import TransformersBackend
+    from grpo_kit.training import load_eval_backend
+
+    model, tokenizer = tiny_policy
+    model.save_pretrained(tmp_path / "full")
+    tokenizer.save_pretrained(tmp_path / "full")
+    backend = load_eval_backend("cpu-tiny", trained=tmp_path / "full")
+    assert isinstance(backend, TransformersBackend)
+    get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(tmp_path / "untrained")
+    with pytest.raises(ValueError, match="all zeros"):
+        load_eval_backend("cpu-tiny", trained=tmp_path / "untrained")
+    with pytest.raises(FileNotFoundError, match="notebook 03"):
+        load_eval_backend("cpu-tiny", trained=tmp_path / "missing")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="cpu-tiny"):
+            load_eval_backend("a100")
+        assert "unsloth" not in sys.modules

@@ -92,3 +92,14 @@ def test_full_finetuning_with_trl_colocated_vllm(random_llama, gsm8k_small, tmp_
                             reward_funcs=["strict_format_reward_func", length_reward])
     trainer.train()
     assert not torch.equal(before, next(trainer.model.parameters()).detach())
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")
+def test_notebook_route_for_a_full_model_is_subprocess_vllm(random_llama, gsm8k_small):
+    from grpo_kit.training import load_eval_backend
+    from grpo_kit.vllm_backend import SubprocessVLLMBackend
+
+    backend = load_eval_backend("full-80gb", model=str(random_llama), trained=random_llama)
+    assert isinstance(backend, SubprocessVLLMBackend)
+    result = evaluate(backend, gsm8k_small.select(range(4)), Sampling(max_new_tokens=16))
+    assert len(result.records) == 4
