@@ -18,7 +18,8 @@ def _demo(args: argparse.Namespace) -> int:
     datasets.disable_progress_bars()  # per-row map/filter bars drown the phase bars
 
     config = DemoConfig(
-        name=args.name,
+        name=args.name if args.name is not None else ("demo" if args.task == "gsm8k" else f"demo-{args.task}"),
+        task=args.task,
         runs_dir=args.runs_dir,
         cache_dir=args.cache_dir,
         eval_size=args.eval_size,
@@ -49,11 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_kit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
-    demo.add_argument("--name", default=defaults.name, help="run folder name under --runs-dir")
+    demo.add_argument("--task", default=defaults.task, choices=["gsm8k", "countdown"],
+                      help="the task to train and evaluate on (grpo_kit.tasks)")
+    demo.add_argument("--name", default=None, help="run folder name under --runs-dir (default demo, demo-<task>)")
     demo.add_argument("--runs-dir", default=defaults.runs_dir)
     demo.add_argument("--cache-dir", default=defaults.cache_dir, help="where the warm-started policy is cached")
-    demo.add_argument("--eval-size", type=int, default=defaults.eval_size, help="GSM8K test questions to evaluate")
-    demo.add_argument("--train-size", type=int, default=None, help="GSM8K train questions for GRPO (default all)")
+    demo.add_argument("--eval-size", type=int, default=defaults.eval_size, help="test questions to evaluate")
+    demo.add_argument("--train-size", type=int, default=None, help="train questions for GRPO (default all)")
     demo.add_argument("--samples", type=int, default=defaults.samples,
                       help="sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)")
     demo.add_argument("--steps", type=int, default=defaults.grpo_steps, help="GRPO optimiser steps")

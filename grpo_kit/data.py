@@ -1,8 +1,9 @@
-"""GSM8K as conversational prompts: loading, the seed's system prompt, seeded slicing.
+"""Datasets as conversational prompts: GSM8K, Countdown, MATH-500; the seed's system prompt; seeded slicing.
 
-A copy of GSM8K (MIT, OpenAI; see ``grpo_kit/data_files/gsm8k/SOURCE.md``) ships in the
-package and is the default, so nothing touches the network unless ``source="hub"`` is asked
-for. Every loader returns a ``datasets.Dataset`` with the columns
+Copies of GSM8K (MIT, OpenAI), Countdown (TinyZero's 3-4 number puzzles) and MATH-500 (MIT,
+OpenAI) ship in the package (``grpo_kit/data_files/*/SOURCE.md`` and ``LICENSE``) and are the
+default, so nothing touches the network unless ``source="hub"`` is asked for. Every prompt is the
+seed's XML system prompt then the user turn. :func:`load_gsm8k` returns the columns
 
 - ``question``: the problem text;
 - ``solution``: GSM8K's worked solution (its own ``answer`` field, ending ``#### N``);
@@ -22,7 +23,17 @@ from grpo_kit.answers import extract_hash_answer
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["SYSTEM_PROMPT", "build_prompt", "drop_long_prompts", "load_gsm8k", "take_slice", "tokenizer_texts"]
+__all__ = [
+    "SYSTEM_PROMPT",
+    "build_prompt",
+    "countdown_question",
+    "drop_long_prompts",
+    "load_countdown",
+    "load_gsm8k",
+    "load_math500",
+    "take_slice",
+    "tokenizer_texts",
+]
 
 #: Seed 002's system prompt: the Unsloth notebook's format block plus the seed's extra line,
 #: which lifted the instruct model's baseline.
@@ -48,8 +59,8 @@ def build_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
 
 
-def _bundled_path(split: str) -> Path:
-    return Path(__file__).parent / "data_files" / "gsm8k" / f"{split}.jsonl"
+def _bundled_path(split: str, task: str = "gsm8k") -> Path:
+    return Path(__file__).parent / "data_files" / task / f"{split}.jsonl"
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -110,15 +121,112 @@ def load_gsm8k(split: str = "test", source: str = "bundled", system_prompt: str 
         rows = list(load_dataset(GSM8K_HUB_ID, "main", split=split))
         origin = f"{GSM8K_HUB_ID}[{split}]"
     else:
-        path = _bundled_path(split) if source == "bundled" else Path(source)
-        if path.is_dir():
-            path = path / f"{split}.jsonl"
-        if not path.is_file():
-            raise ValueError(f"no GSM8K file at {path}: pass source='bundled', 'hub', or a JSONL "
-                             "file / a folder holding train.jsonl and test.jsonl")
-        rows = _read_jsonl(path)
-        origin = str(path)
+        rows, origin = _local_rows(source, split, "gsm8k")
     return Dataset.from_list(_to_examples(rows, origin, system_prompt))
+
+
+_NAMES = {"gsm8k": "GSM8K", "countdown": "Countdown", "math500": "MATH-500"}
+
+
+def _local_rows(source: str, split: str, task: str) -> tuple[list[dict[str, Any]], str]:
+    path = _bundled_path(split, task) if source == "bundled" else Path(source)
+    if path.is_dir():
+        path = path / f"{split}.jsonl"
+    if not path.is_file():
+        raise ValueError(f"no {_NAMES[task]} file at {path}: pass source='bundled' or a JSONL file / a folder holding "
+                         f"{split}.jsonl")
+    return _read_jsonl(path), str(path)
+
+
+def countdown_question(nums: list[int], target: int) -> str:
+    """The user turn of a Countdown puzzle (TinyZero's wording, asking for the bare expression).
+
+    >>> countdown_question([79, 17, 60], 36)[:56]
+    'Using the numbers [79, 17, 60], create an equation that '
+    """
+    return (f"Using the numbers {list(nums)}, create an equation that equals {target}. You can use basic "
+            "arithmetic operations (+, -, *, /) and each number can only be used once. Put only the expression, "
+            "without '=', inside the answer tags.")
+
+
+def load_countdown(split: str = "test", source: str = "bundled", n: int = 1000, seed: int = 0,
+                   system_prompt: str = SYSTEM_PROMPT) -> Dataset:
+    """Load Countdown puzzles (TinyZero's task, seeds 001/003) as conversational prompts.
+
+    Args:
+        split: ``"train"`` (10,000 bundled puzzles) or ``"test"`` (1,024).
+        source: ``"bundled"`` (TinyZero's ``Countdown-Tasks-3to4`` rows, offline; default),
+            ``"generated"`` (``n`` fresh solvable puzzles from
+            :func:`grpo_kit.countdown.make_puzzles` with ``seed``; the split only salts the seed),
+            or a path to JSONL rows with ``nums`` and ``target``.
+        n, seed: the size and seed of a generated set.
+        system_prompt: the system turn of every prompt.
+
+    Returns:
+        ``datasets.Dataset`` with columns ``nums`` (``list[int]``), ``target`` (``int``),
+        ``question`` (the user turn) and ``prompt``. There is no ``answer`` column: Countdown
+        has many right answers, checked by ``countdown_reward_func``.
+
+    Raises:
+        ValueError: unknown split, missing file, or a row without ``nums``/``target``.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"unknown Countdown split {split!r}: choose 'train' or 'test'")
+    from datasets import Dataset
+
+    if source == "generated":
+        from grpo_kit.countdown import make_puzzles
+
+        rows, origin = make_puzzles(n, seed=seed + (0 if split == "train" else 1_000_003)), "generated"
+    else:
+        rows, origin = _local_rows(source, split, "countdown")
+    examples = []
+    for i, row in enumerate(rows):
+        if not {"nums", "target"} <= set(row):
+            raise ValueError(f"{origin} row {i} has keys {sorted(row)}; Countdown rows need 'nums' and 'target'")
+        question = countdown_question(row["nums"], row["target"])
+        examples.append({"nums": [int(x) for x in row["nums"]], "target": int(row["target"]), "question": question,
+                         "prompt": build_prompt(question, system_prompt)})
+    return Dataset.from_list(examples)
+
+
+def load_math500(split: str = "test", source: str = "bundled", system_prompt: str = SYSTEM_PROMPT) -> Dataset:
+    """Load MATH-500 (Lightman et al. 2023's 500-problem MATH test subset) as conversational prompts.
+
+    Args:
+        split: ``"test"`` (the only split).
+        source: ``"bundled"`` (the copy of ``openai/prm800k``'s ``math_splits/test.jsonl``),
+            ``"hub"`` (``HuggingFaceH4/MATH-500``; needs the network) or a JSONL path.
+        system_prompt: the system turn of every prompt.
+
+    Returns:
+        ``datasets.Dataset`` with columns ``question`` (the problem), ``solution``, ``answer``
+        (LaTeX, e.g. ``\\frac{\\pi}{2}``; checked with math-verify), ``subject``, ``level``
+        (1-5), ``unique_id`` and ``prompt``.
+
+    Raises:
+        ValueError: a split other than ``"test"``, a missing file, or rows without
+            ``problem``/``answer``.
+    """
+    if split != "test":
+        raise ValueError(f"MATH-500 has only a 'test' split, got {split!r}")
+    from datasets import Dataset
+
+    if source == "hub":
+        from datasets import load_dataset
+
+        rows, origin = list(load_dataset("HuggingFaceH4/MATH-500", split="test")), "HuggingFaceH4/MATH-500"
+    else:
+        rows, origin = _local_rows(source, split, "math500")
+    examples = []
+    for i, row in enumerate(rows):
+        if not {"problem", "answer"} <= set(row):
+            raise ValueError(f"{origin} row {i} has keys {sorted(row)}; MATH-500 rows need 'problem' and 'answer'")
+        examples.append({"question": row["problem"], "solution": row.get("solution", ""), "answer": row["answer"],
+                         "subject": row.get("subject", ""), "level": int(row.get("level", 0)),
+                         "unique_id": row.get("unique_id", str(i)),
+                         "prompt": build_prompt(row["problem"], system_prompt)})
+    return Dataset.from_list(examples)
 
 
 def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = None, seed: int = 0) -> Dataset:

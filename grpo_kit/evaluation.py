@@ -1,10 +1,11 @@
 """Evaluation: generate completions for a dataset, score them, summarise with intervals, compare.
 
 One evaluation is a set of records, one per (question, sample). Every record carries the
-seed's six rewards and two named extraction rules, ``strict`` (the number inside the
-``<answer>`` tags of a strictly formatted completion) and ``flexible`` (the last number
-anywhere, lm-evaluation-harness's flexible-extract), so a gain in format compliance is never
-mistaken for a gain in reasoning. Aggregates come with seeded bootstrap intervals over
+task's metric rewards (for GSM8K the seed's six) and its two named extraction rules,
+``strict`` (the answer inside the ``<answer>`` tags of a strictly formatted completion) and
+``flexible`` (the answer however it is written; for GSM8K the last number anywhere,
+lm-evaluation-harness's flexible-extract), so a gain in format compliance is never mistaken
+for a gain in reasoning (see :mod:`grpo_kit.tasks`). Aggregates come with seeded bootstrap intervals over
 questions; before/after comparisons are paired (same questions) with a bootstrap interval of
 the difference, an exact McNemar test and the flip counts. Sampled plans (``n > 1``) add
 avg@n, unbiased pass@k and maj@n.
@@ -19,15 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.answers import (
-    EXTRACTION_RULES,
-    extract_final_answer,
-    extract_xml_answer,
-    normalize_number,
-)
+from grpo_kit.answers import EXTRACTION_RULES, extract_final_answer, extract_xml_answer
 from grpo_kit.generation import Backend, Sampling
-from grpo_kit.rewards import REWARD_MAX, get_reward_funcs
+from grpo_kit.rewards import REWARD_FUNCS, RewardFunc, get_reward_funcs, reward_max
 from grpo_kit.stats import bootstrap_ci, maj_at_k, mcnemar_exact, paired_bootstrap_ci, pass_at_k
+from grpo_kit.tasks import Task, get_task
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,13 +60,15 @@ METRIC_LABELS: dict[str, str] = {
     "soft_format_reward_func": "Soft format",
     "strict_format_reward_func": "Strict format",
     "xmlcount_reward_func": "XML tag count",
+    "countdown_reward_func": "Countdown reward",
+    "math_verify_reward_func": "math-verify correctness",
 }
 #: Record keys of the extraction rules' correctness, and their labels.
 RULE_LABELS: dict[str, str] = {f"{rule}_correct": f"{rule.capitalize()} accuracy" for rule in EXTRACTION_RULES}
 TOTAL = "total"
-# Per-question metrics that are right/wrong (for flips and McNemar); xmlcount and total are graded.
-_BINARY = [*RULE_LABELS, "correctness_reward_func", "soft_correctness_reward_func", "int_reward_func",
-           "soft_format_reward_func", "strict_format_reward_func"]
+# Record keys that are neither a rule nor a reward.
+_FIELDS = {"index", "sample", "task", "question", "answer", "completion", "extracted", "final_answer", TOTAL,
+           "num_tokens", "truncated", *(f"{rule}_answer" for rule in EXTRACTION_RULES)}
 _TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 
 
@@ -88,51 +87,57 @@ def evaluate_answers(trues: Sequence[Any], preds: Sequence[Any]) -> float:
 
 
 def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any]],
-          rewards: Sequence[str] = tuple(METRIC_LABELS)) -> list[dict[str, Any]]:
+          rewards: Sequence[str | RewardFunc] | None = None, task: str | Task = "gsm8k") -> list[dict[str, Any]]:
     """Score completions with reward functions and extraction rules, one record per (example, sample).
 
     Args:
-        examples: dataset rows with ``prompt`` and ``answer`` (and optionally ``question``).
+        examples: dataset rows of ``task`` (``prompt`` plus the columns its rewards read, e.g.
+            ``answer`` or ``nums``/``target``). Reward functions get every column but ``prompt``,
+            as TRL passes them.
         completions: for each example, its completions: ``str`` or
             :class:`grpo_kit.generation.Generation` (whose token count and truncation are kept).
-        rewards: reward function names (see :data:`grpo_kit.rewards.REWARD_FUNCS`).
+        rewards: reward names or functions; default the task's metrics
+            (:attr:`grpo_kit.tasks.Task.metrics`).
+        task: a name in :data:`grpo_kit.tasks.TASKS` (its extraction rules and gold answer).
 
     Returns:
-        ``list[dict]`` with keys ``index``, ``sample``, ``question``, ``answer``,
-        ``completion``, ``extracted`` (text inside ``<answer>``), ``final_answer`` (its first
-        number), ``strict_answer`` / ``flexible_answer`` (each rule's normalised number),
-        ``strict_correct`` / ``flexible_correct`` (1.0 or 0.0), one key per reward, ``total``,
-        ``num_tokens`` and ``truncated``.
+        ``list[dict]`` with keys ``index``, ``sample``, ``task``, ``question``, ``answer`` (the
+        gold answer as text), ``completion``, ``extracted`` (text inside ``<answer>``),
+        ``final_answer`` (its first number), ``strict_answer`` / ``flexible_answer`` (each rule's
+        answer, ``None`` when it reads none), ``strict_correct`` / ``flexible_correct`` (1.0 or
+        0.0), one key per reward (``None`` where a reward skipped the sample), ``total`` (the sum
+        of the rewards given), ``num_tokens`` and ``truncated``.
 
     Raises:
-        ValueError: ``examples`` and ``completions`` differ in length.
+        ValueError: ``examples`` and ``completions`` differ in length; an unknown task or reward.
     """
     if len(examples) != len(completions):
         raise ValueError(f"{len(examples)} examples but {len(completions)} lists of completions")
-    funcs = get_reward_funcs(list(rewards))
+    spec = get_task(task)
+    funcs = get_reward_funcs(list(rewards) if rewards is not None else list(spec.metrics))
     records = []
     for index, (example, samples) in enumerate(zip(examples, completions)):
         texts = [getattr(s, "text", s) for s in samples]
         n = len(texts)
-        gold = normalize_number(example["answer"])
-        values = {f.__name__: f(prompts=[example["prompt"]] * n, completions=texts,
-                                answer=[example["answer"]] * n) for f in funcs}
+        columns = {key: [value] * n for key, value in example.items() if key != "prompt"}
+        values = {f.__name__: f(prompts=[example["prompt"]] * n, completions=texts, **columns) for f in funcs}
         for sample, (text, raw) in enumerate(zip(texts, samples)):
             record = {
                 "index": index,
                 "sample": sample,
+                "task": spec.name,
                 "question": example.get("question", ""),
-                "answer": example["answer"],
+                "answer": spec.gold(example),
                 "completion": text,
                 "extracted": extract_xml_answer(text),
                 "final_answer": extract_final_answer(text),
             }
-            for rule, extract in EXTRACTION_RULES.items():
-                answer = extract(text)
-                record[f"{rule}_answer"] = answer
-                record[f"{rule}_correct"] = 1.0 if answer is not None and answer == gold else 0.0
+            for name, rule in spec.rules.items():
+                answer = rule.extract(text)
+                record[f"{name}_answer"] = answer
+                record[f"{name}_correct"] = 1.0 if answer is not None and rule.correct(answer, example) else 0.0
             record.update({name: v[sample] for name, v in values.items()})
-            record[TOTAL] = sum(v[sample] for v in values.values())
+            record[TOTAL] = sum(v[sample] for v in values.values() if v[sample] is not None)
             record["num_tokens"] = getattr(raw, "num_tokens", None)
             record["truncated"] = getattr(raw, "truncated", None)
             records.append(record)
@@ -140,24 +145,39 @@ def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any
 
 
 def _per_question(records: Sequence[dict[str, Any]], key: str) -> list[float]:
-    """Mean of ``key`` over each question's samples, in question order."""
+    """Mean of ``key`` over each question's samples, in question order; a skipped sample (``None``)
+    does not count, and a question whose samples were all skipped counts 0."""
     sums: dict[int, list[float]] = {}
     for r in records:
-        sums.setdefault(r["index"], []).append(float(r[key]))
-    return [sum(v) / len(v) for _, v in sorted(sums.items())]
+        values = sums.setdefault(r["index"], [])
+        if r[key] is not None:
+            values.append(float(r[key]))
+    return [sum(v) / len(v) if v else 0.0 for _, v in sorted(sums.items())]
+
+
+def _reward_keys(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The reward names in ``records``, in :data:`METRIC_LABELS` order, then the others as scored."""
+    keys = [k for k in records[0] if k not in _FIELDS and k not in RULE_LABELS]
+    return sorted(keys, key=lambda k: list(METRIC_LABELS).index(k) if k in METRIC_LABELS else len(METRIC_LABELS))
+
+
+def _is_binary(key: str) -> bool:
+    """Right/wrong metrics get flips and McNemar; graded ones (XML tag count, Countdown, total) do not."""
+    return key in RULE_LABELS or bool(getattr(REWARD_FUNCS.get(key), "binary", False))
 
 
 def _metric_rows(records: Sequence[dict[str, Any]]) -> dict[str, tuple[str, float]]:
-    """``{record key: (label, max)}`` for the metrics present in ``records``."""
+    """``{record key: (label, max)}`` for the metrics present in ``records`` (max NaN when unknown)."""
     present = records[0].keys()
     rows = {key: (label, 1.0) for key, label in RULE_LABELS.items() if key in present}
-    rows.update({name: (label, REWARD_MAX[name]) for name, label in METRIC_LABELS.items() if name in present})
-    rows[TOTAL] = ("Total", sum(REWARD_MAX[n] for n in METRIC_LABELS if n in present))
+    rewards = _reward_keys(records)
+    rows.update({name: (METRIC_LABELS.get(name, name), reward_max(name)) for name in rewards})
+    rows[TOTAL] = ("Total", sum(reward_max(name) for name in rewards))
     return rows
 
 
 def summarize(records: Sequence[dict[str, Any]], confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """The metric table: strict and flexible accuracy, then seed 002's metrics, with intervals.
+    """The metric table: strict and flexible accuracy, then the rewards (seed 002's for GSM8K), with intervals.
 
     Each value is the mean over questions of the per-question mean over samples (with one
     greedy sample, plain accuracy; with n samples, avg@n). Intervals are seeded percentile
@@ -165,8 +185,8 @@ def summarize(records: Sequence[dict[str, Any]], confidence: float = 0.95, seed:
 
     Returns:
         ``pandas.DataFrame`` indexed by metric label with columns ``value``, ``ci_low``,
-        ``ci_high`` and ``max``: Strict accuracy, Flexible accuracy, the rewards present in
-        :data:`METRIC_LABELS` order, then ``Total``.
+        ``ci_high`` and ``max``: Strict accuracy, Flexible accuracy, the rewards present (in
+        :data:`METRIC_LABELS` order, labelled by it, other rewards by name), then ``Total``.
 
     Raises:
         ValueError: no records.
@@ -196,8 +216,8 @@ def sampled_metrics(records: Sequence[dict[str, Any]], ks: Sequence[int] | None 
     Returns:
         ``pandas.DataFrame`` indexed by metric (``"avg@8 (strict)"``, ``"pass@4 (flexible)"``,
         ``"maj@8 (strict)"``, ...) with ``value``, ``ci_low``, ``ci_high``. maj@n votes over the
-        rule's normalised answers; ties go to the answer sampled first
-        (:func:`grpo_kit.stats.maj_at_k`).
+        rule's answers (for GSM8K normalised numbers); ties go to the answer sampled first
+        (:func:`grpo_kit.stats.maj_at_k`), and the winner is right when the records holding it are.
 
     Raises:
         ValueError: questions with different sample counts, or a k above n.
@@ -220,11 +240,15 @@ def sampled_metrics(records: Sequence[dict[str, Any]], ks: Sequence[int] | None 
         correct = [sum(r[f"{rule}_correct"] > 0 for r in g) for g in groups]
         per_metric = {f"avg@{n} ({rule})": [c / n for c in correct]}
         per_metric.update({f"pass@{k} ({rule})": [pass_at_k(n, c, k) for c in correct] for k in ks})
-        per_metric[f"maj@{n} ({rule})"] = [maj_at_k([r[f"{rule}_answer"] for r in g], normalize_number(g[0]["answer"]))
-                                           for g in groups]
+        per_metric[f"maj@{n} ({rule})"] = [_majority_correct(g, rule) for g in groups]
         for name, values in per_metric.items():
             rows[name] = (sum(values) / len(values), *bootstrap_ci(values, confidence, seed=seed))
     return pd.DataFrame.from_dict(rows, orient="index", columns=["value", "ci_low", "ci_high"]).rename_axis("metric")
+
+
+def _majority_correct(group: Sequence[dict[str, Any]], rule: str) -> float:
+    right = {r[f"{rule}_answer"]: r[f"{rule}_correct"] > 0 for r in group}
+    return maj_at_k([r[f"{rule}_answer"] for r in group], None, equal=lambda winner, _: right[winner])
 
 
 def diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -307,9 +331,18 @@ class EvalResult:
             records = [json.loads(line) for line in f if line.strip()]
         return cls(records=records, summary=summarize(records), sampling=sampling or Sampling(), wall_s=0.0)
 
-    def correct(self, metric: str = "correctness_reward_func") -> list[bool]:
-        """Per-question success under ``metric`` (first sample of each question; reward > 0)."""
-        return [r[metric] > 0 for r in self.records if r["sample"] == 0]
+    def correct(self, metric: str | None = None) -> list[bool]:
+        """Per-question success under ``metric`` (first sample of each question; reward > 0).
+
+        The default is the headline metric: hard correctness where it was scored (GSM8K), else
+        strict accuracy.
+        """
+        metric = metric or _headline(self.records)
+        return [(r[metric] or 0) > 0 for r in self.records if r["sample"] == 0]
+
+
+def _headline(records: Sequence[dict[str, Any]]) -> str:
+    return "correctness_reward_func" if records and "correctness_reward_func" in records[0] else "strict_correct"
 
 
 def _generate(backend: Backend, prompts: list[Any], sampling: Sampling, cache: GenerationCache | None) -> list[Any]:
@@ -328,33 +361,39 @@ def _generate(backend: Backend, prompts: list[Any], sampling: Sampling, cache: G
 
 
 def evaluate(backend: Backend, dataset: Any, sampling: Sampling = Sampling(),
-             rewards: Sequence[str] = tuple(METRIC_LABELS), cache: GenerationCache | str | Path | None = None,
-             confidence: float = 0.95, seed: int = 0) -> EvalResult:
+             rewards: Sequence[str | RewardFunc] | None = None, cache: GenerationCache | str | Path | None = None,
+             confidence: float = 0.95, seed: int = 0, task: str | Task = "gsm8k") -> EvalResult:
     """Generate completions for every row of ``dataset`` through ``backend`` and score them.
 
     Args:
         backend: e.g. :class:`grpo_kit.generation.TransformersBackend`.
-        dataset: rows with ``prompt`` and ``answer`` (a ``datasets.Dataset`` or a list of dicts).
+        dataset: rows of ``task`` (a ``datasets.Dataset`` or a list of dicts).
         sampling: decoding settings (default greedy, 256 new tokens); ``n`` samples per question.
-        rewards: reward names to score with (default the seed's six).
+        rewards: reward names or functions to score with (default the task's metrics; for
+            GSM8K the seed's six).
         cache: a :class:`grpo_kit.cache.GenerationCache` or the path of its JSONL file. Each
             completion is appended as soon as it exists and only missing ones are generated, so a
             killed evaluation resumes where it stopped. A resumed sampled run draws its missing
             samples afresh (the random stream depends on the batch), which leaves them unbiased.
         confidence, seed: of the bootstrap intervals in the summary.
+        task: a name in :data:`grpo_kit.tasks.TASKS`: how answers are read and checked.
 
     Returns:
         :class:`EvalResult`.
+
+    Raises:
+        ValueError: an unknown task or reward name (before anything is generated).
     """
     from grpo_kit.cache import GenerationCache
 
+    spec = get_task(task)
     examples = list(dataset)
-    get_reward_funcs(list(rewards))  # bad names fail before generating
+    get_reward_funcs(list(rewards) if rewards is not None else list(spec.metrics))  # fail before generating
     if isinstance(cache, (str, Path)):
         cache = GenerationCache(cache)
     start = time.perf_counter()
     generations = _generate(backend, [e["prompt"] for e in examples], sampling, cache)
-    records = score(examples, generations, rewards)
+    records = score(examples, generations, rewards, spec)
     return EvalResult(records=records, summary=summarize(records, confidence, seed), sampling=sampling,
                       wall_s=time.perf_counter() - start)
 
@@ -375,8 +414,10 @@ def flips(before: Sequence[bool], after: Sequence[bool]) -> tuple[int, int]:
     return gained, lost
 
 
-def paired_test(before: EvalResult, after: EvalResult, metric: str = "correctness_reward_func") -> dict[str, Any]:
+def paired_test(before: EvalResult, after: EvalResult, metric: str | None = None) -> dict[str, Any]:
     """Paired comparison of per-question success under ``metric`` (reward > 0 counts as success).
+
+    ``metric`` defaults to the headline: hard correctness (GSM8K), else strict accuracy.
 
     Returns:
         ``{"wrong_to_right": int, "right_to_wrong": int, "mcnemar_p": float}``.
@@ -388,8 +429,10 @@ def paired_test(before: EvalResult, after: EvalResult, metric: str = "correctnes
     return {"wrong_to_right": gained, "right_to_wrong": lost, "mcnemar_p": mcnemar_exact(gained, lost)}
 
 
-def flipped(before: EvalResult, after: EvalResult, metric: str = "correctness_reward_func") -> pd.DataFrame:
+def flipped(before: EvalResult, after: EvalResult, metric: str | None = None) -> pd.DataFrame:
     """The questions whose success under ``metric`` changed, with both completions (first sample).
+
+    ``metric`` defaults to the headline: hard correctness (GSM8K), else strict accuracy.
 
     Returns:
         ``pandas.DataFrame`` with ``change`` (``"wrong -> right"`` or ``"right -> wrong"``),
@@ -401,13 +444,14 @@ def flipped(before: EvalResult, after: EvalResult, metric: str = "correctness_re
     """
     import pandas as pd
 
+    metric = metric or _headline(before.records)
     b = [r for r in before.records if r["sample"] == 0]
     a = [r for r in after.records if r["sample"] == 0]
     if len(b) != len(a):
         raise ValueError(f"paired results need the same questions: {len(b)} before, {len(a)} after")
     rows = []
     for rb, ra in zip(b, a):
-        was, now = rb[metric] > 0, ra[metric] > 0
+        was, now = (rb[metric] or 0) > 0, (ra[metric] or 0) > 0
         if was != now:
             rows.append({"change": "wrong -> right" if now else "right -> wrong", "index": rb["index"],
                          "question": rb["question"], "answer": rb["answer"], "before": rb["completion"],
@@ -425,8 +469,9 @@ def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, see
     (``before_low``/``before_high``, ``after_low``/``after_high``); the paired bootstrap
     interval of the difference (``delta_low``/``delta_high``); and, for right/wrong metrics,
     ``wrong_to_right``, ``right_to_wrong`` and the exact McNemar ``mcnemar_p`` (NaN for graded
-    metrics such as the XML tag count and the total). ``attrs`` holds the hard-correctness test
-    (``wrong_to_right``, ``right_to_wrong``, ``mcnemar_p``) and ``format_only_gain``: the part
+    metrics such as the XML tag count and the total). ``attrs`` holds the headline test (hard
+    correctness for GSM8K, strict accuracy otherwise: ``metric``, ``wrong_to_right``,
+    ``right_to_wrong``, ``mcnemar_p``) and ``format_only_gain``: the part
     of the strict-accuracy gain that flexible accuracy does not show
     (``delta strict - delta flexible``), i.e. the gain from format compliance alone.
 
@@ -451,14 +496,14 @@ def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, see
         row["before_low"], row["before_high"] = bootstrap_ci(b, confidence, seed=seed)
         row["after_low"], row["after_high"] = bootstrap_ci(a, confidence, seed=seed)
         row["delta_low"], row["delta_high"] = paired_bootstrap_ci(b, a, confidence, seed=seed)
-        if key in _BINARY:
+        if _is_binary(key):
             test = paired_test(before, after, key)
             row.update(test)
         else:
             row.update(wrong_to_right=math.nan, right_to_wrong=math.nan, mcnemar_p=math.nan)
         rows.append(row)
     frame = pd.DataFrame(rows)
-    frame.attrs.update(paired_test(before, after))
+    frame.attrs.update(paired_test(before, after), metric=_headline(before.records))
     deltas = frame.set_index("metric")["delta"]
     if {"Strict accuracy", "Flexible accuracy"} <= set(deltas.index):
         frame.attrs["format_only_gain"] = float(deltas["Strict accuracy"] - deltas["Flexible accuracy"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.models import LORA_TARGETS
-from grpo_kit.rewards import REWARD_FUNCS, SEED_REWARDS, get_reward_funcs
+from grpo_kit.rewards import SEED_REWARDS, RewardFunc, RewardMix
 
 __all__ = [
     "PRESETS",
@@ -28,13 +28,10 @@ __all__ = [
     "load_preset_policy",
     "load_preset_tokenizer",
     "quiet_progress",
+    "reward_mix",
     "save_policy",
     "setup_wandb",
 ]
-
-# Rewards that read the dataset's `answer` column.
-_NEEDS_ANSWER = {"correctness_reward_func", "soft_correctness_reward_func"}
-
 
 @dataclass(frozen=True)
 class Preset:
@@ -205,22 +202,22 @@ def get_preset(name: str | Preset, **overrides: Any) -> Preset:
 
 
 def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
-                   extra_rewards: Sequence[Callable] = ()) -> None:
+                   rewards: RewardMix | None = None) -> None:
     """Check a preset (and the dataset's columns) before any model is loaded.
 
     Args:
         preset: the recipe.
         dataset_columns: the training dataset's column names, when known.
-        extra_rewards: reward functions passed directly (not by name).
+        rewards: the rewards to train with, when not the preset's (:func:`reward_mix`).
 
     Raises:
         ValueError: ``num_generations < 2``; the generation batch
             (``per_device_train_batch_size * gradient_accumulation_steps``) not divisible by
             ``num_generations`` (TRL's rule); an unknown reward name; reward weights of the
-            wrong length; a dataset without ``prompt``, or without ``answer`` when a
-            correctness reward needs it; non-positive lengths or steps; GPU routes that cannot
-            work (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without
-            Unsloth, ``use_vllm`` with Unsloth).
+            wrong length; a dataset without ``prompt``, or without a column a reward reads
+            (``answer`` for correctness, ``nums``/``target`` for Countdown); non-positive
+            lengths or steps; GPU routes that cannot work (Unsloth full fine-tuning with
+            ``fast_inference``, ``fast_inference`` without Unsloth, ``use_vllm`` with Unsloth).
     """
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
@@ -243,19 +240,35 @@ def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
     for name in ("max_completion_length", "max_prompt_tokens", "max_steps"):
         if getattr(preset, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(preset, name)}")
-    get_reward_funcs(list(preset.rewards) + list(extra_rewards))  # unknown names, or none at all, raise here
-    n_rewards = len(preset.rewards) + len(extra_rewards)
-    if preset.reward_weights is not None and len(preset.reward_weights) != n_rewards:
-        raise ValueError(f"reward_weights has {len(preset.reward_weights)} entries for {n_rewards} reward "
-                         "functions: give one weight per reward")
+    mix = rewards if rewards is not None else reward_mix(preset)  # unknown names or bad weights raise here
     if dataset_columns is not None:
         if "prompt" not in dataset_columns:
             raise ValueError(f"the training dataset has no 'prompt' column (it has {list(dataset_columns)}); "
-                             "build it with grpo_kit.data.load_gsm8k or add conversational prompts")
-        needing = sorted(_NEEDS_ANSWER & set(preset.rewards))
-        if needing and "answer" not in dataset_columns:
-            raise ValueError(f"rewards {needing} read the dataset's 'answer' column, which is missing "
-                             f"(columns: {list(dataset_columns)}); add gold answers or drop those rewards")
+                             "build it with a task's loader (grpo_kit.tasks.get_task(...).load) or add "
+                             "conversational prompts")
+        for func in mix.funcs:
+            missing = [c for c in getattr(func, "columns", ()) if c not in dataset_columns]
+            if missing:
+                raise ValueError(f"reward {func.__name__} reads the dataset column(s) {missing}, which are missing "
+                                 f"(columns: {list(dataset_columns)}): use that task's data, or the task's "
+                                 "rewards (grpo_kit.tasks.get_task(task).reward_mix())")
+
+
+def reward_mix(preset: Preset, reward_funcs: RewardMix | Sequence[str | RewardFunc] | None = None) -> RewardMix:
+    """The rewards a run trains with: ``reward_funcs`` (a mix, or names/functions with the preset's
+    ``reward_weights`` when their count matches, else weight 1 each), or the preset's ``rewards``.
+
+    Raises:
+        ValueError: unknown reward names, or ``reward_weights`` of the wrong length.
+    """
+    if isinstance(reward_funcs, RewardMix):
+        return reward_funcs
+    rewards = list(reward_funcs) if reward_funcs is not None else list(preset.rewards)
+    weights = preset.reward_weights
+    if weights is not None and len(weights) != len(rewards):
+        raise ValueError(f"reward_weights has {len(weights)} entries for {len(rewards)} reward functions: give one "
+                         "weight per reward, or pass a grpo_kit.rewards.RewardMix")
+    return RewardMix(rewards, weights)
 
 
 def build_grpo_config(preset: str | Preset, output_dir: str, **overrides: Any) -> Any:
@@ -277,9 +290,10 @@ def build_grpo_config(preset: str | Preset, output_dir: str, **overrides: Any) -
     return _grpo_config(p, output_dir)
 
 
-def _grpo_config(p: Preset, output_dir: str) -> Any:
+def _grpo_config(p: Preset, output_dir: str, mix: RewardMix | None = None) -> Any:
     from trl import GRPOConfig
 
+    mix = mix or reward_mix(p)
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
         learning_rate=p.learning_rate,
@@ -303,7 +317,7 @@ def _grpo_config(p: Preset, output_dir: str) -> Any:
         bf16=p.bf16,
         use_cpu=p.use_cpu,
         gradient_checkpointing=p.gradient_checkpointing,
-        reward_weights=list(p.reward_weights) if p.reward_weights is not None else None,
+        reward_weights=mix.weights,
         report_to=p.report_to,
         seed=p.seed,
     )
@@ -319,7 +333,7 @@ def build_trainer(
     train_dataset: Any,
     preset: str | Preset,
     output_dir: str,
-    reward_funcs: Sequence[str | Callable] | None = None,
+    reward_funcs: RewardMix | Sequence[str | Callable] | None = None,
     callbacks: Sequence[Any] = (),
     **overrides: Any,
 ) -> Any:
@@ -328,10 +342,12 @@ def build_trainer(
     Args:
         model: a loaded ``PreTrainedModel`` (see :mod:`grpo_kit.models`).
         tokenizer: its tokenizer, with a chat template.
-        train_dataset: a ``datasets.Dataset`` with ``prompt`` (and ``answer``) columns.
+        train_dataset: a ``datasets.Dataset`` with ``prompt`` and the columns the rewards read.
         preset: a name in :data:`PRESETS` or a :class:`Preset`.
         output_dir: TRL's output folder.
-        reward_funcs: names and/or functions; default the preset's ``rewards``.
+        reward_funcs: a :class:`grpo_kit.rewards.RewardMix` (its weights become
+            ``GRPOConfig.reward_weights``; weight 0 = logged, not trained), or names and/or
+            functions (see :func:`reward_mix`); default the preset's ``rewards``.
         callbacks: ``transformers.TrainerCallback`` objects.
         **overrides: preset fields to replace.
 
@@ -342,25 +358,22 @@ def build_trainer(
     Raises:
         ValueError: see :func:`check_settings` (raised before TRL touches the model).
     """
-    if reward_funcs is not None:
-        overrides["rewards"] = tuple(r for r in reward_funcs if isinstance(r, str))
     p = get_preset(preset, **overrides)
-    funcs = get_reward_funcs(list(reward_funcs) if reward_funcs is not None else list(p.rewards))
-    extra = [f for f in funcs if f.__name__ not in REWARD_FUNCS]
-    check_settings(p, train_dataset.column_names, extra_rewards=extra)
+    mix = reward_mix(p, reward_funcs)
+    check_settings(p, train_dataset.column_names, rewards=mix)
     if p.use_unsloth and p.lora_rank is not None and not hasattr(model, "peft_config"):
         raise ValueError(f"preset {p.name!r} trains through Unsloth: load the policy with "
                          "grpo_kit.training.load_preset_policy (it applies Unsloth's LoRA), or pass use_unsloth=False")
     from trl import GRPOTrainer
 
-    config = _grpo_config(p, output_dir)
+    config = _grpo_config(p, output_dir, mix)
     peft_config = None
     if p.lora_rank is not None and not p.use_unsloth:  # Unsloth's loader already added the adapter
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules),
                                  task_type="CAUSAL_LM")
-    return GRPOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=train_dataset,
+    return GRPOTrainer(model=model, reward_funcs=mix.funcs, args=config, train_dataset=train_dataset,
                        processing_class=tokenizer, peft_config=peft_config, callbacks=list(callbacks))
 
 
@@ -404,7 +417,8 @@ def setup_wandb(project: str | None, mode: str | None = None) -> str:
 
 
 def load_preset_policy(preset: str | Preset, model: str | None = None, cache_dir: str = ".cache/grpo_kit",
-                       warm_start_steps: int | None = None, progress: bool = True) -> tuple[Any, Any]:
+                       warm_start_steps: int | None = None, progress: bool = True,
+                       task: str = "gsm8k") -> tuple[Any, Any]:
     """Load the policy a preset trains: the warm-started tiny policy, or a model by Hub id or path.
 
     Args:
@@ -413,6 +427,7 @@ def load_preset_policy(preset: str | Preset, model: str | None = None, cache_dir
         cache_dir: where the tiny policy is cached (presets without a model).
         warm_start_steps: the tiny policy's warm-start steps (default :class:`grpo_kit.warm_start.WarmStart`'s).
         progress: show the warm start's progress bar.
+        task: the task the tiny policy is warm-started on (presets without a model).
 
     Returns:
         ``(model, tokenizer)``. Unsloth presets load through
@@ -432,7 +447,7 @@ def load_preset_policy(preset: str | Preset, model: str | None = None, cache_dir
         from grpo_kit.warm_start import WarmStart, warm_started_tiny_policy
 
         settings = WarmStart() if warm_start_steps is None else WarmStart(steps=warm_start_steps)
-        policy, tokenizer, _ = warm_started_tiny_policy(cache_dir, settings, progress=progress)
+        policy, tokenizer, _ = warm_started_tiny_policy(cache_dir, settings, progress=progress, task=task)
         return policy, tokenizer
     if p.use_unsloth:
         from grpo_kit.models import load_unsloth_policy
@@ -447,7 +462,7 @@ def load_preset_policy(preset: str | Preset, model: str | None = None, cache_dir
 
 
 def load_eval_backend(preset: str | Preset, model: str | None = None, trained: str | Path | None = None,
-                      batch_size: int = 32, warm_start_steps: int | None = None) -> Any:
+                      batch_size: int = 32, warm_start_steps: int | None = None, task: str = "gsm8k") -> Any:
     """The fastest generation backend for evaluating a preset's model, before or after training.
 
     Routes, the same for the baseline (``trained=None``) and the trained model:
@@ -466,7 +481,7 @@ def load_eval_backend(preset: str | Preset, model: str | None = None, trained: s
         model: a Hub id or path that replaces the preset's model (the base of a trained adapter).
         trained: the folder written by :func:`save_policy` (a LoRA adapter or a full model).
         batch_size: prompts per ``generate`` call (transformers route).
-        warm_start_steps: the tiny policy's warm-start steps (presets without a model).
+        warm_start_steps, task: the tiny policy's warm-start steps and task (presets without a model).
 
     Returns:
         a :class:`grpo_kit.generation.Backend`.
@@ -512,7 +527,7 @@ def load_eval_backend(preset: str | Preset, model: str | None = None, trained: s
     if trained is not None:
         policy, tokenizer = load_policy(trained, **placement())
     else:
-        policy, tokenizer = load_preset_policy(p, model, warm_start_steps=warm_start_steps)
+        policy, tokenizer = load_preset_policy(p, model, warm_start_steps=warm_start_steps, task=task)
     return TransformersBackend(policy, tokenizer, batch_size=batch_size)
 
 
@@ -524,7 +539,7 @@ def _vllm_usable() -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
 
 
-def load_preset_tokenizer(preset: str | Preset, model: str | None = None) -> Any:
+def load_preset_tokenizer(preset: str | Preset, model: str | None = None, task: str = "gsm8k") -> Any:
     """The tokenizer of the policy a preset trains, without loading the model.
 
     For the tiny policy (presets without a model) this trains the same deterministic
@@ -533,10 +548,11 @@ def load_preset_tokenizer(preset: str | Preset, model: str | None = None) -> Any
     p = get_preset(preset)
     name = model or p.model
     if name is None:
-        from grpo_kit.data import load_gsm8k, tokenizer_texts
         from grpo_kit.models import train_tiny_tokenizer
+        from grpo_kit.tasks import get_task
 
-        return train_tiny_tokenizer(tokenizer_texts(load_gsm8k("train")))
+        spec = get_task(task)
+        return train_tiny_tokenizer(spec.texts(spec.load("train")))
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name)

@@ -1,4 +1,7 @@
-"""Supervised warm start ("cold start" in DeepSeek-R1) on GSM8K solutions, with TRL's SFTTrainer.
+"""Supervised warm start ("cold start" in DeepSeek-R1) on worked solutions, with TRL's SFTTrainer.
+
+GSM8K's solutions come with the data; Countdown's come from the solver
+(:func:`grpo_kit.countdown.solve`); each task says how (:attr:`grpo_kit.tasks.Task.demonstration`).
 
 R1 fine-tuned on a little chain-of-thought data before RL; R1-Zero did not (seed 002
 discusses both). Here the warm start also sets up what GRPO should teach: only
@@ -26,7 +29,9 @@ from grpo_kit.models import TinyPolicySpec
 
 __all__ = [
     "WarmStart",
+    "format_completion",
     "render_completion",
+    "solution_steps",
     "tiny_policy_dir",
     "warm_start",
     "warm_start_dataset",
@@ -57,7 +62,13 @@ class WarmStart:
             raise ValueError(f"reasoning must be 'equations' or 'full', got {self.reasoning!r}")
 
 
-def _reasoning(solution: str, style: str) -> str:
+def solution_steps(solution: str, style: str = "equations") -> str:
+    """The reasoning of a GSM8K worked solution: its calculator annotations one per line
+    (``"equations"``), or its text with the annotations removed (``"full"``).
+
+    >>> solution_steps("Half is 48/2 = <<48/2=24>>24.\\n#### 24")
+    '48/2=24'
+    """
     body = solution.split("####")[0].strip()
     if style == "equations":
         # The solution's calculator annotations (`<<48/2=24>>`), one per line: the steps
@@ -87,19 +98,29 @@ def render_completion(solution: str, answer: str, xml: bool, reasoning: str = "e
     >>> render_completion("<<2*3=6>>6 eggs\\n#### 6", "6", xml=False, plain_lead="Step by step:")
     'Step by step:\\n2*3=6\\n#### 6'
     """
-    steps = _reasoning(solution, reasoning)
+    return format_completion(solution_steps(solution, reasoning), answer, xml, plain_lead)
+
+
+def format_completion(steps: str, answer: str, xml: bool, plain_lead: str = "") -> str:
+    """A completion from reasoning steps and a final answer: XML blocks, or ``steps\\n#### answer``.
+
+    >>> format_completion("17+79=96\\n96-60=36", "(17+79)-60", xml=True)
+    '<reasoning>\\n17+79=96\\n96-60=36\\n</reasoning>\\n<answer>\\n(17+79)-60\\n</answer>'
+    """
     if xml:
         return f"<reasoning>\n{steps}\n</reasoning>\n<answer>\n{answer}\n</answer>"
     lead = f"{plain_lead}\n" if plain_lead else ""
     return f"{lead}{steps}\n#### {answer}"
 
 
-def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart()) -> Any:
+def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: str = "gsm8k") -> Any:
     """Build the prompt/completion dataset: each row's solution in XML with probability ``xml_share``.
 
     Args:
-        dataset: rows with ``prompt``, ``solution`` and ``answer`` (from :func:`grpo_kit.data.load_gsm8k`).
+        dataset: train rows of ``task`` (GSM8K: ``prompt``, ``solution``, ``answer``; Countdown:
+            ``prompt``, ``nums``, ``target``, solved here).
         settings: the share of XML targets, the reasoning style and the seed.
+        task: a name in :data:`grpo_kit.tasks.TASKS` with a demonstration.
 
     Returns:
         ``datasets.Dataset`` with conversational ``prompt`` and ``completion`` columns and a
@@ -107,17 +128,25 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart()) -> Any:
     """
     from datasets import Dataset
 
+    from grpo_kit.tasks import get_task
+
+    demonstrate = get_task(task).demonstration
+    if demonstrate is None:
+        raise ValueError(f"task {task!r} has no worked solutions to warm-start from")
     rng = random.Random(settings.seed)
     rows = []
     for row in dataset:
         xml = rng.random() < settings.xml_share
-        text = render_completion(row["solution"], row["answer"], xml, settings.reasoning, settings.plain_lead)
+        demo = demonstrate(row, settings.reasoning)
+        if demo is None:  # an unsolvable puzzle teaches nothing
+            continue
+        text = format_completion(*demo, xml, settings.plain_lead)
         rows.append({"prompt": row["prompt"], "completion": [{"role": "assistant", "content": text}], "xml": xml})
     return Dataset.from_list(rows)
 
 
 def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
-               settings: WarmStart = WarmStart(), progress: bool = True) -> Any:
+               settings: WarmStart = WarmStart(), progress: bool = True, task: str = "gsm8k") -> Any:
     """Fine-tune ``model`` on :func:`warm_start_dataset` of ``dataset`` and save it to ``output_dir``.
 
     The loss is on completion tokens only (TRL's default for prompt/completion data), with
@@ -127,10 +156,11 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
     Args:
         model: a causal LM (trained in place).
         tokenizer: its tokenizer, with a chat template.
-        dataset: GSM8K rows (``prompt``, ``solution``, ``answer``).
+        dataset: train rows of ``task`` (see :func:`warm_start_dataset`).
         output_dir: where the model and tokenizer are saved (``save_pretrained``).
         settings: :class:`WarmStart`.
         progress: show TRL's progress bar.
+        task: the task the rows belong to.
 
     Returns:
         The trainer's ``log_history`` (``list[dict]``, loss per logging step).
@@ -157,7 +187,7 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
         seed=settings.seed,
         disable_tqdm=not progress,
     )
-    trainer = SFTTrainer(model=model, args=config, train_dataset=warm_start_dataset(dataset, settings),
+    trainer = SFTTrainer(model=model, args=config, train_dataset=warm_start_dataset(dataset, settings, task),
                          processing_class=tokenizer)
     quiet_progress(trainer).train()
     Path(output_dir).mkdir(parents=True, exist_ok=True)
@@ -167,41 +197,45 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
 
 
 def tiny_policy_dir(cache_dir: str | Path, settings: WarmStart = WarmStart(), spec: TinyPolicySpec = TinyPolicySpec(),
-                    seed: int = 0) -> Path:
+                    seed: int = 0, task: str = "gsm8k") -> Path:
     """Cache folder of a warm-started tiny policy, keyed by everything that shapes it."""
-    key = json.dumps({"warm": dataclasses.asdict(settings), "spec": dataclasses.asdict(spec), "seed": seed,
-                      "format": 3}, sort_keys=True)
-    return Path(cache_dir) / f"tiny-policy-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    shape = {"warm": dataclasses.asdict(settings), "spec": dataclasses.asdict(spec), "seed": seed, "format": 3}
+    if task != "gsm8k":  # GSM8K policies keep the keys they had before tasks existed
+        shape["task"] = task
+    key = json.dumps(shape, sort_keys=True)
+    prefix = "tiny-policy" if task == "gsm8k" else f"tiny-policy-{task}"
+    return Path(cache_dir) / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
 def warm_started_tiny_policy(cache_dir: str | Path = ".cache/grpo_kit", settings: WarmStart = WarmStart(),
                              spec: TinyPolicySpec = TinyPolicySpec(), seed: int = 0, train: Any = None,
-                             progress: bool = True) -> tuple[Any, Any, bool]:
-    """The kit's tiny offline policy, warm-started on GSM8K train; built once, then loaded from the cache.
+                             progress: bool = True, task: str = "gsm8k") -> tuple[Any, Any, bool]:
+    """The kit's tiny offline policy, warm-started on a task's train split; built once, then cached.
 
-    The tokenizer is trained on the GSM8K train questions and solutions plus the system
-    prompt; the warm start runs :func:`warm_start` with ``settings`` (about 3 minutes on 2 CPU
-    cores with the defaults).
+    The tokenizer is trained on the train questions and solutions plus the system prompt
+    (:attr:`grpo_kit.tasks.Task.texts`); the warm start runs :func:`warm_start` with
+    ``settings`` (about 3 minutes on 2 CPU cores with the defaults).
 
     Args:
         cache_dir: parent folder of the cache (see :func:`tiny_policy_dir`).
-        settings, spec, seed: what shapes the policy (all part of the cache key).
-        train: GSM8K train rows; default the bundled split.
+        settings, spec, seed, task: what shapes the policy (all part of the cache key).
+        train: the task's train rows; default its bundled train split.
         progress: show the warm start's progress bar.
 
     Returns:
         ``(model, tokenizer, cached)``, ``cached`` telling whether it came from the cache.
     """
-    from grpo_kit.data import load_gsm8k, tokenizer_texts
     from grpo_kit.models import build_tiny_policy, load_policy
+    from grpo_kit.tasks import get_task
 
-    path = tiny_policy_dir(cache_dir, settings, spec, seed)
+    path = tiny_policy_dir(cache_dir, settings, spec, seed, task)
     if (path / "config.json").is_file():
         model, tokenizer = load_policy(path, dtype="float32")
         return model, tokenizer, True
-    train = load_gsm8k("train") if train is None else train
-    model, tokenizer = build_tiny_policy(tokenizer_texts(train), seed=seed, spec=spec)
-    warm_start(model, tokenizer, train, path, settings, progress=progress)
+    spec_task = get_task(task)
+    train = spec_task.load("train") if train is None else train
+    model, tokenizer = build_tiny_policy(spec_task.texts(train), seed=seed, spec=spec)
+    warm_start(model, tokenizer, train, path, settings, progress=progress, task=task)
     return model, tokenizer, False
 
 

@@ -122,7 +122,7 @@ def test_xmlcount():
 def test_seed_table_rewards_on_the_seeds_sample():
     scores = {name: REWARD_FUNCS[name](prompts=[None], completions=[chat(URSULA)], answer=["16320"])[0]
               for name in SEED_REWARDS}
-    assert scores == REWARD_MAX  # the seed's sample earns every reward's maximum
+    assert scores == {name: REWARD_MAX[name] for name in SEED_REWARDS}  # the seed's sample earns every maximum
 
 
 def test_registry_and_errors():
@@ -165,5 +165,6 @@ def test_rewards_never_raise_and_return_one_float_per_completion(completions, an
             values = func(prompts=[None] * len(completions), completions=completions, answer=answer,
                           completion_ids=None, trainer_state=None)
             assert len(values) == len(completions)
-            assert all(isinstance(v, float) for v in values)
+            # None (skip the sample) only where math-verify cannot parse the gold answer
+            assert all(isinstance(v, float) or v is None and func.__name__.startswith("math_verify") for v in values)
     assert printed.getvalue() == ""

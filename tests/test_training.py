@@ -54,7 +54,7 @@ def test_unknown_preset(tmp_path):
 
 def test_dataset_columns_are_checked():
     preset = get_preset("cpu-tiny")
-    with pytest.raises(ValueError, match="'answer' column"):
+    with pytest.raises(ValueError, match=r"column\(s\) \['answer'\]"):
         check_settings(preset, ["prompt"])
     with pytest.raises(ValueError, match="no 'prompt' column"):
         check_settings(preset, ["question", "answer"])
@@ -66,7 +66,7 @@ def test_build_trainer_checks_before_touching_the_model(gsm8k_train_small, tmp_p
         def __getattr__(self, name):
             raise AssertionError("the model was touched")
 
-    with pytest.raises(ValueError, match="'answer' column"):
+    with pytest.raises(ValueError, match=r"column\(s\) \['answer'\]"):
         build_trainer(Untouchable(), Untouchable(), gsm8k_train_small.remove_columns(["answer"]), "cpu-tiny",
                       str(tmp_path))
 
@@ -170,3 +170,48 @@ def test_a_saved_tiny_policy_tokenizes_exactly_like_the_one_that_trained(tiny_po
         text += "<reasoning>\n48/2=24 and 1,234.5\n</reasoning>\n<answer>\n72\n</answer>"
         assert trained_with(text)["input_ids"] == reloaded(text)["input_ids"]
         assert reloaded.decode(reloaded(text)["input_ids"]) == text
+
+
+def test_reward_mix_weights_reach_grpo_config(tmp_path):
+    from grpo_kit.rewards import RewardMix
+    from grpo_kit.training import reward_mix
+
+    mix = RewardMix({"correctness_reward_func": 2.0, "xmlcount_reward_func": 0.0, text_length_reward: 0.5})
+    preset = get_preset("cpu-tiny")
+    config = build_grpo_config(preset, str(tmp_path))
+    assert config.reward_weights == [1.0] * len(SEED_REWARDS)
+    from grpo_kit.training import _grpo_config
+
+    assert _grpo_config(preset, str(tmp_path), mix).reward_weights == [2.0, 0.0, 0.5]
+    weighted = get_preset("cpu-tiny", rewards=("int_reward_func", "strict_format_reward_func"), reward_weights=(3, 0))
+    assert build_grpo_config(weighted, str(tmp_path)).reward_weights == [3.0, 0.0]
+    with pytest.raises(ValueError, match="one weight per reward"):
+        reward_mix(weighted, ["int_reward_func"])
+    with pytest.raises(ValueError, match="nums"):
+        check_settings(preset, ["prompt", "answer"], RewardMix(["countdown_reward_func"]))
+
+
+def test_metric_only_reward_is_logged_but_does_not_move_the_advantage(tiny_policy_files, gsm8k_train_small, tmp_path):
+    """Weight 0: the same training as without the reward (same seed, same samples), yet its metric is logged."""
+    from grpo_kit.models import load_policy
+    from grpo_kit.rewards import RewardMix
+
+    def noise_reward(completions, **kwargs):
+        return [float(hash(c[0]["content"]) % 97) for c in completions]
+
+    runs = {}
+    for name, mix in {"alone": RewardMix([text_length_reward]),
+                      "with metric-only": RewardMix({text_length_reward: 1.0, noise_reward: 0.0})}.items():
+        torch.manual_seed(0)
+        model, tokenizer = load_policy(tiny_policy_files, dtype="float32")
+        trainer = build_trainer(model, tokenizer, gsm8k_train_small.select(range(8)), "cpu-tiny",
+                                str(tmp_path / name.replace(" ", "-")), reward_funcs=mix, max_steps=2,
+                                per_device_train_batch_size=4, num_generations=4, max_completion_length=6,
+                                learning_rate=0.05)
+        trainer.train()
+        runs[name] = (trainer.model.state_dict(), {k for row in trainer.state.log_history for k in row})
+    (alone, alone_logged), (mixed, mixed_logged) = runs["alone"], runs["with metric-only"]
+    assert "rewards/noise_reward/mean" in mixed_logged and "rewards/noise_reward/mean" not in alone_logged
+    assert all(torch.equal(alone[k], mixed[k]) for k in alone)
+    moved = load_policy(tiny_policy_files, dtype="float32")[0].state_dict()
+    assert not all(torch.equal(moved[k], alone[k]) for k in alone)  # training did move the weights

@@ -1,0 +1,257 @@
+"""Countdown (the TinyZero / oat task, seeds 001 and 003): puzzles, a solver, a safe evaluator, the reward.
+
+A puzzle is 3 or 4 integers ``nums`` and an integer ``target``; a solution is an arithmetic
+expression with ``+ - * /`` and parentheses that uses each number exactly once and equals the
+target. Completions put the expression inside ``<answer>`` tags.
+
+The expression is evaluated by :func:`safe_eval`, which walks Python's AST and admits numbers,
+the four operators, unary minus and parentheses only, within bounded length and depth; it never
+calls ``eval`` (TinyZero did). Arithmetic is exact (``fractions.Fraction``), so ``1/3*3`` is 1.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import operator
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from grpo_kit.answers import completion_text
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_LENGTH",
+    "CountdownSolution",
+    "countdown_answer",
+    "countdown_score",
+    "make_puzzles",
+    "numbers_in",
+    "safe_eval",
+    "solve",
+]
+
+#: Longest expression :func:`safe_eval` reads, in characters (a 4-number answer needs about 20).
+MAX_LENGTH = 200
+#: Deepest nesting of operations :func:`safe_eval` reads.
+MAX_DEPTH = 32
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def _parse(expression: Any) -> ast.expr:
+    if not isinstance(expression, str):
+        raise ValueError(f"an expression must be a string, got {type(expression).__name__}")
+    if len(expression) > MAX_LENGTH:
+        raise ValueError(f"expression longer than {MAX_LENGTH} characters")
+    try:
+        return ast.parse(expression.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise ValueError(f"not an arithmetic expression: {e.__class__.__name__}") from None
+
+
+def _exact(node: ast.expr, depth: int = 0) -> Fraction:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"expression nested deeper than {MAX_DEPTH}")
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if node.value != node.value or node.value in (float("inf"), float("-inf")):
+            raise ValueError("numbers must be finite")
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _exact(node.left, depth + 1), _exact(node.right, depth + 1)
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise ValueError("division by zero")
+        return _BINARY[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _exact(node.operand, depth + 1)
+        return -value if isinstance(node.op, ast.USub) else value
+    raise ValueError(f"only numbers, + - * / and parentheses are allowed, not {type(node).__name__}")
+
+
+def safe_eval(expression: str) -> float:
+    """Evaluate an arithmetic expression of numbers, ``+ - * /``, unary minus and parentheses.
+
+    Args:
+        expression: e.g. ``"(79 - 60) + 17"``; at most :data:`MAX_LENGTH` characters and
+            :data:`MAX_DEPTH` levels of nesting.
+
+    Returns:
+        The value as a ``float``, computed exactly with fractions and rounded once at the end.
+
+    Raises:
+        ValueError: anything outside that grammar (names, attributes, calls, ``**``, ``%``,
+            ``//``, comparisons, strings, ...), too long or too deep, division by zero, or not a
+            string. Checked on the syntax tree before any arithmetic, so hostile input fails fast.
+
+    >>> safe_eval("(79 - 60) + 17")
+    36.0
+    >>> safe_eval("1/3*3")
+    1.0
+    >>> safe_eval("2**10")
+    Traceback (most recent call last):
+    ...
+    ValueError: only numbers, + - * / and parentheses are allowed, not BinOp
+    """
+    return float(_exact(_parse(expression)))
+
+
+def numbers_in(expression: str) -> list[int | float]:
+    """The number literals of an expression in reading order (raises ``ValueError`` like :func:`safe_eval`).
+
+    >>> numbers_in("(79 - 60) + 17")
+    [79, 60, 17]
+    """
+    tree = _parse(expression)
+    _exact(tree)  # the grammar check
+    constants = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Constant)), key=lambda n: n.col_offset)
+    return [n.value for n in constants]
+
+
+def countdown_answer(text: str) -> str | None:
+    """TinyZero's extraction: the stripped text inside the last ``<answer>...</answer>``; ``None`` without one.
+
+    >>> countdown_answer("<reasoning>\\n79-60=19\\n</reasoning>\\n<answer>\\n79 - 60 + 17\\n</answer>")
+    '79 - 60 + 17'
+    >>> countdown_answer("79 - 60 + 17") is None
+    True
+    """
+    matches = _ANSWER.findall(text)
+    return matches[-1].strip() if matches else None
+
+
+def countdown_score(completion: Any, nums: Sequence[int], target: float, format_score: float = 0.1,
+                    score: float = 1.0) -> float:
+    """TinyZero's Countdown reward for one completion (never raises).
+
+    ``0`` without an ``<answer>``; ``format_score`` when there is one but the numbers are not
+    each of ``nums`` used exactly once, the expression is outside :func:`safe_eval`'s grammar,
+    or its value is not the target; ``score`` when it equals ``target`` within 1e-5.
+
+    Args:
+        completion: a ``str`` or a list of chat messages (TRL's two forms).
+        nums: the puzzle's numbers.
+        target: the puzzle's target.
+        format_score, score: TinyZero's 0.1 and 1.0.
+
+    >>> countdown_score("<answer>(79 - 60) + 17</answer>", [79, 17, 60], 36)
+    1.0
+    >>> countdown_score("<answer>79 + 17</answer>", [79, 17, 60], 36)
+    0.1
+    >>> countdown_score("79 - 60 + 17", [79, 17, 60], 36)
+    0.0
+    """
+    try:
+        answer = countdown_answer(completion_text(completion))
+        if answer is None:
+            return 0.0
+        try:
+            used = numbers_in(answer)
+            value = safe_eval(answer)
+        except ValueError:
+            return format_score
+        if sorted(used) != sorted(int(n) for n in nums):
+            return format_score
+        return score if abs(value - float(target)) < 1e-5 else format_score
+    except Exception:  # a reward never raises: malformed nums or target count as no answer
+        return 0.0
+
+
+@dataclass(frozen=True)
+class CountdownSolution:
+    """A solution: the expression and its steps (``"79-60=19"``, one per operation)."""
+
+    expression: str
+    steps: tuple[str, ...]
+
+
+def solve(nums: Sequence[int], target: int) -> CountdownSolution | None:
+    """Find an expression that uses every number of ``nums`` exactly once and equals ``target``.
+
+    Exhaustive search with exact fractions: repeatedly replace two numbers by their sum,
+    difference (both orders), product or quotient (both orders, non-zero divisor); the first
+    solution found is returned. A 4-number puzzle takes milliseconds.
+
+    Returns:
+        :class:`CountdownSolution`, or ``None`` when the puzzle has no solution.
+
+    >>> solve([79, 17, 60], 36).expression
+    '(17+79)-60'
+    >>> solve([1, 1], 5) is None
+    True
+    """
+    target_value = Fraction(target)
+    seen: set[tuple[Fraction, ...]] = set()
+
+    def search(items: list[tuple[Fraction, str, tuple[str, ...]]]) -> CountdownSolution | None:
+        if len(items) == 1:
+            value, text, steps = items[0]
+            return CountdownSolution(_strip_outer(text), steps) if value == target_value else None
+        key = tuple(sorted(v for v, _, _ in items))
+        if key in seen:  # the same multiset of values was already searched
+            return None
+        seen.add(key)
+        for i, j in itertools.combinations(range(len(items)), 2):
+            rest = [items[k] for k in range(len(items)) if k not in (i, j)]
+            for (a, ta, sa), (b, tb, sb) in ((items[i], items[j]), (items[j], items[i])):
+                for symbol, apply in _OPERATIONS:
+                    if symbol == "/" and b == 0 or symbol in "+*" and (a, ta) > (b, tb):
+                        continue  # no division by zero; + and * once per pair
+                    value = apply(a, b)
+                    step = f"{a}{symbol}{b}={value}"
+                    found = search([*rest, (value, f"({ta}{symbol}{tb})", (*sa, *sb, step))])
+                    if found is not None:
+                        return found
+        return None
+
+    return search([(Fraction(n), str(n), ()) for n in nums])
+
+
+_OPERATIONS = (("+", operator.add), ("-", operator.sub), ("*", operator.mul), ("/", operator.truediv))
+
+
+def _strip_outer(text: str) -> str:
+    return text[1:-1] if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]) else text
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def make_puzzles(n: int, seed: int = 0, sizes: Sequence[int] = (3, 4), low: int = 1, high: int = 99,
+                 target_range: tuple[int, int] = (10, 100)) -> list[dict[str, Any]]:
+    """``n`` seeded, solvable puzzles in the shape of TinyZero's dataset (numbers 1-99, targets 10-100).
+
+    Each candidate draws a size from ``sizes``, that many numbers from ``[low, high]`` and a
+    target from ``target_range`` (inclusive); it is kept only when :func:`solve` finds a solution.
+
+    Returns:
+        ``list`` of ``{"nums": list[int], "target": int, "solution": str}``.
+
+    Raises:
+        ValueError: ``n < 0``, a size outside 2-6, or empty ranges.
+
+    >>> [p["target"] for p in make_puzzles(3, seed=1)] == [p["target"] for p in make_puzzles(3, seed=1)]
+    True
+    """
+    if n < 0 or not sizes or any(not 2 <= s <= 6 for s in sizes) or low > high or target_range[0] > target_range[1]:
+        raise ValueError(f"need n >= 0, sizes in 2..6, low <= high and a non-empty target range; got n={n}, "
+                         f"sizes={sizes}, low={low}, high={high}, target_range={target_range}")
+    rng = random.Random(seed)
+    puzzles = []
+    while len(puzzles) < n:
+        nums = [rng.randint(low, high) for _ in range(rng.choice(list(sizes)))]
+        target = rng.randint(*target_range)
+        solution = solve(nums, target)
+        if solution is not None:
+            puzzles.append({"nums": nums, "target": target, "solution": solution.expression})
+    return puzzles
