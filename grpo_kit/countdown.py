@@ -129,7 +129,7 @@ def countdown_score(completion: Any, nums: Sequence[int], target: float, format_
     """TinyZero's Countdown reward for one completion (never raises).
 
     ``0`` without an ``<answer>``; ``format_score`` when there is one but the numbers are not
-    each of ``nums`` used exactly once, the expression is outside :func:`safe_eval`'s grammar,
+    each of ``nums`` used exactly once (as integer literals), the expression is outside :func:`safe_eval`'s grammar,
     or its value is not the target; ``score`` when it equals ``target`` within 1e-5.
 
     Args:
@@ -154,8 +154,10 @@ def countdown_score(completion: Any, nums: Sequence[int], target: float, format_
             value = safe_eval(answer)
         except ValueError:
             return format_score
-        if sorted(used) != sorted(int(n) for n in nums):
-            return format_score
+        if isinstance(nums, (str, bytes)):  # a malformed column, not a list of numbers
+            return 0.0
+        if any(type(n) is not int for n in used) or sorted(used) != sorted(int(n) for n in nums):
+            return format_score  # each given integer exactly once ("17.0" is not the integer 17)
         return score if abs(value - float(target)) < 1e-5 else format_score
     except Exception:  # a reward never raises: malformed nums or target count as no answer
         return 0.0

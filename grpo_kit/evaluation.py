@@ -156,9 +156,8 @@ def _per_question(records: Sequence[dict[str, Any]], key: str) -> list[float]:
 
 
 def _reward_keys(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The reward names in ``records``, in :data:`METRIC_LABELS` order, then the others as scored."""
-    keys = [k for k in records[0] if k not in _FIELDS and k not in RULE_LABELS]
-    return sorted(keys, key=lambda k: list(METRIC_LABELS).index(k) if k in METRIC_LABELS else len(METRIC_LABELS))
+    """The reward names in ``records``, in the order they were scored (the task's metrics order)."""
+    return [k for k in records[0] if k not in _FIELDS and k not in RULE_LABELS]
 
 
 def _is_binary(key: str) -> bool:
@@ -185,8 +184,8 @@ def summarize(records: Sequence[dict[str, Any]], confidence: float = 0.95, seed:
 
     Returns:
         ``pandas.DataFrame`` indexed by metric label with columns ``value``, ``ci_low``,
-        ``ci_high`` and ``max``: Strict accuracy, Flexible accuracy, the rewards present (in
-        :data:`METRIC_LABELS` order, labelled by it, other rewards by name), then ``Total``.
+        ``ci_high`` and ``max``: Strict accuracy, Flexible accuracy, the rewards in the order
+        they were scored (labelled by :data:`METRIC_LABELS`, other rewards by name), then ``Total``.
 
     Raises:
         ValueError: no records.

@@ -36,13 +36,30 @@ def solution_steps(solution: str) -> int:
     return sum(1 for line in solution.split("####")[0].splitlines() if line.strip())
 
 
-def describe(dataset: Any, tokenizer: Any | None = None, split: str = "") -> pd.DataFrame:
+def _solutions(dataset: Any, task: str) -> tuple[list[str], list[int], list[Any]]:
+    """Worked solutions, their step counts and the gold answers of a task's rows.
+
+    GSM8K's come with the data; Countdown's come from the solver (about 2 ms a puzzle).
+    """
+    if task == "gsm8k":
+        solutions = list(dataset["solution"])
+        return solutions, [solution_steps(s) for s in solutions], list(dataset["answer"])
+    from grpo_kit.tasks import get_task
+
+    demos = [get_task(task).demonstration(row, "equations") or ("", "") for row in dataset]
+    return ([f"{steps}\n{final}" for steps, final in demos], [len(steps.splitlines()) for steps, _ in demos],
+            list(dataset["target"]))
+
+
+def describe(dataset: Any, tokenizer: Any | None = None, split: str = "", task: str = "gsm8k") -> pd.DataFrame:
     """One row per example: lengths, solution steps, answer magnitude.
 
     Args:
-        dataset: rows with ``question``, ``solution`` and ``answer`` (see :func:`grpo_kit.data.load_gsm8k`).
+        dataset: rows of ``task`` (GSM8K: ``question``, ``solution``, ``answer``; Countdown:
+            ``question``, ``nums``, ``target``, solved here, the target standing as the answer).
         tokenizer: lengths are counted in its tokens; ``None`` counts whitespace words.
         split: a label put in the ``split`` column.
+        task: ``"gsm8k"`` or ``"countdown"``.
 
     Returns:
         ``pandas.DataFrame`` with columns ``split``, ``question_tokens``, ``solution_tokens``,
@@ -56,14 +73,15 @@ def describe(dataset: Any, tokenizer: Any | None = None, split: str = "") -> pd.
             return [len(t.split()) for t in texts]
         return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
-    questions, solutions = list(dataset["question"]), list(dataset["solution"])
-    answers = [parse_number(a) for a in dataset["answer"]]
+    questions = list(dataset["question"])
+    solutions, steps, golds = _solutions(dataset, task)
+    answers = [parse_number(str(a)) for a in golds]
     values = [float(a) if a is not None else math.nan for a in answers]
     return pd.DataFrame({
         "split": split,
         "question_tokens": count(questions),
         "solution_tokens": count(solutions),
-        "steps": [solution_steps(s) for s in solutions],
+        "steps": steps,
         "answer": values,
         "log10_answer": [math.log10(abs(v) + 1) if not math.isnan(v) else math.nan for v in values],
     })
@@ -111,13 +129,14 @@ def near_duplicates(train_questions: list[str], test_questions: list[str], thres
     return frame
 
 
-def question_map(splits: dict[str, Any], n: int | None = 3000, seed: int = 0) -> pd.DataFrame:
+def question_map(splits: dict[str, Any], n: int | None = 3000, seed: int = 0, task: str = "gsm8k") -> pd.DataFrame:
     """A 2-D map of questions: TF-IDF vectors reduced by truncated SVD (offline; no embedding model).
 
     Args:
-        splits: ``{name: dataset}`` with ``question`` and ``solution`` columns (e.g. train and test).
+        splits: ``{name: dataset}`` of ``task``'s rows (e.g. train and test).
         n: how many questions to place, sampled uniformly over all splits (``None``: all).
         seed: seeds the sample and the SVD.
+        task: ``"gsm8k"`` or ``"countdown"`` (where the solution steps come from).
 
     Returns:
         ``pandas.DataFrame`` with ``x``, ``y``, ``split``, ``steps`` and ``question``.
@@ -127,12 +146,15 @@ def question_map(splits: dict[str, Any], n: int | None = 3000, seed: int = 0) ->
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    rows = [(name, q, solution_steps(s)) for name, ds in splits.items()
-            for q, s in zip(ds["question"], ds["solution"])]
+    rows = [(name, i, q) for name, ds in splits.items() for i, q in enumerate(ds["question"])]
     if n is not None and n < len(rows):
         keep = np.random.default_rng(seed).choice(len(rows), size=n, replace=False)
         rows = [rows[i] for i in sorted(keep)]
-    frame = pd.DataFrame(rows, columns=["split", "question", "steps"])
+    steps = {}
+    for name, ds in splits.items():  # solve only the rows placed on the map
+        chosen = [i for split, i, _ in rows if split == name]
+        steps.update({(name, i): k for i, k in zip(chosen, _solutions(ds.select(chosen), task)[1])})
+    frame = pd.DataFrame([(name, q, steps[name, i]) for name, i, q in rows], columns=["split", "question", "steps"])
     vectors = TfidfVectorizer(stop_words="english", min_df=2).fit_transform(frame["question"])
     xy = TruncatedSVD(n_components=2, random_state=seed).fit_transform(vectors)
     frame["x"], frame["y"] = xy[:, 0], xy[:, 1]

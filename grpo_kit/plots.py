@@ -84,7 +84,9 @@ def plot_before_after(table: Any, path: str | Path | None = None, title: str = "
     fig, ax = plt.subplots(figsize=(10, 3.6))
     for offset, when in ((-0.2, "before"), (0.2, "after")):
         value = table[when] / table["max"]
-        errors = [value - table[f"{when}_low"] / table["max"], table[f"{when}_high"] / table["max"] - value]
+        # clip: a mean can sit a rounding error outside its percentile interval (matplotlib refuses < 0)
+        errors = [(value - table[f"{when}_low"] / table["max"]).clip(lower=0),
+                  (table[f"{when}_high"] / table["max"] - value).clip(lower=0)]
         ax.bar(x + offset, value, width=0.4, yerr=errors, capsize=3, label=when)
     ax.set_xticks(x, table["metric"], rotation=20, ha="right", fontsize=9)
     ax.set_ylim(0, 1.05)

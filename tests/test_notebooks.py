@@ -42,35 +42,45 @@ EXECUTED = NOTEBOOKS.parent / "runs" / "notebooks-cpu"
 
 
 @pytest.mark.slow
-def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path):
+@pytest.mark.parametrize("task", ["gsm8k", "countdown"])
+def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
+    import json
     import shutil
 
     import papermill
 
-    shutil.rmtree(EXECUTED, ignore_errors=True)
-    EXECUTED.mkdir(parents=True)
-    run_dir = str(EXECUTED)
-    common = dict(preset="cpu-tiny", run_dir=run_dir, warm_start_steps=6)
+    executed = EXECUTED / task
+    shutil.rmtree(executed, ignore_errors=True)
+    executed.mkdir(parents=True)
+    run_dir = str(executed)
+    common = dict(task=task, preset="cpu-tiny", run_dir=run_dir, warm_start_steps=6)
+    # Countdown swaps a reward in one line: the XML tag count becomes a logged, untrained metric.
+    rewards = {"strict_format_reward_func": 1.0, "countdown_reward_func": 1.0, "xmlcount_reward_func": 0.0} \
+        if task == "countdown" else None
     parameters = {
-        "01_explore.ipynb": dict(preset="cpu-tiny", map_size=500),
+        "01_explore.ipynb": dict(task=task, preset="cpu-tiny", map_size=500),
         "02_baseline_eval.ipynb": dict(common, eval_size=8, max_new_tokens=24, batch_size=8, samples=2),
-        "03_train_grpo.ipynb": dict(common, max_steps=2, train_size=32,
+        "03_train_grpo.ipynb": dict(common, max_steps=2, train_size=32, rewards=rewards,
                                     preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16}),
         "04_post_training_eval.ipynb": dict(run_dir=run_dir, batch_size=8),
     }
     walls = {}
     for name in ORDER:
-        out = EXECUTED / name
+        out = executed / name
         start = time.perf_counter()
         papermill.execute_notebook(str(NOTEBOOKS / name), str(out), parameters=parameters[name], cwd=str(tmp_path),
                                    kernel_name="python3", progress_bar=False)
         walls[name] = time.perf_counter() - start
         _check_outputs(out)
-    print("notebook wall times (s):", {k: round(v, 1) for k, v in walls.items()})
+    print(f"notebook wall times (s), {task}:", {k: round(v, 1) for k, v in walls.items()})
     run = Path(run_dir)
     assert {"baseline.jsonl", "trained.jsonl", "eval_settings.json", "log_history.json", "training_curves.png",
             "model", "generations.jsonl", "baseline_sampled.jsonl", "trained_sampled.jsonl", "comparison.csv",
             "before_after.png"} <= {p.name for p in run.iterdir()}
-    executed = nbformat.read(EXECUTED / "04_post_training_eval.ipynb", as_version=4)
-    shown = "".join(str(o.get("data", {})) for c in executed.cells for o in c.get("outputs", []))
+    final = nbformat.read(executed / "04_post_training_eval.ipynb", as_version=4)
+    shown = "".join(str(o.get("data", {})) for c in final.cells for o in c.get("outputs", []))
     assert "Strict accuracy" in shown and "pass@2 (strict)" in shown and "McNemar" in shown
+    assert ("Countdown reward" in shown) == (task == "countdown")
+    logged = {k for row in json.loads((run / "log_history.json").read_text()) for k in row}
+    if task == "countdown":
+        assert {"rewards/countdown_reward_func/mean", "rewards/xmlcount_reward_func/mean"} <= logged
