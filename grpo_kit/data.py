@@ -75,12 +75,18 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _require_keys(rows: list[dict[str, Any]], keys: tuple[str, ...], origin: str, need: str) -> None:
+    """Raise a ``ValueError`` naming the first row of ``rows`` that lacks one of ``keys``."""
+    for i, row in enumerate(rows):
+        if not set(keys) <= set(row):
+            raise ValueError(f"{origin} row {i} has keys {sorted(row)}; {need}")
+
+
 def _to_examples(rows: list[dict[str, Any]], origin: str, system_prompt: str) -> list[dict[str, Any]]:
+    _require_keys(rows, ("question", "answer"), origin,
+                  "GSM8K rows need 'question' and 'answer' (the worked solution ending '#### N')")
     examples = []
     for i, row in enumerate(rows):
-        if not {"question", "answer"} <= set(row):
-            raise ValueError(f"{origin} row {i} has keys {sorted(row)}; GSM8K rows need "
-                             "'question' and 'answer' (the worked solution ending '#### N')")
         gold = extract_hash_answer(row["answer"])
         if gold is None:
             raise ValueError(f"{origin} row {i}: its 'answer' has no '#### N' final line")
@@ -180,10 +186,9 @@ def load_countdown(split: str = "test", source: str = "bundled", n: int = 1000, 
         rows, origin = make_puzzles(n, seed=seed + (0 if split == "train" else 1_000_003)), "generated"
     else:
         rows, origin = _local_rows(source, split, "countdown")
+    _require_keys(rows, ("nums", "target"), origin, "Countdown rows need 'nums' and 'target'")
     examples = []
-    for i, row in enumerate(rows):
-        if not {"nums", "target"} <= set(row):
-            raise ValueError(f"{origin} row {i} has keys {sorted(row)}; Countdown rows need 'nums' and 'target'")
+    for row in rows:
         question = countdown_question(row["nums"], row["target"])
         examples.append({"nums": [int(x) for x in row["nums"]], "target": int(row["target"]), "question": question,
                          "prompt": build_prompt(question, system_prompt)})
@@ -218,10 +223,9 @@ def load_math500(split: str = "test", source: str = "bundled", system_prompt: st
         rows, origin = list(load_dataset("HuggingFaceH4/MATH-500", split="test")), "HuggingFaceH4/MATH-500"
     else:
         rows, origin = _local_rows(source, split, "math500")
+    _require_keys(rows, ("problem", "answer"), origin, "MATH-500 rows need 'problem' and 'answer'")
     examples = []
     for i, row in enumerate(rows):
-        if not {"problem", "answer"} <= set(row):
-            raise ValueError(f"{origin} row {i} has keys {sorted(row)}; MATH-500 rows need 'problem' and 'answer'")
         examples.append({"question": row["problem"], "solution": row.get("solution", ""), "answer": row["answer"],
                          "subject": row.get("subject", ""), "level": int(row.get("level", 0)),
                          "unique_id": row.get("unique_id", str(i)),

@@ -15,6 +15,7 @@ format is never mistaken for a gain in solving.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -98,14 +99,19 @@ class Task:
 # --- GSM8K -------------------------------------------------------------------------------------
 
 
+def _strictly(extract: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``extract``, but only from a completion in the strict XML layout (else ``None``)."""
+    return lambda text: extract(text) if is_strict_format(text) else None
+
+
 def _gsm8k_rule(extract: Callable[[str], str | None]) -> ExtractionRule:
     return ExtractionRule(extract, lambda answer, example: answer == normalize_number(example["answer"]))
 
 
 def _gsm8k_demonstration(example: Example, style: str = "equations") -> tuple[str, str]:
-    from grpo_kit.warm_start import solution_steps
+    from grpo_kit.warm_start import solution_reasoning
 
-    return solution_steps(example["solution"], style), example["answer"]
+    return solution_reasoning(example["solution"], style), example["answer"]
 
 
 # --- Countdown ---------------------------------------------------------------------------------
@@ -116,7 +122,14 @@ def _countdown_solves(answer: str, example: Example) -> bool:
 
 
 def _countdown_demonstration(example: Example, style: str = "equations") -> tuple[str, str] | None:
-    solution = solve(example["nums"], example["target"])
+    return _solved(tuple(example["nums"]), example["target"])
+
+
+@functools.cache
+def _solved(nums: tuple[int, ...], target: int) -> tuple[str, str] | None:
+    """Solver steps and expression, remembered: the tokenizer texts, the warm start and notebook 01
+    each need all 10,000 train puzzles solved (about 20 s once)."""
+    solution = solve(nums, target)
     return None if solution is None else ("\n".join(solution.steps), solution.expression)
 
 
@@ -169,8 +182,7 @@ TASKS: dict[str, Task] = {
         rewards=("xmlcount_reward_func", "strict_format_reward_func", "countdown_reward_func"),
         metrics=("countdown_reward_func", "soft_format_reward_func", "strict_format_reward_func",
                  "xmlcount_reward_func"),
-        rules={"strict": ExtractionRule(lambda t: countdown_answer(t) if is_strict_format(t) else None,
-                                        _countdown_solves),
+        rules={"strict": ExtractionRule(_strictly(countdown_answer), _countdown_solves),
                "flexible": ExtractionRule(countdown_answer, _countdown_solves)},
         gold=lambda example: f"{example['target']} from {list(example['nums'])}",
         demonstration=_countdown_demonstration,
@@ -184,8 +196,7 @@ TASKS: dict[str, Task] = {
         rewards=("xmlcount_reward_func", "strict_format_reward_func", "math_verify_reward_func"),
         metrics=("math_verify_reward_func", "soft_format_reward_func", "strict_format_reward_func",
                  "xmlcount_reward_func"),
-        rules={"strict": ExtractionRule(lambda t: extract_xml_answer(t) if is_strict_format(t) else None,
-                                        _math_correct),
+        rules={"strict": ExtractionRule(_strictly(extract_xml_answer), _math_correct),
                "flexible": ExtractionRule(lambda t: _last_boxed(t) or extract_xml_answer(t) or None, _math_correct)},
         gold=lambda example: example["answer"],
     ),

@@ -31,7 +31,7 @@ __all__ = [
     "WarmStart",
     "format_completion",
     "render_completion",
-    "solution_steps",
+    "solution_reasoning",
     "tiny_policy_dir",
     "warm_start",
     "warm_start_dataset",
@@ -62,11 +62,11 @@ class WarmStart:
             raise ValueError(f"reasoning must be 'equations' or 'full', got {self.reasoning!r}")
 
 
-def solution_steps(solution: str, style: str = "equations") -> str:
+def solution_reasoning(solution: str, style: str = "equations") -> str:
     """The reasoning of a GSM8K worked solution: its calculator annotations one per line
     (``"equations"``), or its text with the annotations removed (``"full"``).
 
-    >>> solution_steps("Half is 48/2 = <<48/2=24>>24.\\n#### 24")
+    >>> solution_reasoning("Half is 48/2 = <<48/2=24>>24.\\n#### 24")
     '48/2=24'
     """
     body = solution.split("####")[0].strip()
@@ -98,7 +98,7 @@ def render_completion(solution: str, answer: str, xml: bool, reasoning: str = "e
     >>> render_completion("<<2*3=6>>6 eggs\\n#### 6", "6", xml=False, plain_lead="Step by step:")
     'Step by step:\\n2*3=6\\n#### 6'
     """
-    return format_completion(solution_steps(solution, reasoning), answer, xml, plain_lead)
+    return format_completion(solution_reasoning(solution, reasoning), answer, xml, plain_lead)
 
 
 def format_completion(steps: str, answer: str, xml: bool, plain_lead: str = "") -> str:
