@@ -15,6 +15,7 @@ seed's XML system prompt then the user turn. :func:`load_gsm8k` returns the colu
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "load_countdown",
     "load_gsm8k",
     "load_math500",
+    "solution_reasoning",
     "take_slice",
     "tokenizer_texts",
 ]
@@ -45,6 +47,8 @@ SYSTEM_PROMPT = """Respond in the following format:
 ...
 </answer>
 You must put your reasoning between the <reasoning> tags and answer between the <answer> tags."""
+
+_CALCULATOR = re.compile(r"<<(.*?)>>")
 
 GSM8K_HUB_ID = "openai/gsm8k"
 GSM8K_SPLITS = ("train", "test")
@@ -300,3 +304,20 @@ def tokenizer_texts(dataset: Dataset, system_copies: int = 50) -> list[str]:
     """Text to train the tiny policy's tokenizer on: the system prompt (weighted by
     ``system_copies`` so its words become single tokens), then every question and solution."""
     return [SYSTEM_PROMPT] * system_copies + list(dataset["question"]) + list(dataset["solution"])
+
+
+def solution_reasoning(solution: str, style: str = "equations") -> str:
+    """The reasoning of a GSM8K worked solution: its calculator annotations one per line
+    (``"equations"``), or its text with the annotations removed (``"full"``).
+
+    >>> solution_reasoning("Half is 48/2 = <<48/2=24>>24.\\n#### 24")
+    '48/2=24'
+    """
+    body = solution.split("####")[0].strip()
+    if style == "equations":
+        # The solution's calculator annotations (`<<48/2=24>>`), one per line: the steps
+        # without prose, short enough for a 1M-parameter model to learn in minutes.
+        equations = _CALCULATOR.findall(body)
+        if equations:
+            return "\n".join(equations)
+    return _CALCULATOR.sub("", body)

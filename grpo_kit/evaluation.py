@@ -13,6 +13,7 @@ avg@n, unbiased pass@k and maj@n.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -46,7 +47,9 @@ __all__ = [
     "maj_at_k",
     "mcnemar_exact",
     "paired_test",
+    "paired_ids",
     "pass_at_k",
+    "question_id",
     "sampled_metrics",
     "score",
     "summarize",
@@ -67,7 +70,7 @@ METRIC_LABELS: dict[str, str] = {
 RULE_LABELS: dict[str, str] = {f"{rule}_correct": f"{rule.capitalize()} accuracy" for rule in EXTRACTION_RULES}
 TOTAL = "total"
 # Record keys that are neither a rule nor a reward.
-_FIELDS = {"index", "sample", "task", "question", "answer", "completion", "extracted", "final_answer", TOTAL,
+_FIELDS = {"id", "index", "sample", "task", "question", "answer", "completion", "extracted", "final_answer", TOTAL,
            "num_tokens", "truncated", *(f"{rule}_answer" for rule in EXTRACTION_RULES)}
 _TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 
@@ -86,6 +89,21 @@ def evaluate_answers(trues: Sequence[Any], preds: Sequence[Any]) -> float:
     return sum(t == p for t, p in zip(trues, preds)) / len(trues)
 
 
+def question_id(prompt: Any, gold: str) -> str:
+    """A stable id for one question: 16 hex digits of a SHA-256 of its prompt (all messages) and gold answer.
+
+    Before/after tables pair records by it, so two evaluations pair only on the same questions
+    asked the same way.
+
+    >>> question_id([{"role": "user", "content": "2+2?"}], "4")
+    'a9a000374e1e33b1'
+    >>> question_id([{"role": "user", "content": "2+2?"}], "5")
+    '88615bcb3cb18bee'
+    """
+    payload = json.dumps([prompt, gold], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+
 def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any]],
           rewards: Sequence[str | RewardFunc] | None = None, task: str | Task = "gsm8k") -> list[dict[str, Any]]:
     """Score completions with reward functions and extraction rules, one record per (example, sample).
@@ -101,8 +119,9 @@ def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any
         task: a name in :data:`grpo_kit.tasks.TASKS` (its extraction rules and gold answer).
 
     Returns:
-        ``list[dict]`` with keys ``index``, ``sample``, ``task``, ``question``, ``answer`` (the
-        gold answer as text), ``completion``, ``extracted`` (text inside ``<answer>``),
+        ``list[dict]`` with keys ``id`` (:func:`question_id`; a question that appears again in
+        ``examples`` gets ``#2``, ``#3``, ...), ``index``, ``sample``, ``task``, ``question``,
+        ``answer`` (the gold answer as text), ``completion``, ``extracted`` (text inside ``<answer>``),
         ``final_answer`` (its first number), ``strict_answer`` / ``flexible_answer`` (each rule's
         answer, ``None`` when it reads none), ``strict_correct`` / ``flexible_correct`` (1.0 or
         0.0), one key per reward (``None`` where a reward skipped the sample), ``total`` (the sum
@@ -116,13 +135,19 @@ def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any
     spec = get_task(task)
     funcs = get_reward_funcs(list(rewards) if rewards is not None else list(spec.metrics))
     records = []
+    seen: dict[str, int] = {}
     for index, (example, samples) in enumerate(zip(examples, completions)):
+        qid = question_id(example["prompt"], spec.gold(example))
+        seen[qid] = seen.get(qid, 0) + 1
+        if seen[qid] > 1:
+            qid = f"{qid}#{seen[qid]}"
         texts = [getattr(s, "text", s) for s in samples]
         n = len(texts)
         columns = {key: [value] * n for key, value in example.items() if key != "prompt"}
         values = {f.__name__: f(prompts=[example["prompt"]] * n, completions=texts, **columns) for f in funcs}
         for sample, (text, raw) in enumerate(zip(texts, samples)):
             record = {
+                "id": qid,
                 "index": index,
                 "sample": sample,
                 "task": spec.name,
@@ -144,15 +169,35 @@ def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any
     return records
 
 
-def _per_question(records: Sequence[dict[str, Any]], key: str) -> list[float]:
-    """Mean of ``key`` over each question's samples, in question order; a skipped sample (``None``)
-    does not count, and a question whose samples were all skipped counts 0."""
-    sums: dict[int, list[float]] = {}
+def _per_question(records: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
+    """Mean of ``key`` over each question's samples, by question id in first-seen order; a skipped sample
+    (``None``) does not count, and a question whose samples were all skipped counts 0."""
+    sums: dict[str, list[float]] = {}
     for r in records:
-        values = sums.setdefault(r["index"], [])
+        values = sums.setdefault(r["id"], [])
         if r[key] is not None:
             values.append(float(r[key]))
-    return [sum(v) / len(v) if v else 0.0 for _, v in sorted(sums.items())]
+    return {qid: sum(v) / len(v) if v else 0.0 for qid, v in sums.items()}
+
+
+def paired_ids(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[str]:
+    """The question ids two evaluations share, in ``before``'s order, when they cover the same questions.
+
+    Raises:
+        ValueError: records without ids (written by grpo_kit before ids existed), or the two sets of
+            questions differ (the message says how many match).
+    """
+    if any("id" not in r for r in (*before, *after)):
+        raise ValueError("these records carry no question ids (written by an older grpo_kit): evaluate again so "
+                         "before and after can be paired by question")
+    ids_before = list(dict.fromkeys(r["id"] for r in before))
+    ids_after = set(r["id"] for r in after)
+    if set(ids_before) != ids_after:
+        common = len(ids_after.intersection(ids_before))
+        raise ValueError(f"before and after are not the same questions: {common} match, {len(ids_before) - common} "
+                         f"only before, {len(ids_after) - common} only after. Evaluate both on the same slice, "
+                         "prompt and task (the run folder's eval_settings.json).")
+    return ids_before
 
 
 def _reward_keys(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -196,7 +241,7 @@ def summarize(records: Sequence[dict[str, Any]], confidence: float = 0.95, seed:
         raise ValueError("no records to summarise")
     rows = {}
     for key, (label, maximum) in _metric_rows(records).items():
-        values = _per_question(records, key)
+        values = list(_per_question(records, key).values())
         low, high = bootstrap_ci(values, confidence, seed=seed)
         rows[label] = (sum(values) / len(values), low, high, maximum)
     return pd.DataFrame.from_dict(rows, orient="index", columns=["value", "ci_low", "ci_high", "max"]).rename_axis(
@@ -223,9 +268,9 @@ def sampled_metrics(records: Sequence[dict[str, Any]], ks: Sequence[int] | None 
     """
     import pandas as pd
 
-    by_question: dict[int, list[dict[str, Any]]] = {}
+    by_question: dict[Any, list[dict[str, Any]]] = {}
     for r in records:
-        by_question.setdefault(r["index"], []).append(r)
+        by_question.setdefault(r.get("id", r["index"]), []).append(r)
     counts = {len(v) for v in by_question.values()}
     if len(counts) != 1:
         raise ValueError(f"questions have different sample counts {sorted(counts)}")
@@ -233,7 +278,7 @@ def sampled_metrics(records: Sequence[dict[str, Any]], ks: Sequence[int] | None 
     ks = sorted({*(2 ** i for i in range(n.bit_length()) if 2 ** i <= n), n}) if ks is None else list(ks)
     if any(not 1 <= k <= n for k in ks):
         raise ValueError(f"every k must be between 1 and n={n}, got {ks}")
-    groups = [sorted(v, key=lambda r: r["sample"]) for _, v in sorted(by_question.items())]
+    groups = [sorted(v, key=lambda r: r["sample"]) for v in by_question.values()]
     rows = {}
     for rule in EXTRACTION_RULES:
         correct = [sum(r[f"{rule}_correct"] > 0 for r in g) for g in groups]
@@ -324,20 +369,23 @@ class EvalResult:
 
         Raises:
             FileNotFoundError: no file at ``path``.
-            ValueError: the file holds no records.
+            ValueError: the file holds no records, or records without question ids (an older grpo_kit).
         """
         with Path(path).open(encoding="utf-8") as f:
             records = [json.loads(line) for line in f if line.strip()]
+        if records and any("id" not in r for r in records):
+            raise ValueError(f"{path} holds records without question ids (written by an older grpo_kit): evaluate "
+                             "again so before and after can be paired by question")
         return cls(records=records, summary=summarize(records), sampling=sampling or Sampling(), wall_s=0.0)
 
-    def correct(self, metric: str | None = None) -> list[bool]:
-        """Per-question success under ``metric`` (first sample of each question; reward > 0).
+    def correct(self, metric: str | None = None) -> dict[str, bool]:
+        """Per-question success under ``metric`` (first sample of each question; reward > 0), by question id.
 
         The default is the headline metric: hard correctness where it was scored (GSM8K), else
         strict accuracy.
         """
         metric = metric or _headline(self.records)
-        return [(r[metric] or 0) > 0 for r in self.records if r["sample"] == 0]
+        return {r["id"]: (r[metric] or 0) > 0 for r in self.records if r["sample"] == 0}
 
 
 def _headline(records: Sequence[dict[str, Any]]) -> str:
@@ -416,15 +464,18 @@ def flips(before: Sequence[bool], after: Sequence[bool]) -> tuple[int, int]:
 def paired_test(before: EvalResult, after: EvalResult, metric: str | None = None) -> dict[str, Any]:
     """Paired comparison of per-question success under ``metric`` (reward > 0 counts as success).
 
-    ``metric`` defaults to the headline: hard correctness (GSM8K), else strict accuracy.
+    Questions are paired by id (:func:`question_id`). ``metric`` defaults to the headline: hard
+    correctness (GSM8K), else strict accuracy.
 
     Returns:
         ``{"wrong_to_right": int, "right_to_wrong": int, "mcnemar_p": float}``.
 
     Raises:
-        ValueError: the evaluations cover different numbers of questions.
+        ValueError: the evaluations cover different questions (:func:`paired_ids`).
     """
-    gained, lost = flips(before.correct(metric), after.correct(metric))
+    ids = paired_ids(before.records, after.records)
+    was, now = before.correct(metric), after.correct(metric)
+    gained, lost = flips([was[i] for i in ids], [now[i] for i in ids])
     return {"wrong_to_right": gained, "right_to_wrong": lost, "mcnemar_p": mcnemar_exact(gained, lost)}
 
 
@@ -439,17 +490,17 @@ def flipped(before: EvalResult, after: EvalResult, metric: str | None = None) ->
         ``extracted_before`` / ``extracted_after``; wrong-to-right rows first.
 
     Raises:
-        ValueError: the evaluations cover different numbers of questions.
+        ValueError: the evaluations cover different questions (:func:`paired_ids`).
     """
     import pandas as pd
 
     metric = metric or _headline(before.records)
-    b = [r for r in before.records if r["sample"] == 0]
-    a = [r for r in after.records if r["sample"] == 0]
-    if len(b) != len(a):
-        raise ValueError(f"paired results need the same questions: {len(b)} before, {len(a)} after")
+    ids = paired_ids(before.records, after.records)
+    b = {r["id"]: r for r in before.records if r["sample"] == 0}
+    a = {r["id"]: r for r in after.records if r["sample"] == 0}
     rows = []
-    for rb, ra in zip(b, a):
+    for qid in ids:
+        rb, ra = b[qid], a[qid]
         was, now = (rb[metric] or 0) > 0, (ra[metric] or 0) > 0
         if was != now:
             rows.append({"change": "wrong -> right" if now else "right -> wrong", "index": rb["index"],
@@ -462,7 +513,7 @@ def flipped(before: EvalResult, after: EvalResult, metric: str | None = None) ->
 
 
 def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """Paired before/after table over the same questions.
+    """Paired before/after table over the same questions, paired by question id (:func:`question_id`).
 
     Columns: ``metric``, ``before``, ``after``, ``delta``, ``max``; each value's interval
     (``before_low``/``before_high``, ``after_low``/``after_high``); the paired bootstrap
@@ -475,20 +526,21 @@ def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, see
     (``delta strict - delta flexible``), i.e. the gain from format compliance alone.
 
     Raises:
-        ValueError: the evaluations cover different questions (counts differ).
+        ValueError: the evaluations cover different questions (the message says how many match),
+            or their records carry no question ids.
     """
     import math
 
     import pandas as pd
 
+    ids = paired_ids(before.records, after.records)
     rows = []
     after_rows = _metric_rows(after.records)
     for key, (label, maximum) in _metric_rows(before.records).items():
         if key not in after_rows:
             continue
-        b, a = _per_question(before.records, key), _per_question(after.records, key)
-        if len(b) != len(a):
-            raise ValueError(f"paired results need the same questions: {len(b)} before, {len(a)} after")
+        by_b, by_a = _per_question(before.records, key), _per_question(after.records, key)
+        b, a = [by_b[i] for i in ids], [by_a[i] for i in ids]
         row = {"metric": label, "before": sum(b) / len(b), "after": sum(a) / len(a)}
         row["delta"] = row["after"] - row["before"]
         row["max"] = maximum

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Backend", "Generation", "Sampling", "TransformersBackend", "model_fingerprint"]
+__all__ = ["Backend", "Generation", "Sampling", "TransformersBackend", "base_weights_digest", "model_fingerprint"]
 
 Prompt = list[dict[str, str]]
 #: Called as ``on_result(i, generations)`` once the completions of prompt ``i`` exist.
@@ -71,6 +71,19 @@ class Backend(Protocol):
         ...
 
 
+def _digest(params: dict[str, Any], strip_peft: bool = False) -> str:
+    """16 hex digits of a SHA-256 over the named tensors (each sampled at about 65,536 evenly strided
+    elements: a training step moves all of them), in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(params):
+        tensor = params[name].detach().reshape(-1)
+        step = max(1, tensor.numel() // 65536)
+        key = name.removeprefix("base_model.model.").replace(".base_layer", "") if strip_peft else name
+        digest.update(f"{key}{tuple(params[name].shape)}{params[name].dtype}".encode())
+        digest.update(tensor[::step].float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def model_fingerprint(model: Any) -> str:
     """Name plus a SHA-256 of the weights: ``"<name_or_path>@<16 hex digits>"``.
 
@@ -79,16 +92,20 @@ def model_fingerprint(model: Any) -> str:
     about that many elements (a training step moves all of them), so fingerprinting an 8B model
     reads megabytes, not gigabytes.
     """
-    digest = hashlib.sha256()
     params = dict(model.named_parameters())
-    chosen = {n: p for n, p in params.items() if "lora_" in n} or params
-    for name in sorted(chosen):
-        tensor = chosen[name].detach().reshape(-1)
-        step = max(1, tensor.numel() // 65536)
-        digest.update(f"{name}{tuple(chosen[name].shape)}{chosen[name].dtype}".encode())
-        digest.update(tensor[::step].float().cpu().numpy().tobytes())
+    adapter = {n: p for n, p in params.items() if "lora_" in n}
     name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
-    return f"{name}@{digest.hexdigest()[:16]}"
+    return f"{name}@{_digest(adapter or params)}"
+
+
+def base_weights_digest(model: Any) -> str:
+    """16 hex digits that identify a model's base weights, whatever adapter sits on them and wherever
+    they were loaded from (a LoRA run's starting point; run folders record it).
+
+    Every weight but the adapter's is hashed (as :func:`model_fingerprint` samples them), under
+    its name without peft's wrapper prefixes, so a model and the same model wrapped by peft agree.
+    """
+    return _digest({n: p for n, p in model.named_parameters() if "lora_" not in n}, strip_peft=True)
 
 
 class TransformersBackend:

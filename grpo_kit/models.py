@@ -14,11 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.presets import LORA_TARGETS
+
 __all__ = [
     "TinyPolicySpec",
     "build_tiny_policy",
     "check_adapter_trained",
     "describe_device",
+    "device_preset",
+    "import_unsloth",
     "load_policy",
     "load_unsloth_policy",
     "placement",
@@ -29,9 +33,6 @@ __all__ = [
 
 # ChatML, the format of Qwen2 instruct models; `generation` markers are not needed because
 # the kit trains on prompt/completion pairs.
-#: LoRA on every attention and MLP projection (the seed's / Unsloth notebook's choice).
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -137,26 +138,51 @@ def build_tiny_policy(texts: Iterable[str], seed: int = 0, spec: TinyPolicySpec 
     return model, tokenizer
 
 
-def placement() -> dict[str, Any]:
-    """``from_pretrained`` keyword arguments for this machine: bfloat16 spread over the GPUs
-    (``device_map="auto"``) when CUDA is available, else float32 on the CPU."""
+def placement(trains_all_weights: bool = False) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments for this machine.
+
+    On CUDA the weights go over the GPUs (``device_map="auto"``) in bfloat16, except for full
+    fine-tuning (``trains_all_weights``): there they stay float32 master weights and training
+    autocasts to bfloat16 (``GRPOConfig.bf16``), as TRL does by default. AdamW at the seeds'
+    learning rates (1e-6 .. 5e-6) on bfloat16 weights rounds most updates away (8 bits of mantissa:
+    an update below about 0.4% of a weight is lost). LoRA keeps its frozen base in bfloat16 (peft
+    holds the adapter in float32). Without CUDA: float32 on the CPU.
+
+    >>> placement(trains_all_weights=True)["dtype"]
+    'float32'
+    """
     import torch
 
     if torch.cuda.is_available():
-        return {"dtype": "bfloat16", "device_map": "auto"}
+        return {"dtype": "float32" if trains_all_weights else "bfloat16", "device_map": "auto"}
     return {"dtype": "float32", "device_map": None}
 
 
-def describe_device() -> str:
-    """One line saying what runs where on this machine (for the notebooks' GPU check)."""
+def device_preset() -> str:
+    """The preset that fits this machine's first GPU (:func:`grpo_kit.presets.preset_for_device`):
+    ``colab-t4`` on a card without bfloat16 (Colab's default T4), ``a100`` on one with it, ``cpu-tiny``
+    without CUDA."""
     import torch
 
+    from grpo_kit.presets import preset_for_device
+
+    if not torch.cuda.is_available():
+        return preset_for_device(None)
+    return preset_for_device(torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported())
+
+
+def describe_device() -> str:
+    """One line saying what runs where on this machine and which preset fits (the notebooks' GPU check)."""
+    import torch
+
+    preset = device_preset()
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        return (f"CUDA GPU: {props.name}, {props.total_memory / 2**30:.0f} GiB. Models load in bfloat16 on the GPU; "
-                "the GPU presets (a100) fit here if the memory does.")
-    return ("No CUDA GPU: everything runs on the CPU. Use preset 'cpu-tiny' (the kit's tiny offline policy); "
-            "the GPU presets (a100) need a CUDA GPU (on Colab: Runtime > Change runtime type > GPU).")
+        why = "no bfloat16 on this card" if preset == "colab-t4" else "bfloat16 available"
+        return (f"CUDA GPU: {props.name}, {props.total_memory / 2**30:.0f} GiB ({why}). The preset that fits: "
+                f"'{preset}' (used when the parameters cell leaves preset = None).")
+    return ("No CUDA GPU: everything runs on the CPU. The preset that fits: 'cpu-tiny' (the kit's tiny offline "
+            "policy); the GPU presets need a CUDA GPU (on Colab: Runtime > Change runtime type > GPU).")
 
 
 def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str | None = None) -> tuple[Any, Any]:
@@ -206,6 +232,36 @@ def require_cuda(what: str) -> None:
                            "and grpo_kit.generation.TransformersBackend for evaluation.")
 
 
+#: Modules Unsloth patches when it is imported; imported before it, they keep unpatched code.
+UNSLOTH_PATCHES = ("transformers", "trl", "peft")
+
+
+def import_unsloth() -> Any:
+    """Import ``unsloth`` before transformers, TRL and peft (it patches them when imported); return it.
+
+    The GPU path calls this first (:func:`grpo_kit.routes.prepare_stack`), so Unsloth's patches apply to
+    everything the run uses: its loader, its generated ``GRPOTrainer`` and its memory savings.
+
+    Raises:
+        RuntimeError: one of :data:`UNSLOTH_PATCHES` was imported before Unsloth in this process (restart
+            the Python process or notebook kernel and let the kit load the model first).
+        ImportError: Unsloth is not installed (``pip install -r requirements.txt``).
+    """
+    import sys
+
+    if "unsloth" not in sys.modules:
+        early = [name for name in UNSLOTH_PATCHES if name in sys.modules]
+        if early:
+            raise RuntimeError(f"{', '.join(early)} was imported before unsloth in this process, so Unsloth's "
+                               "patches would not apply to it (the GPU route's memory savings and its trainer). "
+                               "Restart the Python process or notebook kernel and run the kit's cells in order; "
+                               "in your own script call grpo_kit.models.import_unsloth() before anything imports "
+                               "transformers, trl or peft.")
+    import unsloth
+
+    return unsloth
+
+
 def load_unsloth_policy(model_name: str, max_seq_length: int = 512, load_in_4bit: bool = True,
                         lora_rank: int | None = 32, lora_alpha: int = 32,
                         target_modules: tuple[str, ...] = LORA_TARGETS,
@@ -221,11 +277,11 @@ def load_unsloth_policy(model_name: str, max_seq_length: int = 512, load_in_4bit
     | Unsloth, generation with transformers | yes | yes | yes (``lora_rank=None``) |
     | transformers + TRL's colocated vLLM (``use_unsloth=False, use_vllm=True``) | no | yes | yes |
 
-    ``unsloth`` is imported here, first, so that it patches transformers, TRL and peft before
-    they are used; nothing else in the kit imports it.
+    ``unsloth`` is imported here (:func:`import_unsloth`), before transformers, TRL and peft.
 
     Args:
-        model_name: Hub id or path.
+        model_name: Hub id or path; a folder holding a saved LoRA adapter loads its base model with the
+            adapter on top (the trained policy, evaluated through the same loader as its baseline).
         max_seq_length: prompt plus completion, in tokens.
         load_in_4bit: QLoRA (bitsandbytes 4-bit base weights).
         lora_rank, lora_alpha, target_modules: the adapter; ``lora_rank=None`` trains all weights.
@@ -243,17 +299,19 @@ def load_unsloth_policy(model_name: str, max_seq_length: int = 512, load_in_4bit
     if lora_rank is None and fast_inference:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference: pass fast_inference=False")
     require_cuda("Unsloth")
-    import unsloth  # noqa: F401  (first: it patches transformers, TRL and peft)
+    import_unsloth()  # first: it patches transformers, TRL and peft
     from unsloth import FastLanguageModel
 
+    # A folder holding a saved adapter loads its base and the adapter (Unsloth reads adapter_config.json).
+    saved_adapter = (Path(model_name) / "adapter_config.json").is_file()
     kwargs: dict[str, Any] = dict(model_name=model_name, max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
                                   fast_inference=fast_inference)
     if fast_inference:
         kwargs.update(max_lora_rank=lora_rank, gpu_memory_utilization=gpu_memory_utilization)
-    if lora_rank is None:
+    if lora_rank is None and not saved_adapter:
         kwargs.update(full_finetuning=True)
     model, tokenizer = FastLanguageModel.from_pretrained(**kwargs)
-    if lora_rank is not None:
+    if lora_rank is not None and not saved_adapter:
         model = FastLanguageModel.get_peft_model(model, r=lora_rank, lora_alpha=lora_alpha,
                                                  target_modules=list(target_modules),
                                                  use_gradient_checkpointing="unsloth", random_state=seed)

@@ -28,7 +28,14 @@ from grpo_kit.answers import (
     normalize_number,
 )
 from grpo_kit.countdown import countdown_answer, countdown_score, solve
-from grpo_kit.data import SYSTEM_PROMPT, load_countdown, load_gsm8k, load_math500, tokenizer_texts
+from grpo_kit.data import (
+    SYSTEM_PROMPT,
+    load_countdown,
+    load_gsm8k,
+    load_math500,
+    solution_reasoning,
+    tokenizer_texts,
+)
 from grpo_kit.rewards import SEED_REWARDS, RewardMix
 from grpo_kit.verify import math_verifier
 
@@ -109,8 +116,6 @@ def _gsm8k_rule(extract: Callable[[str], str | None]) -> ExtractionRule:
 
 
 def _gsm8k_demonstration(example: Example, style: str = "equations") -> tuple[str, str]:
-    from grpo_kit.warm_start import solution_reasoning
-
     return solution_reasoning(example["solution"], style), example["answer"]
 
 

@@ -20,26 +20,23 @@ import dataclasses
 import hashlib
 import json
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.data import solution_reasoning
 from grpo_kit.models import TinyPolicySpec
+from grpo_kit.tasks import Task, get_task
 
 __all__ = [
     "WarmStart",
     "format_completion",
     "render_completion",
-    "solution_reasoning",
     "tiny_policy_dir",
     "warm_start",
     "warm_start_dataset",
     "warm_started_tiny_policy",
 ]
-
-_CALCULATOR = re.compile(r"<<(.*?)>>")
-
 
 @dataclass(frozen=True)
 class WarmStart:
@@ -60,23 +57,6 @@ class WarmStart:
             raise ValueError(f"xml_share must be in [0, 1], got {self.xml_share}")
         if self.reasoning not in ("equations", "full"):
             raise ValueError(f"reasoning must be 'equations' or 'full', got {self.reasoning!r}")
-
-
-def solution_reasoning(solution: str, style: str = "equations") -> str:
-    """The reasoning of a GSM8K worked solution: its calculator annotations one per line
-    (``"equations"``), or its text with the annotations removed (``"full"``).
-
-    >>> solution_reasoning("Half is 48/2 = <<48/2=24>>24.\\n#### 24")
-    '48/2=24'
-    """
-    body = solution.split("####")[0].strip()
-    if style == "equations":
-        # The solution's calculator annotations (`<<48/2=24>>`), one per line: the steps
-        # without prose, short enough for a 1M-parameter model to learn in minutes.
-        equations = _CALCULATOR.findall(body)
-        if equations:
-            return "\n".join(equations)
-    return _CALCULATOR.sub("", body)
 
 
 def render_completion(solution: str, answer: str, xml: bool, reasoning: str = "equations",
@@ -113,14 +93,14 @@ def format_completion(steps: str, answer: str, xml: bool, plain_lead: str = "") 
     return f"{lead}{steps}\n#### {answer}"
 
 
-def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: str = "gsm8k") -> Any:
+def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: str | Task = "gsm8k") -> Any:
     """Build the prompt/completion dataset: each row's solution in XML with probability ``xml_share``.
 
     Args:
         dataset: train rows of ``task`` (GSM8K: ``prompt``, ``solution``, ``answer``; Countdown:
             ``prompt``, ``nums``, ``target``, solved here).
         settings: the share of XML targets, the reasoning style and the seed.
-        task: a name in :data:`grpo_kit.tasks.TASKS` with a demonstration.
+        task: a :class:`grpo_kit.tasks.Task` (or its name) with a demonstration.
 
     Returns:
         ``datasets.Dataset`` with conversational ``prompt`` and ``completion`` columns and a
@@ -128,11 +108,10 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: st
     """
     from datasets import Dataset
 
-    from grpo_kit.tasks import get_task
-
-    demonstrate = get_task(task).demonstration
+    task = get_task(task)
+    demonstrate = task.demonstration
     if demonstrate is None:
-        raise ValueError(f"task {task!r} has no worked solutions to warm-start from")
+        raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
     rng = random.Random(settings.seed)
     rows = []
     for row in dataset:
@@ -146,7 +125,7 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: st
 
 
 def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
-               settings: WarmStart = WarmStart(), progress: bool = True, task: str = "gsm8k") -> Any:
+               settings: WarmStart = WarmStart(), progress: bool = True, task: str | Task = "gsm8k") -> Any:
     """Fine-tune ``model`` on :func:`warm_start_dataset` of ``dataset`` and save it to ``output_dir``.
 
     The loss is on completion tokens only (TRL's default for prompt/completion data), with
@@ -197,8 +176,9 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
 
 
 def tiny_policy_dir(cache_dir: str | Path, settings: WarmStart = WarmStart(), spec: TinyPolicySpec = TinyPolicySpec(),
-                    seed: int = 0, task: str = "gsm8k") -> Path:
+                    seed: int = 0, task: str | Task = "gsm8k") -> Path:
     """Cache folder of a warm-started tiny policy, keyed by everything that shapes it."""
+    task = get_task(task).name
     shape = {"warm": dataclasses.asdict(settings), "spec": dataclasses.asdict(spec), "seed": seed, "format": 3}
     if task != "gsm8k":  # GSM8K policies keep the keys they had before tasks existed
         shape["task"] = task
@@ -209,7 +189,7 @@ def tiny_policy_dir(cache_dir: str | Path, settings: WarmStart = WarmStart(), sp
 
 def warm_started_tiny_policy(cache_dir: str | Path = ".cache/grpo_kit", settings: WarmStart = WarmStart(),
                              spec: TinyPolicySpec = TinyPolicySpec(), seed: int = 0, train: Any = None,
-                             progress: bool = True, task: str = "gsm8k") -> tuple[Any, Any, bool]:
+                             progress: bool = True, task: str | Task = "gsm8k") -> tuple[Any, Any, bool]:
     """The kit's tiny offline policy, warm-started on a task's train split; built once, then cached.
 
     The tokenizer is trained on the train questions and solutions plus the system prompt
@@ -226,15 +206,14 @@ def warm_started_tiny_policy(cache_dir: str | Path = ".cache/grpo_kit", settings
         ``(model, tokenizer, cached)``, ``cached`` telling whether it came from the cache.
     """
     from grpo_kit.models import build_tiny_policy, load_policy
-    from grpo_kit.tasks import get_task
 
+    task = get_task(task)
     path = tiny_policy_dir(cache_dir, settings, spec, seed, task)
     if (path / "config.json").is_file():
         model, tokenizer = load_policy(path, dtype="float32")
         return model, tokenizer, True
-    spec_task = get_task(task)
-    train = spec_task.load("train") if train is None else train
-    model, tokenizer = build_tiny_policy(spec_task.texts(train), seed=seed, spec=spec)
+    train = task.load("train") if train is None else train
+    model, tokenizer = build_tiny_policy(task.texts(train), seed=seed, spec=spec)
     warm_start(model, tokenizer, train, path, settings, progress=progress, task=task)
     return model, tokenizer, False
 

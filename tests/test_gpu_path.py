@@ -16,7 +16,8 @@ import torch
 
 import grpo_kit
 from grpo_kit.generation import Sampling
-from grpo_kit.training import build_grpo_config, get_preset
+from grpo_kit.presets import get_preset
+from grpo_kit.training import build_grpo_config
 from grpo_kit.vllm_backend import UnslothVLLMBackend, generations_of, sampling_params
 
 
@@ -44,7 +45,7 @@ def test_gpu_route_conflicts_are_caught_before_loading(tmp_path, overrides, mess
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a CPU-only user gets")
 def test_unsloth_on_a_cpu_names_the_cpu_alternative():
     from grpo_kit.models import load_unsloth_policy
-    from grpo_kit.training import load_preset_policy
+    from grpo_kit.routes import load_preset_policy
 
     with pytest.raises(RuntimeError, match="cpu-tiny"):
         load_preset_policy("a100")
@@ -130,13 +131,13 @@ class LLM:
 
 def test_subprocess_vllm_backend_protocol(tiny_policy, tiny_policy_files, tmp_path, monkeypatch):
     """The child process, its JSON lines and a chatty stderr, with a stand-in ``vllm`` module."""
-    import grpo_kit.models
+    import grpo_kit.vllm_backend
     from grpo_kit.vllm_backend import SubprocessVLLMBackend, token_prompts
 
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "__init__.py").write_text(_FAKE_VLLM)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    monkeypatch.setattr(grpo_kit.models, "require_cuda", lambda what: None)
+    monkeypatch.setattr(grpo_kit.vllm_backend, "vllm_usable", lambda: True)
     _, tokenizer = tiny_policy
     prompts = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": "And 3 + 3 + 3?"}]]
     seen = []
@@ -165,7 +166,7 @@ def test_eval_backend_routes_on_a_cpu(tiny_policy, tmp_path):
     from peft import LoraConfig, get_peft_model
 
     from grpo_kit.generation import TransformersBackend
-    from grpo_kit.training import load_eval_backend
+    from grpo_kit.routes import load_eval_backend
 
     model, tokenizer = tiny_policy
     model.save_pretrained(tmp_path / "full")

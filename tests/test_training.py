@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grpo_kit.presets import PRESETS, check_settings, get_preset
 from grpo_kit.rewards import SEED_REWARDS
-from grpo_kit.training import PRESETS, build_grpo_config, build_trainer, check_settings, get_preset
+from grpo_kit.training import build_grpo_config, build_trainer
 
 
 def test_a100_preset_is_the_seeds_recipe(tmp_path):
@@ -35,12 +36,12 @@ def test_overrides_reach_grpo_config(tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(per_device_train_batch_size=12), "not divisible by num_generations"),
-    (dict(num_generations=1, per_device_train_batch_size=4), "at least 2"),
+    (dict(num_generations=1, per_device_train_batch_size=4), "num_generations = 1 cannot work"),
     (dict(rewards=("typo_reward",)), "unknown reward 'typo_reward'"),
     (dict(max_prompt_length=256), "max_prompt_tokens"),
     (dict(learning_rat=1e-5), "unknown preset field"),
     (dict(reward_weights=(1.0,)), "one weight per reward"),
-    (dict(max_completion_length=0), "must be positive"),
+    (dict(max_completion_length=0), "max_completion_length = 0 cannot work"),
 ])
 def test_bad_settings_raise_before_loading(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -112,20 +113,34 @@ def test_custom_reward_function_drops_in(tiny_policy, gsm8k_train_small, tmp_pat
     assert {"rewards/text_length_reward/mean", "rewards/strict_format_reward_func/mean"} <= logged
 
 
-def test_setup_wandb_never_prompts(monkeypatch):
-    from grpo_kit.training import setup_wandb
+def test_setup_wandb_never_prompts_and_never_blocks(monkeypatch, capsys):
+    import os
+    import time
+
+    import grpo_kit.tracking
+    from grpo_kit.tracking import setup_wandb
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
     assert setup_wandb(None) == "none"
     assert setup_wandb("proj", "disabled") == "none"
     assert setup_wandb("proj") == "wandb"
-    import os
-
     assert os.environ["WANDB_MODE"] == "offline" and os.environ["WANDB_PROJECT"] == "proj"
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    start = time.perf_counter()
+    assert setup_wandb("proj") == "wandb"  # online asked for (a key), the server unreachable: offline, quickly
+    assert os.environ["WANDB_MODE"] == "offline" and time.perf_counter() - start < 10
+    assert "not reachable" in capsys.readouterr().err
+    monkeypatch.setattr(grpo_kit.tracking, "reachable", lambda url, timeout_s: True)
     setup_wandb("proj")
     assert os.environ["WANDB_MODE"] == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the user's own choice is kept
+    assert setup_wandb("proj") == "none" and os.environ["WANDB_MODE"] == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert setup_wandb("proj") == "wandb" and os.environ["WANDB_MODE"] == "offline"
+    with pytest.raises(ValueError, match="unknown"):
+        setup_wandb("proj", "sometimes")
 
 
 def test_saved_lora_adapter_loads_back_for_evaluation(tiny_policy, tiny_policy_files, gsm8k_train_small, tmp_path):
@@ -149,7 +164,7 @@ def test_saved_lora_adapter_loads_back_for_evaluation(tiny_policy, tiny_policy_f
 
 
 def test_preset_tokenizer_of_the_tiny_policy_is_deterministic():
-    from grpo_kit.training import load_preset_tokenizer
+    from grpo_kit.routes import load_preset_tokenizer
 
     a, b = load_preset_tokenizer("cpu-tiny"), load_preset_tokenizer("cpu-tiny")
     assert a.get_vocab() == b.get_vocab()
@@ -173,8 +188,8 @@ def test_a_saved_tiny_policy_tokenizes_exactly_like_the_one_that_trained(tiny_po
 
 
 def test_reward_mix_weights_reach_grpo_config(tmp_path):
+    from grpo_kit.presets import reward_mix
     from grpo_kit.rewards import RewardMix
-    from grpo_kit.training import reward_mix
 
     mix = RewardMix({"correctness_reward_func": 2.0, "xmlcount_reward_func": 0.0, text_length_reward: 0.5})
     preset = get_preset("cpu-tiny")

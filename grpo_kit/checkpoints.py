@@ -1,0 +1,99 @@
+"""Checkpoints of a GRPO run: which ones are complete, and whether a run folder may be resumed.
+
+The trainer (transformers' ``Trainer``) writes ``checkpoint-<step>/`` every ``save_steps``: the
+model or adapter, then the optimizer and scheduler, the RNG states, and last
+``trainer_state.json``. A run killed while one is being written leaves a folder without a
+readable ``trainer_state.json`` (or without the files before it): :func:`is_complete` tells, and
+:func:`latest_complete` falls back to the newest complete one. Older checkpoints are deleted only
+after a newer one is complete (``save_total_limit``), so one always survives.
+
+A run folder records what it trains (:func:`run_identity`: preset, task, model, rewards);
+:func:`check_same_run` refuses to resume it with anything else, saying what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.presets import RESUMABLE_FIELDS, Preset
+from grpo_kit.rewards import RewardMix
+
+__all__ = ["check_same_run", "checkpoints", "is_complete", "latest_complete", "run_identity"]
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
+            "pytorch_model.bin.index.json")
+
+
+def checkpoints(folder: str | Path) -> list[Path]:
+    """The ``checkpoint-<step>`` folders in ``folder``, oldest step first (complete or not)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def is_complete(checkpoint: str | Path) -> bool:
+    """Whether a checkpoint folder holds everything a resume needs.
+
+    Complete means: ``trainer_state.json`` parses and names the folder's step, and the weights
+    (full model or adapter), the optimizer and the scheduler are there. DeepSpeed keeps its
+    optimizer in ``global_step<N>/`` instead of ``optimizer.pt``.
+    """
+    checkpoint = Path(checkpoint)
+    match = _CHECKPOINT.match(checkpoint.name)
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if match is None or state.get("global_step") != int(match.group(1)):
+        return False
+    has_optimizer = (checkpoint / "optimizer.pt").is_file() or any(checkpoint.glob("global_step*"))
+    has_weights = any((checkpoint / name).is_file() for name in _WEIGHTS) or any(checkpoint.glob("global_step*"))
+    return has_weights and has_optimizer and (checkpoint / "scheduler.pt").is_file()
+
+
+def latest_complete(folder: str | Path) -> Path | None:
+    """The newest complete checkpoint in ``folder`` (see :func:`is_complete`), or ``None``."""
+    for checkpoint in reversed(checkpoints(folder)):
+        if is_complete(checkpoint):
+            return checkpoint
+    return None
+
+
+def run_identity(preset: Preset, task: str, model: str, rewards: RewardMix) -> dict[str, Any]:
+    """What a run trains, as JSON-able values: the preset's fields (less those a resumed run may change,
+    :data:`grpo_kit.presets.RESUMABLE_FIELDS`), the task, the model and the rewards with their weights."""
+    fields = {k: v for k, v in dataclasses.asdict(preset).items() if k not in RESUMABLE_FIELDS}
+    return json.loads(json.dumps({"preset": fields, "task": task, "model": model,
+                                  "rewards": dict(zip(rewards.names, rewards.weights))}, default=str))
+
+
+def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: str | Path) -> None:
+    """Refuse to resume a run folder with a different preset, task, model or reward set.
+
+    Args:
+        recorded: the identity stored in the run folder (:func:`run_identity` when it started).
+        current: this invocation's identity.
+        folder: the run folder (for the message).
+
+    Raises:
+        ValueError: they differ; the message lists each difference (recorded -> now).
+    """
+    differences = []
+    for key in ("task", "model", "rewards"):
+        if recorded.get(key) != current.get(key):
+            differences.append(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}")
+    before, now = recorded.get("preset", {}), current.get("preset", {})
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):
+            differences.append(f"preset.{key}: {before.get(key)!r} -> {now.get(key)!r}")
+    if differences:
+        raise ValueError(f"{folder} holds checkpoints of a different run, so it cannot be resumed with these "
+                         "settings:\n  " + "\n  ".join(differences) + "\nResume with the recorded settings, or "
+                         "train into a new run folder.")
