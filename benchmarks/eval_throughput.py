@@ -2,10 +2,14 @@
 
 The loop is how notebooks usually evaluate: one `model.generate` call per question. The kit
 batches prompts (sorted by length, left padded) and caches every completion, so a rerun
-generates nothing. Same policy (the kit's warm-started tiny policy), same 200 GSM8K test
-questions, greedy, the same token budget.
+generates nothing. Where vLLM's CPU build is installed (the stack environment), the kit's vLLM
+route (``vllm.LLM`` in a subprocess, float32) runs on the same questions too: its engine start
+and its generation are timed apart, and its greedy completions are compared with batched
+transformers'. Same policy (the kit's warm-started tiny policy), same GSM8K test questions,
+greedy, the same token budget.
 
 Run: .venv/bin/python benchmarks/eval_throughput.py [--questions 200] [--max-new-tokens 64]
+     .venv-stack/bin/python benchmarks/eval_throughput.py   (adds the vLLM row)
 Targets (issue 4): batched >= 5x the loop; fully cached rerun >= 50x.
 """
 
@@ -21,7 +25,8 @@ import torch
 from grpo_kit.data import load_gsm8k, take_slice
 from grpo_kit.evaluation import evaluate
 from grpo_kit.generation import Sampling, TransformersBackend
-from grpo_kit.warm_start import warm_started_tiny_policy
+from grpo_kit.vllm_backend import SubprocessVLLMBackend, vllm_usable
+from grpo_kit.warm_start import WarmStart, tiny_policy_dir, warm_started_tiny_policy
 
 
 def per_question_loop(model, tokenizer, prompts, max_new_tokens):
@@ -72,10 +77,23 @@ def main() -> None:
 
     rows = [("per-question loop", loop_s, loop_tokens), (f"kit, batched ({args.batch_size})", batched_s, kit_tokens),
             ("kit, cached rerun", cached_s, kit_tokens)]
+    if vllm_usable():
+        backend = SubprocessVLLMBackend(tiny_policy_dir(args.cache_dir, WarmStart()), max_model_len=512)
+        start = time.perf_counter()
+        with_vllm = evaluate(backend, questions, greedy)
+        vllm_total = time.perf_counter() - start
+        vllm_s = backend.timings["generate_s"]
+        same = sum(a["completion"] == b["completion"] for a, b in zip(with_vllm.records, first.records))
+        rows.append(("kit, vLLM CPU (generation)", vllm_s, sum(r["num_tokens"] for r in with_vllm.records)))
     print(f"{'':28s} {'seconds':>9s} {'questions/s':>12s} {'tokens/s':>10s}")
     for name, seconds, tokens in rows:
         print(f"{name:28s} {seconds:9.2f} {len(prompts) / seconds:12.1f} {tokens / seconds:10.0f}")
     print(f"batched vs loop: {loop_s / batched_s:.1f}x questions/s (target >= 5x)")
+    if vllm_usable():
+        print(f"vLLM (CPU, float32): import {backend.timings['import_s']:.1f} s, engine start "
+              f"{backend.timings['start_s']:.1f} s, generation {vllm_s:.1f} s ({batched_s / vllm_s:.1f}x the batched "
+              f"transformers generation; {vllm_total:.1f} s in all); greedy completions identical to batched "
+              f"transformers on {same} of {len(prompts)} questions")
     print(f"cached rerun vs loop: {loop_s / cached_s:.0f}x (target >= 50x); vs the batched first run: "
           f"{batched_s / cached_s:.0f}x")
 

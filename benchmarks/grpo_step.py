@@ -1,14 +1,15 @@
 """GRPO step time and peak GPU memory: Unsloth LoRA against plain TRL + peft, same shape (GPU only).
 
-Each route runs in its own child process (Unsloth patches transformers/TRL when imported, and
-peak memory must not carry over): the same architecture built from a config with random
-weights (no Hub), the same LoRA (rank, alpha, modules), batch, prompt and completion lengths
-(completions forced to full length with ``min_new_tokens``), generation with transformers in
-both (no vLLM) so the comparison is the training step. Prints the median step time, the peak
+Each route runs in its own child process (Unsloth patches transformers/TRL when imported, so the
+Unsloth child imports it before anything else; and peak memory must not carry over): the same
+architecture built from a config with random weights (no Hub), the same LoRA (rank, alpha,
+modules), ``--batch`` completions per optimiser step (no gradient accumulation), prompt and
+completion lengths (completions forced to full length with ``min_new_tokens``), generation with
+transformers in both (no vLLM) so the comparison is the training step. Prints the median step time, the peak
 GPU memory (``torch.cuda.max_memory_allocated``) and the ratios.
 
-Run (on a CUDA machine with requirements.txt installed):
-  python benchmarks/grpo_step.py [--hidden 2048 --layers 16 --steps 6 --batch 16 --completion 256]
+Run (on a CUDA machine; `make test-gpu` builds .venv-gpu from requirements.txt):
+  .venv-gpu/bin/python benchmarks/grpo_step.py [--hidden 2048 --layers 16 --steps 6 --batch 16 --completion 256]
 Target, from Unsloth's published claims: at least 40% less peak memory than plain TRL.
 """
 
@@ -42,19 +43,30 @@ def build_checkpoint(folder: Path, hidden: int, layers: int) -> None:
     tokenizer.save_pretrained(folder)
 
 
+def route_overrides(folder: str, args: argparse.Namespace) -> dict:
+    """Preset overrides shared by both routes: one optimiser step = ``args.batch`` completions (no gradient
+    accumulation, whatever the preset's), ``args.completion``-token completions, no vLLM, no checkpoints."""
+    return dict(model=folder, lora_rank=args.rank, lora_alpha=args.rank, load_in_4bit=False, fast_inference=False,
+                max_steps=args.steps, per_device_train_batch_size=args.batch, gradient_accumulation_steps=1,
+                num_generations=8, max_completion_length=args.completion, max_seq_length=args.completion + 512,
+                max_prompt_tokens=512, learning_rate=1e-5, warmup_ratio=0.0, optim="adamw_torch", save_steps=10**6,
+                extra={"generation_kwargs": {"min_new_tokens": args.completion}})
+
+
 def run_route(route: str, folder: str, args: argparse.Namespace) -> dict:
     """Child process: train ``args.steps`` GRPO steps through ``route``; return timings and peak memory."""
+    if route == "unsloth":  # first, before anything imports transformers: Unsloth patches it on import
+        from grpo_kit.models import import_unsloth
+
+        import_unsloth()
     import torch
     from transformers import TrainerCallback
 
     from grpo_kit.data import load_gsm8k
-    from grpo_kit.training import build_trainer, get_preset
+    from grpo_kit.presets import get_preset
+    from grpo_kit.training import build_trainer
 
-    overrides = dict(model=folder, lora_rank=args.rank, lora_alpha=args.rank, load_in_4bit=False, fast_inference=False,
-                     max_steps=args.steps, per_device_train_batch_size=args.batch, num_generations=8,
-                     max_completion_length=args.completion, max_seq_length=args.completion + 512,
-                     max_prompt_tokens=512, learning_rate=1e-5, warmup_ratio=0.0, optim="adamw_torch", save_steps=10**6,
-                     extra={"generation_kwargs": {"min_new_tokens": args.completion}})
+    overrides = route_overrides(folder, args)
     if route == "unsloth":
         from grpo_kit.models import load_unsloth_policy
 
@@ -83,7 +95,8 @@ def run_route(route: str, folder: str, args: argparse.Namespace) -> dict:
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
     return {"route": route, "median_step_s": statistics.median(times[1:] or times),
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "steps": len(times)}
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "steps": len(times),
+            "completions_per_step": preset.per_device_train_batch_size * preset.gradient_accumulation_steps}
 
 
 def main() -> None:
@@ -92,7 +105,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--batch", type=int, default=16, help="completions per step (per_device_train_batch_size)")
+    parser.add_argument("--batch", type=int, default=16, help="completions per optimiser step (no accumulation)")
     parser.add_argument("--completion", type=int, default=256, help="completion length in tokens")
     parser.add_argument("--child", nargs=2, metavar=("ROUTE", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -117,7 +130,7 @@ def main() -> None:
                 continue
             results[route] = json.loads(lines[-1][len("RESULT "):])
     print(f"shape: hidden {args.hidden}, {args.layers} layers, LoRA rank {args.rank}, {args.batch} completions x "
-          f"{args.completion} tokens per step, {args.steps} steps; GPU {torch.cuda.get_device_name(0)}")
+          f"{args.completion} tokens per optimiser step, {args.steps} steps; GPU {torch.cuda.get_device_name(0)}")
     for r in results.values():
         print(f"{r['route']:10s} median step {r['median_step_s']:.3f} s   peak memory {r['peak_gib']:.2f} GiB")
     if len(results) == 2:

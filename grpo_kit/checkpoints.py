@@ -7,6 +7,11 @@ readable ``trainer_state.json`` (or without the files before it): :func:`is_comp
 :func:`latest_complete` falls back to the newest complete one. Older checkpoints are deleted only
 after a newer one is complete (``save_total_limit``), so one always survives.
 
+A resumed run continues the learning-rate schedule of its *current* length (:func:`continue_schedule`):
+extending a finished 250-step run to 350 steps trains step 251 at the 350-step schedule's rate for
+that step, where the restored optimizer would otherwise hold the old schedule's last rate (0 for a
+cosine that ended) for one step.
+
 A run folder records what it trains (:func:`run_identity`: preset, task, model, rewards);
 :func:`check_same_run` refuses to resume it with anything else, saying what differs.
 """
@@ -22,7 +27,8 @@ from typing import Any
 from grpo_kit.presets import RESUMABLE_FIELDS, Preset
 from grpo_kit.rewards import RewardMix
 
-__all__ = ["check_same_run", "checkpoints", "is_complete", "latest_complete", "run_identity"]
+__all__ = ["check_same_run", "checkpoints", "continue_schedule", "is_complete", "latest_complete", "run_identity",
+           "schedule_on_resume"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
@@ -97,3 +103,33 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
         raise ValueError(f"{folder} holds checkpoints of a different run, so it cannot be resumed with these "
                          "settings:\n  " + "\n  ".join(differences) + "\nResume with the recorded settings, or "
                          "train into a new run folder.")
+
+
+def continue_schedule(optimizer: Any, lr_scheduler: Any) -> list[float]:
+    """Set the optimizer's learning rates to the schedule's value at its current step; return them.
+
+    transformers rebuilds the schedule for the run's ``max_steps`` and restores only its step counter
+    from the checkpoint, but the restored optimizer still holds the rate the *old* schedule set last,
+    which the next step would train with. Schedules that are not ``LambdaLR`` (constant, cosine, linear
+    with warmup all are) are left alone.
+    """
+    scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate wraps it
+    if not hasattr(scheduler, "lr_lambdas"):
+        return [group["lr"] for group in optimizer.param_groups]
+    rates = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, rate in zip(optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = list(rates)
+    return rates
+
+
+def schedule_on_resume() -> Any:
+    """A ``TrainerCallback`` that applies :func:`continue_schedule` when training starts from a checkpoint."""
+    from transformers import TrainerCallback
+
+    class ScheduleOnResume(TrainerCallback):
+        def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+            if state.global_step > 0 and optimizer is not None and lr_scheduler is not None:
+                continue_schedule(optimizer, lr_scheduler)
+
+    return ScheduleOnResume()

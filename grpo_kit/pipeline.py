@@ -10,9 +10,10 @@ the optimizer, scheduler, RNG states and trainer state it holds; a folder holdin
 checkpoints (preset, task, model or rewards differ) is refused. Extending a finished run is a
 resume with a larger ``max_steps``: steps ``old+1 .. new`` follow the learning-rate schedule of a
 run planned for ``new`` steps from the start (transformers rebuilds the schedule for the new
-length and restores only its step counter), so a cosine schedule that reached 0 at step 250
-resumes at the 350-step cosine's value for step 251 (about 22% of the peak for the seed's
-10% warmup), not at 0 and not at the peak.
+length and restores its step counter; :func:`grpo_kit.checkpoints.continue_schedule` makes the first
+added step use it too), so the seed's cosine schedule, nearly 0 by step 250, resumes at the
+350-step cosine's value for step 251 (23% of the peak, with the seed's 10% warmup now 35 steps),
+not at 0 and not at the peak.
 
 Under ``accelerate launch`` every process runs this; TRL splits the prompts between them, each
 computes its own completions' rewards, and only the main process writes the run folder.
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.checkpoints import check_same_run, latest_complete, run_identity
+from grpo_kit.checkpoints import check_same_run, latest_complete, run_identity, schedule_on_resume
 from grpo_kit.presets import Preset, check_settings, reward_mix
 from grpo_kit.rewards import RewardFunc, RewardMix
 from grpo_kit.runs import RunFolder
@@ -290,7 +291,7 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
         if resume_from is not None:
             _forget_after(folder, int(resume_from.name.split("-")[1]))
 
-    callbacks: list[Any] = []
+    callbacks: list[Any] = [schedule_on_resume()]
     heldout = None
     if run.eval_steps is not None:
         eval_set = take_slice(run.task.load("test"), n=min(run.eval_size, len(run.task.load("test"))), seed=run.seed)
@@ -307,7 +308,10 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
     if run.progress == "bar":
         quiet_progress(trainer)
     else:
-        trainer.args.disable_tqdm = True
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.pop_callback(ProgressCallback)
+        trainer.pop_callback(PrinterCallback)
     if resume_from is not None and main:
         print(f"[grpo_kit train] resuming from {resume_from} (step {resume_from.name.split('-')[1]} of "
               f"{run.preset.max_steps})", flush=True)

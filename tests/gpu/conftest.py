@@ -1,12 +1,19 @@
 """GPU tests: skipped where CUDA is absent (`make test` on a CPU), run by `make test-gpu`.
 
+`make test-gpu` installs requirements.txt into .venv-gpu and runs each route's file in its own
+process (Unsloth replaces TRL's trainers for the rest of a process once imported). It sets
+GRPO_KIT_REQUIRE_GPU_STACK=1, and then a missing GPU, Unsloth or vLLM fails the run instead of
+skipping tests and "passing".
+
 Models are real architectures built from configs with random weights (no Hub): a small Llama
-and the kit's byte-level tokenizer with a chat template.
+and the kit's byte-level tokenizer with a chat template. Nothing here imports transformers at
+module level, so the Unsloth route's file can import Unsloth first.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -18,7 +25,16 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 HAS_UNSLOTH = importlib.util.find_spec("unsloth") is not None
 
 
+def missing_gpu_stack() -> list[str]:
+    """What `make test-gpu` needs and this machine lacks."""
+    missing = [] if torch.cuda.is_available() else ["a CUDA GPU"]
+    return missing + [name for name, present in (("unsloth", HAS_UNSLOTH), ("vllm", HAS_VLLM)) if not present]
+
+
 def pytest_collection_modifyitems(items):
+    if os.environ.get("GRPO_KIT_REQUIRE_GPU_STACK") == "1" and missing_gpu_stack():
+        raise pytest.UsageError(f"make test-gpu needs {', '.join(missing_gpu_stack())}: nothing was tested "
+                                "(install requirements.txt on a CUDA machine)")
     for item in items:
         if "tests/gpu" in str(item.fspath):
             item.add_marker(pytest.mark.gpu)
@@ -48,3 +64,16 @@ def random_llama(tmp_path_factory, gsm8k_small):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def length_reward(completions, **kwargs):
+    """Varies across a random policy's completions, so every group has a non-zero advantage."""
+    return [float(len(c[0]["content"])) for c in completions]
+
+
+def small_run(**overrides):
+    """Preset overrides for a few quick steps on the random Llama."""
+    base = dict(max_steps=3, per_device_train_batch_size=8, num_generations=4, max_completion_length=16,
+                max_prompt_tokens=512, max_seq_length=768, save_steps=1000, warmup_ratio=0.0)
+    base.update(overrides)
+    return base

@@ -1,0 +1,165 @@
+"""The Unsloth route against the real unsloth 2026.10.7 and trl 1.15.0 (CPU).
+
+Unsloth is imported first, at collection, as the kit's GPU path does, and its TRL patch runs as
+on a GPU: `import unsloth` calls ``PatchFastRL(FastLanguageModel=FastLlamaModel)``
+(unsloth/models/llama.py), which under ``UNSLOTH_ALLOW_CPU=1`` returns before rewriting TRL
+(unsloth/models/rl.py, ``PatchFastRL``); the fixture runs it again with the flag off, so ``from trl
+import GRPOTrainer`` is the generated ``UnslothGRPOTrainer`` a GPU run trains with.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from grpo_kit.models import UNSLOTH_PATCHES, import_unsloth
+
+IMPORTED_BEFORE = [name for name in UNSLOTH_PATCHES if name in sys.modules]
+import_unsloth()  # before anything imports transformers, TRL or peft
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from grpo_kit.presets import PRESETS, get_preset  # noqa: E402
+from grpo_kit.training import build_grpo_config, build_trainer, is_unsloth_trainer  # noqa: E402
+
+from .conftest import length_reward  # noqa: E402
+
+
+def _patch_trl_as_on_a_gpu() -> None:
+    from unsloth.models.llama import FastLlamaModel
+    from unsloth.models.rl import PatchFastRL
+
+    os.environ["UNSLOTH_ALLOW_CPU"] = "0"
+    try:
+        PatchFastRL(FastLanguageModel=FastLlamaModel)
+    finally:
+        os.environ["UNSLOTH_ALLOW_CPU"] = "1"
+
+
+_patch_trl_as_on_a_gpu()
+
+
+def _cpu(preset):
+    """The preset as it can be validated on a CPU: no mixed precision (GRPOConfig checks for a GPU)."""
+    return get_preset(preset, bf16=False, extra={k: v for k, v in preset.extra.items() if k != "fp16"})
+
+
+def _unsloth_lora(model, rank=8):
+    """A LoRA on ``model`` as Unsloth's ``get_peft_model`` leaves it: a peft model with Unsloth's
+    ``for_training`` / ``for_inference`` bound. ``FastLanguageModel.from_pretrained``, which would add them,
+    needs CUDA (see test_unsloths_loader_needs_cuda_at_one_call)."""
+    import functools
+
+    from peft import LoraConfig, get_peft_model
+    from unsloth import FastLanguageModel
+
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=rank, task_type="CAUSAL_LM",
+                                                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                  "up_proj", "down_proj"]))
+    peft_model.for_training = functools.partial(FastLanguageModel.for_training, peft_model)
+    peft_model.for_inference = functools.partial(FastLanguageModel.for_inference, peft_model)
+    return peft_model
+
+
+def test_unsloth_came_first_and_trl_trainer_is_unsloths():
+    from trl import GRPOConfig, GRPOTrainer
+
+    assert IMPORTED_BEFORE == []
+    assert is_unsloth_trainer(GRPOTrainer)
+    # Unsloth's generated config subclasses TRL's and takes its name (for pickling); a flag marks it
+    assert getattr(GRPOConfig, "_unsloth_patched_rl_config", False)
+    generated = (os.getcwd() + "/unsloth_compiled_cache/UnslothGRPOTrainer.py")
+    assert "if False:" in open(generated).read()  # where TRL's `if peft_config is not None:` stood
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_presets_config_builds_under_unsloths_config(name, tmp_path):
+    preset = _cpu(PRESETS[name])
+    config = build_grpo_config(preset, str(tmp_path))
+    assert getattr(type(config), "_unsloth_patched_rl_config", False) and hasattr(config, "unsloth_num_chunks")
+    assert (config.per_device_train_batch_size, config.num_generations, config.max_completion_length,
+            config.learning_rate, config.optim, config.max_steps, config.save_steps) == \
+        (preset.per_device_train_batch_size, preset.num_generations, preset.max_completion_length,
+         preset.learning_rate, preset.optim, preset.max_steps, preset.save_steps)
+    assert config.reward_weights == [1.0] * len(preset.rewards)
+
+
+def test_the_presets_values_reach_unsloths_trainer(tiny_policy, gsm8k_train_small, tmp_path):
+    model, tokenizer = tiny_policy
+    preset = get_preset(_cpu(PRESETS["a100"]), use_cpu=True, gradient_checkpointing=False)
+    mix = {"strict_format_reward_func": 1.0, "correctness_reward_func": 2.0, "xmlcount_reward_func": 0.0}
+    from grpo_kit.rewards import RewardMix
+
+    trainer = build_trainer(_unsloth_lora(model), tokenizer, gsm8k_train_small, preset, str(tmp_path),
+                            reward_funcs=RewardMix(mix))
+    assert type(trainer).__name__ == "UnslothGRPOTrainer"
+    args = trainer.args
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.num_generations,
+            args.max_completion_length, args.learning_rate, args.optim, args.temperature, args.beta) == \
+        (8, 2, 8, 256, 5e-6, "paged_adamw_8bit", 1.0, 0.0)
+    assert args.reward_weights == [1.0, 2.0, 0.0] and args.lr_scheduler_type == "cosine"
+    assert [f.__name__ for f in trainer.reward_funcs] == list(mix)
+
+
+def test_the_lora_route_trains_only_the_adapter(tiny_policy, gsm8k_train_small, tmp_path):
+    model, tokenizer = tiny_policy
+    preset = get_preset(_cpu(PRESETS["a100"]), use_cpu=True, gradient_checkpointing=False)
+    trainer = build_trainer(_unsloth_lora(model), tokenizer, gsm8k_train_small, preset, str(tmp_path),
+                            reward_funcs=["strict_format_reward_func", length_reward])
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert hasattr(trainer.model, "peft_config") and trainable and all("lora_" in n for n in trainable)
+
+
+def test_full_finetuning_through_unsloths_trainer_trains_every_weight(tiny_policy, gsm8k_train_small, tmp_path):
+    model, tokenizer = tiny_policy
+    preset = get_preset(_cpu(PRESETS["a100"]), lora_rank=None, fast_inference=False, use_cpu=True,
+                        gradient_checkpointing=False)
+    trainer = build_trainer(model, tokenizer, gsm8k_train_small, preset, str(tmp_path),
+                            reward_funcs=["strict_format_reward_func", length_reward])
+    assert all(p.requires_grad for p in trainer.model.parameters())
+
+
+def test_a_plain_trl_lora_route_after_unsloth_is_refused_not_silently_changed(tiny_policy, gsm8k_train_small,
+                                                                               tmp_path):
+    model, tokenizer = tiny_policy
+    with pytest.raises(ValueError, match="Unsloth was imported in this process"):
+        build_trainer(model, tokenizer, gsm8k_train_small, "cpu-tiny", str(tmp_path), lora_rank=8,
+                      reward_funcs=["strict_format_reward_func", length_reward])
+    assert not any(p.requires_grad is False for p in model.parameters())  # nothing was wrapped or frozen
+
+
+def test_unsloths_trainer_runs_grpo_steps_and_moves_the_adapter(tiny_policy, gsm8k_train_small, tmp_path):
+    model, tokenizer = tiny_policy
+    preset = get_preset(_cpu(PRESETS["a100"]), use_cpu=True, gradient_checkpointing=False, max_steps=2,
+                        per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
+                        max_completion_length=8, learning_rate=0.05, lr_scheduler_type="constant", warmup_ratio=0.0,
+                        optim="adamw_torch", save_steps=100, max_prompt_tokens=200)
+    lora = _unsloth_lora(model)
+    before = {n: p.detach().clone() for n, p in lora.named_parameters() if p.requires_grad}
+    trainer = build_trainer(lora, tokenizer, gsm8k_train_small, preset, str(tmp_path),
+                            reward_funcs=["strict_format_reward_func", length_reward])
+    trainer.args.disable_tqdm = True
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    moved = sum(not torch.equal(p, after[n].detach()) for n, p in before.items())
+    assert moved == len(before), f"{moved} of {len(before)} adapter tensors changed"
+    assert [row["step"] for row in trainer.state.log_history if "reward" in row] == [1, 2]
+
+
+def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):
+    """What a CPU cannot run: FastLanguageModel.from_pretrained reads the GPU's properties
+    (unsloth/device_type.py get_device_stats -> torch.cuda.get_device_properties(0))."""
+    import traceback
+
+    from unsloth import FastLanguageModel
+
+    with pytest.raises((AssertionError, RuntimeError)) as failure:
+        FastLanguageModel.from_pretrained(str(tiny_policy_files), max_seq_length=512, load_in_4bit=False,
+                                          fast_inference=False, dtype=torch.float32, use_gradient_checkpointing=False)
+    frames = [frame.name for frame in traceback.extract_tb(failure.value.__traceback__)]
+    assert "get_device_stats" in frames and "get_device_properties" in frames
+    from grpo_kit.models import load_unsloth_policy
+
+    with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
+        load_unsloth_policy(str(tiny_policy_files))
