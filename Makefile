@@ -50,15 +50,15 @@ lint: $(STAMP)
 
 test: lint test-main test-stack
 
+# Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
+# 4 minutes instead of 7. Files stay whole on one process (--dist loadfile) so session fixtures are built once.
 test-main: $(STAMP)
-	$(PY) -m pytest -q
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
-# Each file of tests/stack in its own process: once Unsloth is imported it replaces TRL's trainers
-# for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.
+# Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
+# trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.
 test-stack: $(STACK_STAMP)
-	@for f in tests/stack/test_*.py; do \
-		echo "== $$f"; $(STACK_PY) -m pytest -q -p no:cacheprovider $$f || exit 1; \
-	done
+	printf '%s\n' tests/stack/test_*.py | xargs -P 2 -I{} $(STACK_PY) -m pytest -q -p no:cacheprovider {}
 
 # GPU tests (tests/gpu): the GPU stack (requirements.txt) in its own venv, each route in its own process.
 test-gpu: $(GPU_STAMP)

@@ -19,6 +19,7 @@ __all__ = [
     "extract_xml_answer",
     "flexible_answer",
     "is_integer_literal",
+    "is_soft_format",
     "is_strict_format",
     "normalize_number",
     "numbers_equal",
@@ -26,13 +27,25 @@ __all__ = [
     "strict_answer",
 ]
 
-# First number in a string: optional sign and `$`, thousands groups, optional decimals and `%`.
-# The sign may stand before or after the `$` ("-$5" and "$-5" both give -5).
-_NUMBER = re.compile(r"(-?)\$?(-?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?%?")
-_INTEGER_LITERAL = re.compile(r"[+-]?\d+")
-# The seed's strict layout; re.DOTALL lets the reasoning span lines (unsloth #1761), `\n*$`
-# admits trailing newlines (seed 002).
-_STRICT_FORMAT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n*$", re.DOTALL)
+# A number: optional sign and `$`, thousands groups, optional decimals and `%`. The sign may stand
+# before or after the `$` ("-$5" and "$-5" both give -5). Digits are ASCII only (re.ASCII): a
+# completion writing '٣' or '３' states no number to any reward or rule (the gold answers are ASCII,
+# and hard correctness, a string compare, never matched them; Python's \d and float() would).
+_NUMBER = re.compile(r"(-?)\$?(-?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?%?", re.ASCII)
+_NUMBER_PREFIX = 3  # "-$-" at most stands before a number's first digit
+_DIGIT = re.compile(r"\d", re.ASCII)
+_DIGITS = "0123456789"
+#: Longest number the flexible rule reads, in characters (a longer digit run is read from its end).
+MAX_NUMBER_CHARS = 4096
+_INTEGER_LITERAL = re.compile(r"[+-]?\d+", re.ASCII)
+# A reasoning closer, whitespace, an answer opener: a literal prefix, and the whitespace runs after
+# different closers do not overlap, so a search is linear.
+_SOFT_JOIN = re.compile(r"</reasoning>\s*<answer>")
+# The seed's strict layout `^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n*$` (re.DOTALL, so the
+# reasoning spans lines: unsloth #1761; `\n*$` admits trailing newlines: seed 002), checked by string
+# search in linear time: the regular expression backtracks quadratically on crafted completions
+# (44 s for 340 KB).
+_STRICT_OPEN, _STRICT_MIDDLE, _STRICT_CLOSE = "<reasoning>\n", "\n</reasoning>\n<answer>\n", "\n</answer>"
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]] | Any) -> str:
@@ -129,7 +142,10 @@ def parse_number(text: str) -> str | None:
     >>> parse_number("none") is None
     True
     """
-    match = _NUMBER.search(text)
+    digit = _DIGIT.search(text)  # a fast scan first: the number pattern is slow on long digit-free text
+    if digit is None:
+        return None
+    match = _NUMBER.search(text, max(0, digit.start() - _NUMBER_PREFIX))
     return None if match is None else _number_text(match)
 
 
@@ -178,6 +194,8 @@ def numbers_equal(a: str | None, b: str | None) -> bool:
     """
     if a is None or b is None:
         return False
+    if not (a.isascii() and b.isascii()):  # float() reads '٣' as 3; no rule reads it as a number
+        return False
     try:
         return float(a) == float(b)
     except ValueError:
@@ -185,33 +203,71 @@ def numbers_equal(a: str | None, b: str | None) -> bool:
 
 
 def is_strict_format(text: str) -> bool:
-    """Whether ``text`` is exactly reasoning then answer, each tag on its own line (seed 002's regex).
+    """Whether ``text`` is exactly reasoning then answer, each tag on its own line (seed 002's layout).
+
+    The same completions as ``^<reasoning>\\n.*?\\n</reasoning>\\n<answer>\\n.*?\\n</answer>\\n*$`` with
+    ``re.DOTALL``, decided in linear time.
 
     >>> is_strict_format("<reasoning>\\na\\nb\\n</reasoning>\\n<answer>\\n4\\n</answer>\\n")
     True
     >>> is_strict_format("<reasoning>a</reasoning><answer>4</answer>")
     False
     """
-    return _STRICT_FORMAT.match(text) is not None
+    if not text.startswith(_STRICT_OPEN):
+        return False
+    body = text.rstrip("\n")
+    if not body.endswith(_STRICT_CLOSE):
+        return False
+    # The first `.*?` may be empty, so the middle may start right after the opening; the earliest middle
+    # leaves the most room for the answer, which may be empty too.
+    middle = text.find(_STRICT_MIDDLE, len(_STRICT_OPEN))
+    return middle >= 0 and middle + len(_STRICT_MIDDLE) <= len(body) - len(_STRICT_CLOSE)
+
+
+def is_soft_format(text: str) -> bool:
+    """Whether ``text`` starts with a reasoning block followed by an answer block (seed 002's soft layout).
+
+    The same completions as ``re.match(r"<reasoning>.*?</reasoning>\\s*<answer>.*?</answer>", text,
+    re.DOTALL)``, decided in linear time (the expression backtracks quadratically: 20 s on 200 KB).
+
+    >>> is_soft_format("<reasoning>a\\nb</reasoning> <answer>4</answer> more"), is_soft_format("4")
+    (True, False)
+    """
+    if not text.startswith("<reasoning>"):
+        return False
+    last_close = text.rfind("</answer>")
+    if last_close < 0:
+        return False
+    # The earliest closer followed by an answer opener leaves the most room for the answer.
+    join = _SOFT_JOIN.search(text, len("<reasoning>"))
+    return join is not None and join.end() <= last_close
 
 
 def normalize_number(text: str | None) -> str | None:
     """Canonical form of a numeric string, so equal numbers compare equal as strings.
 
+    Exact (no rounding to a working precision); a number beyond :data:`MAX_NUMBER_CHARS` digits
+    either side of the point, or not written in ASCII, is not read (``None``).
+
     >>> [normalize_number(s) for s in ["1200.50", "1200.0", "0012", "-0", "1e3", "x", None]]
     ['1200.5', '1200', '12', '0', '1000', None, None]
+    >>> normalize_number("12345678901234567890123456789.5"), normalize_number("1" * 5000)
+    ('12345678901234567890123456789.5', None)
     """
-    from decimal import Decimal, InvalidOperation
+    from decimal import Decimal, InvalidOperation, localcontext
 
-    if text is None:
+    if text is None or not text.isascii():  # Decimal() reads '٣' as 3; no rule reads it as a number
         return None
     try:
         value = Decimal(text)
     except InvalidOperation:
         return None
-    if not value.is_finite():
+    if not value.is_finite() or abs(value.adjusted()) > MAX_NUMBER_CHARS or \
+            len(value.as_tuple().digits) > MAX_NUMBER_CHARS:
         return None
-    out = format(value.normalize(), "f")
+    with localcontext() as context:
+        context.prec = 2 * MAX_NUMBER_CHARS + 2  # room for every digit: normalize() must not round
+        out = format(value.normalize(), "f")
     return "0" if out in ("-0", "0") else out
 
 
@@ -234,15 +290,20 @@ def flexible_answer(text: str) -> str | None:
     """The ``flexible`` rule: the last number anywhere in the completion (lm-evaluation-harness's
     flexible-extract for GSM8K), normalised; ``None`` when there is none.
 
+    Linear time: the last digit is found first, and numbers are read from at most
+    :data:`MAX_NUMBER_CHARS` characters before it.
+
     >>> flexible_answer("3 + 4 = 7, so the answer is 7.")
     '7'
     >>> flexible_answer("<answer>\\n$1,200\\n</answer>")
     '1200'
     """
-    matches = list(_NUMBER.finditer(text))
-    if not matches:
+    last_digit = max(text.rfind(d) for d in _DIGITS)
+    if last_digit < 0:
         return None
-    return normalize_number(_number_text(matches[-1]))
+    start = max(0, last_digit - MAX_NUMBER_CHARS)
+    matches = list(_NUMBER.finditer(text, start, last_digit + 2))  # a "%" may follow the last digit
+    return normalize_number(_number_text(matches[-1])) if matches else None
 
 
 #: Named answer-extraction rules, reported side by side (as lm-evaluation-harness's filters).

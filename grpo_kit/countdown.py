@@ -15,7 +15,6 @@ import ast
 import itertools
 import operator
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -41,7 +40,6 @@ MAX_LENGTH = 200
 MAX_DEPTH = 32
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def _parse(expression: Any) -> ast.expr:
@@ -85,8 +83,9 @@ def safe_eval(expression: str) -> float:
 
     Raises:
         ValueError: anything outside that grammar (names, attributes, calls, ``**``, ``%``,
-            ``//``, comparisons, strings, ...), too long or too deep, division by zero, or not a
-            string. Checked on the syntax tree before any arithmetic, so hostile input fails fast.
+            ``//``, comparisons, strings, ...), too long or too deep, division by zero, a value
+            beyond a float's range (``1e308*1e308``), or not a string; never another exception.
+            Checked on the syntax tree before any arithmetic, so hostile input fails fast.
 
     >>> safe_eval("(79 - 60) + 17")
     36.0
@@ -97,7 +96,11 @@ def safe_eval(expression: str) -> float:
     ...
     ValueError: only numbers, + - * / and parentheses are allowed, not BinOp
     """
-    return float(_exact(_parse(expression)))
+    value = _exact(_parse(expression))
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError("the value is beyond a float's range") from None
 
 
 def numbers_in(expression: str) -> list[int | float]:
@@ -115,13 +118,22 @@ def numbers_in(expression: str) -> list[int | float]:
 def countdown_answer(text: str) -> str | None:
     """TinyZero's extraction: the stripped text inside the last ``<answer>...</answer>``; ``None`` without one.
 
+    The last of the non-overlapping matches of ``<answer>(.*?)</answer>`` (``re.DOTALL``) read left to
+    right, found by string search in linear time (the expression takes seconds on crafted text: 7.4 s
+    for 80 KB of unclosed ``<answer>`` tags).
+
     >>> countdown_answer("<reasoning>\\n79-60=19\\n</reasoning>\\n<answer>\\n79 - 60 + 17\\n</answer>")
     '79 - 60 + 17'
-    >>> countdown_answer("79 - 60 + 17") is None
-    True
+    >>> countdown_answer("<answer>1</answer><answer>2</answer><answer>3"), countdown_answer("79 - 60 + 17")
+    ('2', None)
     """
-    matches = _ANSWER.findall(text)
-    return matches[-1].strip() if matches else None
+    found, position = None, 0
+    while (start := text.find("<answer>", position)) >= 0:
+        end = text.find("</answer>", start + len("<answer>"))
+        if end < 0:  # no later <answer> can close either
+            break
+        found, position = text[start + len("<answer>"):end], end + len("</answer>")
+    return found.strip() if found is not None else None
 
 
 def countdown_score(completion: Any, nums: Sequence[int], target: float, format_score: float = 0.1,

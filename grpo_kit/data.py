@@ -67,33 +67,66 @@ def _bundled_path(split: str, task: str = "gsm8k") -> Path:
     return Path(__file__).parent / "data_files" / task / f"{split}.jsonl"
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+#: A row and where it came from ("file.jsonl:12", or "openai/gsm8k[test] row 12"), for error messages.
+Located = tuple[str, Any]
+
+
+def _read_jsonl(path: Path) -> list[Located]:
+    """The non-blank lines of a JSONL file, parsed, each with its ``file:line``.
+
+    Raises:
+        ValueError: a line that is not JSON, or the file holds no rows.
+    """
     rows = []
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    rows.append((f"{path}:{line_no}", json.loads(line)))
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{line_no} is not a JSON line: {e}") from None
+    if not rows:
+        raise ValueError(f"{path} holds no rows: give a JSONL file with one JSON object per line")
     return rows
 
 
-def _require_keys(rows: list[dict[str, Any]], keys: tuple[str, ...], origin: str, need: str) -> None:
-    """Raise a ``ValueError`` naming the first row of ``rows`` that lacks one of ``keys``."""
-    for i, row in enumerate(rows):
-        if not set(keys) <= set(row):
-            raise ValueError(f"{origin} row {i} has keys {sorted(row)}; {need}")
+def _numbered(rows: list[Any], origin: str) -> list[Located]:
+    """Rows from elsewhere (the Hub, a generator), each named ``<origin> row <i>``."""
+    if not rows:
+        raise ValueError(f"{origin} holds no rows")
+    return [(f"{origin} row {i}", row) for i, row in enumerate(rows)]
 
 
-def _to_examples(rows: list[dict[str, Any]], origin: str, system_prompt: str) -> list[dict[str, Any]]:
-    _require_keys(rows, ("question", "answer"), origin,
-                  "GSM8K rows need 'question' and 'answer' (the worked solution ending '#### N')")
+def _check_rows(rows: list[Located], fields: dict[str, tuple[type, ...]], need: str) -> None:
+    """Raise a ``ValueError`` naming the first row that is not an object with each field of ``fields`` set
+    (not null, not empty) to a value of its types."""
+    for where, row in rows:
+        if not isinstance(row, dict):
+            raise ValueError(f"{where} holds a JSON {type(row).__name__}, not an object: {need}")
+        for name, types in fields.items():
+            value = row.get(name)
+            if name not in row or value is None or value == "" or value == []:
+                raise ValueError(f"{where}: {name!r} is {'missing' if name not in row else repr(value)}; {need}")
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise ValueError(f"{where}: {name!r} is a {type(value).__name__} ({str(value)[:40]!r}); {need}")
+
+
+def _whole(value: Any, where: str, name: str) -> int:
+    """A whole number from an int or an integral float (``3.0``); anything else is an error naming the row."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"{where}: Countdown {name} must be whole numbers (the prompt states them and the reward "
+                         f"uses them as they are), got {value!r}")
+    return int(value)
+
+
+def _to_examples(rows: list[Located], system_prompt: str) -> list[dict[str, Any]]:
+    _check_rows(rows, {"question": (str,), "answer": (str,)},
+                "GSM8K rows need a 'question' and an 'answer' (the worked solution ending '#### N'), both text")
     examples = []
-    for i, row in enumerate(rows):
+    for where, row in rows:
         gold = extract_hash_answer(row["answer"])
         if gold is None:
-            raise ValueError(f"{origin} row {i}: its 'answer' has no '#### N' final line")
+            raise ValueError(f"{where}: its 'answer' has no '#### N' final line")
         examples.append({
             "question": row["question"],
             "solution": row["answer"],
@@ -118,8 +151,9 @@ def load_gsm8k(split: str = "test", source: str = "bundled", system_prompt: str 
         ``datasets.Dataset`` with columns ``question``, ``solution``, ``answer``, ``prompt``.
 
     Raises:
-        ValueError: unknown split; a path that does not exist; a row without
-            ``question``/``answer`` or without a ``#### N`` final line.
+        ValueError: unknown split; a path that does not exist; an empty file; a line that is not a
+            JSON object, or whose ``question``/``answer`` is missing, null, empty or not text, or whose
+            answer has no ``#### N`` final line (the message names the file and line).
     """
     if split not in GSM8K_SPLITS:
         raise ValueError(f"unknown GSM8K split {split!r}: choose 'train' or 'test'")
@@ -128,24 +162,23 @@ def load_gsm8k(split: str = "test", source: str = "bundled", system_prompt: str 
     if source == "hub":
         from datasets import load_dataset
 
-        rows = list(load_dataset(GSM8K_HUB_ID, "main", split=split))
-        origin = f"{GSM8K_HUB_ID}[{split}]"
+        rows = _numbered(list(load_dataset(GSM8K_HUB_ID, "main", split=split)), f"{GSM8K_HUB_ID}[{split}]")
     else:
-        rows, origin = _local_rows(source, split, "gsm8k")
-    return Dataset.from_list(_to_examples(rows, origin, system_prompt))
+        rows = _local_rows(source, split, "gsm8k")
+    return Dataset.from_list(_to_examples(rows, system_prompt))
 
 
 _NAMES = {"gsm8k": "GSM8K", "countdown": "Countdown", "math500": "MATH-500"}
 
 
-def _local_rows(source: str, split: str, task: str) -> tuple[list[dict[str, Any]], str]:
+def _local_rows(source: str, split: str, task: str) -> list[Located]:
     path = _bundled_path(split, task) if source == "bundled" else Path(source)
     if path.is_dir():
         path = path / f"{split}.jsonl"
     if not path.is_file():
         raise ValueError(f"no {_NAMES[task]} file at {path}: pass source='bundled' or a JSONL file / a folder holding "
                          f"{split}.jsonl")
-    return _read_jsonl(path), str(path)
+    return _read_jsonl(path)
 
 
 def countdown_question(nums: list[int], target: int) -> str:
@@ -178,7 +211,8 @@ def load_countdown(split: str = "test", source: str = "bundled", n: int = 1000, 
         has many right answers, checked by ``countdown_reward_func``.
 
     Raises:
-        ValueError: unknown split, missing file, or a row without ``nums``/``target``.
+        ValueError: unknown split, missing or empty file, or a row without ``nums``/``target`` or
+            with a number that is not whole (``1.5``; the message names the file and line).
     """
     if split not in ("train", "test"):
         raise ValueError(f"unknown Countdown split {split!r}: choose 'train' or 'test'")
@@ -187,14 +221,17 @@ def load_countdown(split: str = "test", source: str = "bundled", n: int = 1000, 
     if source == "generated":
         from grpo_kit.countdown import make_puzzles
 
-        rows, origin = make_puzzles(n, seed=seed + (0 if split == "train" else 1_000_003)), "generated"
+        rows = _numbered(make_puzzles(n, seed=seed + (0 if split == "train" else 1_000_003)), "generated")
     else:
-        rows, origin = _local_rows(source, split, "countdown")
-    _require_keys(rows, ("nums", "target"), origin, "Countdown rows need 'nums' and 'target'")
+        rows = _local_rows(source, split, "countdown")
+    _check_rows(rows, {"nums": (list,), "target": (int, float)},
+                "Countdown rows need 'nums' (a list of whole numbers) and 'target' (a whole number)")
     examples = []
-    for row in rows:
-        question = countdown_question(row["nums"], row["target"])
-        examples.append({"nums": [int(x) for x in row["nums"]], "target": int(row["target"]), "question": question,
+    for where, row in rows:
+        nums = [_whole(x, where, "nums") for x in row["nums"]]
+        target = _whole(row["target"], where, "target")
+        question = countdown_question(nums, target)
+        examples.append({"nums": nums, "target": target, "question": question,
                          "prompt": build_prompt(question, system_prompt)})
     return Dataset.from_list(examples)
 
@@ -214,8 +251,8 @@ def load_math500(split: str = "test", source: str = "bundled", system_prompt: st
         (1-5), ``unique_id`` and ``prompt``.
 
     Raises:
-        ValueError: a split other than ``"test"``, a missing file, or rows without
-            ``problem``/``answer``.
+        ValueError: a split other than ``"test"``, a missing or empty file, or rows without
+            ``problem``/``answer`` (the message names the file and line).
     """
     if split != "test":
         raise ValueError(f"MATH-500 has only a 'test' split, got {split!r}")
@@ -224,13 +261,14 @@ def load_math500(split: str = "test", source: str = "bundled", system_prompt: st
     if source == "hub":
         from datasets import load_dataset
 
-        rows, origin = list(load_dataset("HuggingFaceH4/MATH-500", split="test")), "HuggingFaceH4/MATH-500"
+        rows = _numbered(list(load_dataset("HuggingFaceH4/MATH-500", split="test")), "HuggingFaceH4/MATH-500")
     else:
-        rows, origin = _local_rows(source, split, "math500")
-    _require_keys(rows, ("problem", "answer"), origin, "MATH-500 rows need 'problem' and 'answer'")
+        rows = _local_rows(source, split, "math500")
+    _check_rows(rows, {"problem": (str,), "answer": (str, int, float)},
+                "MATH-500 rows need a 'problem' (text) and an 'answer' (LaTeX text or a number)")
     examples = []
-    for i, row in enumerate(rows):
-        examples.append({"question": row["problem"], "solution": row.get("solution", ""), "answer": row["answer"],
+    for i, (_, row) in enumerate(rows):
+        examples.append({"question": row["problem"], "solution": row.get("solution", ""), "answer": str(row["answer"]),
                          "subject": row.get("subject", ""), "level": int(row.get("level", 0)),
                          "unique_id": row.get("unique_id", str(i)),
                          "prompt": build_prompt(row["problem"], system_prompt)})
@@ -263,6 +301,10 @@ def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = 
     """
     if n is not None and fraction is not None:
         raise ValueError("give either n or fraction, not both")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        raise ValueError(f"n must be a whole number of rows, got {n!r}")
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))):
+        raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
     if n is None and fraction is None:
         return dataset
     if fraction is not None:

@@ -145,15 +145,10 @@ def check_run(run: TrainRun) -> RunFolder:
         RuntimeError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
     """
     check_settings(run.preset, rewards=run.rewards, num_processes=_num_processes())
-    for func in run.rewards.funcs:
-        missing = [c for c in getattr(func, "columns", ()) if c not in _task_columns(run.task)]
-        if missing:
-            raise ValueError(f"reward {func.__name__} reads the column(s) {missing}, which task {run.task.name!r} "
-                             f"does not have: use that task's rewards (grpo_kit.tasks.get_task("
-                             f"{run.task.name!r}).reward_mix())")
     if "train" not in run.task.splits:
         raise ValueError(f"task {run.task.name!r} has no train split (it is for evaluation only): choose gsm8k or "
                          "countdown")
+    check_settings(run.preset, run.task.load("train").features, rewards=run.rewards, num_processes=_num_processes())
     if run.progress not in ("bar", "lines", "none"):
         raise ValueError(f"progress must be 'bar', 'lines' or 'none', got {run.progress!r}")
     for name in ("eval_steps", "train_size", "eval_max_new_tokens"):
@@ -181,12 +176,6 @@ def check_run(run: TrainRun) -> RunFolder:
         check_same_run(recorded["identity"], run_identity(run.preset, run.task.name, _model_name(run), run.rewards),
                        folder.path)
     return folder
-
-
-def _task_columns(task: Task) -> set[str]:
-    """The columns of a task's rows, read off one row of its smallest split."""
-    split = "test" if "test" in task.splits else task.splits[0]
-    return set(task.load(split).column_names)
 
 
 def _load_policy(run: TrainRun) -> tuple[Any, Any]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_kit.rewards import SEED_REWARDS, RewardFunc, RewardMix
+from grpo_kit.rewards import SEED_REWARDS, RewardFunc, RewardMix, column_problem
 
 __all__ = [
     "LORA_TARGETS",
@@ -336,13 +336,14 @@ def _grpo_config_fields(preset: Preset) -> set[str] | None:
     return {f.name for f in dataclasses.fields(GRPOConfig)}
 
 
-def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
+def check_settings(preset: Preset, dataset_columns: Sequence[str] | Mapping[str, Any] | None = None,
                    rewards: RewardMix | None = None, num_processes: int = 1) -> None:
     """Check a preset (and the dataset's columns) before any model or tokenizer is loaded.
 
     Args:
         preset: the recipe (resolve a name with :func:`get_preset`).
-        dataset_columns: the training dataset's column names, when known.
+        dataset_columns: the training dataset's column names, or its ``features`` (name -> feature,
+            then the column types the rewards read are checked too), when known.
         rewards: the rewards to train with, when not the preset's (:func:`reward_mix`).
         num_processes: how many training processes (``accelerate launch``) will run it.
 
@@ -352,7 +353,8 @@ def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
             (``per_device_train_batch_size * gradient_accumulation_steps``) not divisible by
             ``num_generations`` (TRL's rule); an unknown reward name; reward weights of the wrong
             length or all zero; ``extra`` keys that are not ``GRPOConfig`` fields; a dataset
-            without ``prompt`` or without a column a reward reads; GPU routes that cannot work
+            without ``prompt``, without a column a reward reads, or with one of a type it cannot read
+            (:func:`grpo_kit.rewards.column_problem`); GPU routes that cannot work
             (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without Unsloth,
             ``use_vllm`` with Unsloth, TRL's colocated vLLM on a CPU, 4-bit loading without Unsloth,
             Unsloth on more than one process).
@@ -411,6 +413,12 @@ def check_settings(preset: Preset, dataset_columns: Sequence[str] | None = None,
                 raise ValueError(f"reward {func.__name__} reads the dataset column(s) {missing}, which are missing "
                                  f"(columns: {list(dataset_columns)}): use that task's data, or the task's "
                                  "rewards (grpo_kit.tasks.get_task(task).reward_mix())")
+            if isinstance(dataset_columns, Mapping):
+                for column in getattr(func, "columns", ()):
+                    problem = column_problem(column, dataset_columns[column])
+                    if problem:
+                        raise ValueError(f"reward {func.__name__} cannot read the training data: {problem}. "
+                                         "Convert the column, or use a reward written for it")
 
 
 def _version(package: str) -> str:

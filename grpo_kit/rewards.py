@@ -3,8 +3,11 @@
 Each function takes keyword arguments ``prompts``, ``completions``, the dataset columns it
 needs (``answer``) and ``**kwargs`` (TRL also passes ``completion_ids``, ``trainer_state``,
 ``log_metric``, ...). A completion is a ``str`` or a list of chat messages; the functions
-read both (see :func:`grpo_kit.answers.completion_text`). They return one ``float`` per
-completion, never raise on any completion text and print nothing.
+read both (see :func:`grpo_kit.answers.completion_text`). Gold answers may be ``str``, ``int`` or
+``float`` (:func:`gold_text`). They return one ``float`` per completion, never raise on any
+completion text, run in linear time on any completion (``benchmarks/reward_worst_case.py``) and
+print nothing; a column whose length differs from the completions' is a caller's mistake and
+raises ``ValueError``.
 
 The first six are seed 002's (``../shared/seeds/002_*.txt``), which took them from the Unsloth
 Llama-3.1-8B GRPO notebook and fixed their regexes; README's "Rewards" section lists where
@@ -24,7 +27,7 @@ parameters and registered under that name.
 from __future__ import annotations
 
 import math
-import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +36,7 @@ from grpo_kit.answers import (
     extract_final_answer,
     extract_xml_answer,
     is_integer_literal,
+    is_soft_format,
     is_strict_format,
     numbers_equal,
 )
@@ -46,8 +50,11 @@ __all__ = [
     "RewardMix",
     "correctness_reward_func",
     "countdown_reward",
+    "COLUMN_KINDS",
+    "column_problem",
     "countdown_reward_func",
     "get_reward_funcs",
+    "gold_text",
     "int_reward_func",
     "math_verify_reward",
     "math_verify_reward_func",
@@ -61,8 +68,6 @@ __all__ = [
 
 RewardFunc = Callable[..., list[float | None]]
 
-# re.DOTALL: without it multi-line reasoning never matches (unsloth #1761).
-_SOFT_FORMAT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
 _XML_TAGS = ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
 
 
@@ -70,10 +75,82 @@ def _texts(completions: Sequence[Any] | None) -> list[str]:
     return [completion_text(c) for c in (completions or [])]
 
 
-def _golds(answer: Sequence[Any] | None, n: int) -> list[str | None]:
-    """Gold answers padded with ``None`` to ``n`` entries, so a short column scores 0, not raises."""
-    golds = [a if isinstance(a, str) else None for a in (answer or [])][:n]
-    return golds + [None] * (n - len(golds))
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Print ``message`` to stderr the first time only (rewards run on every step)."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"[grpo_kit] WARNING {message}", file=sys.stderr, flush=True)
+
+
+def gold_text(value: Any) -> str | None:
+    """A gold answer as text: a ``str`` as it is, an ``int`` or a finite ``float`` as its number (``2.0`` is
+    ``"2"``, ``2.5`` is ``"2.5"``); anything else (``None``, a list, ``True``) cannot be read: ``None``.
+
+    >>> [gold_text(v) for v in ["72", 72, 72.0, 2.5, None, True, float("nan")]]
+    ['72', '72', '72', '2.5', None, None, None]
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return None
+
+
+def _column(values: Any, n: int, name: str) -> list[Any]:
+    """A dataset column as TRL passes it, one entry per completion; an absent column (``None``) is ``None`` each.
+
+    Raises:
+        ValueError: the column is not a list, or its length is not the number of completions (a
+            caller's mistake: TRL always passes one entry per completion; padding or truncating would
+            score completions against the wrong questions).
+    """
+    if values is None:
+        return [None] * n
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
+        raise ValueError(f"the {name!r} column must be a list with one entry per completion, got "
+                         f"{type(values).__name__}")
+    if len(values) != n:
+        raise ValueError(f"{n} completions but {len(values)} entries in the {name!r} column: pass one per "
+                         "completion (TRL repeats each row's value num_generations times)")
+    return list(values)
+
+
+#: What the dataset columns the built-in rewards read may hold, checked before training (:func:`column_problem`).
+COLUMN_KINDS: dict[str, str] = {"answer": "text or a number", "nums": "a list of numbers", "target": "a number"}
+_NUMBER_TYPES = ("int", "uint", "float", "double", "decimal")
+
+
+def column_problem(column: str, feature: Any) -> str | None:
+    """Why a ``datasets`` feature cannot be read by the rewards that read ``column``; ``None`` when it can
+    (or when the column is not one of :data:`COLUMN_KINDS`).
+
+    >>> from datasets import List, Value
+    >>> column_problem("answer", Value("int64")) is None, column_problem("answer", List(Value("string")))
+    (True, "column 'answer' holds List(Value('string')), not text or a number")
+    """
+    if column not in COLUMN_KINDS:
+        return None
+
+    def number(f: Any) -> bool:
+        return str(getattr(f, "dtype", "")).startswith(_NUMBER_TYPES)
+
+    inner = getattr(feature, "feature", None)
+    ok = {"answer": number(feature) or str(getattr(feature, "dtype", "")) in ("string", "large_string"),
+          "nums": inner is not None and number(inner),
+          "target": number(feature)}[column]
+    return None if ok else f"column {column!r} holds {feature}, not {COLUMN_KINDS[column]}"
+
+
+def _golds(answer: Any, n: int) -> list[str | None]:
+    """The ``answer`` column as text (:func:`gold_text`), one per completion."""
+    return [gold_text(a) for a in _column(answer, n, "answer")]
 
 
 def _describe(max_value: float, columns: tuple[str, ...] = (),
@@ -92,7 +169,8 @@ def correctness_reward_func(prompts=None, completions=None, answer=None, **kwarg
     Args:
         prompts: the prompts (unused; part of TRL's contract).
         completions: ``list[str]`` or ``list[list[dict]]`` of length N.
-        answer: gold answers, ``list[str]`` of length N (the GSM8K ``answer`` column).
+        answer: gold answers, one per completion: ``str``, ``int`` or ``float`` (:func:`gold_text`;
+            the GSM8K ``answer`` column holds strings).
 
     Returns:
         ``list[float]`` of length N, each 0.0 or 1.0. A string compare, as in the seed:
@@ -114,7 +192,7 @@ def soft_correctness_reward_func(prompts=None, completions=None, answer=None, **
     Args:
         prompts: unused.
         completions: ``list[str]`` or ``list[list[dict]]`` of length N.
-        answer: gold answers, ``list[str]`` of length N.
+        answer: gold answers, one per completion: ``str``, ``int`` or ``float`` (:func:`gold_text`).
 
     Returns:
         ``list[float]`` of length N, each 0.0 or 1.0. ``"1200.0"``, ``"$1,200"`` and
@@ -174,8 +252,9 @@ def strict_format_reward_func(completions=None, **kwargs) -> list[float]:
 def soft_format_reward_func(completions=None, **kwargs) -> list[float]:
     """Soft format: 0.5 when the completion starts with a reasoning block followed by an answer block.
 
-    Pattern ``<reasoning>.*?</reasoning>\\s*<answer>.*?</answer>`` with ``re.DOTALL``,
-    anchored at the start (``re.match``), as in the notebook.
+    Pattern ``<reasoning>.*?</reasoning>\\s*<answer>.*?</answer>`` with ``re.DOTALL`` (the notebook lacked
+    DOTALL: unsloth #1761), anchored at the start (``re.match``), as in the notebook; decided in linear
+    time by :func:`grpo_kit.answers.is_soft_format`.
 
     Args:
         completions: ``list[str]`` or ``list[list[dict]]`` of length N.
@@ -186,7 +265,7 @@ def soft_format_reward_func(completions=None, **kwargs) -> list[float]:
     >>> soft_format_reward_func(completions=["<reasoning>a\\nb</reasoning> <answer>4</answer>", "4"])
     [0.5, 0.0]
     """
-    return [0.5 if _SOFT_FORMAT.match(t) else 0.0 for t in _texts(completions)]
+    return [0.5 if is_soft_format(t) else 0.0 for t in _texts(completions)]
 
 
 def xml_count(text: str) -> float:
@@ -241,7 +320,7 @@ def countdown_reward(format_score: float = 0.1, score: float = 1.0) -> RewardFun
     """
     def reward(prompts=None, completions=None, nums=None, target=None, **kwargs) -> list[float]:
         texts = _texts(completions)
-        puzzles = _column(nums, len(texts)), _column(target, len(texts))
+        puzzles = _column(nums, len(texts), "nums"), _column(target, len(texts), "target")
         return [0.0 if n is None or t is None else countdown_score(text, n, t, format_score, score)
                 for text, n, t in zip(texts, *puzzles)]
 
@@ -265,8 +344,9 @@ def math_verify_reward(timeout_s: float = DEFAULT_TIMEOUT_S) -> RewardFunc:
 
     Returns:
         A reward function ``(completions, answer, **kwargs) -> list[float | None]``: 1.0 right, 0.0
-        wrong or timed out, ``None`` when the gold answer cannot be parsed (TRL skips that
-        sample, as open-r1 does). Named ``math_verify_reward_func`` with the default timeout, else
+        wrong or timed out (a run where many time out warns: :data:`grpo_kit.verify.WARN_TIMEOUT_SHARE`),
+        ``None`` when the gold answer cannot be parsed (TRL skips that sample, as open-r1 does) or
+        the worker cannot start (with a warning). Named ``math_verify_reward_func`` with the default timeout, else
         e.g. ``math_verify_reward_func_timeout1s``.
     """
     def reward(prompts=None, completions=None, answer=None, **kwargs) -> list[float | None]:
@@ -275,8 +355,10 @@ def math_verify_reward(timeout_s: float = DEFAULT_TIMEOUT_S) -> RewardFunc:
         for text, gold in zip(texts, _golds(answer, len(texts))):
             try:
                 verdict = None if gold is None else math_verifier(timeout_s)(gold, extract_xml_answer(text))
-            except Exception:  # the worker could not start: count as wrong rather than stop training
-                verdict = False
+            except RuntimeError as e:  # the worker cannot start: skip the sample (None) rather than score 0.0
+                _warn_once(f"math-verify's worker could not start, so these completions are skipped (None), not "
+                           f"scored: {e}")
+                verdict = None
             values.append(None if verdict is None else float(verdict))
         return values
 
@@ -284,11 +366,6 @@ def math_verify_reward(timeout_s: float = DEFAULT_TIMEOUT_S) -> RewardFunc:
         f"math_verify_reward_func_timeout{timeout_s:g}s"
     reward.__doc__ = f"math-verify correctness of the <answer> against the gold answer ({timeout_s:g} s timeout)."
     return register_reward(_describe(1.0, ("answer",))(reward))
-
-
-def _column(values: Sequence[Any] | None, n: int) -> list[Any]:
-    values = list(values) if isinstance(values, Sequence) and not isinstance(values, str) else []
-    return (values + [None] * n)[:n]
 
 
 #: Every registered reward by name (its ``__name__``, which TRL logs as ``rewards/<name>/mean``).

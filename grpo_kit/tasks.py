@@ -145,16 +145,23 @@ def _countdown_texts(dataset: Dataset) -> list[str]:
 
 # --- MATH-500 ----------------------------------------------------------------------------------
 
-_BOXED = re.compile(r"\\boxed\s*\{")
+_BOXED_OPEN = re.compile(r"\s*\{")
+#: Longest ``\boxed{...}`` content the flexible rule reads, in characters.
+MAX_BOXED_CHARS = 4096
 
 
 def _last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (braces matched), or ``None``."""
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    if not starts:
+    """The content of the last ``\\boxed{...}`` (braces matched within :data:`MAX_BOXED_CHARS`), or ``None``."""
+    end = len(text)
+    while (at := text.rfind("\\boxed", 0, end)) >= 0:
+        brace = _BOXED_OPEN.match(text, at + len("\\boxed"))
+        if brace is not None:
+            break
+        end = at
+    else:
         return None
-    depth, start = 1, starts[-1]
-    for i in range(start, len(text)):
+    depth, start = 1, brace.end()
+    for i in range(start, min(len(text), start + MAX_BOXED_CHARS)):
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
             return text[start:i].strip()

@@ -146,7 +146,8 @@ def build_trainer(
     """
     p = get_preset(preset, **overrides)
     mix = reward_mix(p, reward_funcs)
-    check_settings(p, train_dataset.column_names, rewards=mix, num_processes=_num_processes())
+    check_settings(p, getattr(train_dataset, "features", None) or train_dataset.column_names, rewards=mix,
+                   num_processes=_num_processes())
     if p.use_unsloth and p.lora_rank is not None and not hasattr(model, "peft_config"):
         raise ValueError(f"preset {p.name!r} trains through Unsloth: load the policy with "
                          "grpo_kit.routes.load_preset_policy (it applies Unsloth's LoRA), or pass use_unsloth=False")

@@ -82,8 +82,8 @@ def test_countdown_reward_on_hand_made_cases(completion, expected):
 
 def test_countdown_reward_never_raises_on_malformed_columns():
     completions = ["<answer>1+2</answer>"] * 4
-    assert countdown_reward_func(completions=completions, nums=[None, "12", [1, 2]], target=[3, 3, None, 3]) == \
-        [0.0, 0.0, 0.0, 0.0]
+    assert countdown_reward_func(completions=completions, nums=[None, "12", [1, 2], [1, 2]],
+                                 target=[3, 3, None, "x"]) == [0.0, 0.0, 0.0, 0.0]
     assert countdown_reward_func(completions=completions) == [0.0] * 4
 
 

@@ -40,7 +40,7 @@ def test_local_jsonl_file_and_folder(tmp_path):
 
 
 @pytest.mark.parametrize("rows, message", [
-    ([{"question": "q"}], "need 'question' and 'answer'"),
+    ([{"question": "q"}], "'answer' is missing; GSM8K rows need a 'question' and an 'answer'"),
     ([{"question": "q", "answer": "no final line"}], "no '#### N'"),
 ])
 def test_bad_rows_are_named(tmp_path, rows, message):

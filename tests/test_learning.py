@@ -1,10 +1,11 @@
-"""GRPO really improves a policy: a learning test on a small synthetic arithmetic task.
+"""GRPO really changes a policy: a learning test, and a reward-hacking test, on a small arithmetic task.
 
 REFERENCE section 6: a tiny warm-started policy that knows the sums but rarely uses the XML
 format learns the format from GRPO within a few dozen steps. Here the warm start sees every
 single-digit sum; GRPO trains on 70% of the (a, b) pairs; strict accuracy (strict format and
 correct answer) is measured greedily on the other 30%, before and after, with an exact McNemar
-test on the per-question flips.
+test on the per-question flips. The same policy, paid for length instead, loses its sums while its
+reward rises, and the run's held-out evaluation raises the reward-hacking alarm.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import pytest
 import torch
 
+from grpo_kit.answers import completion_text
 from grpo_kit.evaluation import evaluate, flips, mcnemar_exact
 from grpo_kit.generation import Sampling, TransformersBackend
 from grpo_kit.models import load_policy
@@ -63,3 +65,32 @@ def test_grpo_raises_held_out_strict_accuracy_significantly(addition_policy_file
     assert rate_before <= 0.1  # and greedy decoding rarely uses the XML format
     assert rate_after - rate_before >= 0.2
     assert p < 0.01
+
+
+@pytest.mark.slow
+def test_a_reward_that_pays_for_length_destroys_accuracy_and_rings_the_alarm(addition_policy_files, tmp_path):
+    from grpo_kit.models import load_policy
+    from grpo_kit.pipeline import TrainRun, train
+    from grpo_kit.presets import get_preset
+    from tests.addition import addition_task, split_pairs
+
+    def length_reward(completions, **kwargs):
+        """Pays for length and nothing else: a reward the policy can hack."""
+        return [len(completion_text(c)) / 50 for c in completions]
+
+    train_rows, heldout_rows = split_pairs()
+    model, tokenizer = load_policy(addition_policy_files, dtype="float32")
+    preset = get_preset("cpu-tiny", max_steps=16, max_completion_length=32, learning_rate=3e-4, save_steps=100)
+    run = TrainRun(preset=preset, task=addition_task(train_rows, heldout_rows), rewards={length_reward: 1.0},
+                   run_dir=tmp_path / "run", eval_steps=8, eval_size=len(heldout_rows), progress="none")
+    result = train(run, policy=(model, tokenizer))
+    evals = [row for row in result.log_history if "eval/flexible_accuracy" in row]
+    print("held-out flexible accuracy by step:", [(row["step"], round(row["eval/flexible_accuracy"], 3))
+                                                  for row in evals])
+    assert [row["step"] for row in evals] == [0, 8, 16]
+    assert result.alarms and result.alarms[0]["kind"] == "reward_hacking"
+    alarm = result.alarms[0]
+    assert alarm["reward_after"] > alarm["reward_before"] and alarm["accuracy_after"] < alarm["accuracy_before"]
+    assert alarm["mcnemar_p"] < 0.05 and alarm["right_to_wrong"] > alarm["wrong_to_right"]
+    assert any(row.get("eval/reward_hacking_alarm") == 1.0 for row in evals)
+    assert (tmp_path / "run" / "alarms.jsonl").is_file()

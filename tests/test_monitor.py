@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from grpo_kit.answers import completion_text
 from grpo_kit.evaluation import EvalResult, summarize
 from grpo_kit.generation import Sampling
 from grpo_kit.measure import alarms_markdown
@@ -51,32 +50,3 @@ def test_stale_weights_alarm_reads_trls_logprob_gap(tmp_path, capsys):
     alarm.on_log(None, state, None, logs={"sampling/sampling_logp_difference/mean": 1.31})
     assert alarm.raised and "STALE-WEIGHTS ALARM at step 3" in capsys.readouterr().err
     assert json.loads((tmp_path / "alarms.jsonl").read_text())["kind"] == "stale_vllm_weights"
-
-
-@pytest.mark.slow
-def test_a_reward_that_pays_for_length_destroys_accuracy_and_rings_the_alarm(addition_policy_files, tmp_path):
-    from grpo_kit.models import load_policy
-    from grpo_kit.pipeline import TrainRun, train
-    from grpo_kit.presets import get_preset
-    from tests.addition import addition_task, split_pairs
-
-    def length_reward(completions, **kwargs):
-        """Pays for length and nothing else: a reward the policy can hack."""
-        return [len(completion_text(c)) / 50 for c in completions]
-
-    train_rows, heldout_rows = split_pairs()
-    model, tokenizer = load_policy(addition_policy_files, dtype="float32")
-    preset = get_preset("cpu-tiny", max_steps=16, max_completion_length=32, learning_rate=3e-4, save_steps=100)
-    run = TrainRun(preset=preset, task=addition_task(train_rows, heldout_rows), rewards={length_reward: 1.0},
-                   run_dir=tmp_path / "run", eval_steps=8, eval_size=len(heldout_rows), progress="none")
-    result = train(run, policy=(model, tokenizer))
-    evals = [row for row in result.log_history if "eval/flexible_accuracy" in row]
-    print("held-out flexible accuracy by step:", [(row["step"], round(row["eval/flexible_accuracy"], 3))
-                                                  for row in evals])
-    assert [row["step"] for row in evals] == [0, 8, 16]
-    assert result.alarms and result.alarms[0]["kind"] == "reward_hacking"
-    alarm = result.alarms[0]
-    assert alarm["reward_after"] > alarm["reward_before"] and alarm["accuracy_after"] < alarm["accuracy_before"]
-    assert alarm["mcnemar_p"] < 0.05 and alarm["right_to_wrong"] > alarm["wrong_to_right"]
-    assert any(row.get("eval/reward_hacking_alarm") == 1.0 for row in evals)
-    assert (tmp_path / "run" / "alarms.jsonl").is_file()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -156,9 +157,10 @@ odd_completions = st.one_of(
 
 
 @settings(max_examples=150, deadline=None)
-@given(completions=st.lists(odd_completions, max_size=5),
-       answer=st.lists(st.one_of(st.text(), st.none()), max_size=6))
-def test_rewards_never_raise_and_return_one_float_per_completion(completions, answer):
+@given(data=st.data(), completions=st.lists(odd_completions, max_size=5))
+def test_rewards_never_raise_and_return_one_float_per_completion(data, completions):
+    golds = st.one_of(st.text(), st.none(), st.integers(), st.floats(), st.lists(st.integers(), max_size=2))
+    answer = data.draw(st.lists(golds, min_size=len(completions), max_size=len(completions)))
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         for func in REWARD_FUNCS.values():
@@ -168,3 +170,42 @@ def test_rewards_never_raise_and_return_one_float_per_completion(completions, an
             # None (skip the sample) only where math-verify cannot parse the gold answer
             assert all(isinstance(v, float) or v is None and func.__name__.startswith("math_verify") for v in values)
     assert printed.getvalue() == ""
+
+
+# The linear-time parsers decide exactly what the seed's regular expressions decide (which backtrack
+# quadratically on crafted completions: benchmarks/reward_worst_case.py).
+_FRAGMENTS = ["<reasoning>", "</reasoning>", "<answer>", "</answer>", "<reasoning>\n", "\n</reasoning>\n<answer>\n",
+              "\n</answer>", "\n", " ", "\t", "x", "1", "23", "-", "$", ",", ".", "%", "\\boxed", "{", "}"]
+_STRICT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n*$", re.DOTALL)
+_SOFT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_NUMBER = re.compile(r"(-?)\$?(-?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?%?", re.ASCII)
+
+
+def _boxed_reference(text):
+    starts = [m.end() for m in re.finditer(r"\\boxed\s*\{", text)]
+    if not starts:
+        return None
+    depth, start = 1, starts[-1]
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i].strip()
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(st.sampled_from(_FRAGMENTS), max_size=24).map("".join))
+def test_linear_parsers_decide_what_the_regular_expressions_decide(text):
+    from grpo_kit.answers import _number_text, flexible_answer, is_soft_format, is_strict_format, normalize_number
+    from grpo_kit.countdown import countdown_answer
+    from grpo_kit.tasks import _last_boxed
+
+    assert is_strict_format(text) == (_STRICT.match(text) is not None)
+    assert is_soft_format(text) == (_SOFT.match(text) is not None)
+    found = _ANSWER.findall(text)
+    assert countdown_answer(text) == (found[-1].strip() if found else None)
+    numbers = list(_NUMBER.finditer(text))
+    assert grpo_kit.answers.parse_number(text) == (_number_text(numbers[0]) if numbers else None)
+    assert flexible_answer(text) == (normalize_number(_number_text(numbers[-1])) if numbers else None)
+    assert _last_boxed(text) == _boxed_reference(text)
