@@ -29,25 +29,36 @@ def _say(message: str) -> None:
 
 
 def parse_rewards(items: Sequence[str]) -> Any:
-    """``--rewards`` values (``name`` or ``name=weight``, space- or comma-separated) as a ``RewardMix``.
+    """``--rewards`` values as a ``RewardMix``: ``name`` or ``name=weight``, space- or comma-separated, where a
+    name is a registered reward or your own function as ``module:function`` (importable from the current folder).
 
     Raises:
-        ValueError: an unknown reward name or a weight that is not a number.
+        ValueError: an unknown reward name, a function that cannot be imported, or a weight that is not a number.
 
     >>> parse_rewards(["correctness_reward_func=2", "xmlcount_reward_func=0"])
     RewardMix({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
     """
+    import importlib
+
     from grpo_kit.rewards import RewardMix
 
-    names, weights = [], []
+    rewards, weights = [], []
     for item in (part for entry in items for part in entry.split(",") if part.strip()):
         name, _, weight = item.strip().partition("=")
         try:
             weights.append(float(weight) if weight else 1.0)
         except ValueError:
             raise ValueError(f"--rewards {item!r}: the weight after '=' must be a number") from None
-        names.append(name)
-    return RewardMix(names, weights)
+        if ":" in name:
+            module, _, function = name.partition(":")
+            try:
+                rewards.append(getattr(importlib.import_module(module), function))
+            except (ImportError, AttributeError) as e:
+                raise ValueError(f"--rewards {name!r}: cannot import {function!r} from {module!r} ({e}); give "
+                                 "module:function of a reward importable from the current folder") from None
+        else:
+            rewards.append(name)
+    return RewardMix(rewards, weights)
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -237,7 +248,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--task", default="gsm8k", choices=[t for t, spec in TASKS.items() if "train" in spec.splits])
     train.add_argument("--model", default=None, help="a Hub id or path instead of the preset's model")
     train.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
-                       help="rewards to train with (default the task's); weight 0 logs without training on it")
+                       help="rewards to train with (default the task's): registered names or your own "
+                       "module:function; weight 0 logs without training on it")
     train.add_argument("--max-steps", type=_positive, default=None, help="optimiser steps (with --resume: extends a "
                        "finished run)")
     train.add_argument("--save-steps", type=_positive, default=None, help="steps between checkpoints")
@@ -293,6 +305,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

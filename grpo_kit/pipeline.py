@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_kit.checkpoints import check_same_run, latest_complete, run_identity, schedule_on_resume
 from grpo_kit.presets import Preset, check_settings, reward_mix
-from grpo_kit.rewards import RewardFunc, RewardMix
+from grpo_kit.rewards import REWARD_FUNCS, RewardFunc, RewardMix, register_reward
 from grpo_kit.runs import RunFolder
 
 if TYPE_CHECKING:
@@ -94,6 +94,9 @@ class TrainRun:
             rewards = reward_mix(self.preset, list(self.task.rewards))
         elif not isinstance(rewards, RewardMix):
             rewards = reward_mix(self.preset, list(rewards))
+        for func in rewards.funcs:  # your own functions get names the preset's checks can resolve
+            if REWARD_FUNCS.get(func.__name__) is not func:
+                register_reward(func)
         object.__setattr__(self, "rewards", rewards)
         object.__setattr__(self, "run_dir", Path(self.run_dir))
         object.__setattr__(self, "preset", dataclasses.replace(self.preset, rewards=tuple(rewards.names),
@@ -140,9 +143,10 @@ def check_run(run: TrainRun) -> RunFolder:
     Raises:
         ValueError: a bad preset setting or reward (:func:`grpo_kit.presets.check_settings`); a task
             without a train split; ``eval_steps``, ``eval_size`` or ``train_size`` out of range; held-out
-            evaluation with sharded weights (FSDP, ZeRO-3); a run folder that cannot be written; a folder
+            evaluation with sharded weights (FSDP, ZeRO-3); FSDP or DeepSpeed asked for on a CPU (accelerate
+            would silently fall back to replicating the model); a run folder that cannot be written; a folder
             that holds checkpoints while ``resume`` is off, or another run's checkpoints (what differs).
-        RuntimeError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
+        ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
     """
     check_settings(run.preset, rewards=run.rewards, num_processes=_num_processes())
     if "train" not in run.task.splits:
@@ -162,6 +166,14 @@ def check_run(run: TrainRun) -> RunFolder:
             raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a "
                              "full copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop "
                              "--eval-steps and evaluate the saved model afterwards (python -m grpo_kit eval)")
+    requested = _requested_sharding()
+    if requested is not None and (run.preset.use_cpu or not _cuda()):
+        # accelerate 1.15 engages DeepSpeed only off the CPU (accelerate/state.py reads ACCELERATE_USE_DEEPSPEED
+        # `and not cpu`) and FSDP only for GPU device types, not MULTI_CPU: the run would silently replicate the
+        # whole model on every process, which a sharded config was chosen to avoid.
+        raise ValueError(f"accelerate was configured for {requested}, which shards only on GPUs: on a CPU every "
+                         "process would hold the whole model. Use configs/accelerate/ddp.yaml here, or run the "
+                         "sharded config on GPUs")
     if run.preset.use_vllm and run.preset.vllm_mode == "server":
         from grpo_kit.routes import check_vllm_server
 
@@ -176,6 +188,21 @@ def check_run(run: TrainRun) -> RunFolder:
         check_same_run(recorded["identity"], run_identity(run.preset, run.task.name, _model_name(run), run.rewards),
                        folder.path)
     return folder
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _requested_sharding() -> str | None:
+    """The sharded strategy ``accelerate launch`` was asked for (its config sets these variables), if any."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return "FSDP"
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        return "DEEPSPEED"
+    return None
 
 
 def _load_policy(run: TrainRun) -> tuple[Any, Any]:
@@ -246,6 +273,12 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
 
     start = time.perf_counter()
     folder = check_run(run)
+    if run.preset.use_cpu and _num_processes() > 1:
+        # accelerate names each CPU process's device "cpu:0" (accelerate/state.py, set_device), transformers
+        # resumes the optimizer with torch.load(map_location=args.device) (trainer.py,
+        # _load_optimizer_and_scheduler), and torch.load cannot restore to "cpu:0": resuming a multi-process
+        # CPU run would fail. accelerate takes the device from this variable instead.
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     prepare_stack(run.preset)  # Unsloth before transformers, TRL and peft
     from grpo_kit.data import drop_long_prompts, take_slice
     from grpo_kit.generation import base_weights_digest

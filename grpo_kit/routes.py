@@ -302,7 +302,7 @@ def check_vllm_server(host: str, port: int, timeout_s: float = 5.0) -> None:
     """Check that a ``trl vllm-serve`` server answers on ``host:port`` (its ``/health/`` endpoint).
 
     Raises:
-        RuntimeError: nothing answers within ``timeout_s`` seconds; the message says how to start it.
+        ConnectionError: nothing answers within ``timeout_s`` seconds; the message says how to start it.
     """
     import urllib.error
     import urllib.request
@@ -315,6 +315,6 @@ def check_vllm_server(host: str, port: int, timeout_s: float = 5.0) -> None:
             problem = f"answered HTTP {response.status}"
     except (urllib.error.URLError, OSError) as e:
         problem = f"did not answer ({getattr(e, 'reason', e)})"
-    raise RuntimeError(f"the vLLM server at {url} {problem}: start it first on its own GPU, e.g. "
+    raise ConnectionError(f"the vLLM server at {url} {problem}: start it first on its own GPU, e.g. "
                        f"`CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model <model> --host {host} --port {port}`, "
                        "or set vllm_server_host / vllm_server_port to where it runs")
