@@ -148,7 +148,6 @@ def check_run(run: TrainRun) -> RunFolder:
             that holds checkpoints while ``resume`` is off, or another run's checkpoints (what differs).
         ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
     """
-    check_settings(run.preset, rewards=run.rewards, num_processes=_num_processes())
     if "train" not in run.task.splits:
         raise ValueError(f"task {run.task.name!r} has no train split (it is for evaluation only): choose gsm8k or "
                          "countdown")
@@ -213,12 +212,16 @@ def _load_policy(run: TrainRun) -> tuple[Any, Any]:
         from accelerate import PartialState
 
         from grpo_kit.models import TinyPolicySpec
-        from grpo_kit.warm_start import WarmStart, warm_started_tiny_policy
+        from grpo_kit.warm_start import WarmStart, warm_start_in_a_process_of_its_own, warm_started_tiny_policy
 
-        with PartialState().main_process_first():  # one warm start writes the cache; the others load it
-            model, tokenizer, _ = warm_started_tiny_policy(run.cache_dir, run.warm or WarmStart(),
-                                                           run.spec or TinyPolicySpec(), run.preset.seed,
-                                                           progress=run.progress == "bar", task=run.task)
+        settings, spec = run.warm or WarmStart(), run.spec or TinyPolicySpec()
+        if _num_processes() > 1:
+            # cpu= as the trainer will ask: the first PartialState of a process decides its distributed setup
+            with PartialState(cpu=run.preset.use_cpu).main_process_first():  # one process builds the cache
+                if _is_main_process():
+                    warm_start_in_a_process_of_its_own(run.cache_dir, settings, spec, run.preset.seed, run.task)
+        model, tokenizer, _ = warm_started_tiny_policy(run.cache_dir, settings, spec, run.preset.seed,
+                                                       progress=run.progress == "bar", task=run.task)
         return model, tokenizer
     return load_preset_policy(run.preset, run.model, cache_dir=run.cache_dir, task=run.task)
 
@@ -310,8 +313,9 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": _versions()})
         else:
             folder.write_json(folder.train_settings, {**recorded, "max_steps": run.preset.max_steps})
-        if resume_from is not None:
-            _forget_after(folder, int(resume_from.name.split("-")[1]))
+        # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
+        # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
+        _forget_after(folder, int(resume_from.name.split("-")[1]) if resume_from else (0 if run.resume else -1))
 
     callbacks: list[Any] = [schedule_on_resume()]
     heldout = None

@@ -10,20 +10,24 @@ __all__ = ["plot_before_after", "plot_training_curves", "training_curves"]
 
 
 def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
-    """Per-step series of every reward's mean, the total reward and the completion length.
+    """Per-step series of every reward's mean, the total reward, the completion length and held-out accuracy.
 
     Args:
         log_history: ``trainer.state.log_history`` (one dict per logging step).
 
     Returns:
-        ``{metric: (steps, values)}`` for ``rewards/<name>/mean`` of each reward, ``reward``
-        and ``completions/mean_length``, in that order, where logged.
+        ``{metric: (steps, values)}`` for ``rewards/<name>/mean`` of each reward, ``reward``,
+        ``completions/mean_length``, then ``eval/strict_accuracy`` and ``eval/flexible_accuracy``
+        (logged by :class:`grpo_kit.monitor.HeldOutEval`) with their interval bounds
+        (``..._ci_low``, ``..._ci_high``), in that order, where logged.
 
     >>> training_curves([{"step": 1, "reward": 0.5, "rewards/f/mean": 0.1}, {"step": 2, "reward": 0.7}])
     {'rewards/f/mean': ([1], [0.1]), 'reward': ([1, 2], [0.5, 0.7])}
     """
     keys = [k for row in log_history for k in row if k.startswith("rewards/") and k.endswith("/mean")]
-    keys = list(dict.fromkeys(keys)) + ["reward", "completions/mean_length"]
+    held_out = [f"eval/{rule}_accuracy{part}" for rule in ("strict", "flexible")
+                for part in ("", "_ci_low", "_ci_high")]
+    keys = list(dict.fromkeys(keys)) + ["reward", "completions/mean_length", *held_out]
     curves = {}
     for key in keys:
         points = [(row["step"], float(row[key])) for row in log_history if key in row and "step" in row]
@@ -36,6 +40,9 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
                          title: str = "GRPO training") -> Any:
     """Draw one small panel per curve of :func:`training_curves`; save a PNG when ``path`` is given.
 
+    Held-out strict and flexible accuracy, when logged, get a panel each with their 95% interval
+    as a band, beside the reward curves.
+
     Returns:
         The ``matplotlib.figure.Figure``.
 
@@ -45,14 +52,21 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
     import matplotlib.pyplot as plt  # headless machines fall back to the Agg backend by themselves
 
     curves = training_curves(log_history)
+    accuracies = [k for k in curves if k.startswith("eval/") and not k.endswith(("_ci_low", "_ci_high"))]
+    intervals = {key: (curves.pop(f"{key}_ci_low", None), curves.pop(f"{key}_ci_high", None)) for key in accuracies}
     if not curves:
         raise ValueError("the log history has no rewards/<name>/mean, reward or completion length entries")
     cols = 4
     rows = -(-len(curves) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
     for ax, (key, (steps, values)) in zip(axes.flat, curves.items()):
-        ax.plot(steps, values, lw=1.2)
-        ax.set_title(key.removeprefix("rewards/").removesuffix("/mean"), fontsize=9)
+        ax.plot(steps, values, lw=1.2, marker="o" if key in intervals else None, ms=3)
+        low, high = intervals.get(key, (None, None))
+        if low and high:
+            ax.fill_between(low[0], low[1], high[1], alpha=0.25)  # the 95% interval
+            ax.set_ylim(-0.02, 1.02)
+        name = key.removeprefix("rewards/").removesuffix("/mean")
+        ax.set_title(f"held-out {name.removeprefix('eval/')} (95% CI)" if key in intervals else name, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)

@@ -222,3 +222,41 @@ def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+#: Variables of a multi-process launch (torchrun, accelerate) that a separate single-process Python must not see.
+_LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                     "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def warm_start_in_a_process_of_its_own(cache_dir: str | Path, settings: WarmStart = WarmStart(),
+                                       spec: TinyPolicySpec = TinyPolicySpec(), seed: int = 0,
+                                       task: str | Task = "gsm8k") -> Path:
+    """Build the tiny policy's cache (:func:`warm_started_tiny_policy`) in a separate single-process Python.
+
+    Under ``accelerate launch`` the warm start's own trainer would join the launch's process group and
+    wait for the other processes, which are waiting for the cache: the main process builds it here
+    instead, outside the launch (``python -m grpo_kit.warm_start``). Returns the cache folder.
+
+    Raises:
+        subprocess.CalledProcessError: the warm start failed (its output was shown).
+    """
+    import os
+    import subprocess
+    import sys
+
+    task = get_task(task)
+    request = json.dumps({"cache_dir": str(cache_dir), "settings": dataclasses.asdict(settings),
+                          "spec": dataclasses.asdict(spec), "seed": seed, "task": task.name})
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES and not k.startswith("ACCELERATE_")}
+    subprocess.run([sys.executable, "-m", "grpo_kit.warm_start", request], check=True, env=env)
+    return tiny_policy_dir(cache_dir, settings, spec, seed, task)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _request = json.loads(sys.argv[1])
+    warm_started_tiny_policy(_request["cache_dir"], WarmStart(**_request["settings"]),
+                             TinyPolicySpec(**_request["spec"]), _request["seed"], progress=False,
+                             task=_request["task"])

@@ -27,9 +27,13 @@ CONFIGS = ROOT / "configs" / "accelerate"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 
 
-def _launch(config: str, processes: int, model: Path, run_dir: Path, *extra: str) -> list[str]:
+def _launch(config: str, processes: int, model: Path | str, run_dir: Path, *extra: str) -> list[str]:
+    """`accelerate launch ... -m grpo_kit train` on ``model`` (a folder), or with ``model="tiny:<cache folder>"``
+    on the kit's tiny policy, warm-started (one step) into that cache."""
+    policy = ["--warm-steps", "1", "--cache-dir", model[5:]] if str(model).startswith("tiny:") else ["--model",
+                                                                                                    str(model)]
     return [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), "--num_processes", str(processes),
-            "--mixed_precision", "no", "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--model", str(model),
+            "--mixed_precision", "no", "-m", "grpo_kit", "train", "--preset", "cpu-tiny", *policy,
             "--run-dir", str(run_dir), "--max-steps", "4", "--save-steps", "2", "--train-size", "32",
             "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=12",
             "--rewards", "strict_format_reward_func", "xmlcount_reward_func",
@@ -57,7 +61,8 @@ def _steps(run_dir: Path) -> list[int]:
 
 def test_two_processes_train_one_run_folder_and_resume_after_a_kill(tiny_policy_files, tmp_path):
     run_dir, log = tmp_path / "run", tmp_path / "prompts"
-    code, out = _run(_launch("ddp.yaml", 2, tiny_policy_files, run_dir), log)
+    # the tiny policy: the main process warm-starts it outside the launch, then both train it
+    code, out = _run(_launch("ddp.yaml", 2, f"tiny:{tmp_path / 'cache'}", run_dir), log)
     assert code == 0, out[-3000:]
     ranks = {p.name: p.read_text().splitlines() for p in log.iterdir()}
     assert sorted(ranks) == ["rank-0.txt", "rank-1.txt"]
@@ -66,7 +71,7 @@ def test_two_processes_train_one_run_folder_and_resume_after_a_kill(tiny_policy_
     assert out.count("[grpo_kit] wrote") == 1 and _steps(run_dir) == [1, 2, 3, 4]
     checkpoint = run_dir / "checkpoints" / "checkpoint-4"
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
-    assert (run_dir / "model" / "model.safetensors").is_file() and len(list(tmp_path.iterdir())) == 2
+    assert (run_dir / "model" / "model.safetensors").is_file() and len(list(tmp_path.iterdir())) == 3
 
     killed = tmp_path / "killed"
     code, out = _run(_launch("ddp.yaml", 2, tiny_policy_files, killed), log, kill_at="step 3/4")

@@ -81,6 +81,10 @@ def test_train_writes_the_run_folder_with_checkpoints(uninterrupted):
                                 row[f"eval/{key}_accuracy_ci_high"])
             assert 0 <= low <= value <= high <= 1
     assert sorted(p.name for p in (run_dir / "heldout").iterdir()) == [f"step-{s:06d}.jsonl" for s in (0, 2, 4, 6)]
+    from grpo_kit.plots import training_curves
+
+    curves = training_curves(history)  # the curves drawn into training_curves.png, beside the rewards
+    assert curves["eval/strict_accuracy"][0] == [0, 2, 4, 6] and "eval/flexible_accuracy_ci_high" in curves
 
 
 def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, tiny_policy_files, tmp_path):
