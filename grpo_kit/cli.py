@@ -112,9 +112,16 @@ def _share(text: str) -> float:
     return value
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _quiet_library_bars() -> None:
+    """Per-row map bars (datasets) and per-save shard bars (transformers) drown the kit's own progress."""
     import datasets
+    from transformers.utils import logging
 
+    datasets.disable_progress_bars()
+    logging.disable_progress_bar()
+
+
+def _demo(args: argparse.Namespace) -> int:
     from grpo_kit.demo import DemoConfig, run_demo
     from grpo_kit.warm_start import WarmStart
 
@@ -124,7 +131,7 @@ def _demo(args: argparse.Namespace) -> int:
         task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir, eval_size=args.eval_size,
         train_size=args.train_size, grpo_steps=args.steps, samples=args.samples, warm=warm, seed=args.seed,
         resume=args.resume)
-    datasets.disable_progress_bars()  # per-row map/filter bars drown the phase bars
+    _quiet_library_bars()
     run_demo(config)
     return 0
 
@@ -155,13 +162,12 @@ def _train_run(args: argparse.Namespace) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
-    import datasets
-
     from grpo_kit.pipeline import check_run, train
 
     run = _train_run(args)
     check_run(run)  # everything that can be checked before a model loads
-    datasets.disable_progress_bars()
+    if not run.preset.use_unsloth:  # on an Unsloth route transformers must wait until Unsloth is imported
+        _quiet_library_bars()
     _say(f"train: preset {run.preset.name}, task {run.task.name}, rewards {run.rewards}, {run.preset.max_steps} steps, "
          f"checkpoints every {run.preset.save_steps} into {run.run_dir / 'checkpoints'}"
          + (f", held-out accuracy every {run.eval_steps} steps on {run.eval_size} questions" if run.eval_steps else ""))
@@ -180,7 +186,7 @@ def _eval(args: argparse.Namespace) -> int:
     from grpo_kit.runs import RunFolder
 
     run = RunFolder(args.run_dir)
-    datasets.disable_progress_bars()
+    datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
     if args.before:
         from grpo_kit.presets import get_preset
         from grpo_kit.tasks import get_task
