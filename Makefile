@@ -51,7 +51,7 @@ lint: $(STAMP)
 test: lint test-main test-stack
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
-# 4 minutes instead of 7. Files stay whole on one process (--dist loadfile) so session fixtures are built once.
+# 6 minutes instead of 9. Files stay whole on one process (--dist loadfile) so session fixtures are built once.
 test-main: $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
