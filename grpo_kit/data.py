@@ -33,6 +33,7 @@ __all__ = [
     "load_gsm8k",
     "load_math500",
     "solution_reasoning",
+    "system_prompt_of",
     "take_slice",
     "tokenizer_texts",
 ]
@@ -340,6 +341,13 @@ def drop_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_tokens: int) 
         return len(ids) <= max_prompt_tokens
 
     return dataset.filter(fits)
+
+
+def system_prompt_of(dataset: Any) -> str:
+    """The system turn of a dataset's first prompt (``""`` without one): what run folders record so that
+    a baseline and a training run can be checked to use the same prompt."""
+    first = dataset[0]["prompt"]
+    return first[0]["content"] if first and first[0].get("role") == "system" else ""
 
 
 def tokenizer_texts(dataset: Dataset, system_copies: int = 50) -> list[str]:

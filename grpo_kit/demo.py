@@ -9,7 +9,6 @@ a held-out test slice -> GRPO with the task's rewards, checkpointed -> the same 
 
 from __future__ import annotations
 
-import platform
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import Any
 from grpo_kit.generation import TransformersBackend
 from grpo_kit.measure import EvalPlan, measure_after, measure_before, report_markdown
 from grpo_kit.models import TinyPolicySpec
-from grpo_kit.pipeline import TrainRun, check_run, train
+from grpo_kit.pipeline import TrainRun, check_run, package_versions, train
 from grpo_kit.presets import get_preset
 from grpo_kit.routes import policy_name
 from grpo_kit.runs import RunFolder
@@ -172,7 +171,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
         "seed": config.seed,
     }
     report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=_CAVEATS[task.name],
-                             settings=settings, wall=wall, versions=_versions())
+                             settings=settings, wall=wall, versions=package_versions())
     report += "\n".join(["## Files", "",
                          "- `baseline.jsonl`, `trained.jsonl`: one record per question, greedy (completion, "
                          "extracted answers, rewards)",
@@ -191,14 +190,3 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
             "before_sampled": measured.before_sampled, "after_sampled": measured.after_sampled,
             "log_history": trained.log_history, "wall": wall}
 
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for name in ("grpo_kit", "torch", "transformers", "trl", "peft", "datasets"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = "not installed"
-    return out

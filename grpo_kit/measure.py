@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_kit.data import system_prompt_of
 from grpo_kit.evaluation import EvalResult, compare, compare_markdown, evaluate, intervals_markdown, paired_test
 from grpo_kit.generation import Sampling, base_weights_digest
 from grpo_kit.presets import PRESETS, Preset, get_preset
@@ -121,11 +122,6 @@ def _base_fingerprint(backend: Any) -> str | None:
         else None
 
 
-def _system_prompt(dataset: Any) -> str:
-    first = dataset[0]["prompt"]
-    return first[0]["content"] if first and first[0].get("role") == "system" else ""
-
-
 def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None, base_name: str | None = None,
                    fingerprint: str | None = None) -> dict[str, EvalResult]:
     """Evaluate the starting policy (notebook 02) and record what was measured.
@@ -172,7 +168,7 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None, base_nam
         "cache_dir": plan.cache_dir,
         "base_model": base_name or policy_name(plan.preset, plan.model, plan.task, plan.cache_dir, warm),
         "base_fingerprint": fingerprint or _base_fingerprint(backend),
-        "system_prompt": _system_prompt(questions), "questions": len(questions),
+        "system_prompt": system_prompt_of(questions), "questions": len(questions),
     })
     return results
 

@@ -35,13 +35,14 @@ from grpo_kit.checkpoints import check_same_run, latest_complete, run_identity, 
 from grpo_kit.presets import Preset, check_settings, reward_mix
 from grpo_kit.rewards import REWARD_FUNCS, RewardFunc, RewardMix, register_reward
 from grpo_kit.runs import RunFolder
+from grpo_kit.training import num_processes
 
 if TYPE_CHECKING:
     from grpo_kit.models import TinyPolicySpec
     from grpo_kit.tasks import Task
     from grpo_kit.warm_start import WarmStart
 
-__all__ = ["TrainResult", "TrainRun", "check_run", "train"]
+__all__ = ["TrainResult", "TrainRun", "check_run", "package_versions", "train"]
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,6 @@ def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _num_processes() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def _sharded() -> bool:
     """Whether ``accelerate launch`` shards the weights (FSDP, or DeepSpeed ZeRO-3)."""
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
@@ -151,7 +148,7 @@ def check_run(run: TrainRun) -> RunFolder:
     if "train" not in run.task.splits:
         raise ValueError(f"task {run.task.name!r} has no train split (it is for evaluation only): choose gsm8k or "
                          "countdown")
-    check_settings(run.preset, run.task.load("train").features, rewards=run.rewards, num_processes=_num_processes())
+    check_settings(run.preset, run.task.load("train").features, rewards=run.rewards, num_processes=num_processes())
     if run.progress not in ("bar", "lines", "none"):
         raise ValueError(f"progress must be 'bar', 'lines' or 'none', got {run.progress!r}")
     for name in ("eval_steps", "train_size", "eval_max_new_tokens"):
@@ -215,7 +212,7 @@ def _load_policy(run: TrainRun) -> tuple[Any, Any]:
         from grpo_kit.warm_start import WarmStart, warm_start_in_a_process_of_its_own, warm_started_tiny_policy
 
         settings, spec = run.warm or WarmStart(), run.spec or TinyPolicySpec()
-        if _num_processes() > 1:
+        if num_processes() > 1:
             # cpu= as the trainer will ask: the first PartialState of a process decides its distributed setup
             with PartialState(cpu=run.preset.use_cpu).main_process_first():  # one process builds the cache
                 if _is_main_process():
@@ -226,12 +223,8 @@ def _load_policy(run: TrainRun) -> tuple[Any, Any]:
     return load_preset_policy(run.preset, run.model, cache_dir=run.cache_dir, task=run.task)
 
 
-def _first_system_prompt(dataset: Any) -> str:
-    first = dataset[0]["prompt"]
-    return first[0]["content"] if first and first[0].get("role") == "system" else ""
-
-
-def _versions() -> dict[str, str]:
+def package_versions() -> dict[str, str]:
+    """Python's version and those of the kit and the stack it runs on (the packages installed here)."""
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
@@ -276,14 +269,14 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
 
     start = time.perf_counter()
     folder = check_run(run)
-    if run.preset.use_cpu and _num_processes() > 1:
+    if run.preset.use_cpu and num_processes() > 1:
         # accelerate names each CPU process's device "cpu:0" (accelerate/state.py, set_device), transformers
         # resumes the optimizer with torch.load(map_location=args.device) (trainer.py,
         # _load_optimizer_and_scheduler), and torch.load cannot restore to "cpu:0": resuming a multi-process
         # CPU run would fail. accelerate takes the device from this variable instead.
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     prepare_stack(run.preset)  # Unsloth before transformers, TRL and peft
-    from grpo_kit.data import drop_long_prompts, take_slice
+    from grpo_kit.data import drop_long_prompts, system_prompt_of, take_slice
     from grpo_kit.generation import base_weights_digest
     from grpo_kit.monitor import HeldOutEval, StaleWeightsAlarm, StepPrinter
     from grpo_kit.training import build_trainer, quiet_progress, save_policy
@@ -308,9 +301,9 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
         if recorded is None or not run.resume:
             folder.write_json(folder.train_settings, {
                 "identity": identity, "base_model": _model_name(run), "base_fingerprint": fingerprint,
-                "task": run.task.name, "system_prompt": _first_system_prompt(train_set),
+                "task": run.task.name, "system_prompt": system_prompt_of(train_set),
                 "train_questions": len(train_set), "max_steps": run.preset.max_steps,
-                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": _versions()})
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
             folder.write_json(folder.train_settings, {**recorded, "max_steps": run.preset.max_steps})
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped

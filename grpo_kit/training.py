@@ -22,6 +22,7 @@ __all__ = [
     "build_trainer",
     "check_trains_as_asked",
     "is_unsloth_trainer",
+    "num_processes",
     "quiet_progress",
     "save_policy",
 ]
@@ -47,12 +48,12 @@ def build_grpo_config(preset: str | Preset, output_dir: str, rewards: RewardMix 
     """
     p = get_preset(preset, **overrides)
     mix = reward_mix(p, rewards)
-    check_settings(p, rewards=mix, num_processes=_num_processes())
+    check_settings(p, rewards=mix, num_processes=num_processes())
     return _grpo_config(p, output_dir, mix)
 
 
-def _num_processes() -> int:
-    """Processes in this run (``accelerate launch`` / torchrun set ``WORLD_SIZE``)."""
+def num_processes() -> int:
+    """Processes in this run (``accelerate launch`` / torchrun set ``WORLD_SIZE``; 1 otherwise)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
@@ -147,7 +148,7 @@ def build_trainer(
     p = get_preset(preset, **overrides)
     mix = reward_mix(p, reward_funcs)
     check_settings(p, getattr(train_dataset, "features", None) or train_dataset.column_names, rewards=mix,
-                   num_processes=_num_processes())
+                   num_processes=num_processes())
     if p.use_unsloth and p.lora_rank is not None and not hasattr(model, "peft_config"):
         raise ValueError(f"preset {p.name!r} trains through Unsloth: load the policy with "
                          "grpo_kit.routes.load_preset_policy (it applies Unsloth's LoRA), or pass use_unsloth=False")
