@@ -261,7 +261,7 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
         ``alarms.jsonl``.
 
     Raises:
-        ValueError, RuntimeError: see :func:`check_run` (all raised before any model loads); no
+        ValueError, ConnectionError: see :func:`check_run` (all raised before any model loads); no
             training question fits ``max_prompt_tokens``; the policy's weights differ from the ones the
             resumed run started from.
     """
@@ -311,13 +311,11 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
         _forget_after(folder, int(resume_from.name.split("-")[1]) if resume_from else (0 if run.resume else -1))
 
     callbacks: list[Any] = [schedule_on_resume()]
-    heldout = None
     if run.eval_steps is not None:
-        eval_set = take_slice(run.task.load("test"), n=min(run.eval_size, len(run.task.load("test"))), seed=run.seed)
-        heldout = HeldOutEval(run.task, eval_set, tokenizer, run.eval_steps, folder.path,
-                              max_new_tokens=run.eval_max_new_tokens or run.preset.max_completion_length,
-                              is_main_process=main)
-        callbacks.append(heldout)
+        test = run.task.load("test")
+        callbacks.append(HeldOutEval(run.task, take_slice(test, n=min(run.eval_size, len(test)), seed=run.seed),
+                                     tokenizer, run.eval_steps, folder.path, is_main_process=main,
+                                     max_new_tokens=run.eval_max_new_tokens or run.preset.max_completion_length))
     if run.preset.use_vllm or run.preset.fast_inference:
         callbacks.append(StaleWeightsAlarm(folder=folder.path if main else None))
     if run.progress == "lines" and main:
