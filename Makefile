@@ -51,9 +51,9 @@ lint: $(STAMP)
 test: lint test-main test-stack
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
-# 6 minutes instead of 9. Files stay whole on one process (--dist loadfile) so session fixtures are built once.
+# 6 minutes instead of 9. Tests sharing an expensive fixture carry one xdist_group, so it is built once.
 test-main: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup
 
 # Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
 # trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.
