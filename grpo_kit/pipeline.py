@@ -121,11 +121,14 @@ def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def _fsdp() -> bool:
+    """Whether ``accelerate launch`` was configured for FSDP (its config sets this variable)."""
+    return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+
+
 def _sharded() -> bool:
     """Whether ``accelerate launch`` shards the weights (FSDP, or DeepSpeed ZeRO-3)."""
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
-        return True
-    return os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3"
+    return _fsdp() or os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3"
 
 
 def _model_name(run: TrainRun) -> str:
@@ -140,8 +143,8 @@ def check_run(run: TrainRun) -> RunFolder:
     Raises:
         ValueError: a bad preset setting or reward (:func:`grpo_kit.presets.check_settings`); a task
             without a train split; ``eval_steps``, ``eval_size`` or ``train_size`` out of range; held-out
-            evaluation with sharded weights (FSDP, ZeRO-3); FSDP or DeepSpeed asked for on a CPU (accelerate
-            would silently fall back to replicating the model); a run folder that cannot be written; a folder
+            evaluation with sharded weights (FSDP, ZeRO-3); FSDP asked for on a CPU (accelerate would
+            silently fall back to replicating the model); a run folder that cannot be written; a folder
             that holds checkpoints while ``resume`` is off, or another run's checkpoints (what differs).
         ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
     """
@@ -162,14 +165,13 @@ def check_run(run: TrainRun) -> RunFolder:
             raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a "
                              "full copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop "
                              "--eval-steps and evaluate the saved model afterwards (python -m grpo_kit eval)")
-    requested = _requested_sharding()
-    if requested is not None and (run.preset.use_cpu or not _cuda()):
-        # accelerate 1.15 engages DeepSpeed only off the CPU (accelerate/state.py reads ACCELERATE_USE_DEEPSPEED
-        # `and not cpu`) and FSDP only for GPU device types, not MULTI_CPU: the run would silently replicate the
-        # whole model on every process, which a sharded config was chosen to avoid.
-        raise ValueError(f"accelerate was configured for {requested}, which shards only on GPUs: on a CPU every "
-                         "process would hold the whole model. Use configs/accelerate/ddp.yaml here, or run the "
-                         "sharded config on GPUs")
+    if _fsdp() and (run.preset.use_cpu or not _cuda()):
+        # accelerate 1.15 engages FSDP only for accelerator device types, not MULTI_CPU (accelerate/state.py): the
+        # run would silently replicate the whole model on every process, which FSDP was chosen to avoid.
+        # DeepSpeed ZeRO does run on CPU processes (its CPU accelerator, gloo): tests/test_scaling.py.
+        raise ValueError("accelerate was configured for FSDP, which shards only on GPUs: on a CPU every process "
+                         "would hold the whole model. Use configs/accelerate/zero3.yaml (DeepSpeed ZeRO-3 runs on "
+                         "CPU processes) or ddp.yaml here, or run FSDP on GPUs")
     if run.preset.use_vllm and run.preset.vllm_mode == "server":
         from grpo_kit.routes import check_vllm_server
 
@@ -192,13 +194,6 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _requested_sharding() -> str | None:
-    """The sharded strategy ``accelerate launch`` was asked for (its config sets these variables), if any."""
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
-        return "FSDP"
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
-        return "DEEPSPEED"
-    return None
 
 
 def _load_policy(run: TrainRun) -> tuple[Any, Any]:

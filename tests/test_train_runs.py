@@ -23,8 +23,6 @@ from grpo_kit.checkpoints import checkpoints, is_complete, latest_complete
 from grpo_kit.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-# the module's uninterrupted run serves every test here: one test process for all (pytest-xdist, --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("train-runs")
 
 
 def _train_args(model: Path, run_dir: Path, *extra: str) -> list[str]:
