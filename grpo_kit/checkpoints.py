@@ -27,12 +27,22 @@ from typing import Any
 from grpo_kit.presets import RESUMABLE_FIELDS, Preset
 from grpo_kit.rewards import RewardMix
 
-__all__ = ["check_same_run", "checkpoints", "continue_schedule", "is_complete", "latest_complete", "run_identity",
-           "schedule_on_resume"]
+__all__ = ["check_same_run", "checkpoint_step", "checkpoints", "continue_schedule", "is_complete", "latest_complete",
+           "run_identity", "schedule_on_resume"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
             "pytorch_model.bin.index.json")
+
+
+def checkpoint_step(checkpoint: str | Path) -> int | None:
+    """The step a ``checkpoint-<step>`` folder was saved at; ``None`` for any other name.
+
+    >>> checkpoint_step("runs/a/checkpoints/checkpoint-250"), checkpoint_step("model")
+    (250, None)
+    """
+    match = _CHECKPOINT.match(Path(checkpoint).name)
+    return None if match is None else int(match.group(1))
 
 
 def checkpoints(folder: str | Path) -> list[Path]:
@@ -40,7 +50,7 @@ def checkpoints(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))]
+    found = [(step, p) for p in folder.iterdir() if p.is_dir() and (step := checkpoint_step(p)) is not None]
     return [p for _, p in sorted(found)]
 
 
@@ -51,13 +61,12 @@ def is_complete(checkpoint: str | Path) -> bool:
     (full model or adapter), the optimizer and the scheduler are there. DeepSpeed keeps its
     optimizer in ``global_step<N>/`` instead of ``optimizer.pt``.
     """
-    checkpoint = Path(checkpoint)
-    match = _CHECKPOINT.match(checkpoint.name)
+    checkpoint, step = Path(checkpoint), checkpoint_step(checkpoint)
     try:
         state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    if match is None or state.get("global_step") != int(match.group(1)):
+    if step is None or state.get("global_step") != step:
         return False
     has_optimizer = (checkpoint / "optimizer.pt").is_file() or any(checkpoint.glob("global_step*"))
     has_weights = any((checkpoint / name).is_file() for name in _WEIGHTS) or any(checkpoint.glob("global_step*"))

@@ -20,6 +20,7 @@ __all__ = [
     "TinyPolicySpec",
     "build_tiny_policy",
     "check_adapter_trained",
+    "cuda_available",
     "describe_device",
     "device_preset",
     "import_unsloth",
@@ -217,6 +218,12 @@ def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str |
     return model, tokenizer
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU (imports torch, not transformers: safe before Unsloth)."""
+    import torch
+
+    return torch.cuda.is_available()
+
 
 def require_cuda(what: str) -> None:
     """Raise a clear error when ``what`` (an Unsloth or vLLM feature) is asked for without a CUDA GPU.
@@ -224,9 +231,7 @@ def require_cuda(what: str) -> None:
     Raises:
         RuntimeError: no CUDA device; the message names the CPU alternative.
     """
-    import torch
-
-    if not torch.cuda.is_available():
+    if not cuda_available():
         raise RuntimeError(f"{what} needs an NVIDIA GPU with CUDA, and none is visible here. On a CPU use the "
                            "transformers + peft path: preset 'cpu-tiny', or any preset with use_unsloth=False, "
                            "and grpo_kit.generation.TransformersBackend for evaluation.")

@@ -7,7 +7,7 @@ own evaluator, and logs ``eval/strict_accuracy`` and ``eval/flexible_accuracy`` 
 intervals into the trainer's log history (and wandb). When the training reward has risen since
 the previous evaluation while held-out strict or flexible accuracy fell by a paired-significant
 amount (exact McNemar on the same questions, p < 0.05), it raises the reward-hacking alarm: a
-warning naming both numbers, a line in the run folder's ``alarms.json``.
+warning naming both numbers, a line in the run folder's ``alarms.jsonl``.
 
 :class:`StaleWeightsAlarm` reads TRL's ``sampling/sampling_logp_difference/mean`` (vLLM's
 log-probabilities of the sampled tokens against the trainer's): a large gap means vLLM
@@ -16,7 +16,6 @@ generates from other weights than the ones being trained (trl #2698, #5312).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from transformers import TrainerCallback
 
 from grpo_kit.evaluation import EvalResult, evaluate, flips, mcnemar_exact, paired_ids
 from grpo_kit.generation import Sampling, TransformersBackend
+from grpo_kit.runs import RunFolder
 
 if TYPE_CHECKING:
     from grpo_kit.tasks import Task
@@ -49,12 +49,6 @@ def _log(args: Any, state: Any, logs: dict[str, float]) -> None:
             return
         if wandb.run is not None:
             wandb.log({**logs, "train/global_step": state.global_step})
-
-
-def _append_json_line(path: Path, row: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def training_reward(log_history: Sequence[dict[str, Any]], after: int, upto: int) -> float | None:
@@ -99,7 +93,7 @@ class HeldOutEval(TrainerCallback):
         dataset: the fixed held-out questions (rows of ``task``; e.g. a seeded slice of its test split).
         tokenizer: the policy's tokenizer.
         every: steps between evaluations.
-        folder: where the records (``heldout/step-<N>.jsonl``) and ``alarms.json`` go; ``None`` keeps
+        folder: the run folder, where the records (``heldout/step-<N>.jsonl``) and ``alarms.jsonl`` go; ``None`` keeps
             nothing on disk (a resumed run then has no previous evaluation to compare with).
         max_new_tokens: the completion budget of each greedy answer, in tokens.
         batch_size: prompts per ``generate`` call.
@@ -117,14 +111,14 @@ class HeldOutEval(TrainerCallback):
         if every < 1:
             raise ValueError(f"eval_steps must be at least 1, got {every}")
         self.task, self.dataset, self.tokenizer, self.every = task, list(dataset), tokenizer, every
-        self.folder = Path(folder) if folder is not None else None
+        self.folder = RunFolder(folder) if folder is not None else None
         self.sampling = Sampling(temperature=0.0, max_new_tokens=max_new_tokens)
         self.batch_size, self.p_threshold, self.is_main_process = batch_size, p_threshold, is_main_process
         self.previous: tuple[int, EvalResult] | None = None
         self.alarms: list[dict[str, Any]] = []
 
     def _records_path(self, step: int) -> Path | None:
-        return None if self.folder is None else self.folder / "heldout" / f"step-{step:06d}.jsonl"
+        return None if self.folder is None else self.folder.heldout_record(step)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if not self.is_main_process:
@@ -139,10 +133,9 @@ class HeldOutEval(TrainerCallback):
 
     def _earlier_result(self, step: int) -> tuple[int, EvalResult] | None:
         """The latest held-out evaluation at or before ``step`` kept in the folder (a resumed run's reference)."""
-        if self.folder is None or not (self.folder / "heldout").is_dir():
+        if self.folder is None:
             return None
-        kept = sorted((int(p.stem.split("-")[1]), p) for p in (self.folder / "heldout").glob("step-*.jsonl"))
-        kept = [(s, p) for s, p in kept if s <= step]
+        kept = [(s, p) for s, p in self.folder.heldout_records() if s <= step]
         return (kept[-1][0], EvalResult.from_jsonl(kept[-1][1])) if kept else None
 
     def _evaluate(self, args: Any, state: Any, model: Any) -> None:
@@ -183,7 +176,7 @@ class HeldOutEval(TrainerCallback):
               "completions: the policy may be paid for something other than solving the task.",
               file=sys.stderr, flush=True)
         if self.folder is not None:
-            _append_json_line(self.folder / "alarms.jsonl", {"kind": "reward_hacking", **finding})
+            self.folder.append_alarm({"kind": "reward_hacking", **finding})
 
 
 def _first_reward(log_history: Sequence[dict[str, Any]]) -> float | None:
@@ -201,11 +194,11 @@ class StaleWeightsAlarm(TrainerCallback):
 
     Args:
         threshold: the mean gap (nats per token) that raises the alarm.
-        folder: where ``alarms.jsonl`` goes (``None``: nowhere).
+        folder: the run folder, where ``alarms.jsonl`` goes (``None``: nowhere).
     """
 
     def __init__(self, threshold: float = 0.1, folder: str | Path | None = None) -> None:
-        self.threshold, self.folder, self.raised = threshold, Path(folder) if folder else None, []
+        self.threshold, self.folder, self.raised = threshold, RunFolder(folder) if folder else None, []
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         gap = (logs or {}).get("sampling/sampling_logp_difference/mean")
@@ -219,7 +212,7 @@ class StaleWeightsAlarm(TrainerCallback):
               f"{self.threshold:g}): vLLM is generating from weights other than the ones being trained "
               "(trl #2698, #5312).", file=sys.stderr, flush=True)
         if self.folder is not None:
-            _append_json_line(self.folder / "alarms.jsonl", finding)
+            self.folder.append_alarm(finding)
 
 
 class StepPrinter(TrainerCallback):

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.checkpoints import check_same_run, latest_complete, run_identity, schedule_on_resume
+from grpo_kit.checkpoints import check_same_run, checkpoint_step, latest_complete, run_identity, schedule_on_resume
+from grpo_kit.models import cuda_available
 from grpo_kit.presets import Preset, check_settings, reward_mix
 from grpo_kit.rewards import REWARD_FUNCS, RewardFunc, RewardMix, register_reward
 from grpo_kit.runs import RunFolder
@@ -165,7 +166,7 @@ def check_run(run: TrainRun) -> RunFolder:
             raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a "
                              "full copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop "
                              "--eval-steps and evaluate the saved model afterwards (python -m grpo_kit eval)")
-    if _fsdp() and (run.preset.use_cpu or not _cuda()):
+    if _fsdp() and (run.preset.use_cpu or not cuda_available()):
         # accelerate 1.15 engages FSDP only for accelerator device types, not MULTI_CPU (accelerate/state.py): the
         # run would silently replicate the whole model on every process, which FSDP was chosen to avoid.
         # DeepSpeed ZeRO does run on CPU processes (its CPU accelerator, gloo): tests/test_scaling.py.
@@ -186,14 +187,6 @@ def check_run(run: TrainRun) -> RunFolder:
         check_same_run(recorded["identity"], run_identity(run.preset, run.task.name, _model_name(run), run.rewards),
                        folder.path)
     return folder
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 
 
 def _load_policy(run: TrainRun) -> tuple[Any, Any]:
@@ -233,8 +226,8 @@ def package_versions() -> dict[str, str]:
 
 def _forget_after(folder: RunFolder, step: int) -> None:
     """Drop held-out records and alarms of steps after ``step`` (a killed run's, redone after resuming)."""
-    for path in folder.heldout.glob("step-*.jsonl") if folder.heldout.is_dir() else []:
-        if int(path.stem.split("-")[1]) > step:
+    for kept_step, path in folder.heldout_records():
+        if kept_step > step:
             path.unlink()
     kept = [a for a in folder.read_alarms() if a.get("step", 0) <= step]
     if folder.alarms.is_file():
@@ -277,6 +270,7 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
     from grpo_kit.training import build_trainer, quiet_progress, save_policy
 
     resume_from = latest_complete(folder.checkpoints) if run.resume else None
+    resume_step = checkpoint_step(resume_from) if resume_from is not None else None
     model, tokenizer = policy if policy is not None else _load_policy(run)
     identity = run_identity(run.preset, run.task.name, _model_name(run), run.rewards)
     fingerprint = base_weights_digest(model)
@@ -303,7 +297,7 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
             folder.write_json(folder.train_settings, {**recorded, "max_steps": run.preset.max_steps})
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
-        _forget_after(folder, int(resume_from.name.split("-")[1]) if resume_from else (0 if run.resume else -1))
+        _forget_after(folder, resume_step if resume_step is not None else (0 if run.resume else -1))
 
     callbacks: list[Any] = [schedule_on_resume()]
     if run.eval_steps is not None:
@@ -325,7 +319,7 @@ def train(run: TrainRun, policy: tuple[Any, Any] | None = None) -> TrainResult:
         trainer.pop_callback(ProgressCallback)
         trainer.pop_callback(PrinterCallback)
     if resume_from is not None and main:
-        print(f"[grpo_kit train] resuming from {resume_from} (step {resume_from.name.split('-')[1]} of "
+        print(f"[grpo_kit train] resuming from {resume_from} (step {resume_step} of "
               f"{run.preset.max_steps})", flush=True)
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
     model_dir = save_policy(trainer, tokenizer, folder.model)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_kit.models import cuda_available
 from grpo_kit.presets import Preset, check_settings, get_preset
 from grpo_kit.vllm_backend import vllm_usable
 
@@ -45,12 +46,6 @@ EVAL_ROUTES = {
 }
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def prepare_stack(preset: Preset) -> None:
     """Import the GPU stack in the order it needs: Unsloth before transformers, TRL and peft.
 
@@ -61,7 +56,7 @@ def prepare_stack(preset: Preset) -> None:
         RuntimeError: transformers, TRL or peft were imported before Unsloth in this process
             (:func:`grpo_kit.models.import_unsloth`).
     """
-    if preset.use_unsloth and _cuda():
+    if preset.use_unsloth and cuda_available():
         from grpo_kit.models import import_unsloth
 
         import_unsloth()
@@ -257,7 +252,7 @@ def load_eval_backend(preset: str | Preset, model: str | None = None, trained: s
         from grpo_kit.vllm_backend import SubprocessVLLMBackend
 
         name = _checkpoint_for_vllm(p, model, trained, adapter, cache_dir, warm_start_steps, task)
-        if _cuda():
+        if cuda_available():
             import torch
 
             share = vllm_memory_share(*torch.cuda.mem_get_info())
@@ -316,5 +311,5 @@ def check_vllm_server(host: str, port: int, timeout_s: float = 5.0) -> None:
     except (urllib.error.URLError, OSError) as e:
         problem = f"did not answer ({getattr(e, 'reason', e)})"
     raise ConnectionError(f"the vLLM server at {url} {problem}: start it first on its own GPU, e.g. "
-                       f"`CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model <model> --host {host} --port {port}`, "
-                       "or set vllm_server_host / vllm_server_port to where it runs")
+                          f"`CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model <model> --host {host} --port {port}`, "
+                          "or set vllm_server_host / vllm_server_port to where it runs")

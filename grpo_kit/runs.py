@@ -123,6 +123,21 @@ class RunFolder:
             raise FileNotFoundError(f"{path} is missing: run {written_by} with run_dir={str(self.path)!r} first")
         return path
 
+    def heldout_record(self, step: int) -> Path:
+        """Where the held-out evaluation at ``step`` is kept (``heldout/step-<step>.jsonl``)."""
+        return self.heldout / f"step-{step:06d}.jsonl"
+
+    def heldout_records(self) -> list[tuple[int, Path]]:
+        """The held-out evaluations kept, as ``(step, path)``, oldest step first."""
+        if not self.heldout.is_dir():
+            return []
+        return sorted((int(p.stem.removeprefix("step-")), p) for p in self.heldout.glob("step-*.jsonl"))
+
+    def append_alarm(self, alarm: dict[str, Any]) -> None:
+        """Add one alarm (a JSON object with its ``kind`` and ``step``) to ``alarms.jsonl``."""
+        with self.alarms.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(alarm) + "\n")
+
     def read_alarms(self) -> list[dict[str, Any]]:
         """The alarms raised while training (``alarms.jsonl``; empty when none)."""
         if not self.alarms.is_file():

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.data import solution_reasoning
-from grpo_kit.models import TinyPolicySpec
+from grpo_kit.models import TinyPolicySpec, cuda_available
 from grpo_kit.tasks import Task, get_task
 
 __all__ = [
@@ -160,7 +160,7 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
         logging_steps=max(1, settings.steps // 10),
         save_strategy="no",
         report_to="none",
-        use_cpu=not _cuda_available(),
+        use_cpu=not cuda_available(),
         bf16=False,
         gradient_checkpointing=False,
         seed=settings.seed,
@@ -216,12 +216,6 @@ def warm_started_tiny_policy(cache_dir: str | Path = ".cache/grpo_kit", settings
     model, tokenizer = build_tiny_policy(task.texts(train), seed=seed, spec=spec)
     warm_start(model, tokenizer, train, path, settings, progress=progress, task=task)
     return model, tokenizer, False
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 #: Variables of a multi-process launch (torchrun, accelerate) that a separate single-process Python must not see.
