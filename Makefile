@@ -16,7 +16,7 @@ GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: install install-stack install-deepspeed demo test test-main test-stack test-gpu lint clean
+.PHONY: install install-stack install-deepspeed demo test test-quick test-main test-stack test-gpu lint clean
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,13 @@ test: lint test-main test-stack
 # silently ignores them: pytest-xdist #1386.)
 test-main: $(STAMP) $(DS_STAMP)
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+
+# The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
+# experiments). CI runs `make test`.
+test-quick: $(STAMP) $(DS_STAMP)
+	$(VENV)/bin/ruff check .
+	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
+		-m "not slow"
 
 # Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
 # trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.

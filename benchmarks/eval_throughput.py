@@ -22,11 +22,13 @@ from pathlib import Path
 
 import torch
 
-from grpo_kit.data import load_gsm8k, take_slice
-from grpo_kit.evaluation import evaluate
-from grpo_kit.generation import Sampling, TransformersBackend
-from grpo_kit.vllm_backend import SubprocessVLLMBackend, vllm_usable
-from grpo_kit.warm_start import WarmStart, tiny_policy_dir, warm_started_tiny_policy
+from grpo_kit.evaluation.scoring import evaluate
+from grpo_kit.policy.generation import Sampling, TransformersBackend
+from grpo_kit.policy.vllm import SubprocessVLLMBackend, vllm_usable
+from grpo_kit.policy.warm_start import TinyPolicy, warm_started_tiny_policy
+from grpo_kit.tasks import get_task
+from grpo_kit.tasks.data import take_slice
+from grpo_kit.tasks.gsm8k import load_gsm8k
 
 
 def per_question_loop(model, tokenizer, prompts, max_new_tokens):
@@ -53,7 +55,8 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=".cache/grpo_kit", help="where the warm-started tiny policy is cached")
     args = parser.parse_args()
 
-    model, tokenizer, _ = warm_started_tiny_policy(args.cache_dir)
+    tiny = TinyPolicy(get_task("gsm8k"), cache_dir=args.cache_dir)
+    model, tokenizer, _ = warm_started_tiny_policy(tiny)
     questions = take_slice(load_gsm8k("test"), n=args.questions, seed=0)
     prompts = list(questions["prompt"])
     greedy = Sampling(max_new_tokens=args.max_new_tokens)
@@ -78,7 +81,7 @@ def main() -> None:
     rows = [("per-question loop", loop_s, loop_tokens), (f"kit, batched ({args.batch_size})", batched_s, kit_tokens),
             ("kit, cached rerun", cached_s, kit_tokens)]
     if vllm_usable():
-        backend = SubprocessVLLMBackend(tiny_policy_dir(args.cache_dir, WarmStart()), max_model_len=512)
+        backend = SubprocessVLLMBackend(tiny.folder, max_model_len=512)
         start = time.perf_counter()
         with_vllm = evaluate(backend, questions, greedy)
         vllm_total = time.perf_counter() - start

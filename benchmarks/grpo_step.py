@@ -30,8 +30,8 @@ def build_checkpoint(folder: Path, hidden: int, layers: int) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from grpo_kit.data import load_gsm8k, tokenizer_texts
-    from grpo_kit.models import train_tiny_tokenizer
+    from grpo_kit.policy.tiny import train_tiny_tokenizer
+    from grpo_kit.tasks.gsm8k import load_gsm8k, tokenizer_texts
 
     tokenizer = train_tiny_tokenizer(tokenizer_texts(load_gsm8k("train")), vocab_size=8192)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 27 // 8,
@@ -56,25 +56,25 @@ def route_overrides(folder: str, args: argparse.Namespace) -> dict:
 def run_route(route: str, folder: str, args: argparse.Namespace) -> dict:
     """Child process: train ``args.steps`` GRPO steps through ``route``; return timings and peak memory."""
     if route == "unsloth":  # first, before anything imports transformers: Unsloth patches it on import
-        from grpo_kit.models import import_unsloth
+        from grpo_kit.policy.loading import import_unsloth
 
         import_unsloth()
     import torch
     from transformers import TrainerCallback
 
-    from grpo_kit.data import load_gsm8k
-    from grpo_kit.presets import get_preset
-    from grpo_kit.training import build_trainer
+    from grpo_kit.tasks import RewardSet
+    from grpo_kit.tasks.gsm8k import load_gsm8k
+    from grpo_kit.training.presets import get_preset
+    from grpo_kit.training.trainer import build_trainer
 
     overrides = route_overrides(folder, args)
     if route == "unsloth":
-        from grpo_kit.models import load_unsloth_policy
+        from grpo_kit.policy.loading import load_unsloth_policy
 
         preset = get_preset("a100", **overrides)
-        model, tokenizer = load_unsloth_policy(folder, max_seq_length=preset.max_seq_length, load_in_4bit=False,
-                                               lora_rank=args.rank, lora_alpha=args.rank, fast_inference=False)
+        model, tokenizer = load_unsloth_policy(folder, preset.loading)
     else:
-        from grpo_kit.models import load_policy
+        from grpo_kit.policy.loading import load_policy
 
         preset = get_preset("a100", use_unsloth=False, **overrides)
         model, tokenizer = load_policy(folder, dtype="bfloat16", device_map="cuda")
@@ -89,9 +89,9 @@ def run_route(route: str, folder: str, args: argparse.Namespace) -> dict:
             torch.cuda.synchronize()
             times.append(time.perf_counter() - self.start)
 
-    trainer = build_trainer(model, tokenizer, load_gsm8k("train").select(range(512)), preset,
-                            tempfile.mkdtemp(), reward_funcs=["xmlcount_reward_func", "soft_format_reward_func"],
-                            callbacks=[Timer()])
+    rewards = RewardSet(["xmlcount_reward_func", "soft_format_reward_func"])
+    trainer = build_trainer(model, tokenizer, load_gsm8k("train").select(range(512)), preset, rewards,
+                            tempfile.mkdtemp(), callbacks=[Timer()])
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
     return {"route": route, "median_step_s": statistics.median(times[1:] or times),

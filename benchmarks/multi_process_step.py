@@ -28,8 +28,8 @@ DEEPSPEED = Path(os.environ.get("GRPO_KIT_DEEPSPEED", ROOT / ".deepspeed"))
 
 
 def build_policy(folder: Path) -> None:
-    from grpo_kit.data import load_gsm8k, tokenizer_texts
-    from grpo_kit.models import build_tiny_policy
+    from grpo_kit.policy.tiny import build_tiny_policy
+    from grpo_kit.tasks.gsm8k import load_gsm8k, tokenizer_texts
 
     model, tokenizer = build_tiny_policy(tokenizer_texts(load_gsm8k("train").select(range(500))), seed=0)
     model.save_pretrained(folder)

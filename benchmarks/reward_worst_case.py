@@ -5,11 +5,11 @@ it is paid for: a regular expression that backtracks quadratically turns one lon
 minutes of a stalled run. This times each reward and each extraction rule on a corpus of crafted
 inputs (repeated opening tags without their closing ones, tag soup, digit runs, thousands
 separators, signs, boxes, long reasoning blocks) at a given size, and prints the slowest input per
-function. math-verify correctness runs under its own per-check timeout (``grpo_kit.verify``) and
+function. math-verify correctness runs under its own per-check timeout (``grpo_kit.tasks.math_verify``) and
 is left out.
 
 Run: .venv/bin/python benchmarks/reward_worst_case.py [--kib 1024] [--repeat 3]
-Target (issue 12): at most 50 ms per 1 MiB completion for every function. `tests/test_rewards.py`
+Target (issue 12): at most 50 ms per 1 MiB completion for every function. `tests/runs/test_bad_input.py`
 keeps a 100 KiB version in `make test`.
 """
 
@@ -19,10 +19,10 @@ import argparse
 import time
 from collections.abc import Callable
 
-from grpo_kit.answers import EXTRACTION_RULES, extract_final_answer, extract_xml_answer, is_strict_format
-from grpo_kit.countdown import countdown_answer
-from grpo_kit.rewards import REWARD_FUNCS
-from grpo_kit.tasks import TASKS
+from grpo_kit.tasks import BUILTIN_REWARDS, TASKS
+from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, is_strict_format
+from grpo_kit.tasks.countdown import countdown_answer
+from grpo_kit.tasks.gsm8k import flexible_answer, strict_answer
 
 #: name -> one piece, repeated to the wanted size (a prefix or suffix where the shape needs one).
 PATTERNS: dict[str, tuple[str, str, str]] = {
@@ -55,11 +55,11 @@ def corpus(size: int) -> dict[str, str]:
 
 
 def functions() -> dict[str, Callable[[str], object]]:
-    """Every registered reward but math-verify (one completion each, with gold answers that do not match) and
+    """Every built-in reward but math-verify (one completion each, with gold answers that do not match) and
     every extraction rule of every task."""
     calls: dict[str, Callable[[str], object]] = {}
     columns = {"answer": ["12345"], "nums": [[3, 5, 7]], "target": [22]}
-    for name, func in REWARD_FUNCS.items():
+    for name, func in BUILTIN_REWARDS.items():
         if name.startswith("math_verify"):
             continue
         kwargs = {c: columns[c] for c in getattr(func, "columns", ())}
@@ -70,9 +70,8 @@ def functions() -> dict[str, Callable[[str], object]]:
                 calls[f"{task.name} {rule_name} (extract)"] = rule.extract
             else:
                 calls[f"{task.name} {rule_name}"] = rule.extract
-    for name, extract in EXTRACTION_RULES.items():
-        calls[f"answers.{name}_answer"] = extract
-    calls.update({"extract_xml_answer": extract_xml_answer, "extract_final_answer": extract_final_answer,
+    calls.update({"gsm8k.strict_answer": strict_answer, "gsm8k.flexible_answer": flexible_answer,
+                  "extract_xml_answer": extract_xml_answer, "extract_final_answer": extract_final_answer,
                   "is_strict_format": is_strict_format, "countdown_answer": countdown_answer})
     return calls
 

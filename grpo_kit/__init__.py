@@ -1,22 +1,24 @@
-"""grpo_kit: measure an LLM, train it with GRPO (TRL), measure it again.
+"""grpo_kit: measure an LLM, train it with GRPO (TRL), measure it again, and trust the before-and-after table.
 
-The reward functions and answer extraction are importable from here; the heavier parts
-(data, models, generation, evaluation, training) load torch and friends only when imported.
+The wings import one way: ``tasks`` (what is asked and how it is checked) -> ``policy`` (devices,
+loading, generation) -> ``evaluation`` (scoring, tables, statistics, reports) -> ``training``
+(recipes, the trainer, checkpoints, callbacks) -> ``runs`` (one experiment: its spec, its folder),
+with ``system`` (logging, files, child processes) below them all and the command line, the demo
+and the notebook helpers on top. The blog post's reward functions, the answer format and the tasks
+are importable from here without torch (a task's own rewards from its module, e.g.
+``grpo_kit.tasks.countdown.countdown_reward_func``); the heavier parts load torch and friends only
+when imported.
 """
 
-from grpo_kit.answers import extract_final_answer, extract_hash_answer, extract_xml_answer
-from grpo_kit.countdown import safe_eval
-from grpo_kit.evaluation import evaluate_answers
-from grpo_kit.rewards import (
-    REWARD_FUNCS,
+from grpo_kit.tasks import TASKS, get_task
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_final_answer, extract_xml_answer
+from grpo_kit.tasks.rewards import (
+    BUILTIN_REWARDS,
     SEED_REWARDS,
-    RewardMix,
+    Reward,
+    RewardSet,
     correctness_reward_func,
-    countdown_reward_func,
-    get_reward_funcs,
     int_reward_func,
-    math_verify_reward_func,
-    register_reward,
     soft_correctness_reward_func,
     soft_format_reward_func,
     strict_format_reward_func,
@@ -26,20 +28,17 @@ from grpo_kit.rewards import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "REWARD_FUNCS",
+    "BUILTIN_REWARDS",
     "SEED_REWARDS",
-    "RewardMix",
+    "SYSTEM_PROMPT",
+    "Reward",
+    "RewardSet",
+    "TASKS",
     "correctness_reward_func",
-    "countdown_reward_func",
-    "evaluate_answers",
     "extract_final_answer",
-    "extract_hash_answer",
     "extract_xml_answer",
-    "get_reward_funcs",
+    "get_task",
     "int_reward_func",
-    "math_verify_reward_func",
-    "register_reward",
-    "safe_eval",
     "soft_correctness_reward_func",
     "soft_format_reward_func",
     "strict_format_reward_func",

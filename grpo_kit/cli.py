@@ -2,45 +2,46 @@
 
 - ``demo``: the offline before/after pipeline on a CPU (warm start, measure, train, measure, report).
 - ``train``: GRPO into a run folder, with checkpoints, ``--resume`` and held-out accuracy; the same
-  pipeline as notebook 03 (:func:`grpo_kit.pipeline.train`), and what ``accelerate launch -m grpo_kit
+  pipeline as notebook 03 (:func:`grpo_kit.runs.train.train`), and what ``accelerate launch -m grpo_kit
   train`` runs on every process.
 - ``eval``: ``--before`` measures the starting policy (notebook 02); without it, the run folder's trained
   model on the same questions and the before/after report (notebook 04).
 
-Every argument is checked before any model, tokenizer or dataset loads.
+Every argument is checked before any model or tokenizer loads. Results (tables, the report) go to
+standard output; what the kit is doing goes to the ``grpo_kit`` logger, shown on standard error.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import os
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.system.logs import configure_logging
+
 __all__ = ["main", "parse_rewards", "parse_sets"]
 
-
-def _say(message: str) -> None:
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(f"[grpo_kit] {message}", flush=True)
+log = logging.getLogger("grpo_kit.cli")
 
 
 def parse_rewards(items: Sequence[str]) -> Any:
-    """``--rewards`` values as a ``RewardMix``: ``name`` or ``name=weight``, space- or comma-separated, where a
-    name is a registered reward or your own function as ``module:function`` (importable from the current folder).
+    """``--rewards`` values as a :class:`grpo_kit.tasks.RewardSet`: ``name`` or ``name=weight``, space- or
+    comma-separated, where a name is a built-in reward or your own function as ``module:function`` (importable
+    from the current folder).
 
     Raises:
         ValueError: an unknown reward name, a function that cannot be imported, or a weight that is not a number.
 
     >>> parse_rewards(["correctness_reward_func=2", "xmlcount_reward_func=0"])
-    RewardMix({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
+    RewardSet({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
     """
     import importlib
 
-    from grpo_kit.rewards import RewardMix
+    from grpo_kit.tasks import RewardSet
 
     rewards, weights = [], []
     for item in (part for entry in items for part in entry.split(",") if part.strip()):
@@ -58,7 +59,7 @@ def parse_rewards(items: Sequence[str]) -> Any:
                                  "module:function of a reward importable from the current folder") from None
         else:
             rewards.append(name)
-    return RewardMix(rewards, weights)
+    return RewardSet(rewards, weights)
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -123,11 +124,12 @@ def _quiet_library_bars() -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from grpo_kit.demo import DemoConfig, run_demo
-    from grpo_kit.warm_start import WarmStart
+    from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.tasks import DEFAULT_TASK
 
     warm = WarmStart(steps=args.warm_steps, xml_share=args.xml_share)  # bad values raise here
     config = DemoConfig(
-        name=args.name if args.name is not None else ("demo" if args.task == "gsm8k" else f"demo-{args.task}"),
+        name=args.name if args.name is not None else ("demo" if args.task == DEFAULT_TASK else f"demo-{args.task}"),
         task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir, eval_size=args.eval_size,
         train_size=args.train_size, grpo_steps=args.steps, samples=args.samples, warm=warm, seed=args.seed,
         resume=args.resume)
@@ -136,84 +138,81 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_run(args: argparse.Namespace) -> Any:
-    """The :class:`grpo_kit.pipeline.TrainRun` of ``train``'s arguments (checked, nothing loaded)."""
-    from grpo_kit.pipeline import TrainRun
-    from grpo_kit.presets import get_preset
-    from grpo_kit.tasks import get_task
-    from grpo_kit.tracking import setup_wandb
-    from grpo_kit.warm_start import WarmStart
+def _run_spec(args: argparse.Namespace) -> Any:
+    """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
+    from grpo_kit.runs.spec import RunSpec
+    from grpo_kit.training.presets import get_preset
+    from grpo_kit.training.tracking import setup_wandb
 
-    task = get_task(args.task)
     overrides = parse_sets(args.set)
     for name in ("max_steps", "save_steps"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.report_to == "wandb":
         overrides["report_to"] = setup_wandb(args.wandb_project)
-    preset = get_preset(args.preset, **overrides)
-    rewards = parse_rewards(args.rewards) if args.rewards else (preset.rewards if "rewards" in overrides else None)
-    run_dir = Path(args.run_dir or Path("runs") / f"{preset.name}-{task.name}")
-    return TrainRun(preset=preset, task=task, rewards=rewards, run_dir=run_dir, model=args.model, resume=args.resume,
-                    train_size=args.train_size, eval_steps=args.eval_steps, eval_size=args.eval_size,
-                    eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
-                    warm=WarmStart() if args.warm_steps is None else WarmStart(steps=args.warm_steps),
-                    cache_dir=args.cache_dir, progress="lines")
+    rewards = parse_rewards(args.rewards) if args.rewards else None
+    run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{args.task}"
+    return RunSpec.resolve(args.preset, args.task, rewards=rewards, model=args.model, run_dir=run_dir,
+                           resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
+                           eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
+                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines", **overrides)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from grpo_kit.pipeline import check_run, train
+    from grpo_kit.runs.train import train
 
-    run = _train_run(args)
-    check_run(run)  # everything that can be checked before a model loads
-    if not run.preset.use_unsloth:  # on an Unsloth route transformers must wait until Unsloth is imported
+    spec = _run_spec(args)  # everything that can be checked before a model loads
+    if not spec.preset.use_unsloth:  # on an Unsloth route transformers must wait until Unsloth is imported
         _quiet_library_bars()
-    _say(f"train: preset {run.preset.name}, task {run.task.name}, rewards {run.rewards}, {run.preset.max_steps} steps, "
-         f"checkpoints every {run.preset.save_steps} into {run.run_dir / 'checkpoints'}"
-         + (f", held-out accuracy every {run.eval_steps} steps on {run.eval_size} questions" if run.eval_steps else ""))
-    result = train(run)
-    _say(f"wrote {result.run.path}/ (model/, log_history.json, training_curves.png) in {result.wall_s:.0f} s"
-         + (f"; resumed from {result.resumed_from.name}" if result.resumed_from else ""))
-    for alarm in result.alarms:
-        _say(f"alarm at step {alarm['step']}: {alarm['kind']}")
+    if spec.launch.is_main:
+        log.info(f"train: preset {spec.preset.name}, task {spec.task.name}, rewards {spec.rewards}, "
+                 f"{spec.preset.max_steps} steps, checkpoints every {spec.preset.save_steps} into "
+                 f"{spec.folder.checkpoints}" + (f", held-out accuracy every {spec.eval_steps} steps on "
+                                                 f"{spec.eval_size} questions" if spec.eval_steps else ""))
+    result = train(spec)
+    if spec.launch.is_main:
+        log.info(f"wrote {result.run.path}/ (model/, log_history.json, training_curves.png) in {result.wall_s:.0f} s"
+                 + (f"; resumed from {result.resumed_from.name}" if result.resumed_from else ""))
+        for alarm in result.alarms:
+            log.warning(f"alarm at step {alarm['step']}: {alarm['kind']}")
     return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
     import datasets
 
-    from grpo_kit.measure import EvalPlan, measure_after, measure_before, report_markdown
-    from grpo_kit.runs import RunFolder
+    from grpo_kit.runs.folder import RunFolder
+    from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
 
     run = RunFolder(args.run_dir)
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
     if args.before:
-        from grpo_kit.presets import get_preset
+        from grpo_kit.policy.warm_start import WarmStart
         from grpo_kit.tasks import get_task
+        from grpo_kit.training.presets import get_preset
 
         plan = EvalPlan(task=get_task(args.task), preset=get_preset(args.preset, **parse_sets(args.set)),
                         model=args.model, slice={"n": args.eval_size} if args.eval_size else
                         {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=args.max_new_tokens,
                         samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
-                        backend=args.backend, warm_start_steps=args.warm_steps, cache_dir=args.cache_dir)
-        plan.questions()  # a slice out of range fails here, before the model loads
-        results = measure_before(plan, run)
+                        backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
+                        cache_dir=args.cache_dir)
+        results = measure_before(plan, run)  # checks the slice and the model before anything loads
         print(results["greedy"].summary.round(3).to_markdown(), flush=True)
-        _say(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
-             f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+        log.info(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
+                 f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
         return 0
     measured = measure_after(run, batch_size=args.batch_size)
-    report = report_markdown(measured, f"grpo_kit eval: {run.path.name}")
-    run.report.write_text(report, encoding="utf-8")
+    report = run.report.read_text(encoding="utf-8")
     print(report.split("## Diagnostics")[0].strip() + "\n", flush=True)
     if measured.alarms:
         print(report[report.index("## Alarms"):].split("\n## ")[0], flush=True)
-    _say(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
+    log.info(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
     return 0
 
 
 def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
-    from grpo_kit.presets import PRESETS
+    from grpo_kit.training.presets import PRESETS
 
     for preset in PRESETS.values():
         print(f"{preset.name:15s} {preset.model or '(tiny offline policy)'}\n                {preset.description}")
@@ -222,16 +221,18 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 def _parser() -> argparse.ArgumentParser:
     from grpo_kit.demo import DemoConfig
-    from grpo_kit.presets import PRESETS
-    from grpo_kit.tasks import TASKS
-    from grpo_kit.warm_start import WarmStart
+    from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
+    from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.tasks import DEFAULT_TASK, TASKS
+    from grpo_kit.training.presets import PRESETS
 
     defaults, warm = DemoConfig(), WarmStart()
     parser = argparse.ArgumentParser(prog="python -m grpo_kit", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
-    demo.add_argument("--task", default=defaults.task, choices=["gsm8k", "countdown"],
+    demo.add_argument("--task", default=defaults.task,
+                      choices=[name for name, t in TASKS.items() if t.trains and t.demonstration is not None],
                       help="the task to train and evaluate on (grpo_kit.tasks)")
     demo.add_argument("--name", default=None, help="run folder name under --runs-dir (default demo, demo-<task>)")
     demo.add_argument("--runs-dir", default=defaults.runs_dir)
@@ -251,7 +252,7 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
     train.add_argument("--preset", default=None, choices=list(PRESETS),
                        help="the recipe (default: the one that fits this machine's GPU, cpu-tiny without one)")
-    train.add_argument("--task", default="gsm8k", choices=[t for t, spec in TASKS.items() if "train" in spec.splits])
+    train.add_argument("--task", default=DEFAULT_TASK, choices=[name for name, t in TASKS.items() if t.trains])
     train.add_argument("--model", default=None, help="a Hub id or path instead of the preset's model")
     train.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
                        help="rewards to train with (default the task's): registered names or your own "
@@ -273,7 +274,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--wandb-project", default="grpo-kit")
     train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")
     train.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps")
-    train.add_argument("--cache-dir", default=".cache/grpo_kit", help="where the tiny policy is cached")
+    train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")
     train.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="--before: the baseline (notebook 02); else the trained model and the "
@@ -281,12 +282,12 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--run-dir", required=True, help="the run folder")
     ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan")
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
-    ev.add_argument("--task", default="gsm8k", choices=list(TASKS), help="--before: the task")
+    ev.add_argument("--task", default=DEFAULT_TASK, choices=list(TASKS), help="--before: the task")
     ev.add_argument("--model", default=None, help="--before: a Hub id or path instead of the preset's model")
     ev.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="--before: preset fields")
     ev.add_argument("--eval-size", type=_positive, default=None, help="--before: test questions (seeded slice)")
     ev.add_argument("--eval-fraction", type=_fraction, default=0.5, help="--before: share of the test split "
-                    "(seed 002: 0.5), when --eval-size is not given")
+                    "(the blog post: 0.5), when --eval-size is not given")
     ev.add_argument("--max-new-tokens", type=_positive, default=256)
     ev.add_argument("--samples", type=_nonnegative, default=0, help="--before: sampled completions per question")
     ev.add_argument("--temperature", type=float, default=0.7, help="--before: temperature of the samples")
@@ -295,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=_positive, default=32)
     ev.add_argument("--seed", type=_nonnegative, default=0)
     ev.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps")
-    ev.add_argument("--cache-dir", default=".cache/grpo_kit")
+    ev.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR)
     ev.set_defaults(func=_eval)
 
     presets = sub.add_parser("presets", help="list the training presets")
@@ -305,6 +306,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input)."""
+    configure_logging()
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # argparse printed the problem and the usage

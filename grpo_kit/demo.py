@@ -1,6 +1,6 @@
 """The main job, offline on a CPU: warm start, measure, train with GRPO, measure again, report.
 
-Reads top to bottom in the order of the work (seed 002's story on a tiny policy):
+Reads top to bottom in the order of the work (the blog post's story on a tiny policy):
 check every setting -> build and warm-start the tiny policy (cached) -> baseline evaluation on
 a held-out test slice -> GRPO with the task's rewards, checkpointed -> the same evaluation ->
 ``report.md``. Everything lands in ``runs/<name>/``; the steps are the ones notebooks 02-04 and
@@ -9,38 +9,28 @@ a held-out test slice -> GRPO with the task's rewards, checkpointed -> the same 
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.generation import TransformersBackend
-from grpo_kit.measure import EvalPlan, measure_after, measure_before, report_markdown
-from grpo_kit.models import TinyPolicySpec
-from grpo_kit.pipeline import TrainRun, check_run, package_versions, train
-from grpo_kit.presets import get_preset
-from grpo_kit.routes import policy_name
-from grpo_kit.runs import RunFolder
-from grpo_kit.tasks import get_task
-from grpo_kit.warm_start import WarmStart, tiny_policy_dir, warm_started_tiny_policy
+from grpo_kit.evaluation.report import report_markdown
+from grpo_kit.policy.generation import TransformersBackend
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
+from grpo_kit.policy.warm_start import WarmStart, warm_started_tiny_policy
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
+from grpo_kit.runs.spec import RunSpec
+from grpo_kit.runs.train import package_versions, train
+from grpo_kit.system.files import write_text
+from grpo_kit.tasks import DEFAULT_TASK, TASKS, get_task
+from grpo_kit.training.presets import get_preset
 
 __all__ = ["DemoConfig", "run_demo"]
 
-_CAVEATS = {"gsm8k": (
-    "A ~1M-parameter policy trained for minutes on a CPU cannot do grade-school arithmetic: soft "
-    "correctness, which reads the first number whether or not it sits in <answer> tags, stays level. What "
-    "it can show is the effect that dominates seed 002's hard-correctness gain: GRPO teaches the answer "
-    "format (strict and soft format, XML tag count, integer answers) that the warm start made possible but "
-    "rare. Any rise in hard correctness here is that same format effect: it needs the exact answer inside "
-    "<answer> tags, so the few answers the policy already got right start to count. Run the `a100` preset "
-    "on a real model to see reasoning improve."
-), "countdown": (
-    "A ~1M-parameter policy trained for minutes on a CPU cannot search for Countdown solutions: the share of "
-    "puzzles solved (flexible accuracy, TinyZero's rule) stays near where the warm start left it. What it can "
-    "show is format learning: the strict layout and the XML tags, and TinyZero's 0.1 format score for an "
-    "<answer> that holds an expression. TinyZero saw solving emerge only with a 3B model and hours on GPUs."
-)}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,9 +38,9 @@ class DemoConfig:
     """Settings of one demo run. Sizes count questions of ``task``; ``grpo_steps`` are optimiser steps."""
 
     name: str = "demo"
-    task: str = "gsm8k"  # or "countdown"
+    task: str = DEFAULT_TASK  # or another task with a train split and demonstrations ("countdown")
     runs_dir: str = "runs"
-    cache_dir: str = ".cache/grpo_kit"
+    cache_dir: str = DEFAULT_CACHE_DIR
     eval_size: int = 200
     train_size: int | None = None  # None: every train question whose prompt fits
     grpo_steps: int = 100
@@ -66,10 +56,6 @@ class DemoConfig:
     resume: bool = False  # continue a killed demo from its newest checkpoint (else start the training afresh)
 
 
-def _say(message: str) -> None:
-    print(f"[grpo_kit demo] {message}", flush=True)
-
-
 def _fresh(run: RunFolder) -> None:
     """Remove what an earlier demo trained into this folder, so this one starts from step 0."""
     for path in (run.checkpoints, run.model, run.heldout):
@@ -82,8 +68,8 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     """Run the whole before/after pipeline on the tiny policy and write ``runs/<name>/``.
 
     The same steps as notebooks 02-04 and ``python -m grpo_kit eval --before | train | eval``:
-    :func:`grpo_kit.measure.measure_before`, :func:`grpo_kit.pipeline.train`,
-    :func:`grpo_kit.measure.measure_after`, on the warm-started tiny policy.
+    :func:`grpo_kit.runs.measure.measure_before`, :func:`grpo_kit.runs.train.train`,
+    :func:`grpo_kit.runs.measure.measure_after`, on the warm-started tiny policy.
 
     Args:
         config: :class:`DemoConfig`.
@@ -100,51 +86,47 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
 
     total_start = time.perf_counter()
     task = get_task(config.task)
-    if "train" not in task.splits or task.demonstration is None:
-        raise ValueError(f"the demo trains, and task {task.name!r} has no train split with solutions: "
-                         "choose gsm8k or countdown")
-    preset = get_preset("cpu-tiny", max_steps=config.grpo_steps, seed=config.seed,
-                        **{"rewards": task.rewards, **config.preset_overrides})
+    if not task.trains or task.demonstration is None:
+        raise ValueError(f"the demo trains, and task {task.name!r} has no train split with solutions: choose one of "
+                         + ", ".join(t.name for t in TASKS.values() if t.trains and t.demonstration is not None))
+    preset = get_preset("cpu-tiny", max_steps=config.grpo_steps, seed=config.seed, **config.preset_overrides)
     plan = EvalPlan(task=task, preset=preset, slice={"n": config.eval_size}, seed=config.seed,
                     max_new_tokens=config.eval_max_new_tokens, samples=config.samples,
                     temperature=config.sample_temperature, batch_size=config.eval_batch_size, backend="transformers",
-                    cache_dir=config.cache_dir)
+                    warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir)
     run_dir = Path(config.runs_dir) / config.name
     if not config.resume and (run_dir / "checkpoints").is_dir():
         _fresh(RunFolder(run_dir))
-    training = TrainRun(preset=preset, task=task, run_dir=run_dir, resume=config.resume,
-                        train_size=config.train_size, seed=config.seed, warm=config.warm, spec=config.spec,
-                        cache_dir=config.cache_dir, progress="bar" if config.progress else "none")
-    run = check_run(training)  # every setting, before any model is built
+    spec = RunSpec.resolve(preset, task, run_dir=run_dir, resume=config.resume, train_size=config.train_size,
+                           seed=config.seed, warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir,
+                           progress="bar" if config.progress else "none")  # every setting, before any model is built
+    run = spec.folder
     plan.questions()
     torch.manual_seed(config.seed)
     wall: dict[str, float] = {}
 
-    cache = tiny_policy_dir(config.cache_dir, config.warm, config.spec, config.seed, task)
-    _say(f"warm start of the tiny policy (cached in {cache})")
+    log.info(f"warm start of the tiny policy (cached in {spec.policy.tiny.folder})")
     start = time.perf_counter()
-    model, tokenizer, cached = warm_started_tiny_policy(config.cache_dir, config.warm, config.spec, config.seed,
-                                                        progress=config.progress, task=task)
+    model, tokenizer, cached = warm_started_tiny_policy(spec.policy.tiny, progress=config.progress)
     wall["warm start"] = time.perf_counter() - start
-    _say("warm start " + ("loaded from cache" if cached else f"trained in {wall['warm start']:.0f} s"))
+    log.info("warm start " + ("loaded from cache" if cached else f"trained in {wall['warm start']:.0f} s"))
 
     samples = f"greedy + {config.samples} samples each" if config.samples else "greedy"
-    _say(f"baseline evaluation on {config.eval_size} {task.name} test questions ({samples})")
+    log.info(f"baseline evaluation on {config.eval_size} {task.name} test questions ({samples})")
     start = time.perf_counter()
     backend = TransformersBackend(model, tokenizer, batch_size=config.eval_batch_size, progress=config.progress)
     backend.route = "transformers"
-    before = measure_before(plan, run, backend, base_name=policy_name(preset, None, task, config.cache_dir,
-                                                                       config.warm, config.spec))
+    before = measure_before(plan, run, backend)
     wall["baseline evaluation"] = time.perf_counter() - start
     print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
 
-    _say(f"GRPO: {preset.max_steps} steps, rewards: {', '.join(preset.rewards)}; checkpoints every "
-         f"{preset.save_steps} steps in {run.checkpoints}")
+    log.info(f"GRPO: {preset.max_steps} steps, rewards: {', '.join(spec.rewards.names)}; checkpoints every "
+             f"{preset.save_steps} steps in {run.checkpoints}")
     start = time.perf_counter()
-    trained = train(training, policy=(model, tokenizer))
+    trained = train(spec, policy=(model, tokenizer))
     wall["GRPO training"] = time.perf_counter() - start
 
-    _say(f"evaluation after GRPO on the same {config.eval_size} questions ({samples})")
+    log.info(f"evaluation after GRPO on the same {config.eval_size} questions ({samples})")
     start = time.perf_counter()
     after_backend = TransformersBackend(trained.trainer.model, tokenizer, batch_size=config.eval_batch_size,
                                         progress=config.progress)
@@ -166,11 +148,11 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
         "warm start": (f"{config.warm.steps} SFT steps x {config.warm.batch_size}, {config.warm.xml_share:.0%} "
                        f"of targets in XML, reasoning '{config.warm.reasoning}'"
                        + (" (loaded from cache)" if cached else "")),
-        "rewards": ", ".join(preset.rewards),
+        "rewards": ", ".join(spec.rewards.names),
         "resumed from": trained.resumed_from.name if trained.resumed_from else "no (trained from step 0)",
         "seed": config.seed,
     }
-    report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=_CAVEATS[task.name],
+    report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=task.notes,
                              settings=settings, wall=wall, versions=package_versions())
     report += "\n".join(["## Files", "",
                          "- `baseline.jsonl`, `trained.jsonl`: one record per question, greedy (completion, "
@@ -183,9 +165,9 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
                          "trained policy",
                          "- `eval_settings.json`, `train_settings.json`: what was measured and what was trained",
                          "- `generations.jsonl`: the generation cache (a rerun regenerates nothing it holds)", ""])
-    run.report.write_text(report, encoding="utf-8")
+    write_text(run.report, report)
     print("\n" + report.split("## Diagnostics")[0].strip() + "\n", flush=True)
-    _say(f"wrote {run.path}/ (report.md, records, comparison.csv, charts, log history) in {wall['total']:.0f} s")
+    log.info(f"wrote {run.path}/ (report.md, records, comparison.csv, charts, log history) in {wall['total']:.0f} s")
     return {"run_dir": run.path, "table": measured.table, "before": measured.before, "after": measured.after,
             "before_sampled": measured.before_sampled, "after_sampled": measured.after_sampled,
             "log_history": trained.log_history, "wall": wall}

@@ -1,7 +1,8 @@
 """A small synthetic task for learning tests: single-digit addition, asked three ways.
 
-REFERENCE section 6: a ~1M-parameter policy warm-started on it knows the sums, so GRPO has
-something real to teach (the answer format) and something real to destroy (the sums).
+A ~1M-parameter policy warm-started on it knows the sums, so GRPO has something real to teach (the
+answer format of the blog post "LLM Reinforcement Learning with GRPO", 2025-03-03) and something real
+to destroy (the sums).
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from grpo_kit.data import build_prompt
 from grpo_kit.tasks import Task, get_task
+from grpo_kit.tasks.data import build_prompt
 
 SYSTEM = "Reply with <reasoning> and <answer> tags."
 PHRASES = ["What is {a} plus {b}?", "Add {a} and {b}.", "Compute {a}+{b}."]

@@ -6,8 +6,8 @@ import importlib.util
 
 import pytest
 
-from grpo_kit.data import load_gsm8k, tokenizer_texts
-from grpo_kit.models import TinyPolicySpec, build_tiny_policy
+from grpo_kit.policy.tiny import TinyPolicySpec, build_tiny_policy
+from grpo_kit.tasks.gsm8k import load_gsm8k, tokenizer_texts
 
 SMALL_SPEC = TinyPolicySpec(vocab_size=512, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
                             intermediate_size=128, max_positions=512)
@@ -34,7 +34,7 @@ def addition_policy_files(tmp_path_factory):
     rarely uses the XML format under greedy decoding. Built once (about 40 s), loaded per test."""
     import torch
 
-    from grpo_kit.warm_start import WarmStart, warm_start
+    from grpo_kit.policy.warm_start import WarmStart, warm_start
     from tests.addition import SYSTEM, split_pairs
 
     torch.manual_seed(0)
@@ -50,7 +50,7 @@ def addition_policy_files(tmp_path_factory):
 
 @pytest.fixture
 def tiny_policy(tiny_policy_files):
-    from grpo_kit.models import load_policy
+    from grpo_kit.policy.loading import load_policy
 
     return load_policy(tiny_policy_files, dtype="float32")
 

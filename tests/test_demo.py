@@ -8,8 +8,8 @@ import pytest
 
 from grpo_kit.cli import main
 from grpo_kit.demo import DemoConfig, run_demo
-from grpo_kit.models import TinyPolicySpec
-from grpo_kit.warm_start import WarmStart
+from grpo_kit.policy.tiny import TinyPolicySpec
+from grpo_kit.policy.warm_start import WarmStart
 
 SMALL = dict(eval_size=6, train_size=16, grpo_steps=2, eval_max_new_tokens=16, samples=2,
              warm=WarmStart(steps=4, batch_size=8), spec=TinyPolicySpec(vocab_size=400, hidden_size=32, num_layers=1,
@@ -61,7 +61,7 @@ def test_cli_reports_bad_settings_as_an_error(capsys, tmp_path):
 
 
 def test_demo_needs_a_task_it_can_train(tmp_path):
-    with pytest.raises(ValueError, match="choose gsm8k or countdown"):
+    with pytest.raises(ValueError, match="choose one of gsm8k, countdown"):
         run_demo(DemoConfig(task="math500", runs_dir=str(tmp_path), cache_dir=str(tmp_path / "never")))
     assert main(["demo", "--task", "math500"]) == 2
     assert not (tmp_path / "never").exists()

@@ -18,7 +18,7 @@ import os
 import pytest
 import torch
 
-from grpo_kit.data import load_gsm8k, tokenizer_texts
+from grpo_kit.tasks.gsm8k import load_gsm8k, tokenizer_texts
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -51,7 +51,7 @@ def random_llama(tmp_path_factory, gsm8k_small):
     """A 2-layer Llama with random weights and the kit's tokenizer, saved as a checkpoint folder."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from grpo_kit.models import train_tiny_tokenizer
+    from grpo_kit.policy.tiny import train_tiny_tokenizer
 
     tokenizer = train_tiny_tokenizer(tokenizer_texts(gsm8k_small, system_copies=5), vocab_size=1024)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=688, num_hidden_layers=2,
@@ -69,6 +69,21 @@ def random_llama(tmp_path_factory, gsm8k_small):
 def length_reward(completions, **kwargs):
     """Varies across a random policy's completions, so every group has a non-zero advantage."""
     return [float(len(c[0]["content"])) for c in completions]
+
+
+def format_and_length():
+    """The rewards the GPU routes train with: the strict format and :func:`length_reward`."""
+    from grpo_kit.tasks import RewardSet
+
+    return RewardSet(["strict_format_reward_func", length_reward])
+
+
+def source_of(preset):
+    """Where ``preset``'s policy comes from (its model: the tests' random Llama)."""
+    from grpo_kit.policy.source import PolicySource
+    from grpo_kit.tasks import get_task
+
+    return PolicySource.of(preset.model, get_task("gsm8k"), seed=preset.seed)
 
 
 def small_run(**overrides):

@@ -6,9 +6,9 @@ runs this file in its own process).
 
 from __future__ import annotations
 
-from grpo_kit.models import import_unsloth
+from grpo_kit.policy.loading import import_unsloth
 
-from .conftest import HAS_UNSLOTH, HAS_VLLM, length_reward, small_run
+from .conftest import HAS_UNSLOTH, HAS_VLLM, format_and_length, small_run, source_of
 
 if HAS_UNSLOTH:
     import_unsloth()
@@ -16,12 +16,12 @@ if HAS_UNSLOTH:
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from grpo_kit.evaluation import evaluate  # noqa: E402
-from grpo_kit.generation import Sampling  # noqa: E402
-from grpo_kit.models import check_adapter_trained, save_merged  # noqa: E402
-from grpo_kit.presets import get_preset  # noqa: E402
-from grpo_kit.routes import eval_route, load_eval_backend, load_preset_policy  # noqa: E402
-from grpo_kit.training import build_trainer, is_unsloth_trainer, save_policy  # noqa: E402
+from grpo_kit.evaluation.scoring import evaluate  # noqa: E402
+from grpo_kit.policy.generation import Sampling  # noqa: E402
+from grpo_kit.policy.loading import check_adapter_trained, save_merged  # noqa: E402
+from grpo_kit.policy.routes import eval_route, load_eval_backend  # noqa: E402
+from grpo_kit.training.presets import get_preset  # noqa: E402
+from grpo_kit.training.trainer import build_trainer, is_unsloth_trainer, save_policy  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not HAS_UNSLOTH, reason="unsloth is not installed")
 
@@ -32,10 +32,9 @@ def test_unsloth_lora_grpo_trains_evaluates_saves_and_reloads(random_llama, gsm8
     assert is_unsloth_trainer(GRPOTrainer)
     preset = get_preset("a100", model=str(random_llama), load_in_4bit=False, fast_inference=HAS_VLLM, lora_rank=8,
                         lora_alpha=16, gpu_memory_utilization=0.3, learning_rate=1e-4, **small_run())
-    model, tokenizer = load_preset_policy(preset)
+    model, tokenizer = source_of(preset).load(preset.loading)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
-    trainer = build_trainer(model, tokenizer, gsm8k_small, preset, str(tmp_path / "out"),
-                            reward_funcs=["strict_format_reward_func", length_reward])
+    trainer = build_trainer(model, tokenizer, gsm8k_small, preset, format_and_length(), str(tmp_path / "out"))
     trainer.train()
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(p, after[n].detach()) for n, p in before.items()), "the adapter did not change"
@@ -44,7 +43,7 @@ def test_unsloth_lora_grpo_trains_evaluates_saves_and_reloads(random_llama, gsm8
     check_adapter_trained(adapter)
     questions = gsm8k_small.select(range(8))
     if HAS_VLLM:  # the notebook route: the colocated engine, with the adapter as a LoRA request
-        from grpo_kit.vllm_backend import UnslothVLLMBackend
+        from grpo_kit.policy.vllm import UnslothVLLMBackend
 
         sampled = Sampling(temperature=1.0, n=4, max_new_tokens=16)
         result = evaluate(UnslothVLLMBackend(trainer.model, tokenizer, lora_path=adapter), questions, sampled,
@@ -58,26 +57,24 @@ def test_unsloth_without_vllm_evaluates_before_and_after_through_unsloth(random_
     """Defect 9: with fast_inference=False both sides load through Unsloth (not plain peft for the adapter)."""
     preset = get_preset("a100", model=str(random_llama), load_in_4bit=False, fast_inference=False, lora_rank=8,
                         lora_alpha=16, learning_rate=1e-4, **small_run())
-    assert eval_route(preset) == "unsloth"
-    model, tokenizer = load_preset_policy(preset)
-    trainer = build_trainer(model, tokenizer, gsm8k_small, preset, str(tmp_path / "out"),
-                            reward_funcs=["strict_format_reward_func", length_reward])
+    assert eval_route(preset.loading) == "unsloth"
+    model, tokenizer = source_of(preset).load(preset.loading)
+    trainer = build_trainer(model, tokenizer, gsm8k_small, preset, format_and_length(), str(tmp_path / "out"))
     trainer.train()
     adapter = save_policy(trainer, tokenizer, tmp_path / "adapter")
     questions, greedy = gsm8k_small.select(range(4)), Sampling(max_new_tokens=16)
-    before = load_eval_backend(preset)
-    after = load_eval_backend(preset, trained=adapter)
+    before = load_eval_backend(source_of(preset), preset.loading)
+    after = load_eval_backend(source_of(preset), preset.loading, trained=adapter)
     assert before.route == after.route == "unsloth"
     assert hasattr(after.model, "for_inference"), "the trained adapter was not loaded through Unsloth"
     assert len(evaluate(after, questions, greedy).records) == len(evaluate(before, questions, greedy).records) == 4
 
 
 def test_a_plain_trl_preset_is_refused_once_unsloth_replaced_the_trainer(random_llama, gsm8k_small, tmp_path):
-    from grpo_kit.models import load_policy
+    from grpo_kit.policy.loading import load_policy
 
     model, tokenizer = load_policy(random_llama, dtype="bfloat16", device_map="auto")
     preset = get_preset("a100", use_unsloth=False, load_in_4bit=False, fast_inference=False, lora_rank=8,
                         optim="adamw_torch", **small_run())
     with pytest.raises(ValueError, match="Unsloth was imported in this process"):
-        build_trainer(model, tokenizer, gsm8k_small, preset, str(tmp_path / "out"),
-                      reward_funcs=["strict_format_reward_func", length_reward])
+        build_trainer(model, tokenizer, gsm8k_small, preset, format_and_length(), str(tmp_path / "out"))

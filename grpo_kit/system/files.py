@@ -1,0 +1,100 @@
+"""Files written whole or not at all, and JSON-lines files that survive a torn last line.
+
+A whole file is written to a temporary file in the same folder, flushed to disk (``fsync``) and
+renamed over the target (``os.replace`` is atomic on POSIX and Windows): a reader sees the old file
+or the new one, never half of one, whatever kills the writer. Records that grow one at a time
+(generation caches, alarms) are appended a line at a time; a line cut short by a kill is skipped
+when read and never glued to the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["append_jsonl", "read_jsonl", "write_json", "write_jsonl", "write_text"]
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically, creating its folder; returns the path.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> write_text(folder / "a.txt", "hello").read_text()
+    'hello'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write ``data`` as indented JSON to ``path`` atomically (values JSON cannot hold are written as text)."""
+    return write_text(path, json.dumps(data, indent=1, default=str))
+
+
+def write_jsonl(path: str | Path, rows: Iterable[Any]) -> Path:
+    """Write one JSON object per line to ``path`` atomically."""
+    return write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def append_jsonl(path: str | Path, row: Any, sync: bool = True) -> None:
+    """Append one JSON line to ``path``; a torn last line left by a kill is ended first, so it stays one
+    unreadable line instead of spoiling this one.
+
+    Args:
+        path: the file (created with its folder).
+        row: a JSON-able value.
+        sync: flush it to disk (``fsync``) before returning; ``False`` leaves that to the operating system
+            (a cache whose lost lines are only redone).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torn = False
+    if path.is_file() and path.stat().st_size > 0:
+        with path.open("rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+    with path.open("a", encoding="utf-8") as f:
+        f.write(("\n" if torn else "") + json.dumps(row) + "\n")
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | Path, skip_torn: bool = True) -> list[Any]:
+    """The JSON lines of ``path``, in order; blank lines are skipped.
+
+    Args:
+        path: the file.
+        skip_torn: skip lines that do not parse (a write cut short by a kill); ``False`` raises instead.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: with ``skip_torn=False``, a line that is not JSON (the message names the file and line).
+    """
+    rows = []
+    with Path(path).open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                if not skip_torn:
+                    raise ValueError(f"{path}:{number} is not a JSON line ({e}): the file is damaged") from None
+    return rows

@@ -1,0 +1,56 @@
+"""The kit's logging: one ``grpo_kit`` logger, configured once by the command line or a notebook.
+
+Every module logs through ``logging.getLogger(__name__)``, so all of them sit under the ``grpo_kit``
+logger. A library user's own logging setup is left alone: :func:`configure_logging` only adds a
+handler when none of the kit's is there yet. Progress bars stay tqdm's.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+__all__ = ["ROOT", "configure_logging"]
+
+#: The logger every module of the kit logs under.
+ROOT = "grpo_kit"
+
+
+class _Handler(logging.StreamHandler):
+    """A stream handler that, without a stream of its own, writes to whatever ``sys.stderr`` is at the time
+    (a notebook or a test may replace it after logging was configured)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__(stream)
+        self.fixed = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = self.fixed if self.fixed is not None else sys.stderr
+        super().emit(record)
+
+
+class _Format(logging.Formatter):
+    """``[grpo_kit] message``; warnings and errors say so (``[grpo_kit] WARNING: ...``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno < logging.WARNING else f"{record.levelname}: "
+        return f"[{ROOT}] {level}{record.getMessage()}"
+
+
+def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -> logging.Logger:
+    """Show the kit's log records at ``level`` and above on ``stream`` (default standard error); return the logger.
+
+    Idempotent: a second call replaces the handler the first call added.
+    Records do not propagate to the root logger, so nothing is printed twice where the root logger
+    has a handler of its own (Jupyter, pytest).
+    """
+    logger = logging.getLogger(ROOT)
+    logger.setLevel(level)
+    logger.propagate = False
+    for old in [h for h in logger.handlers if isinstance(h, _Handler)]:
+        logger.removeHandler(old)
+    handler = _Handler(stream)
+    handler.setFormatter(_Format())
+    logger.addHandler(handler)
+    return logger

@@ -1,0 +1,288 @@
+"""The kit's one protocol for child processes: a Python serving one handler, speaking JSON lines.
+
+Three parts of the kit run code in a process of its own: the math-verify check (sympy may run
+unbounded, and its timeouts need a main thread), vLLM (its memory goes back to the GPU when the
+process ends) and the tiny policy's warm start under ``accelerate launch`` (its trainer must not join
+the launch's process group). Each names a handler ``module:function``; :class:`Worker` starts the child,
+waits until it is ready, and sends it requests:
+
+- ``call(payload)``: the handler's return value;
+- ``stream(payload)``: the values a generator handler yields, each as soon as it exists.
+
+A payload that is a list is passed as positional arguments, a dict as keyword arguments. The child
+is a module started with the interpreter, not a ``multiprocessing`` child, so it never re-runs the
+user's script (a script without an ``if __name__ == "__main__"`` guard works). It sees the parent's
+import path. Its protocol channel is a copy of its standard output taken at start; everything else
+it prints, C libraries included, goes to its standard error, which goes to a temporary file shown
+when it fails (or, with ``stderr="inherit"``, to the parent's). It dies with its parent: a watchdog
+thread ends it, and every process it started, within about a second of the parent's death, SIGKILL
+included.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import inspect
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+__all__ = ["Worker", "WorkerError"]
+
+_STARTED: weakref.WeakSet[Worker] = weakref.WeakSet()
+_WATCH_EVERY_S = 0.5
+
+
+class WorkerError(RuntimeError):
+    """The child failed: it could not start, it died, or its handler raised (the message says which,
+    with the last lines it printed)."""
+
+
+def _load(target: str) -> Callable[..., Any]:
+    module, _, name = target.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+class Worker:
+    """A child Python serving one handler over JSON lines (see the module docstring).
+
+    Args:
+        target: the handler, ``"module:function"``, importable in the child.
+        warm_up: ``"module:function"`` called once before the child says it is ready (e.g. an import
+            that takes seconds), so it is never charged to a request's timeout.
+        env: the child's environment (default this process's); the parent's import path is added.
+        stderr: ``"file"`` (kept in a temporary file, shown on failure, deleted on close) or ``"inherit"``.
+        start_timeout_s: how long starting and warming up may take.
+
+    Raises on use:
+        WorkerError: the child did not start, died, or its handler raised.
+        TimeoutError: a request took longer than its ``timeout_s`` (the child is killed; the next
+            request starts a fresh one).
+    """
+
+    def __init__(self, target: str, warm_up: str | None = None, env: Mapping[str, str] | None = None,
+                 stderr: str = "file", start_timeout_s: float = 120.0) -> None:
+        if stderr not in ("file", "inherit"):
+            raise ValueError(f"stderr must be 'file' or 'inherit', got {stderr!r}")
+        self.target, self.warm_up, self.stderr = target, warm_up, stderr
+        self.start_timeout_s = start_timeout_s
+        self._env = dict(os.environ if env is None else env)
+        self._process: subprocess.Popen | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._log: Any = None
+        self._buffer = b""
+        self._lock = threading.RLock()
+
+    @property
+    def running(self) -> bool:
+        """Whether the child is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        """Start the child and wait until it is ready (a running child is left as it is)."""
+        with self._lock:
+            if self.running:
+                return
+            self.close()
+            env = dict(self._env)
+            paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+            paths += [p for p in sys.path if p and os.path.isdir(p) and p not in paths]
+            env["PYTHONPATH"] = os.pathsep.join(paths)
+            env["GRPO_KIT_WORKER_PARENT"] = str(os.getpid())
+            self._log = tempfile.TemporaryFile(mode="w+") if self.stderr == "file" else None
+            # -c rather than -m: runpy would warn that this module is already imported
+            command = [sys.executable, "-c", _CHILD, self.target, self.warm_up or ""]
+            self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=self._log, bufsize=0, env=env, start_new_session=True)
+            self._buffer = b""
+            _STARTED.add(self)
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(self._process.stdout, selectors.EVENT_READ)
+            try:
+                message = self._read(self.start_timeout_s)
+            except TimeoutError:
+                tail = self.log_tail()
+                self.close()
+                raise WorkerError(f"the worker {self.target} did not start within {self.start_timeout_s:.0f} s:"
+                                  f"\n{tail}") from None
+            if message.get("ready") is not True:
+                error = self._failure(message, "start")
+                self.close()
+                raise error
+
+    def call(self, payload: Any = None, timeout_s: float | None = None) -> Any:
+        """Send one request and return the handler's result.
+
+        Raises:
+            WorkerError, TimeoutError: see the class.
+        """
+        with self._lock:
+            self._send(payload)
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while True:
+                message = self._read(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if "result" in message:
+                    return message["result"]
+                if "item" not in message:
+                    raise self._failure(message, "request")
+
+    def stream(self, payload: Any = None) -> Iterator[Any]:
+        """Send one request to a generator handler and yield what it yields, as it comes.
+
+        Raises:
+            WorkerError: see the class.
+        """
+        with self._lock:
+            self._send(payload)
+            while True:
+                message = self._read(None)
+                if "item" in message:
+                    yield message["item"]
+                elif "result" in message:
+                    return
+                else:
+                    raise self._failure(message, "request")
+
+    def _send(self, payload: Any) -> None:
+        self.start()
+        try:
+            self._process.stdin.write((json.dumps(payload) + "\n").encode())
+        except (BrokenPipeError, OSError):
+            raise self._failure({}, "request") from None
+
+    def _read(self, timeout_s: float | None) -> dict[str, Any]:
+        """The next protocol message; ``{}`` when the child died.
+
+        Reads raw bytes into the worker's own buffer: a buffered ``readline`` could hold a second
+        message that ``select`` no longer sees, and a stream would wait for it forever."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._selector.select(left):
+                self.close()
+                raise TimeoutError(f"the worker {self.target} did not answer within {timeout_s:g} s")
+            chunk = os.read(self._process.stdout.fileno(), 1 << 16)
+            if not chunk:
+                self._process.wait()
+                return {}
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def _failure(self, message: dict[str, Any], during: str) -> WorkerError:
+        """The error to raise: the handler raised (the child lives on), or the child died (it is cleaned up)."""
+        if "error" in message:
+            return WorkerError(f"the worker {self.target} raised {message['error']}:\n{message.get('traceback', '')}")
+        code = self._process.poll() if self._process is not None else None
+        tail = self.log_tail()
+        self.close()
+        return WorkerError(f"the worker {self.target} died during the {during} (exit {code}):\n{tail}")
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The last ``lines`` lines the child wrote to its standard error (with ``stderr="file"``)."""
+        if self._log is None or self._log.closed:
+            return ""
+        self._log.flush()
+        self._log.seek(0)
+        return "\n".join(self._log.read().strip().splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Stop the child and every process it started (a later request starts a new one)."""
+        with self._lock:
+            if self._process is not None:
+                if self._process.poll() is None:
+                    try:
+                        os.killpg(self._process.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        self._process.kill()
+                self._process.wait()
+                for stream in (self._process.stdin, self._process.stdout):
+                    stream.close()
+            if self._selector is not None:
+                self._selector.close()
+            if self._log is not None:
+                self._log.close()
+            self._process = self._selector = self._log = None
+            self._buffer = b""
+
+    def __enter__(self) -> Worker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    for worker in list(_STARTED):
+        worker.close()
+
+
+# --- the child --------------------------------------------------------------------------------------
+
+
+def _follow_parent(parent: int) -> None:
+    """End this process group when the parent is gone (it was reparented), even if the parent was SIGKILLed."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_EVERY_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="grpo_kit-follow-parent").start()
+
+
+def _serve(target: str, warm_up: str | None) -> None:
+    parent = int(os.environ.get("GRPO_KIT_WORKER_PARENT", os.getppid()))
+    if os.getppid() != parent:  # the parent died before this line ran
+        os._exit(1)
+    _follow_parent(parent)
+    channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # what anything else prints (vLLM's log, C libraries) goes to stderr, not the protocol
+    sys.stdout = sys.stderr
+
+    def say(**message: Any) -> None:
+        channel.write(json.dumps(message) + "\n")
+        channel.flush()
+
+    def fail(e: BaseException) -> None:
+        say(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+
+    try:
+        handler = _load(target)
+        if warm_up:
+            _load(warm_up)()
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
+        fail(e)
+        return
+    say(ready=True)
+    for line in sys.stdin:
+        payload = json.loads(line)
+        args, kwargs = (payload, {}) if isinstance(payload, list) else \
+            ((), payload) if isinstance(payload, dict) else (() if payload is None else (payload,), {})
+        try:
+            if inspect.isgeneratorfunction(handler):
+                for item in handler(*args, **kwargs):
+                    say(item=item)
+                say(result=None)
+            else:
+                say(result=handler(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001
+            fail(e)
+
+
+_CHILD = "import sys; from grpo_kit.system.workers import _serve; _serve(sys.argv[1], sys.argv[2] or None)"

@@ -1,0 +1,173 @@
+"""Task data as conversational prompts: rows read from JSONL files (named by file and line in every error),
+the system prompt, seeded slices, prompts that fit.
+
+Copies of each task's data ship in the package (``grpo_kit/tasks/data_files/<task>/`` with its
+``SOURCE.md`` and ``LICENSE``) and are the default, so nothing touches the network unless a task's
+loader is asked for ``source="hub"``. Each task's own module loads its rows (:mod:`grpo_kit.tasks.gsm8k`,
+:mod:`grpo_kit.tasks.countdown`, :mod:`grpo_kit.tasks.math500`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+__all__ = [
+    "Located",
+    "build_prompt",
+    "check_rows",
+    "drop_long_prompts",
+    "local_rows",
+    "numbered",
+    "system_prompt_of",
+    "take_slice",
+]
+
+
+def build_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """Return the conversational prompt for one question: the system prompt, then the user turn.
+
+    >>> [m["role"] for m in build_prompt("What is 2+2?")]
+    ['system', 'user']
+    """
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+
+
+#: A row and where it came from ("file.jsonl:12", or "openai/gsm8k[test] row 12"), for error messages.
+Located = tuple[str, Any]
+
+
+def _read_jsonl(path: Path) -> list[Located]:
+    """The non-blank lines of a JSONL file, parsed, each with its ``file:line``.
+
+    Raises:
+        ValueError: a line that is not JSON, or the file holds no rows.
+    """
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append((f"{path}:{line_no}", json.loads(line)))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line_no} is not a JSON line: {e}") from None
+    if not rows:
+        raise ValueError(f"{path} holds no rows: give a JSONL file with one JSON object per line")
+    return rows
+
+
+def numbered(rows: list[Any], origin: str) -> list[Located]:
+    """Rows from elsewhere (the Hub, a generator), each named ``<origin> row <i>``."""
+    if not rows:
+        raise ValueError(f"{origin} holds no rows")
+    return [(f"{origin} row {i}", row) for i, row in enumerate(rows)]
+
+
+def check_rows(rows: list[Located], fields: dict[str, tuple[type, ...]], need: str) -> None:
+    """Raise a ``ValueError`` naming the first row that is not an object with each field of ``fields`` set
+    (not null, not empty) to a value of its types."""
+    for where, row in rows:
+        if not isinstance(row, dict):
+            raise ValueError(f"{where} holds a JSON {type(row).__name__}, not an object: {need}")
+        for name, types in fields.items():
+            value = row.get(name)
+            if name not in row or value is None or value == "" or value == []:
+                raise ValueError(f"{where}: {name!r} is {'missing' if name not in row else repr(value)}; {need}")
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise ValueError(f"{where}: {name!r} is a {type(value).__name__} ({str(value)[:40]!r}); {need}")
+
+
+def local_rows(source: str | Path, split: str, task: str, display: str) -> list[Located]:
+    """The rows of a task's bundled split (``source="bundled"``), or of a JSONL file / a folder holding
+    ``<split>.jsonl``.
+
+    Raises:
+        ValueError: no such file (the message says what to pass); a line that is not JSON; no rows.
+    """
+    path = Path(__file__).parent / "data_files" / task / f"{split}.jsonl" if source == "bundled" else Path(source)
+    if path.is_dir():
+        path = path / f"{split}.jsonl"
+    if not path.is_file():
+        raise ValueError(f"no {display} file at {path}: pass source='bundled' or a JSONL file / a folder holding "
+                         f"{split}.jsonl")
+    return _read_jsonl(path)
+
+
+def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = None, seed: int = 0) -> Dataset:
+    """Take a seeded random slice: shuffle the rows with ``seed``, keep the first ``n`` (or ``fraction``).
+
+    Slices with one seed are nested: the first 50 rows of a 200-row slice are the 50-row
+    slice. The blog post evaluated on "50% of the test split": ``take_slice(test, fraction=0.5)``.
+
+    Args:
+        dataset: any ``datasets.Dataset``.
+        n: number of rows to keep, at most ``len(dataset)``.
+        fraction: share of rows to keep, in (0, 1]; rounded down, at least 1 row.
+        seed: seed of the permutation (``numpy.random.default_rng``).
+
+    Returns:
+        ``datasets.Dataset`` with the chosen rows, in permuted order. With neither ``n`` nor
+        ``fraction`` the whole dataset comes back unshuffled.
+
+    Raises:
+        ValueError: both ``n`` and ``fraction`` given, or either out of range.
+
+    >>> from datasets import Dataset
+    >>> ds = Dataset.from_dict({"x": list(range(10))})
+    >>> take_slice(ds, n=3, seed=1)["x"] == take_slice(ds, fraction=0.5, seed=1)["x"][:3]
+    True
+    """
+    if n is not None and fraction is not None:
+        raise ValueError("give either n or fraction, not both")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        raise ValueError(f"n must be a whole number of rows, got {n!r}")
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))):
+        raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
+    if n is None and fraction is None:
+        return dataset
+    if fraction is not None:
+        if not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        n = max(1, int(len(dataset) * fraction))
+    if not 0 < n <= len(dataset):
+        raise ValueError(f"n must be between 1 and {len(dataset)} (the dataset's size), got {n}")
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(dataset))[:n]
+    return dataset.select(order.tolist())
+
+
+def drop_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_tokens: int) -> Dataset:
+    """Drop rows whose chat-templated prompt is longer than ``max_prompt_tokens`` tokens.
+
+    TRL removed ``GRPOConfig.max_prompt_length`` (0.28); the recipe's 256-token prompt limit
+    is applied to the data instead.
+
+    Args:
+        dataset: a dataset with a conversational ``prompt`` column.
+        tokenizer: a tokenizer with a chat template.
+        max_prompt_tokens: the largest prompt length kept, in tokens.
+
+    Returns:
+        The rows that fit, in order.
+    """
+    def fits(row: dict[str, Any]) -> bool:
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return len(ids) <= max_prompt_tokens
+
+    return dataset.filter(fits)
+
+
+def system_prompt_of(dataset: Any) -> str:
+    """The system turn of a dataset's first prompt (``""`` without one): what run folders record so that
+    a baseline and a training run can be checked to use the same prompt."""
+    first = dataset[0]["prompt"]
+    return first[0]["content"] if first and first[0].get("role") == "system" else ""

@@ -1,0 +1,108 @@
+"""MATH-500 (Lightman et al. 2023's 500-problem subset of the MATH test set): competition problems, evaluation
+only, checked with math-verify; for measuring whether GSM8K training transfers.
+
+A copy of ``openai/prm800k``'s ``math_splits/test.jsonl`` (MIT) ships in the package
+(``data_files/math500/``). Both rules check with :func:`grpo_kit.tasks.math_verify.math_equal`:
+``strict`` reads the ``<answer>`` of a completion in the strict layout, ``flexible`` the last
+``\\boxed{...}`` anywhere, else the ``<answer>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_xml_answer, strictly
+from grpo_kit.tasks.data import build_prompt, check_rows, local_rows, numbered
+from grpo_kit.tasks.math_verify import math_verifier
+from grpo_kit.tasks.task import Example, ExtractionRule, Task
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+__all__ = ["MATH500", "MAX_BOXED_CHARS", "last_boxed", "load_math500"]
+
+HUB_ID = "HuggingFaceH4/MATH-500"
+_BOXED_OPEN = re.compile(r"\s*\{")
+#: Longest ``\boxed{...}`` content the flexible rule reads, in characters.
+MAX_BOXED_CHARS = 4096
+
+
+def load_math500(split: str = "test", source: str = "bundled", system_prompt: str = SYSTEM_PROMPT) -> Dataset:
+    """Load MATH-500 as conversational prompts.
+
+    Args:
+        split: ``"test"`` (the only split).
+        source: ``"bundled"`` (the copy of ``openai/prm800k``'s ``math_splits/test.jsonl``),
+            ``"hub"`` (``HuggingFaceH4/MATH-500``; needs the network) or a JSONL path.
+        system_prompt: the system turn of every prompt.
+
+    Returns:
+        ``datasets.Dataset`` with columns ``question`` (the problem), ``solution``, ``answer``
+        (LaTeX, e.g. ``\\frac{\\pi}{2}``; checked with math-verify), ``subject``, ``level``
+        (1-5), ``unique_id`` and ``prompt``.
+
+    Raises:
+        ValueError: a split other than ``"test"``, a missing or empty file, or rows without
+            ``problem``/``answer`` (the message names the file and line).
+    """
+    if split != "test":
+        raise ValueError(f"MATH-500 has only a 'test' split, got {split!r}")
+    from datasets import Dataset
+
+    if source == "hub":
+        from datasets import load_dataset
+
+        rows = numbered(list(load_dataset(HUB_ID, split="test")), HUB_ID)
+    else:
+        rows = local_rows(source, split, "math500", "MATH-500")
+    check_rows(rows, {"problem": (str,), "answer": (str, int, float)},
+               "MATH-500 rows need a 'problem' (text) and an 'answer' (LaTeX text or a number)")
+    examples = []
+    for i, (_, row) in enumerate(rows):
+        examples.append({"question": row["problem"], "solution": row.get("solution", ""), "answer": str(row["answer"]),
+                         "subject": row.get("subject", ""), "level": int(row.get("level", 0)),
+                         "unique_id": row.get("unique_id", str(i)),
+                         "prompt": build_prompt(row["problem"], system_prompt)})
+    return Dataset.from_list(examples)
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` (braces matched within :data:`MAX_BOXED_CHARS`), or ``None``.
+
+    >>> last_boxed("so \\\\boxed{1} then \\\\boxed{\\\\frac{1}{2}}")
+    '\\\\frac{1}{2}'
+    """
+    end = len(text)
+    while (at := text.rfind("\\boxed", 0, end)) >= 0:
+        brace = _BOXED_OPEN.match(text, at + len("\\boxed"))
+        if brace is not None:
+            break
+        end = at
+    else:
+        return None
+    depth, start = 1, brace.end()
+    for i in range(start, min(len(text), start + MAX_BOXED_CHARS)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i].strip()
+    return None
+
+
+def _correct(answer: str, example: Example) -> bool:
+    return math_verifier()(example["answer"], answer) is True
+
+
+MATH500 = Task(
+    name="math500",
+    description="MATH-500 (evaluation only): competition math checked with math-verify",
+    loader=load_math500,
+    splits=("test",),
+    rewards=("xmlcount_reward_func", "strict_format_reward_func", "math_verify_reward_func"),
+    metrics=("math_verify_reward_func", "soft_format_reward_func", "strict_format_reward_func",
+             "xmlcount_reward_func"),
+    rules={"strict": ExtractionRule(strictly(extract_xml_answer), _correct),
+           "flexible": ExtractionRule(lambda t: last_boxed(t) or extract_xml_answer(t) or None, _correct)},
+    headline="strict_correct",
+    gold=lambda example: example["answer"],
+)

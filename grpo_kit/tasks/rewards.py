@@ -1,0 +1,478 @@
+"""Reward functions for verifiable answers in TRL's ``reward_funcs`` contract, what the kit knows about each,
+and the weighted set a run trains with.
+
+A reward function takes keyword arguments ``prompts``, ``completions``, the dataset columns it
+needs (``answer``) and ``**kwargs`` (TRL also passes ``completion_ids``, ``trainer_state``,
+``log_metric``, ...). A completion is a ``str`` or a list of chat messages; the functions here
+read both (:func:`grpo_kit.tasks.answer_format.completion_text`). Gold answers may be ``str``, ``int``
+or ``float`` (:func:`gold_text`). They return one ``float`` per completion (``None``: cannot judge,
+TRL skips the sample), never raise on any completion text, run in linear time on any completion
+(``benchmarks/reward_worst_case.py``) and print nothing; a column whose length differs from the
+completions' is a caller's mistake and raises ``ValueError``.
+
+The six in :data:`SEED_REWARDS` are those of Unsloth's Llama 3.1 (8B) GRPO notebook as the blog post
+"LLM Reinforcement Learning with GRPO" (2025-03-03) trained with them, with their regexes fixed;
+README's "Rewards" section lists where they differ from the notebook and why. Tasks add their own
+(:mod:`grpo_kit.tasks.countdown`, :mod:`grpo_kit.tasks.math_verify`).
+
+What the kit knows about a reward is one :class:`Reward`: the function, its table label, its
+largest value, whether it is right/wrong (evaluation counts flips and runs McNemar on it) and the
+dataset columns it reads (checked before training). A function carries these as attributes
+(:func:`describe`); a user's function without them still works (its columns are read from its
+signature). :class:`RewardSet` is the rewards of one run with their weights (TRL's
+``reward_weights``; weight 0 = computed and logged, not trained on). Built-in rewards are known by
+name (:func:`builtin`); a user's own function passes through as an object and is added to no table.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from grpo_kit.tasks.answer_format import (
+    completion_text,
+    extract_final_answer,
+    extract_xml_answer,
+    is_soft_format,
+    is_strict_format,
+    xml_count,
+)
+from grpo_kit.tasks.numbers import is_integer_literal, numbers_equal
+
+__all__ = [
+    "BUILTIN_REWARDS",
+    "COLUMN_KINDS",
+    "SEED_REWARDS",
+    "Reward",
+    "RewardFunc",
+    "RewardSet",
+    "builtin",
+    "column",
+    "column_problem",
+    "correctness_reward_func",
+    "describe",
+    "gold_text",
+    "golds",
+    "int_reward_func",
+    "soft_correctness_reward_func",
+    "soft_format_reward_func",
+    "strict_format_reward_func",
+    "texts",
+    "xmlcount_reward_func",
+]
+
+RewardFunc = Callable[..., list[float | None]]
+
+#: Keyword arguments TRL passes to every reward besides the dataset columns (trl/trainer/grpo_trainer.py).
+_TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"})
+
+
+def texts(completions: Sequence[Any] | None) -> list[str]:
+    """Each completion's text (:func:`grpo_kit.tasks.answer_format.completion_text`)."""
+    return [completion_text(c) for c in (completions or [])]
+
+
+def gold_text(value: Any) -> str | None:
+    """A gold answer as text: a ``str`` as it is, an ``int`` or a finite ``float`` as its number (``2.0`` is
+    ``"2"``, ``2.5`` is ``"2.5"``); anything else (``None``, a list, ``True``) cannot be read: ``None``.
+
+    >>> [gold_text(v) for v in ["72", 72, 72.0, 2.5, None, True, float("nan")]]
+    ['72', '72', '72', '2.5', None, None, None]
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return None
+
+
+def column(values: Any, n: int, name: str) -> list[Any]:
+    """A dataset column as TRL passes it, one entry per completion; an absent column (``None``) is ``None`` each.
+
+    Raises:
+        ValueError: the column is not a list, or its length is not the number of completions (a
+            caller's mistake: TRL always passes one entry per completion; padding or truncating would
+            score completions against the wrong questions).
+    """
+    if values is None:
+        return [None] * n
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
+        raise ValueError(f"the {name!r} column must be a list with one entry per completion, got "
+                         f"{type(values).__name__}")
+    if len(values) != n:
+        raise ValueError(f"{n} completions but {len(values)} entries in the {name!r} column: pass one per "
+                         "completion (TRL repeats each row's value num_generations times)")
+    return list(values)
+
+
+def golds(answer: Any, n: int) -> list[str | None]:
+    """The ``answer`` column as text (:func:`gold_text`), one per completion."""
+    return [gold_text(a) for a in column(answer, n, "answer")]
+
+
+#: What the dataset columns the built-in rewards read may hold, checked before training (:func:`column_problem`).
+COLUMN_KINDS: dict[str, str] = {"answer": "text or a number", "nums": "a list of numbers", "target": "a number"}
+_NUMBER_TYPES = ("int", "uint", "float", "double", "decimal")
+
+
+def column_problem(name: str, feature: Any) -> str | None:
+    """Why a ``datasets`` feature cannot be read by the rewards that read column ``name``; ``None`` when it can
+    (or when the column is not one of :data:`COLUMN_KINDS`).
+
+    >>> from datasets import List, Value
+    >>> column_problem("answer", Value("int64")) is None, column_problem("answer", List(Value("string")))
+    (True, "column 'answer' holds List(Value('string')), not text or a number")
+    """
+    if name not in COLUMN_KINDS:
+        return None
+
+    def number(f: Any) -> bool:
+        return str(getattr(f, "dtype", "")).startswith(_NUMBER_TYPES)
+
+    inner = getattr(feature, "feature", None)
+    ok = {"answer": number(feature) or str(getattr(feature, "dtype", "")) in ("string", "large_string"),
+          "nums": inner is not None and number(inner),
+          "target": number(feature)}[name]
+    return None if ok else f"column {name!r} holds {feature}, not {COLUMN_KINDS[name]}"
+
+
+def describe(label: str, max_value: float, binary: bool = True,
+             columns: tuple[str, ...] = ()) -> Callable[[RewardFunc], RewardFunc]:
+    """Mark a reward function with what evaluation and the checks need to know (read by :meth:`Reward.of`).
+
+    Args:
+        label: its row label in tables (``"Hard correctness"``).
+        max_value: its largest value per completion.
+        binary: right/wrong (evaluation counts flips and runs McNemar on it); ``False`` for graded rewards.
+        columns: the dataset columns it reads (checked before training).
+    """
+    def mark(func: RewardFunc) -> RewardFunc:
+        func.label, func.max_value, func.binary, func.columns = label, max_value, binary, columns  # type: ignore
+        return func
+
+    return mark
+
+
+@dataclass(frozen=True)
+class Reward:
+    """One reward function and what the kit knows about it.
+
+    Attributes:
+        func: the function, in TRL's contract (what TRL calls; its ``__name__`` is the metric name).
+        label: its row label in tables.
+        max_value: its largest value per completion (NaN when unknown).
+        binary: right/wrong (flips and McNemar in before/after tables).
+        columns: the dataset columns it reads.
+    """
+
+    func: RewardFunc
+    label: str
+    max_value: float = math.nan
+    binary: bool = False
+    columns: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """Its ``__name__``: TRL logs it as ``rewards/<name>/mean``; evaluation records key it so."""
+        return self.func.__name__
+
+    @classmethod
+    def of(cls, func: RewardFunc | Reward) -> Reward:
+        """What is known about ``func``: the attributes :func:`describe` set, else its name as label, an unknown
+        maximum, graded, and the dataset columns its signature names (parameters other than TRL's own).
+
+        Raises:
+            ValueError: ``func`` is not callable, has no ``__name__``, or cannot take ``completions`` as a keyword
+                argument (TRL calls ``func(prompts=..., completions=..., <columns>..., **kwargs)``).
+        """
+        if isinstance(func, Reward):
+            return func
+        name = getattr(func, "__name__", None)
+        if not callable(func) or not isinstance(name, str):
+            raise ValueError(f"a reward must be a function (TRL's contract), got {func!r}")
+        columns = getattr(func, "columns", None)
+        try:
+            parameters = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):  # a builtin or C function: nothing to check
+            parameters = None
+        if parameters is not None:
+            named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+            if "completions" not in named and not any(p.kind is p.VAR_KEYWORD for p in parameters):
+                raise ValueError(f"reward {name} cannot take completions=...: TRL calls it as "
+                                 f"{name}(prompts=..., completions=..., <dataset columns>..., **kwargs); give it "
+                                 "those keyword parameters and **kwargs")
+            if columns is None:
+                columns = tuple(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                                and p.name not in _TRL_ARGUMENTS)
+        return cls(func, str(getattr(func, "label", name)), float(getattr(func, "max_value", math.nan)),
+                   bool(getattr(func, "binary", False)), tuple(columns or ()))
+
+
+_BUILTIN: dict[str, RewardFunc] = {}
+#: Every built-in reward by name (read-only: a user's function is passed as an object, never added here).
+BUILTIN_REWARDS: Mapping[str, RewardFunc] = MappingProxyType(_BUILTIN)
+
+
+def builtin(func: RewardFunc) -> RewardFunc:
+    """Make a reward of the kit's known by its name (``--rewards NAME``, notebook parameters). Returns ``func``."""
+    _BUILTIN[func.__name__] = func
+    return func
+
+
+# --- the blog post's six ------------------------------------------------------------------------------
+
+
+@builtin
+@describe("Hard correctness", 1.0, columns=("answer",))
+def correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
+    """Hard correctness: 1.0 when the text inside ``<answer>`` equals the gold answer exactly.
+
+    Args:
+        prompts: the prompts (unused; part of TRL's contract).
+        completions: ``list[str]`` or ``list[list[dict]]`` of length N.
+        answer: gold answers, one per completion: ``str``, ``int`` or ``float`` (:func:`gold_text`;
+            the GSM8K ``answer`` column holds strings).
+
+    Returns:
+        ``list[float]`` of length N, each 0.0 or 1.0. A string compare, as in the notebook:
+        ``"1200.0"`` does not match ``"1200"`` (:func:`soft_correctness_reward_func` does).
+
+    >>> correctness_reward_func(completions=["<answer>\\n72\\n</answer>", "<answer>72.0</answer>"],
+    ...                         answer=["72", "72"])
+    [1.0, 0.0]
+    """
+    found = texts(completions)
+    return [1.0 if gold is not None and extract_xml_answer(t) == gold else 0.0
+            for t, gold in zip(found, golds(answer, len(found)))]
+
+
+@builtin
+@describe("Soft correctness", 1.0, columns=("answer",))
+def soft_correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
+    """Soft correctness: 1.0 when the first number inside ``<answer>`` equals the gold as a number.
+
+    Args:
+        prompts: unused.
+        completions: ``list[str]`` or ``list[list[dict]]`` of length N.
+        answer: gold answers, one per completion: ``str``, ``int`` or ``float`` (:func:`gold_text`).
+
+    Returns:
+        ``list[float]`` of length N, each 0.0 or 1.0. ``"1200.0"``, ``"$1,200"`` and
+        ``"1200 units"`` match ``"1200"``; ``"3"`` does not match ``"-3"``. The blog post compared
+        strings and dropped the sign; this compares numbers with the sign kept.
+
+    >>> soft_correctness_reward_func(
+    ...     completions=[[{"role": "assistant", "content": "<answer>$1,200</answer>"}],
+    ...                  [{"role": "assistant", "content": "<answer>3</answer>"}]],
+    ...     answer=["1200", "-3"])
+    [1.0, 0.0]
+    """
+    found = texts(completions)
+    return [1.0 if numbers_equal(extract_final_answer(t), gold) else 0.0
+            for t, gold in zip(found, golds(answer, len(found)))]
+
+
+@builtin
+@describe("Integer", 0.5)
+def int_reward_func(completions=None, **kwargs) -> list[float]:
+    """Integer: 0.5 when the text inside ``<answer>`` is an integer literal (``-3`` counts).
+
+    Args:
+        completions: ``list[str]`` or ``list[list[dict]]`` of length N.
+
+    Returns:
+        ``list[float]`` of length N, each 0.0 or 0.5. The notebook's ``isdigit()`` rejected
+        ``-3``; ``3.5``, ``1,000`` and ``12 apples`` still score 0.
+
+    >>> int_reward_func(completions=["<answer>\\n-3\\n</answer>", "<answer>3.5</answer>"])
+    [0.5, 0.0]
+    """
+    return [0.5 if is_integer_literal(extract_xml_answer(t)) else 0.0 for t in texts(completions)]
+
+
+@builtin
+@describe("Strict format", 0.5)
+def strict_format_reward_func(completions=None, **kwargs) -> list[float]:
+    """Strict format: 0.5 when the whole completion is reasoning then answer, each tag on its own line.
+
+    Pattern ``^<reasoning>\\n.*?\\n</reasoning>\\n<answer>\\n.*?\\n</answer>\\n*$`` with ``re.DOTALL``
+    (:func:`grpo_kit.tasks.answer_format.is_strict_format`; the notebook lacked DOTALL: unsloth #1761).
+
+    Args:
+        completions: ``list[str]`` or ``list[list[dict]]`` of length N.
+
+    Returns:
+        ``list[float]`` of length N, each 0.0 or 0.5.
+
+    >>> strict_format_reward_func(completions=[
+    ...     "<reasoning>\\nstep 1\\nstep 2\\n</reasoning>\\n<answer>\\n4\\n</answer>\\n",
+    ...     "<reasoning>2+2</reasoning><answer>4</answer>"])
+    [0.5, 0.0]
+    """
+    return [0.5 if is_strict_format(t) else 0.0 for t in texts(completions)]
+
+
+@builtin
+@describe("Soft format", 0.5)
+def soft_format_reward_func(completions=None, **kwargs) -> list[float]:
+    """Soft format: 0.5 when the completion starts with a reasoning block followed by an answer block.
+
+    Pattern ``<reasoning>.*?</reasoning>\\s*<answer>.*?</answer>`` with ``re.DOTALL`` (the notebook lacked
+    DOTALL: unsloth #1761), anchored at the start (``re.match``), as in the notebook; decided in linear
+    time by :func:`grpo_kit.tasks.answer_format.is_soft_format`.
+
+    Args:
+        completions: ``list[str]`` or ``list[list[dict]]`` of length N.
+
+    Returns:
+        ``list[float]`` of length N, each 0.0 or 0.5.
+
+    >>> soft_format_reward_func(completions=["<reasoning>a\\nb</reasoning> <answer>4</answer>", "4"])
+    [0.5, 0.0]
+    """
+    return [0.5 if is_soft_format(t) else 0.0 for t in texts(completions)]
+
+
+@builtin
+@describe("XML tag count", 0.5, binary=False)
+def xmlcount_reward_func(completions=None, **kwargs) -> list[float]:
+    """XML tag count: :func:`grpo_kit.tasks.answer_format.xml_count` of each completion (at most 0.5;
+    negative for long tails).
+
+    Args:
+        completions: ``list[str]`` or ``list[list[dict]]`` of length N.
+
+    Returns:
+        ``list[float]`` of length N.
+
+    >>> xmlcount_reward_func(completions=["<reasoning>\\nx\\n</reasoning>\\n<answer>\\n4\\n</answer>", "x"])
+    [0.5, 0.0]
+    """
+    return [xml_count(t) for t in texts(completions)]
+
+
+#: The six rewards the blog post trained with, in its order.
+SEED_REWARDS: tuple[str, ...] = ("xmlcount_reward_func", "soft_format_reward_func", "strict_format_reward_func",
+                                 "int_reward_func", "correctness_reward_func", "soft_correctness_reward_func")
+
+
+class RewardSet:
+    """The rewards a run trains with, and their weights: TRL's ``reward_funcs`` and ``GRPOConfig.reward_weights``.
+
+    TRL sums each completion's rewards times their weights and computes the advantage from that
+    sum; every reward is still logged as ``rewards/<name>/mean``. Weight 0 therefore means
+    "computed and logged, not trained on" (a metric-only reward).
+
+    Args:
+        rewards: built-in names (:data:`BUILTIN_REWARDS`), functions in TRL's contract, or :class:`Reward`
+            objects (weight 1 each, or ``weights``); or a mapping from any of those to its weight.
+        weights: one per reward, when ``rewards`` is a sequence.
+
+    Raises:
+        ValueError: an unknown name, no rewards, a weight count that does not match, a weight that is not
+            a finite number, every weight 0, a function that cannot take ``completions``, or two rewards with
+            one ``__name__`` (TRL would log them as one).
+
+    >>> rewards = RewardSet({"correctness_reward_func": 2.0, "xmlcount_reward_func": 0.0})
+    >>> rewards.names, rewards.weights, rewards.trained
+    (['correctness_reward_func', 'xmlcount_reward_func'], [2.0, 0.0], ['correctness_reward_func'])
+    >>> rewards.replace("correctness_reward_func", "soft_correctness_reward_func").names
+    ['soft_correctness_reward_func', 'xmlcount_reward_func']
+    """
+
+    def __init__(self, rewards: Sequence[str | RewardFunc | Reward] | Mapping[Any, float],
+                 weights: Sequence[float] | None = None) -> None:
+        if isinstance(rewards, RewardSet):
+            rewards, weights = rewards.rewards, rewards.weights if weights is None else weights
+        elif isinstance(rewards, Mapping):
+            if weights is not None:
+                raise ValueError("give weights either in the mapping or as weights=, not both")
+            rewards, weights = list(rewards), list(rewards.values())
+        elif isinstance(rewards, str) or callable(rewards):
+            rewards = [rewards]
+        rewards = list(rewards)
+        if not rewards:
+            raise ValueError("no reward functions given: name at least one of " + ", ".join(BUILTIN_REWARDS))
+        weights = [1.0] * len(rewards) if weights is None else list(weights)
+        if len(weights) != len(rewards):
+            raise ValueError(f"{len(weights)} weights for {len(rewards)} rewards: give one weight per reward")
+        for w in weights:
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+                raise ValueError(f"reward weights must be finite numbers, got {weights}")
+        self.rewards: list[Reward] = [self._resolve(r) for r in rewards]
+        self.weights: list[float] = [float(w) for w in weights]
+        names = self.names
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"two rewards are named {repeated}: TRL logs rewards by __name__, so rename one")
+        if not any(self.weights):
+            raise ValueError(f"every reward weight is 0 ({self}): nothing would be trained on; give at least one "
+                             "reward a non-zero weight")
+
+    @staticmethod
+    def _resolve(reward: str | RewardFunc | Reward) -> Reward:
+        if isinstance(reward, str):
+            if reward not in BUILTIN_REWARDS:
+                raise ValueError(f"unknown reward {reward!r}: choose from {', '.join(BUILTIN_REWARDS)} or pass "
+                                 "your own function")
+            return Reward.of(BUILTIN_REWARDS[reward])
+        return Reward.of(reward)
+
+    @property
+    def funcs(self) -> list[RewardFunc]:
+        """The functions, in order (TRL's ``reward_funcs``)."""
+        return [r.func for r in self.rewards]
+
+    @property
+    def names(self) -> list[str]:
+        """Each reward's ``__name__`` (its metric name), in order."""
+        return [r.name for r in self.rewards]
+
+    @property
+    def trained(self) -> list[str]:
+        """Names of the rewards with a non-zero weight (those that move the advantage)."""
+        return [n for n, w in zip(self.names, self.weights) if w != 0]
+
+    @property
+    def columns(self) -> list[str]:
+        """The dataset columns these rewards read, in order, once each."""
+        return list(dict.fromkeys(c for r in self.rewards for c in r.columns))
+
+    def _index(self, reward: str | RewardFunc | Reward) -> int:
+        name = reward if isinstance(reward, str) else reward.name if isinstance(reward, Reward) else reward.__name__
+        if name not in self.names:
+            raise ValueError(f"{name!r} is not in this set ({', '.join(self.names)})")
+        return self.names.index(name)
+
+    def replace(self, old: str | RewardFunc | Reward, new: str | RewardFunc | Reward,
+                weight: float | None = None) -> RewardSet:
+        """A copy with ``old`` swapped for ``new`` (same weight unless ``weight`` is given)."""
+        i = self._index(old)
+        rewards: list[Any] = list(self.rewards)
+        weights = list(self.weights)
+        rewards[i] = new
+        weights[i] = weights[i] if weight is None else weight
+        return RewardSet(rewards, weights)
+
+    def with_weight(self, reward: str | RewardFunc | Reward, weight: float) -> RewardSet:
+        """A copy with ``reward``'s weight set (0: log it without training on it)."""
+        weights = list(self.weights)
+        weights[self._index(reward)] = weight
+        return RewardSet(list(self.rewards), weights)
+
+    def __add__(self, other: RewardSet) -> RewardSet:
+        return RewardSet([*self.rewards, *other.rewards], [*self.weights, *other.weights])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RewardSet) and (self.funcs, self.weights) == (other.funcs, other.weights)
+
+    def __repr__(self) -> str:
+        return "RewardSet({" + ", ".join(f"{n!r}: {w:g}" for n, w in zip(self.names, self.weights)) + "})"

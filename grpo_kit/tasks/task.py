@@ -1,0 +1,111 @@
+"""What a task is: its data, the rewards it trains with, and how evaluation reads and checks its answers.
+
+A task declares everything that differs from one task to another, so evaluation, training and the
+demo never name one: its loader and splits, its training and metric rewards, its two extraction
+rules, its headline metric, the fields its evaluation records carry, its demonstrations (the tiny
+policy's warm start) and what exploring its data shows. Each task's module builds its own
+:class:`Task`; :mod:`grpo_kit.tasks` lists them by name.
+
+Every task names two extraction rules, as lm-evaluation-harness does for GSM8K: ``strict`` reads the
+answer only from a completion in the exact layout, ``flexible`` reads it however it is written, so a
+gain in format is never mistaken for a gain in solving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from grpo_kit.tasks.answer_format import extract_xml_answer
+from grpo_kit.tasks.rewards import Reward, RewardSet
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+__all__ = ["ExtractionRule", "Task"]
+
+Example = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ExtractionRule:
+    """How one rule reads an answer (``extract(text) -> str | None``; ``None``: nothing to read) and
+    checks it against an example (``correct(answer, example) -> bool``). Answers are strings, so
+    equal answers vote together in maj@k."""
+
+    extract: Callable[[str], str | None]
+    correct: Callable[[str, Example], bool]
+
+
+def _answer_field(text: str) -> dict[str, Any]:
+    return {"extracted": extract_xml_answer(text)}
+
+
+@dataclass(frozen=True)
+class Task:
+    """A verifiable task.
+
+    Attributes:
+        name: the task's name (``--task``, ``task = ...``).
+        description: one line.
+        loader: ``loader(split, **kwargs) -> datasets.Dataset`` with a conversational ``prompt``.
+        splits: the splits it has (a task without ``"train"`` is evaluation only).
+        rewards: the reward names GRPO trains with by default (weight 1 each).
+        metrics: the reward names in the evaluation table, in table order.
+        rules: ``{"strict": ExtractionRule, "flexible": ExtractionRule}``.
+        headline: the record key of the metric a before/after comparison leads with (a rule's
+            ``<rule>_correct`` or a reward's name).
+        gold: the gold answer of an example as text (tables and flip lists show it).
+        fields: extra fields an evaluation record carries, read from a completion's text (default: the
+            text inside ``<answer>`` as ``extracted``).
+        demonstration: ``(example, style) -> (reasoning, final answer) | None`` for the tiny policy's
+            supervised warm start (``style``: :attr:`grpo_kit.policy.warm_start.WarmStart.reasoning`);
+            ``None`` where the task has none.
+        texts: the text the tiny policy's tokenizer is trained on, from a train split.
+        solution: ``example -> (worked solution, number of steps)`` for exploring the data (notebook 01);
+            ``None`` where an example has none.
+        answer_value: ``example -> float | None``, the size of its answer (notebook 01).
+        notes: what a tiny policy trained for minutes on a CPU can and cannot show on this task (the demo's
+            report says it).
+    """
+
+    name: str
+    description: str
+    loader: Callable[..., Dataset]
+    splits: tuple[str, ...]
+    rewards: tuple[str, ...]
+    metrics: tuple[str, ...]
+    rules: Mapping[str, ExtractionRule]
+    headline: str
+    gold: Callable[[Example], str]
+    fields: Callable[[str], dict[str, Any]] = _answer_field
+    demonstration: Callable[[Example, str], tuple[str, str] | None] | None = None
+    texts: Callable[[Dataset], list[str]] | None = None
+    solution: Callable[[Example], tuple[str, int] | None] | None = None
+    answer_value: Callable[[Example], float | None] | None = None
+    notes: str = ""
+
+    def load(self, split: str = "test", **kwargs: Any) -> Dataset:
+        """Load a split (keyword arguments go to the loader, e.g. ``source=``).
+
+        Raises:
+            ValueError: a split the task does not have.
+        """
+        if split not in self.splits:
+            raise ValueError(f"task {self.name!r} has no {split!r} split (it has {', '.join(self.splits)})"
+                             + ("; it is for evaluation only" if "train" not in self.splits else ""))
+        return self.loader(split, **kwargs)
+
+    @property
+    def trains(self) -> bool:
+        """Whether the task has a train split."""
+        return "train" in self.splits
+
+    def reward_set(self) -> RewardSet:
+        """The training rewards, weight 1 each."""
+        return RewardSet(list(self.rewards))
+
+    def metric_rewards(self) -> list[Reward]:
+        """The rewards its evaluation table shows, in order."""
+        return RewardSet(list(self.metrics)).rewards

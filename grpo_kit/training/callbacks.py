@@ -1,0 +1,260 @@
+"""Watching a GRPO run while it trains: held-out accuracy, a reward-hacking alarm, a stale-weights alarm.
+
+TRL's trainer logs rewards under the training sampling settings only (trl #2959): a reward can
+saturate while task accuracy collapses (trl PR #5790). :class:`HeldOutEval` measures the policy
+every ``every`` steps, greedily, on a fixed seeded slice of the task's test split with the kit's
+own evaluator, and logs ``eval/strict_accuracy`` and ``eval/flexible_accuracy`` with their 95%
+intervals into the trainer's log history (and wandb). When the training reward has risen since
+the previous evaluation while held-out strict or flexible accuracy fell by a paired-significant
+amount (exact McNemar on the same questions, p < 0.05), it raises the reward-hacking alarm: a
+warning naming both numbers, a line in the run folder's ``alarms.jsonl``.
+
+:class:`StaleWeightsAlarm` reads TRL's ``sampling/sampling_logp_difference/mean`` (vLLM's
+log-probabilities of the sampled tokens against the trainer's): a large gap means vLLM
+generates from other weights than the ones being trained (trl #2698, #5312).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from transformers import TrainerCallback
+
+from grpo_kit.evaluation.compare import flips, paired_ids
+from grpo_kit.evaluation.scoring import EvalResult, evaluate
+from grpo_kit.evaluation.stats import mcnemar_exact
+from grpo_kit.evaluation.summary import rule_label
+from grpo_kit.policy.generation import Sampling, TransformersBackend
+
+if TYPE_CHECKING:
+    from grpo_kit.tasks import Task
+
+__all__ = ["HeldOutEval", "RunRecords", "StaleWeightsAlarm", "StepPrinter", "reward_hacking", "training_reward"]
+
+log = logging.getLogger(__name__)
+_RULES = ("strict", "flexible")
+
+
+class RunRecords(Protocol):
+    """Where a run keeps its held-out evaluations and alarms (:class:`grpo_kit.runs.folder.RunFolder` is one)."""
+
+    def heldout_record(self, step: int) -> Path:
+        """Where the held-out evaluation at ``step`` is written."""
+        ...
+
+    def heldout_records(self) -> list[tuple[int, Path]]:
+        """The held-out evaluations kept, ``(step, path)``, oldest first."""
+        ...
+
+    def append_alarm(self, alarm: dict[str, Any]) -> None:
+        """Keep one alarm."""
+        ...
+
+
+def _log(args: Any, state: Any, logs: dict[str, float]) -> None:
+    """Append ``logs`` to the trainer's log history at the current step and send them to wandb when on."""
+    state.log_history.append({**logs, "step": state.global_step})
+    if "wandb" in (args.report_to or []):
+        try:
+            import wandb
+        except ImportError:
+            return
+        if wandb.run is not None:
+            wandb.log({**logs, "train/global_step": state.global_step})
+
+
+def training_reward(log_history: Sequence[dict[str, Any]], after: int, upto: int) -> float | None:
+    """Mean logged training ``reward`` over steps in ``(after, upto]``; ``None`` when none was logged."""
+    values = [row["reward"] for row in log_history if "reward" in row and after < row.get("step", -1) <= upto]
+    return sum(values) / len(values) if values else None
+
+
+def reward_hacking(previous: EvalResult, current: EvalResult, reward_before: float | None,
+                   reward_after: float | None, p_threshold: float = 0.05) -> list[dict[str, Any]]:
+    """The reward-hacking findings between two held-out evaluations of the same questions.
+
+    A finding is a rule (strict or flexible accuracy) whose per-question results got worse with
+    exact McNemar p below ``p_threshold`` (more right -> wrong than wrong -> right) while the training
+    reward rose (``reward_after > reward_before``).
+
+    Returns:
+        ``list`` of ``{"rule", "accuracy_before", "accuracy_after", "right_to_wrong", "wrong_to_right",
+        "mcnemar_p", "reward_before", "reward_after"}`` (empty: no alarm).
+    """
+    if reward_before is None or reward_after is None or not reward_after > reward_before:
+        return []
+    ids = paired_ids(previous.records, current.records)
+    findings = []
+    for rule in _RULES:
+        was, now = previous.correct(f"{rule}_correct"), current.correct(f"{rule}_correct")
+        gained, lost = flips([was[i] for i in ids], [now[i] for i in ids])
+        p = mcnemar_exact(gained, lost)
+        if lost > gained and p < p_threshold:
+            findings.append({"rule": rule, "accuracy_before": sum(was.values()) / len(was),
+                             "accuracy_after": sum(now.values()) / len(now), "right_to_wrong": lost,
+                             "wrong_to_right": gained, "mcnemar_p": p, "reward_before": reward_before,
+                             "reward_after": reward_after})
+    return findings
+
+
+class HeldOutEval(TrainerCallback):
+    """Greedy held-out accuracy every ``every`` optimiser steps (and at the start), with the reward-hacking alarm.
+
+    Args:
+        task: the :class:`grpo_kit.tasks.Task` (its rules and metrics score the completions).
+        dataset: the fixed held-out questions (rows of ``task``; e.g. a seeded slice of its test split).
+        tokenizer: the policy's tokenizer.
+        every: steps between evaluations.
+        records: where the evaluations and alarms are kept (the run folder: ``heldout/step-<N>.jsonl`` and
+            ``alarms.jsonl``); ``None`` keeps nothing (a resumed run then has no previous evaluation to compare with).
+        max_new_tokens: the completion budget of each greedy answer, in tokens.
+        batch_size: prompts per ``generate`` call.
+        p_threshold: the McNemar p-value below which a fall in accuracy raises the alarm.
+        is_main_process: whether this process evaluates (the others skip; under several processes the
+            policy is a full replica on each, DDP).
+
+    Attributes:
+        alarms: the findings of :func:`reward_hacking` raised so far, each with its ``step``.
+    """
+
+    def __init__(self, task: Task, dataset: Any, tokenizer: Any, every: int, records: RunRecords | None = None,
+                 max_new_tokens: int = 256, batch_size: int = 64, p_threshold: float = 0.05,
+                 is_main_process: bool = True) -> None:
+        if every < 1:
+            raise ValueError(f"eval_steps must be at least 1, got {every}")
+        self.task, self.dataset, self.tokenizer, self.every = task, list(dataset), tokenizer, every
+        self.records = records
+        self.sampling = Sampling(temperature=0.0, max_new_tokens=max_new_tokens)
+        self.batch_size, self.p_threshold, self.is_main_process = batch_size, p_threshold, is_main_process
+        self.previous: tuple[int, EvalResult] | None = None
+        self.alarms: list[dict[str, Any]] = []
+
+    def _records_path(self, step: int) -> Path | None:
+        return None if self.records is None else self.records.heldout_record(step)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if not self.is_main_process:
+            return
+        self.previous = self._earlier_result(state.global_step)
+        if self.previous is None or self.previous[0] != state.global_step:
+            self._evaluate(args, state, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.is_main_process and state.global_step % self.every == 0:
+            self._evaluate(args, state, model)
+
+    def _earlier_result(self, step: int) -> tuple[int, EvalResult] | None:
+        """The latest held-out evaluation at or before ``step`` kept in the folder (a resumed run's reference)."""
+        if self.records is None:
+            return None
+        kept = [(s, p) for s, p in self.records.heldout_records() if s <= step]
+        return (kept[-1][0], EvalResult.from_jsonl(kept[-1][1], task=self.task)) if kept else None
+
+    def _evaluate(self, args: Any, state: Any, model: Any) -> None:
+        start = time.perf_counter()
+        backend = TransformersBackend(model, self.tokenizer, batch_size=self.batch_size, progress=False)
+        result = evaluate(backend, self.dataset, self.sampling, task=self.task)
+        path = self._records_path(state.global_step)
+        if path is not None:
+            result.to_jsonl(path)
+        logs: dict[str, float] = {}
+        for rule in _RULES:
+            row = result.summary.loc[rule_label(rule)]
+            logs[f"eval/{rule}_accuracy"] = float(row["value"])
+            logs[f"eval/{rule}_accuracy_ci_low"] = float(row["ci_low"])
+            logs[f"eval/{rule}_accuracy_ci_high"] = float(row["ci_high"])
+        logs["eval/seconds"] = time.perf_counter() - start
+        if self.previous is not None:
+            before_step, before = self.previous
+            earlier = max(0, before_step - self.every)
+            findings = reward_hacking(before, result,
+                                      training_reward(state.log_history, earlier, before_step)
+                                      if before_step > 0 else _first_reward(state.log_history),
+                                      training_reward(state.log_history, before_step, state.global_step),
+                                      self.p_threshold)
+            for finding in findings:
+                self._alarm({**finding, "step": state.global_step, "previous_step": before_step})
+            logs["eval/reward_hacking_alarm"] = float(bool(findings))
+        _log(args, state, logs)
+        self.previous = (state.global_step, result)
+
+    def _alarm(self, finding: dict[str, Any]) -> None:
+        self.alarms.append(finding)
+        log.warning(f"REWARD-HACKING ALARM at step {finding['step']}: the training reward rose "
+                    f"{finding['reward_before']:.3f} -> {finding['reward_after']:.3f} since step "
+                    f"{finding['previous_step']}, while held-out {finding['rule']} accuracy fell "
+                    f"{finding['accuracy_before']:.3f} -> {finding['accuracy_after']:.3f} ({finding['right_to_wrong']} "
+                    f"right->wrong, {finding['wrong_to_right']} wrong->right, exact McNemar p = "
+                    f"{finding['mcnemar_p']:.2g}). Read the completions: the policy may be paid for something other "
+                    "than solving the task.")
+        if self.records is not None:
+            self.records.append_alarm({"kind": "reward_hacking", **finding})
+
+
+def _first_reward(log_history: Sequence[dict[str, Any]]) -> float | None:
+    """The first logged training reward (the reference for the interval after the step-0 evaluation)."""
+    return next((row["reward"] for row in log_history if "reward" in row), None)
+
+
+class StaleWeightsAlarm(TrainerCallback):
+    """Warn when vLLM's log-probabilities of the sampled tokens drift from the trainer's.
+
+    TRL logs ``sampling/sampling_logp_difference/mean`` (mean absolute per-token gap, in nats) when
+    vLLM generates with importance-sampling correction on. Numerical differences between vLLM's
+    kernels and the trainer's stay well under ``threshold``; a gap above it means vLLM samples from
+    other weights than the policy being trained (a weight sync that did not reach every layer).
+
+    Args:
+        threshold: the mean gap (nats per token) that raises the alarm.
+        records: where the alarm is kept (the run folder's ``alarms.jsonl``; ``None``: nowhere).
+    """
+
+    def __init__(self, threshold: float = 0.1, records: RunRecords | None = None) -> None:
+        self.threshold, self.records, self.raised = threshold, records, []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        gap = (logs or {}).get("sampling/sampling_logp_difference/mean")
+        if gap is None or gap <= self.threshold:
+            return
+        finding = {"kind": "stale_vllm_weights", "step": state.global_step, "mean_logp_gap": gap,
+                   "threshold": self.threshold}
+        self.raised.append(finding)
+        log.warning(f"STALE-WEIGHTS ALARM at step {state.global_step}: vLLM's log-probabilities of the sampled "
+                    f"tokens differ from the trainer's by {gap:.3f} nats per token on average (threshold "
+                    f"{self.threshold:g}): vLLM is generating from weights other than the ones being trained "
+                    "(trl #2698, #5312).")
+        if self.records is not None:
+            self.records.append_alarm(finding)
+
+
+class StepPrinter(TrainerCallback):
+    """One plain log line per logged step: the reward, each reward's mean, and the held-out accuracy when measured.
+
+    For the command line and launchers, where a progress bar would be redrawn into a log file.
+    """
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "reward" not in logs:
+            return
+        rewards = ", ".join(f"{k.split('/')[1]} {_number(v)}" for k, v in logs.items()
+                            if k.startswith("rewards/") and k.endswith("/mean"))
+        log.info(f"step {state.global_step}/{state.max_steps}: reward {_number(logs['reward'])} ({rewards}); "
+                 f"completion length {_number(logs.get('completions/mean_length'), 1)}")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        last = state.log_history[-1] if state.log_history else {}
+        if last.get("step") == state.global_step and "eval/strict_accuracy" in last:
+            log.info(f"step {state.global_step}: held-out strict accuracy "
+                     f"{last['eval/strict_accuracy']:.3f} [{last['eval/strict_accuracy_ci_low']:.3f}, "
+                     f"{last['eval/strict_accuracy_ci_high']:.3f}], flexible {last['eval/flexible_accuracy']:.3f} "
+                     f"[{last['eval/flexible_accuracy_ci_low']:.3f}, {last['eval/flexible_accuracy_ci_high']:.3f}]")
+
+
+def _number(value: Any, digits: int = 3) -> str:
+    """A logged value as text; ``None`` (a reward that skipped every sample) or one that is not a number says so."""
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "n/a"

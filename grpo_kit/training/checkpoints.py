@@ -1,0 +1,144 @@
+"""Checkpoints of a GRPO run: which ones are complete, and whether a run folder may be resumed.
+
+The trainer (transformers' ``Trainer``) writes ``checkpoint-<step>/`` every ``save_steps``: the
+model or adapter, then the optimizer and scheduler, the RNG states, and last
+``trainer_state.json``. A run killed while one is being written leaves a folder without a
+readable ``trainer_state.json`` (or without the files before it): :func:`is_complete` tells, and
+:func:`latest_complete` falls back to the newest complete one. Older checkpoints are deleted only
+after a newer one is complete (``save_total_limit``), so one always survives.
+
+A resumed run continues the learning-rate schedule of its *current* length (:func:`continue_schedule`):
+extending a finished 250-step run to 350 steps trains step 251 at the 350-step schedule's rate for
+that step, where the restored optimizer would otherwise hold the old schedule's last rate (0 for a
+cosine that ended) for one step.
+
+A run folder records what it trains (:func:`run_identity`: preset, task, model, rewards);
+:func:`check_same_run` refuses to resume it with anything else, saying what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.tasks import RewardSet
+from grpo_kit.training.presets import RESUMABLE_FIELDS, Preset
+
+__all__ = ["check_same_run", "checkpoint_step", "checkpoints", "continue_schedule", "is_complete", "latest_complete",
+           "run_identity", "schedule_on_resume"]
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
+            "pytorch_model.bin.index.json")
+
+
+def checkpoint_step(checkpoint: str | Path) -> int | None:
+    """The step a ``checkpoint-<step>`` folder was saved at; ``None`` for any other name.
+
+    >>> checkpoint_step("runs/a/checkpoints/checkpoint-250"), checkpoint_step("model")
+    (250, None)
+    """
+    match = _CHECKPOINT.match(Path(checkpoint).name)
+    return None if match is None else int(match.group(1))
+
+
+def checkpoints(folder: str | Path) -> list[Path]:
+    """The ``checkpoint-<step>`` folders in ``folder``, oldest step first (complete or not)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(step, p) for p in folder.iterdir() if p.is_dir() and (step := checkpoint_step(p)) is not None]
+    return [p for _, p in sorted(found)]
+
+
+def is_complete(checkpoint: str | Path) -> bool:
+    """Whether a checkpoint folder holds everything a resume needs.
+
+    Complete means: ``trainer_state.json`` parses and names the folder's step, and the weights
+    (full model or adapter), the optimizer and the scheduler are there. DeepSpeed keeps its
+    optimizer in ``global_step<N>/`` instead of ``optimizer.pt``.
+    """
+    checkpoint, step = Path(checkpoint), checkpoint_step(checkpoint)
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if step is None or state.get("global_step") != step:
+        return False
+    has_optimizer = (checkpoint / "optimizer.pt").is_file() or any(checkpoint.glob("global_step*"))
+    has_weights = any((checkpoint / name).is_file() for name in _WEIGHTS) or any(checkpoint.glob("global_step*"))
+    return has_weights and has_optimizer and (checkpoint / "scheduler.pt").is_file()
+
+
+def latest_complete(folder: str | Path) -> Path | None:
+    """The newest complete checkpoint in ``folder`` (see :func:`is_complete`), or ``None``."""
+    for checkpoint in reversed(checkpoints(folder)):
+        if is_complete(checkpoint):
+            return checkpoint
+    return None
+
+
+def run_identity(preset: Preset, task: str, model: str, rewards: RewardSet) -> dict[str, Any]:
+    """What a run trains, as JSON-able values: the preset's fields (less those a resumed run may change,
+    :data:`grpo_kit.training.presets.RESUMABLE_FIELDS`), the task, the model and the rewards with their weights."""
+    fields = {k: v for k, v in dataclasses.asdict(preset).items() if k not in RESUMABLE_FIELDS}
+    return json.loads(json.dumps({"preset": fields, "task": task, "model": model,
+                                  "rewards": dict(zip(rewards.names, rewards.weights))}, default=str))
+
+
+def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: str | Path) -> None:
+    """Refuse to resume a run folder with a different preset, task, model or reward set.
+
+    Args:
+        recorded: the identity stored in the run folder (:func:`run_identity` when it started).
+        current: this invocation's identity.
+        folder: the run folder (for the message).
+
+    Raises:
+        ValueError: they differ; the message lists each difference (recorded -> now).
+    """
+    differences = []
+    for key in ("task", "model", "rewards"):
+        if recorded.get(key) != current.get(key):
+            differences.append(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}")
+    before, now = recorded.get("preset", {}), current.get("preset", {})
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):
+            differences.append(f"preset.{key}: {before.get(key)!r} -> {now.get(key)!r}")
+    if differences:
+        raise ValueError(f"{folder} holds checkpoints of a different run, so it cannot be resumed with these "
+                         "settings:\n  " + "\n  ".join(differences) + "\nResume with the recorded settings, or "
+                         "train into a new run folder.")
+
+
+def continue_schedule(optimizer: Any, lr_scheduler: Any) -> list[float]:
+    """Set the optimizer's learning rates to the schedule's value at its current step; return them.
+
+    transformers rebuilds the schedule for the run's ``max_steps`` and restores only its step counter
+    from the checkpoint, but the restored optimizer still holds the rate the *old* schedule set last,
+    which the next step would train with. Schedules that are not ``LambdaLR`` (constant, cosine, linear
+    with warmup all are) are left alone.
+    """
+    scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate wraps it
+    if not hasattr(scheduler, "lr_lambdas"):
+        return [group["lr"] for group in optimizer.param_groups]
+    rates = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, rate in zip(optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = list(rates)
+    return rates
+
+
+def schedule_on_resume() -> Any:
+    """A ``TrainerCallback`` that applies :func:`continue_schedule` when training starts from a checkpoint."""
+    from transformers import TrainerCallback
+
+    class ScheduleOnResume(TrainerCallback):
+        def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+            if state.global_step > 0 and optimizer is not None and lr_scheduler is not None:
+                continue_schedule(optimizer, lr_scheduler)
+
+    return ScheduleOnResume()

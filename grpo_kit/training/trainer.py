@@ -1,0 +1,215 @@
+"""GRPO training around TRL's ``GRPOTrainer``: a preset and a reward set become a ``GRPOConfig`` and a trainer.
+
+:func:`build_grpo_config` turns a :class:`grpo_kit.training.presets.Preset` into TRL's config;
+:func:`build_trainer` adds the policy, the rewards and the data, after
+:func:`grpo_kit.training.checks.check_settings`, and checks afterwards that the trainer trains what was
+asked (LoRA: only the adapter; full: every weight). The whole run (checkpoints, resume, held-out
+evaluation, the run folder) is :func:`grpo_kit.runs.train.train`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.policy.devices import Launch
+from grpo_kit.policy.warm_start import quiet_progress
+from grpo_kit.tasks import RewardSet
+from grpo_kit.training.checks import check_settings
+from grpo_kit.training.presets import Preset, get_preset
+
+__all__ = [
+    "build_grpo_config",
+    "build_trainer",
+    "check_trains_as_asked",
+    "grpo_config",
+    "is_unsloth_trainer",
+    "quiet_progress",
+    "save_policy",
+]
+
+Rewards = RewardSet | Sequence[Any] | Mapping[Any, float]
+
+
+def build_grpo_config(preset: str | Preset, output_dir: str, rewards: Rewards, **overrides: Any) -> Any:
+    """Build TRL's ``GRPOConfig`` from a preset plus overrides, after :func:`grpo_kit.training.checks.check_settings`.
+
+    Args:
+        preset: a name in :data:`grpo_kit.training.presets.PRESETS` or a :class:`grpo_kit.training.presets.Preset`.
+        output_dir: where TRL writes checkpoints (``checkpoint-<step>``) and logs.
+        rewards: the rewards (a :class:`grpo_kit.tasks.RewardSet`, names or functions; their weights become
+            ``reward_weights``).
+        **overrides: preset fields to replace (e.g. ``max_steps=10``).
+
+    Returns:
+        ``trl.GRPOConfig`` (Unsloth's ``UnslothGRPOConfig`` where Unsloth has patched TRL). Works
+        with TRL 1.15 (GPU stack) and 1.16 (CPU stack).
+
+    Raises:
+        ValueError: see :func:`grpo_kit.training.presets.get_preset` and
+            :func:`grpo_kit.training.checks.check_settings`; a key of ``extra`` that ``GRPOConfig`` does not take.
+    """
+    p = get_preset(preset, **overrides)
+    reward_set = RewardSet(rewards)
+    check_settings(p, reward_set, num_processes=Launch.from_env().world_size)
+    return grpo_config(p, output_dir, reward_set)
+
+
+def grpo_config(p: Preset, output_dir: str, rewards: RewardSet) -> Any:
+    """TRL's ``GRPOConfig`` for settings already checked (:func:`build_grpo_config` checks them first).
+
+    Raises:
+        ValueError: ``GRPOConfig`` refused a key of the preset's ``extra``.
+    """
+    from trl import GRPOConfig
+
+    kwargs: dict[str, Any] = dict(
+        output_dir=output_dir,
+        learning_rate=p.learning_rate,
+        adam_beta1=p.adam_beta1,
+        adam_beta2=p.adam_beta2,
+        weight_decay=p.weight_decay,
+        # transformers 5 folded warmup_ratio into warmup_steps: a float in [0, 1) is a ratio.
+        warmup_steps=p.warmup_ratio if p.warmup_ratio > 0 else 0,
+        lr_scheduler_type=p.lr_scheduler_type,
+        optim=p.optim,
+        logging_steps=p.logging_steps,
+        per_device_train_batch_size=p.per_device_train_batch_size,
+        gradient_accumulation_steps=p.gradient_accumulation_steps,
+        num_generations=p.num_generations,
+        max_completion_length=p.max_completion_length,
+        max_steps=p.max_steps,
+        save_strategy="steps",
+        save_steps=p.save_steps,
+        save_total_limit=p.save_total_limit,
+        max_grad_norm=p.max_grad_norm,
+        temperature=p.temperature,
+        beta=p.beta,
+        bf16=p.bf16,
+        use_cpu=p.use_cpu,
+        gradient_checkpointing=p.gradient_checkpointing,
+        reward_weights=rewards.weights,
+        report_to=p.report_to,
+        seed=p.seed,
+    )
+    if p.use_vllm:
+        kwargs.update(use_vllm=True, vllm_mode=p.vllm_mode)
+        if p.vllm_mode == "colocate":
+            kwargs.update(vllm_gpu_memory_utilization=p.gpu_memory_utilization)
+        else:
+            kwargs.update(vllm_server_host=p.vllm_server_host, vllm_server_port=p.vllm_server_port)
+    kwargs.update(p.extra)
+    try:
+        return GRPOConfig(**kwargs)
+    except TypeError as e:  # an unknown key in `extra` (checked earlier where TRL could be imported)
+        raise ValueError(f"GRPOConfig refused the settings ({e}): check the keys of the preset's extra") from None
+
+
+def is_unsloth_trainer(trainer_class: type) -> bool:
+    """Whether ``trainer_class`` is Unsloth's generated trainer (what ``from trl import GRPOTrainer`` gives
+    once Unsloth has patched TRL in this process)."""
+    return any(c.__name__.startswith(("Unsloth", "_Unsloth")) for c in trainer_class.__mro__)
+
+
+def build_trainer(
+    model: Any,
+    tokenizer: Any,
+    train_dataset: Any,
+    preset: str | Preset,
+    rewards: Rewards,
+    output_dir: str,
+    callbacks: Sequence[Any] = (),
+    check: bool = True,
+    **overrides: Any,
+) -> Any:
+    """Build a ``GRPOTrainer`` for the preset's route: Unsloth, or plain transformers (+ peft LoRA).
+
+    Args:
+        model: a loaded ``PreTrainedModel`` (see :meth:`grpo_kit.policy.source.PolicySource.load`).
+        tokenizer: its tokenizer, with a chat template.
+        train_dataset: a ``datasets.Dataset`` with ``prompt`` and the columns the rewards read.
+        preset: a name in :data:`grpo_kit.training.presets.PRESETS` or a :class:`grpo_kit.training.presets.Preset`.
+        rewards: a :class:`grpo_kit.tasks.RewardSet` (its weights become ``GRPOConfig.reward_weights``; weight 0 =
+            logged, not trained), or names and/or functions (weight 1 each), or a ``{reward: weight}`` mapping.
+        output_dir: TRL's output folder (checkpoints).
+        callbacks: ``transformers.TrainerCallback`` objects.
+        check: check the settings first (:func:`grpo_kit.training.checks.check_settings`); the run pipeline,
+            which checked them once before loading anything, passes ``False``.
+        **overrides: preset fields to replace.
+
+    Returns:
+        ``trl.GRPOTrainer`` (Unsloth's generated one on an Unsloth preset); call ``.train()``.
+        Logged metrics include ``rewards/<function name>/mean`` for every reward.
+
+    Raises:
+        ValueError: see :func:`grpo_kit.training.checks.check_settings` (raised before TRL touches the
+            model); an Unsloth preset with a model that has no adapter; a plain-TRL preset
+            (``use_unsloth=False``) in a process where Unsloth has replaced TRL's trainer (Unsloth's
+            trainer drops ``peft_config`` and needs an Unsloth-loaded model: it would train every
+            weight or fail at the first step).
+        RuntimeError: the trainer does not train what the preset asks (a LoRA run whose model is
+            not a peft model or trains more than the adapter; a full run with frozen weights).
+    """
+    p = get_preset(preset, **overrides)
+    reward_set = RewardSet(rewards)
+    if check:
+        check_settings(p, reward_set, getattr(train_dataset, "features", None) or train_dataset.column_names,
+                       num_processes=Launch.from_env().world_size)
+    if p.use_unsloth and p.lora_rank is not None and not hasattr(model, "peft_config"):
+        raise ValueError(f"preset {p.name!r} trains through Unsloth: load the policy with "
+                         "grpo_kit.policy.source.PolicySource.load (it applies Unsloth's LoRA), or pass "
+                         "use_unsloth=False")
+    from trl import GRPOTrainer
+
+    if is_unsloth_trainer(GRPOTrainer) and not p.use_unsloth:
+        raise ValueError(
+            f"preset {p.name!r} asks for plain TRL (use_unsloth=False), but Unsloth was imported in this process "
+            "and replaced TRL's GRPOTrainer with its own, which ignores peft_config (it would train every weight) "
+            "and needs an Unsloth-loaded model. Run this preset in a fresh Python process or notebook kernel that "
+            "does not import unsloth, or use an Unsloth preset (use_unsloth=True).")
+    config = grpo_config(p, output_dir, reward_set)
+    peft_config = None
+    if p.lora_rank is not None and not p.use_unsloth:  # Unsloth's loader already added the adapter
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules),
+                                 task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_set.funcs, args=config, train_dataset=train_dataset,
+                          processing_class=tokenizer, peft_config=peft_config, callbacks=list(callbacks))
+    check_trains_as_asked(trainer.model, p)
+    return trainer
+
+
+def check_trains_as_asked(model: Any, preset: Preset) -> None:
+    """Check that ``model``'s trainable weights are what ``preset`` asks for.
+
+    Raises:
+        RuntimeError: LoRA (``lora_rank`` set) but the model is not a peft model, or weights outside
+            the adapter are trainable; full fine-tuning but some weights are frozen.
+    """
+    params = dict(model.named_parameters())
+    trainable = [n for n, t in params.items() if t.requires_grad]
+    if preset.lora_rank is not None:
+        outside = [n for n in trainable if "lora_" not in n]
+        if not hasattr(model, "peft_config") or outside or not trainable:
+            raise RuntimeError(f"preset {preset.name!r} asks for LoRA rank {preset.lora_rank}, but the trainer's model "
+                               f"is {type(model).__name__} with {len(trainable)} of {len(params)} tensors trainable "
+                               f"(outside the adapter: {outside[:3]}): it would not train an adapter")
+    elif len(trainable) != len(params):
+        frozen = [n for n, t in params.items() if not t.requires_grad]
+        raise RuntimeError(f"preset {preset.name!r} asks for full fine-tuning, but {len(frozen)} of {len(params)} "
+                           f"tensors are frozen (e.g. {frozen[:3]})")
+
+
+def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
+    """Save the trained policy and its tokenizer: the LoRA adapter for a peft model, else the full model.
+
+    :func:`grpo_kit.policy.loading.load_policy` loads either kind back. Under several processes every
+    process must call this (the weights may be sharded); only the main one writes. Returns the folder.
+    """
+    path = Path(path)
+    trainer.save_model(str(path))
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(str(path))
+    return path

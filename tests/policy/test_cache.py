@@ -1,0 +1,112 @@
+"""The generation cache: resume after a crash, nothing generated twice, keys that track what matters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_kit.evaluation.scoring import evaluate
+from grpo_kit.policy.cache import GenerationCache
+from grpo_kit.policy.generation import Sampling, TransformersBackend, model_fingerprint
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CountingBackend(TransformersBackend):
+    """Counts the prompts it is asked to generate for, and can die after `crash_after` prompts."""
+
+    def __init__(self, *args, crash_after=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.crash_after = crash_after
+        self.prompts_generated = 0
+
+    def generate(self, prompts, sampling, on_result=None):
+        done = 0
+
+        def report(i, generations):
+            nonlocal done
+            on_result(i, generations)
+            done += 1
+            if self.crash_after is not None and done >= self.crash_after:
+                raise Crash("killed")
+
+        self.prompts_generated += len(prompts)
+        return super().generate(prompts, sampling, on_result=report if on_result else None)
+
+
+def test_an_interrupted_evaluation_resumes_without_losing_or_repeating_work(tiny_policy, gsm8k_train_small,
+                                                                            tmp_path):
+    model, tokenizer = tiny_policy
+    data = gsm8k_train_small.select(range(10))
+    greedy = Sampling(max_new_tokens=8)
+    path = tmp_path / "cache.jsonl"
+
+    dying = CountingBackend(model, tokenizer, batch_size=2, progress=False, crash_after=6)
+    with pytest.raises(Crash):
+        evaluate(dying, data, greedy, cache=path)
+    assert len(GenerationCache(path)) == 6  # everything finished before the crash is on disk
+
+    resumed = CountingBackend(model, tokenizer, batch_size=2, progress=False)
+    result = evaluate(resumed, data, greedy, cache=path)
+    assert resumed.prompts_generated == 4  # only the missing questions
+    reference = evaluate(TransformersBackend(model, tokenizer, batch_size=2, progress=False), data, greedy)
+    assert [r["completion"] for r in result.records] == [r["completion"] for r in reference.records]
+
+    again = CountingBackend(model, tokenizer, batch_size=2, progress=False)
+    evaluate(again, data, greedy, cache=path)
+    assert again.prompts_generated == 0  # a full rerun generates nothing
+
+
+def test_sampled_runs_cache_every_sample(tiny_policy, gsm8k_train_small, tmp_path):
+    model, tokenizer = tiny_policy
+    data = gsm8k_train_small.select(range(3))
+    sampled = Sampling(temperature=1.0, n=4, max_new_tokens=6, seed=2)
+    first = evaluate(TransformersBackend(model, tokenizer, progress=False), data, sampled, cache=tmp_path / "c.jsonl")
+    backend = CountingBackend(model, tokenizer, progress=False)
+    second = evaluate(backend, data, sampled, cache=tmp_path / "c.jsonl")
+    assert backend.prompts_generated == 0
+    assert [r["completion"] for r in first.records] == [r["completion"] for r in second.records]
+    assert len(second.records) == 12
+
+
+def test_keys_change_with_everything_that_shapes_a_completion():
+    prompt = [{"role": "user", "content": "2+2?"}]
+    base = GenerationCache.key("m@1", prompt, Sampling(), 0)
+    variants = [
+        GenerationCache.key("m@2", prompt, Sampling(), 0),
+        GenerationCache.key("m@1", [{"role": "user", "content": "2+3?"}], Sampling(), 0),
+        GenerationCache.key("m@1", prompt, Sampling(max_new_tokens=64), 0),
+        GenerationCache.key("m@1", prompt, Sampling(temperature=0.7, seed=0), 0),
+        GenerationCache.key("m@1", prompt, Sampling(temperature=0.7, seed=1), 0),
+        GenerationCache.key("m@1", prompt, Sampling(temperature=0.7, top_p=0.9), 0),
+        GenerationCache.key("m@1", prompt, Sampling(temperature=0.7, n=2), 1),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+    assert GenerationCache.key("m@1", prompt, Sampling(), 0) == base
+
+
+def test_model_fingerprint_tracks_weights_and_adapters(tiny_policy):
+    model, _ = tiny_policy
+    before = model_fingerprint(model)
+    with torch.no_grad():
+        next(model.parameters())[0, 0] += 1.0
+    assert model_fingerprint(model) != before
+
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    adapter = model_fingerprint(peft_model)
+    with torch.no_grad():
+        next(p for n, p in peft_model.named_parameters() if "lora_B" in n).add_(1.0)
+    assert model_fingerprint(peft_model) != adapter
+
+
+def test_a_line_cut_by_a_crash_is_skipped(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    path.write_text('{"key": "a", "text": "x", "num_tokens": 1, "truncated": false}\n{"key": "b", "te')
+    cache = GenerationCache(path)
+    assert len(cache) == 1 and cache.get("a").text == "x" and cache.get("b") is None
+    cache.add("c", cache.get("a"))  # appended after the cut line, on a line of its own
+    assert GenerationCache(path).get("c").text == "x"

@@ -1,0 +1,52 @@
+"""A run is resolved once at the edge: its settings are checked once per `train`, its train split read once."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_kit.cli import main
+from grpo_kit.tasks import Task
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Count calls to check_settings (wherever the pipeline could call it) and train-split reads."""
+    import grpo_kit.runs.spec
+    import grpo_kit.training.checks
+    import grpo_kit.training.trainer
+
+    counts = {"check_settings": 0, "train_split": 0}
+    real_check, real_load = grpo_kit.training.checks.check_settings, Task.load
+
+    def check(*args, **kwargs):
+        counts["check_settings"] += 1
+        return real_check(*args, **kwargs)
+
+    def load(self, split="test", **kwargs):
+        counts["train_split"] += split == "train"
+        return real_load(self, split, **kwargs)
+
+    for module in (grpo_kit.training.checks, grpo_kit.runs.spec, grpo_kit.training.trainer):
+        monkeypatch.setattr(module, "check_settings", check)
+    monkeypatch.setattr(Task, "load", load)
+    return counts
+
+
+def test_train_checks_its_settings_once_and_reads_the_train_split_once(counted, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "--preset", "cpu-tiny", "--run-dir", str(tmp_path / "run"), "--max-steps", "1",
+                 "--train-size", "16", "--warm-steps", "2", "--set", "per_device_train_batch_size=8",
+                 "--set", "max_completion_length=8"])
+    assert code == 0 and (tmp_path / "run" / "model").is_dir()
+    # The tiny policy's warm start reads the train split too, once, to build itself: the run reads it once more.
+    assert counted == {"check_settings": 1, "train_split": 2}
+
+
+def test_a_second_train_from_the_cache_reads_the_split_once(counted, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "--preset", "cpu-tiny", "--max-steps", "1", "--train-size", "16", "--warm-steps", "2",
+            "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=8"]
+    assert main([*args, "--run-dir", str(tmp_path / "a")]) == 0
+    counted.update(check_settings=0, train_split=0)
+    assert main([*args, "--run-dir", str(tmp_path / "b")]) == 0  # the tiny policy now comes from its cache
+    assert counted == {"check_settings": 1, "train_split": 1}

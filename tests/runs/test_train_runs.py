@@ -1,0 +1,164 @@
+"""Runs that survive and tell the truth: `python -m grpo_kit train`, checkpoints, resume after SIGKILL,
+extending a finished run, refusing another run's folder, held-out accuracy in the log history.
+
+The train processes run the kit's command line in a subprocess on the small random policy of
+conftest (``--model <folder>``), 6 GRPO steps of 8 completions, a checkpoint every 2 steps. What the kit is
+doing (each step, held-out accuracy, "resuming from") is logged to standard error as ``[grpo_kit] ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from grpo_kit.cli import main
+from grpo_kit.training.checkpoints import checkpoints, is_complete, latest_complete
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _train_args(model: Path, run_dir: Path, *extra: str) -> list[str]:
+    return ["train", "--preset", "cpu-tiny", "--model", str(model), "--run-dir", str(run_dir), "--max-steps", "6",
+            "--save-steps", "2", "--train-size", "32", "--rewards", "strict_format_reward_func",
+            "xmlcount_reward_func", "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=12",
+            "--set", "learning_rate=0.02", "--set", "lr_scheduler_type='cosine'", "--eval-steps", "2",
+            "--eval-size", "6", *extra]
+
+
+def _train(args: list[str], kill_at: str | None = None) -> subprocess.CompletedProcess | str:
+    """Run `python -m grpo_kit train ...`; with ``kill_at``, SIGKILL it as soon as that text is logged (the log goes
+    to standard error, read here together with standard output)."""
+    command = [sys.executable, "-m", "grpo_kit", *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if kill_at is None:
+        return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+    seen = []
+    for line in child.stdout:
+        seen.append(line)
+        if kill_at in line:
+            child.send_signal(signal.SIGKILL)
+            break
+    child.wait(timeout=60)
+    return "".join(seen)
+
+
+def _rewards_by_step(history: list[dict]) -> dict[int, float]:
+    steps = [row["step"] for row in history if "reward" in row]
+    assert len(steps) == len(set(steps)), f"a step was logged twice: {steps}"
+    return {row["step"]: row["reward"] for row in history if "reward" in row}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_policy_files, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "straight"
+    result = _train(_train_args(tiny_policy_files, run_dir))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return run_dir, result.stderr  # the kit's log
+
+
+def test_train_writes_the_run_folder_with_checkpoints(uninterrupted):
+    run_dir, out = uninterrupted
+    assert [p.name for p in checkpoints(run_dir / "checkpoints")] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    assert all(is_complete(p) for p in checkpoints(run_dir / "checkpoints"))
+    for name in ("model", "log_history.json", "training_curves.png", "train_settings.json"):
+        assert (run_dir / name).exists(), name
+    assert "[grpo_kit] step 6/6: reward" in out and "held-out strict accuracy" in out
+    history = json.loads((run_dir / "log_history.json").read_text())
+    assert sorted(_rewards_by_step(history)) == [1, 2, 3, 4, 5, 6]
+    evals = [row for row in history if "eval/strict_accuracy" in row]
+    assert [row["step"] for row in evals] == [0, 2, 4, 6]
+    for row in evals:
+        for key in ("strict", "flexible"):
+            low, value, high = (row[f"eval/{key}_accuracy_ci_low"], row[f"eval/{key}_accuracy"],
+                                row[f"eval/{key}_accuracy_ci_high"])
+            assert 0 <= low <= value <= high <= 1
+    assert sorted(p.name for p in (run_dir / "heldout").iterdir()) == [f"step-{s:06d}.jsonl" for s in (0, 2, 4, 6)]
+    from grpo_kit.evaluation.plots import training_curves
+
+    curves = training_curves(history)  # the curves drawn into training_curves.png, beside the rewards
+    assert curves["eval/strict_accuracy"][0] == [0, 2, 4, 6] and "eval/flexible_accuracy_ci_high" in curves
+
+
+def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, tiny_policy_files, tmp_path):
+    straight, _ = uninterrupted
+    run_dir = tmp_path / "killed"
+    out = _train(_train_args(tiny_policy_files, run_dir), kill_at="step 3/6")
+    assert "step 3/6" in out and not (run_dir / "model").exists()  # killed before the end
+    found = latest_complete(run_dir / "checkpoints")
+    assert found is not None and found.name in ("checkpoint-2", "checkpoint-4")
+
+    result = _train(_train_args(tiny_policy_files, run_dir, "--resume"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"[grpo_kit] resuming from {found}" in result.stderr
+    history = json.loads((run_dir / "log_history.json").read_text())
+    resumed, expected = _rewards_by_step(history), _rewards_by_step(json.loads((straight / "log_history.json")
+                                                                                .read_text()))
+    assert sorted(resumed) == [1, 2, 3, 4, 5, 6]
+    assert [row["step"] for row in history if "eval/strict_accuracy" in row] == [0, 2, 4, 6]
+    # The CPU run is deterministic (the RNG states travel in the checkpoint): same rewards, same weights.
+    assert resumed == pytest.approx(expected, abs=1e-6)
+    a, b = load_file(straight / "model" / "model.safetensors"), load_file(run_dir / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_extending_a_finished_run_trains_the_added_steps_on_the_longer_schedule(uninterrupted, tiny_policy_files,
+                                                                                 tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "extended"
+    shutil.copytree(uninterrupted[0], run_dir)
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args[args.index("--max-steps") + 1] = "8"
+    result = _train(args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "[grpo_kit] resuming from" in result.stderr and "checkpoint-6" in result.stderr
+    history = json.loads((run_dir / "log_history.json").read_text())
+    assert sorted(_rewards_by_step(history)) == list(range(1, 9))
+    lr = {row["step"]: row["learning_rate"] for row in history if "learning_rate" in row}
+    peak = 0.02
+    # The learning rate logged at step s is the one step s trained with: the schedule after s - 1 steps.
+    # Steps 1-6 followed the 6-step cosine; steps 7-8 follow the cosine of an 8-step run, not 0 and not the peak.
+    assert lr[6] == pytest.approx(peak * 0.5 * (1 + math.cos(math.pi * 5 / 6)), rel=1e-6)
+    for step in (7, 8):
+        assert lr[step] == pytest.approx(peak * 0.5 * (1 + math.cos(math.pi * (step - 1) / 8)), rel=1e-6)
+    assert json.loads((run_dir / "train_settings.json").read_text())["max_steps"] == 8
+
+
+def test_a_run_folder_of_another_run_is_refused(uninterrupted, tiny_policy_files, capsys):
+    run_dir, _ = uninterrupted
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    changed = args[:args.index("--rewards") + 1] + ["correctness_reward_func"] + args[args.index("--rewards") + 3:]
+    assert main(changed) == 2
+    err = capsys.readouterr().err
+    assert "holds checkpoints of a different run" in err and "rewards:" in err
+    args[args.index("learning_rate=0.02")] = "learning_rate=0.01"
+    assert main(args) == 2
+    assert "preset.learning_rate: 0.02 -> 0.01" in capsys.readouterr().err
+    assert main(_train_args(tiny_policy_files, run_dir)) == 2  # checkpoints there and no --resume
+    assert "pass --resume" in capsys.readouterr().err
+
+
+def test_an_interrupted_checkpoint_is_skipped_on_resume(tmp_path):
+    folder = tmp_path / "checkpoints"
+    for step in (2, 4):
+        ckpt = folder / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        for name in ("model.safetensors", "optimizer.pt", "scheduler.pt"):
+            (ckpt / name).write_bytes(b"x")
+        (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    torn = folder / "checkpoint-6"  # killed while writing: the weights are there, the state is not
+    torn.mkdir()
+    (torn / "model.safetensors").write_bytes(b"x")
+    assert latest_complete(folder).name == "checkpoint-4"
+    (torn / "trainer_state.json").write_text('{"global_step": 6, "log_hist')  # cut mid-write
+    assert latest_complete(folder).name == "checkpoint-4"
