@@ -11,12 +11,16 @@ STACK_STAMP := $(STACK_VENV)/.installed
 # only. Inside .venv every `import accelerate` would import it and log a line into every run and the demo.
 DS_DIR ?= .deepspeed
 DS_STAMP := $(DS_DIR)/.installed
+# llama.cpp for GGUF export (requirements-llama.txt): llama-cpp-python compiled from source, and llama.cpp's converter
+# taken from the same source distribution. A folder beside .venv, found through GRPO_KIT_LLAMA.
+LLAMA_DIR ?= .llama
+LLAMA_STAMP := $(LLAMA_DIR)/.installed
 # The GPU stack itself (requirements.txt), for `make test-gpu` on a CUDA machine.
 GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: install install-stack install-deepspeed demo test test-quick test-main test-stack test-gpu lint clean
+.PHONY: install install-stack install-deepspeed install-llama demo test test-quick test-main test-stack test-gpu lint clean
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +47,19 @@ $(DS_STAMP): requirements-deepspeed.txt $(STAMP)
 		--target $(DS_DIR) -r requirements-deepspeed.txt
 	touch $(DS_STAMP)
 
+# Compiling llama.cpp takes about MINUTES_LLAMA minutes on 2 cores (the shared libraries only: LLAVA_BUILD=OFF).
+$(LLAMA_STAMP): requirements-llama.txt $(STAMP)
+	rm -rf $(LLAMA_DIR)
+	$(PY) -m pip download --quiet --no-deps --no-binary llama-cpp-python -d $(LLAMA_DIR)/dist -r requirements-llama.txt
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install --quiet --no-deps \
+		--target $(LLAMA_DIR) $(LLAMA_DIR)/dist/*
+	mkdir -p $(LLAMA_DIR)/llama.cpp
+	tar -xzf $(LLAMA_DIR)/dist/llama_cpp_python-*.tar.gz -C $(LLAMA_DIR)/llama.cpp --strip-components=3 \
+		--wildcards '*/vendor/llama.cpp/convert_hf_to_gguf.py' '*/vendor/llama.cpp/conversion' \
+		'*/vendor/llama.cpp/gguf-py' '*/vendor/llama.cpp/LICENSE'
+	rm -rf $(LLAMA_DIR)/dist
+	touch $(LLAMA_STAMP)
+
 $(GPU_STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(GPU_VENV)
 	$(GPU_PY) -m pip install --quiet --upgrade pip
@@ -56,6 +73,8 @@ install-stack: $(STACK_STAMP)
 
 install-deepspeed: $(DS_STAMP)
 
+install-llama: $(LLAMA_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m grpo_kit demo
 
@@ -68,14 +87,14 @@ test: lint test-main test-stack
 # 6.5 minutes (measured 376 s from a fresh clone). Each test file runs on one process, so a module's expensive fixture (a trained policy,
 # a reference run) is built once. (Finer `xdist_group`s would balance better, but pytest 9.2 with xdist 3.8
 # silently ignores them: pytest-xdist #1386.)
-test-main: $(STAMP) $(DS_STAMP)
-	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP)
+	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 # The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
 # experiments). CI runs `make test`.
-test-quick: $(STAMP) $(DS_STAMP)
+test-quick: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP)
 	$(VENV)/bin/ruff check .
-	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
+	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
 		-m "not slow"
 
 # Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
@@ -91,4 +110,4 @@ test-gpu: $(GPU_STAMP)
 	done
 
 clean:
-	rm -rf $(VENV) $(STACK_VENV) $(GPU_VENV) $(DS_DIR) runs .cache .pytest_cache .ruff_cache unsloth_compiled_cache
+	rm -rf $(VENV) $(STACK_VENV) $(GPU_VENV) $(DS_DIR) $(LLAMA_DIR) runs .cache .pytest_cache .ruff_cache unsloth_compiled_cache

@@ -219,6 +219,49 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.export import ExportRefused, export
+
+    done = []
+    for format in args.format:
+        out = args.out if args.out is None or len(args.format) == 1 else str(Path(args.out) / format)
+        try:
+            folder, verification = export(args.run_dir, format=format, quant=args.quant if format == "gguf" else None,
+                                          out=out, questions=args.questions, push_to_hub=None, private=args.private)
+        except ExportRefused as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        except (PermissionError, ImportError) as e:  # no Hub token; llama-cpp-python not built
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{folder}: {verification.summary()}", flush=True)
+        done.append(folder)
+    if args.push_to_hub:
+        from grpo_kit.runs.export import push_to_hub
+
+        if len(done) != 1:
+            raise ValueError("--push-to-hub uploads one export: give one --format")
+        try:
+            print(push_to_hub(done[0], args.push_to_hub, private=args.private), flush=True)
+        except PermissionError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+def _verify_export(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.export import verification_record, verify_export
+
+    verification = verify_export(args.export, args.against, questions=args.questions)
+    print(verification.summary(), flush=True)
+    if args.record:
+        print(f"recorded in {verification_record(args.export, verification)}")
+    if not verification.passed:
+        print(verification.side_by_side(), file=sys.stderr)
+        return 1
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from grpo_kit.demo import DemoConfig
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
@@ -301,6 +344,26 @@ def _parser() -> argparse.ArgumentParser:
 
     presets = sub.add_parser("presets", help="list the training presets")
     presets.set_defaults(func=_presets)
+
+    exp = sub.add_parser("export", help="the run's trained policy merged (safetensors) or as GGUF, verified against it "
+                         "before it is called done, with a model card; optionally uploaded to the Hub")
+    exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
+    exp.add_argument("--format", nargs="+", choices=["merged", "gguf"], default=["merged"])
+    exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
+    exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
+    exp.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
+    exp.add_argument("--push-to-hub", default=None, metavar="OWNER/NAME", help="upload the verified export")
+    exp.add_argument("--private", action=argparse.BooleanOptionalAction, default=True,
+                     help="the Hub repository's visibility when created (default private)")
+    exp.set_defaults(func=_export)
+
+    ver = sub.add_parser("verify-export", help="check an export made anywhere against a run's trained policy")
+    ver.add_argument("export", help="a merged model folder or a .gguf file (or a folder holding one)")
+    ver.add_argument("--against", required=True, help="the run folder")
+    ver.add_argument("--questions", type=_positive, default=32, help="held-out questions (greedy)")
+    ver.add_argument("--record", action="store_true", help="write verification.json into the export (lets "
+                     "--push-to-hub upload a verified export made elsewhere)")
+    ver.set_defaults(func=_verify_export)
     return parser
 
 

@@ -1,0 +1,65 @@
+"""Run llama.cpp's own converter, ``convert_hf_to_gguf.py``, on a saved model: ``python -m grpo_kit.policy.gguf_convert
+LLAMA_CPP_DIR MODEL_DIR OUTFILE OUTTYPE``.
+
+:func:`grpo_kit.policy.llama_cpp.convert_to_gguf` runs this in a child process (the converter is a script that
+sets up logging and reads ``sys.argv``). It changes one thing: llama.cpp names a BPE tokenizer's pre-tokenizer
+by a hash of the token ids it gives on a fixed text (``get_vocab_base_pre`` in ``conversion/base.py``), so a
+tokenizer trained anew, such as the kit's tiny policy's, is refused ("BPE pre-tokenizer was not recognized")
+even when it splits text exactly as Qwen2's does. Only when the hash is unknown and the saved
+``tokenizer.json`` holds Qwen2's pre-tokenizer (its split pattern, then byte-level without a regex) is it
+named ``qwen2``; anything else is refused as before. The loaded-back check
+(:func:`grpo_kit.runs.export.verify_export`) proves the choice: llama.cpp then tokenizes the prompts itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+#: Qwen2's pre-tokenizer split pattern (transformers' ``tokenization_qwen2.PRETOKENIZE_REGEX``; llama.cpp's
+#: ``LLAMA_VOCAB_PRE_TYPE_QWEN2`` uses the same).
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def splits_like_qwen2(model_dir: str | Path) -> bool:
+    """Whether ``model_dir/tokenizer.json`` pre-tokenizes exactly as Qwen2's: a ``Split`` on
+    :data:`QWEN2_PATTERN` (isolated), then ``ByteLevel`` without its own regex."""
+    path = Path(model_dir) / "tokenizer.json"
+    if not path.is_file():
+        return False
+    pre = json.loads(path.read_text(encoding="utf-8")).get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
+    return (len(steps) == 2 and steps[0].get("type") == "Split"
+            and steps[0].get("pattern", {}).get("Regex") == QWEN2_PATTERN
+            and steps[0].get("behavior") == "Isolated" and not steps[0].get("invert")
+            and steps[1].get("type") == "ByteLevel" and steps[1].get("use_regex") is False
+            and not steps[1].get("add_prefix_space"))
+
+
+def main(argv: list[str]) -> None:
+    llama_cpp_dir, model_dir, outfile, outtype = argv
+    sys.path[:0] = [llama_cpp_dir, str(Path(llama_cpp_dir) / "gguf-py")]
+    import conversion.base as base  # the converter's own package, beside convert_hf_to_gguf.py
+
+    known = base.TextModel.get_vocab_base_pre
+    qwen2_split = splits_like_qwen2(model_dir)
+
+    def get_vocab_base_pre(self, tokenizer) -> str:
+        try:
+            return known(self, tokenizer)
+        except NotImplementedError:
+            if qwen2_split:
+                return "qwen2"
+            raise
+
+    base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+    import convert_hf_to_gguf
+
+    sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", outfile, "--outtype", outtype]
+    convert_hf_to_gguf.main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

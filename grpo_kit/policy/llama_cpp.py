@@ -1,0 +1,179 @@
+"""GGUF through llama.cpp: its converter, its quantizer and its runtime (``llama-cpp-python``) as a generation backend.
+
+Nothing here needs a network or a GPU. ``make install-llama`` builds what it needs into ``.llama/`` (beside
+``.venv``, as ``.deepspeed/`` is built): ``llama-cpp-python`` compiled from its source distribution, and
+from the same distribution the llama.cpp it vendors, whose ``convert_hf_to_gguf.py``, ``conversion/`` and
+``gguf-py/`` are the converter. The quantizer is llama.cpp's ``llama_model_quantize`` (what the
+``llama-quantize`` tool calls), reached through ``llama-cpp-python``. ``GRPO_KIT_LLAMA`` names another
+folder; an installed ``llama_cpp`` package is used as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
+
+__all__ = ["CONVERTER_TYPES", "QUANT_TYPES", "LlamaCppBackend", "convert_to_gguf", "import_llama_cpp", "llama_dir",
+           "quantize_gguf"]
+
+#: The environment variable naming the folder ``make install-llama`` builds (default ``.llama``).
+LLAMA_ENV = "GRPO_KIT_LLAMA"
+#: Types the converter writes itself (``convert_hf_to_gguf.py --outtype``).
+CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")
+#: Types the quantizer writes from an f16 GGUF: name -> llama.cpp's ``LLAMA_FTYPE_MOSTLY_<NAME>`` constant.
+QUANT_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q6_k")
+_INSTALL = "run `make install-llama` (builds llama-cpp-python and llama.cpp's converter into .llama/)"
+
+
+def llama_dir() -> Path:
+    """The folder ``make install-llama`` builds: ``$GRPO_KIT_LLAMA``, else ``.llama`` in the working folder."""
+    return Path(os.environ.get(LLAMA_ENV, ".llama")).resolve()
+
+
+def _converter() -> Path:
+    folder = llama_dir() / "llama.cpp"
+    if not (folder / "convert_hf_to_gguf.py").is_file():
+        raise FileNotFoundError(f"llama.cpp's converter is not in {folder}: {_INSTALL}, or set {LLAMA_ENV} to the "
+                                "folder that holds llama.cpp/convert_hf_to_gguf.py")
+    return folder
+
+
+def import_llama_cpp() -> Any:
+    """Import ``llama_cpp`` (llama-cpp-python): installed, or from :func:`llama_dir`.
+
+    Raises:
+        ImportError: in neither place (the message says how to build it).
+    """
+    try:
+        import llama_cpp
+    except ImportError:
+        folder = str(llama_dir())
+        if not (Path(folder) / "llama_cpp").is_dir():
+            raise ImportError(f"llama-cpp-python is not installed and not in {folder}: {_INSTALL}") from None
+        sys.path.append(folder)
+        import llama_cpp
+    return llama_cpp
+
+
+def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = "f16") -> Path:
+    """Convert a saved transformers model to one GGUF file with llama.cpp's own ``convert_hf_to_gguf.py``.
+
+    Runs in a child process (:mod:`grpo_kit.policy.gguf_convert`); the file appears whole or not at all.
+
+    Args:
+        model_dir: a folder with ``config.json``, safetensors weights and the tokenizer (a merged model).
+        out_file: the ``.gguf`` to write.
+        outtype: one of :data:`CONVERTER_TYPES`.
+
+    Returns:
+        ``out_file``.
+
+    Raises:
+        ValueError: an ``outtype`` the converter does not write.
+        FileNotFoundError: the converter is not built (the message says how).
+        RuntimeError: the converter failed (its last lines of output are in the message).
+    """
+    if outtype not in CONVERTER_TYPES:
+        raise ValueError(f"the converter writes {', '.join(CONVERTER_TYPES)}, not {outtype!r}")
+    converter, out_file = _converter(), Path(out_file)
+    partial = out_file.with_name(out_file.name + ".partial")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                                       str(llama_dir()),
+                                                                       os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "grpo_kit.policy.gguf_convert", str(converter), str(model_dir),
+                           str(partial), outtype], capture_output=True, text=True, env=env)
+    if done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"llama.cpp's converter failed on {model_dir}:\n{(done.stdout + done.stderr)[-3000:]}")
+    os.replace(partial, out_file)
+    return out_file
+
+
+def quantize_gguf(source: str | Path, out_file: str | Path, quant: str, threads: int = 0) -> Path:
+    """Quantize a GGUF with llama.cpp's ``llama_model_quantize`` (what ``llama-quantize`` runs).
+
+    Tensors whose rows do not divide into the type's blocks (k-quants need 256 columns) get a fallback
+    type chosen by llama.cpp, as ``llama-quantize`` does.
+
+    Args:
+        source: an f32 / f16 / bf16 GGUF.
+        out_file: the ``.gguf`` to write (whole or not at all).
+        quant: one of :data:`QUANT_TYPES`.
+        threads: quantizer threads (0: all cores).
+
+    Raises:
+        ValueError: an unknown ``quant``.
+        RuntimeError: llama.cpp returned an error.
+    """
+    if quant not in QUANT_TYPES:
+        raise ValueError(f"quantize to one of {', '.join(QUANT_TYPES)}, not {quant!r}")
+    llama_cpp = import_llama_cpp()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant.upper()}")
+    params.nthread = threads
+    out_file = Path(out_file)
+    partial = out_file.with_name(out_file.name + ".partial")
+    code = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
+    if code != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"llama.cpp could not quantize {source} to {quant} (error {code})")
+    os.replace(partial, out_file)
+    return out_file
+
+
+class LlamaCppBackend:
+    """Greedy generation by llama.cpp from a GGUF file (the runtime that serves it), one prompt at a time.
+
+    The prompt is rendered to text by ``render`` (the trained policy's chat template) and llama.cpp tokenizes
+    it itself, special tokens included, so its tokenizer and pre-tokenizer are checked too.
+
+    Args:
+        path: the ``.gguf`` file.
+        render: a conversational prompt -> the prompt text (e.g. ``tokenizer.apply_chat_template(...,
+            tokenize=False, add_generation_prompt=True)``).
+        n_ctx: the context window, in tokens (prompt plus completion).
+        threads: CPU threads (default 1 below ``OMP_NUM_THREADS=1``, else all cores).
+    """
+
+    def __init__(self, path: str | Path, render: Callable[[Prompt], str], n_ctx: int = 1024,
+                 threads: int | None = None) -> None:
+        llama_cpp = import_llama_cpp()
+        self.path = Path(path)
+        self.render = render
+        if threads is None:
+            threads = int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count() or 1
+        self.llm = llama_cpp.Llama(model_path=str(self.path), n_ctx=n_ctx, n_threads=threads, seed=0,
+                                   verbose=False)
+
+    def identity(self) -> str:
+        """``llama.cpp:<file name>@<16 hex digits of the file's SHA-256>``."""
+        digest = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+        return f"llama.cpp:{self.path.name}@{digest}"
+
+    def generate(self, prompts: Sequence[Prompt], sampling: Sampling,
+                 on_result: OnResult | None = None) -> list[list[Generation]]:
+        """Greedy completions, one per prompt (see :meth:`grpo_kit.policy.generation.Backend.generate`).
+
+        Raises:
+            ValueError: sampled decoding (this backend verifies exports, which is greedy).
+        """
+        if not sampling.greedy:
+            raise ValueError("the llama.cpp backend decodes greedily (temperature 0) only")
+        results = []
+        for i, prompt in enumerate(prompts):
+            out = self.llm.create_completion(self.render(prompt), max_tokens=sampling.max_new_tokens, temperature=0.0,
+                                             top_p=1.0, top_k=1, min_p=0.0, repeat_penalty=1.0)
+            choice = out["choices"][0]
+            generation = Generation(text=choice["text"], num_tokens=out["usage"]["completion_tokens"],
+                                    truncated=choice["finish_reason"] == "length")
+            results.append([generation])
+            if on_result is not None:
+                on_result(i, [generation])
+        return results

@@ -1,0 +1,531 @@
+"""Export a run's trained policy, merged (safetensors) or as GGUF, check it against the trained policy, card it,
+upload it: ``python -m grpo_kit export`` / ``verify-export`` and notebook 04's last section.
+
+Exporting is where training gets lost without anyone noticing: a merged LoRA that answers like the base
+model (unsloth #1763, #2009, #2142, #5410; ``modules_to_save`` dropped until unsloth #3454), a GGUF
+conversion that fails or changes the tokenizer (unsloth #1094, #2098, #3297, #3504). So no export is
+called done before the runtime that will serve it (transformers for a merged model, llama.cpp through
+llama-cpp-python for GGUF) has answered the same held-out questions, greedily, as the trained policy in
+the run folder (:func:`verify_export`):
+
+- a merged model in the trained policy's dtype must give identical completions, and its weights must equal
+  the trained policy merged in memory;
+- a GGUF in f32 / f16 / bf16, or a merged model in another dtype, must give at least
+  :data:`IDENTICAL_THRESHOLDS` of identical completions;
+- a quantized GGUF must agree on at least :data:`AGREEMENT_THRESHOLDS` of the questions' flexible answers, and
+  its flexible accuracy must not be significantly lower (exact McNemar test, p < 0.05).
+
+A refused export stays in ``<out>.refused`` with its ``verification.json``; the error shows the first
+question where the two differ, side by side. A passed one gets ``verification.json`` (with the SHA-256 of
+every file, so an upload can tell it is the checked artefact) and a model card (``README.md``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.system.files import write_json, write_text
+
+__all__ = ["AGREEMENT_THRESHOLDS", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification", "export",
+           "model_card", "push_to_hub", "verify_export"]
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("merged", "gguf")
+#: Share of identical greedy completions an unquantized export must reach, by type. Measured on the kit's tiny
+#: policy (benchmarks/export.py, 32 questions): a float32 merge gave 32/32; f32 GGUF 32/32, f16 and bf16
+#: GGUF see README "Export". The thresholds sit below what was measured, so a sound export passes on another CPU.
+IDENTICAL_THRESHOLDS = {"float32": 1.0, "f32": 0.9, "f16": 0.75, "bf16": 0.5, "float16": 0.75, "bfloat16": 0.5}
+#: Share of questions whose flexible answer a quantized GGUF must share with the trained policy, by type (else
+#: :data:`DEFAULT_AGREEMENT`). Measured as above.
+AGREEMENT_THRESHOLDS = {"q8_0": 0.75}
+DEFAULT_AGREEMENT = 0.5
+_SIGNIFICANT = 0.05
+
+
+class ExportRefused(ValueError):
+    """An export that did not pass its verification; ``verification`` holds the numbers."""
+
+    def __init__(self, message: str, verification: Verification) -> None:
+        super().__init__(message)
+        self.verification = verification
+
+
+@dataclass
+class Verification:
+    """The check of one export against a run's trained policy.
+
+    Attributes:
+        export: the checked folder or ``.gguf`` file; ``kind``: ``"merged"`` or ``"gguf"``; ``dtype``: the
+            merged model's dtype or the GGUF's type.
+        questions: held-out questions asked (greedy); ``identical``: how many completions were identical.
+        agreement: share of questions with the same flexible answer; ``accuracy_trained`` /
+            ``accuracy_export``: flexible accuracy; ``mcnemar_p``: exact McNemar test on its flips.
+        weights: for a merged export in the trained dtype, ``{"max_abs_diff", "differing", "missing"}``.
+        rule: what had to hold; ``passed``; ``first_difference``: the first question where the completions
+            differ (``question``, ``trained``, ``export``), ``None`` when none do.
+        files: SHA-256 of each file of the export, at verification time.
+    """
+
+    export: str
+    kind: str
+    dtype: str
+    questions: int
+    identical: int
+    agreement: float
+    accuracy_trained: float
+    accuracy_export: float
+    mcnemar_p: float
+    rule: str
+    passed: bool
+    weights: dict[str, Any] | None = None
+    first_difference: dict[str, str] | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def identical_share(self) -> float:
+        return self.identical / self.questions
+
+    def summary(self) -> str:
+        """One paragraph: the numbers and the verdict."""
+        text = (f"{self.kind} export ({self.dtype}) against the trained policy on {self.questions} held-out questions "
+                f"(greedy): {self.identical}/{self.questions} identical completions ({self.identical_share:.0%}), "
+                f"flexible answers agree on {self.agreement:.0%}, flexible accuracy {self.accuracy_trained:.3f} -> "
+                f"{self.accuracy_export:.3f} (exact McNemar p = {self.mcnemar_p:.3g})")
+        if self.weights is not None:
+            text += f", weights max |diff| {self.weights['max_abs_diff']:.3g}"
+        return f"{text}. Rule: {self.rule}. {'PASSED' if self.passed else 'REFUSED'}."
+
+    def side_by_side(self) -> str:
+        """The first differing question, the trained policy's completion beside the export's."""
+        if self.first_difference is None:
+            return "(every completion is identical)"
+        d = self.first_difference
+        return (f"first differing question: {d['question']!r}\n--- trained policy ---\n{d['trained']}\n"
+                f"--- export ---\n{d['export']}")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    skip = {"README.md", "verification.json"}
+    return {p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name not in skip}
+
+
+def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
+    """The run folder and its ``train_settings.json``.
+
+    Raises:
+        FileNotFoundError: no run folder, no trained model in it, or no ``train_settings.json``.
+    """
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"no run folder at {run_dir}: give the folder a train run wrote (it holds model/ "
+                                "and train_settings.json)")
+    run = RunFolder(run_dir)
+    run.require(run.model, "python -m grpo_kit train (or notebook 03)")
+    return run, run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
+
+
+def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[Any, Any, int]:
+    """``(task, the first questions of the baseline's seeded test slice, max_new_tokens)``."""
+    from grpo_kit.tasks import get_task
+    from grpo_kit.tasks.data import take_slice
+
+    evaluated = json.loads(run.eval_settings.read_text(encoding="utf-8")) if run.eval_settings.is_file() else {}
+    task = get_task(settings["task"])
+    test = task.load("test")
+    rows = take_slice(test, n=min(questions, len(test)), seed=evaluated.get("seed", 0))
+    budget = evaluated.get("max_new_tokens") or settings.get("identity", {}).get("preset", {}).get(
+        "max_completion_length") or 64
+    return task, rows, int(budget)
+
+
+def _load_trained(run: RunFolder) -> tuple[Any, Any]:
+    """The trained policy as it was saved (an adapter on its base, or the full model), in its saved dtype."""
+    from grpo_kit.policy.loading import load_policy
+
+    return load_policy(run.model, dtype="auto")
+
+
+def _merge(model: Any) -> Any:
+    """Fold a peft adapter (LoRA and ``modules_to_save``) into its base; a plain model comes back as is.
+
+    When the input embedding and the output head were tied but no longer hold the same values (an adapter
+    that trained one of them, e.g. ``modules_to_save=["lm_head"]``), the tie is dropped so that saving writes
+    both: saved tied, the trained head would be replaced by the embedding on loading (unsloth #3454).
+    """
+    import torch
+
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    config = model.config
+    if head is not None and getattr(config, "tie_word_embeddings", False) and head.weight is not embed.weight:
+        if not torch.equal(head.weight, embed.weight):
+            config.tie_word_embeddings = False
+            head.weight = torch.nn.Parameter(head.weight.detach().clone())
+    return model
+
+
+def _dtype_name(model: Any) -> str:
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+def _reference(run: RunFolder, settings: dict[str, Any], questions: int) -> dict[str, Any]:
+    """The trained policy's greedy answers to the held-out questions, its merged weights and tokenizer."""
+    from grpo_kit.evaluation.scoring import evaluate
+    from grpo_kit.policy.generation import Sampling, TransformersBackend
+
+    task, rows, budget = _heldout(run, settings, questions)
+    model, tokenizer = _load_trained(run)
+    sampling = Sampling(temperature=0.0, max_new_tokens=budget)
+    result = evaluate(TransformersBackend(model, tokenizer, progress=False), rows, sampling, task=task)
+    merged = _merge(model)
+    return {"task": task, "rows": rows, "sampling": sampling, "records": result.records, "model": merged,
+            "tokenizer": tokenizer, "dtype": _dtype_name(merged)}
+
+
+def _compare_weights(export_dir: Path, merged: Any) -> dict[str, Any]:
+    """Every tensor of the export against the trained policy merged in memory."""
+    from safetensors.torch import load_file
+
+    reference = {k: v.detach() for k, v in merged.state_dict().items()}
+    found: dict[str, Any] = {}
+    for file in sorted(export_dir.glob("*.safetensors")):
+        found.update(load_file(str(file)))
+    differing, worst = [], 0.0
+    for name, tensor in found.items():
+        ref = reference.get(name)
+        if ref is None or ref.shape != tensor.shape:
+            differing.append(name)
+            continue
+        diff = (tensor.float() - ref.float()).abs().max().item() if tensor.numel() else 0.0
+        worst = max(worst, diff)
+        if diff > 1e-6 * max(1.0, ref.float().abs().max().item()):
+            differing.append(name)
+    tied = getattr(merged.config, "tie_word_embeddings", False)  # a tied head is saved once, as the embedding
+    missing = [n for n in reference if n not in found and not (tied and n == "lm_head.weight")]
+    return {"max_abs_diff": worst, "differing": differing, "missing": missing}
+
+
+def _gguf_file(export: Path) -> Path | None:
+    if export.is_file() and export.suffix == ".gguf":
+        return export
+    files = sorted(export.glob("*.gguf")) if export.is_dir() else []
+    return files[0] if len(files) == 1 else None
+
+
+def _gguf_type(path: Path) -> str:
+    """The GGUF's weight type, as its file name says it (``model-<type>.gguf``) or llama.cpp's file type."""
+    match = re.search(r"-(f32|f16|bf16|q\d\w*)\.gguf$", path.name, re.IGNORECASE)
+    return match.group(1).lower() if match else "unknown"
+
+
+def verify_export(export: str | Path, against: str | Path, questions: int = 32,
+                  reference: dict[str, Any] | None = None) -> Verification:
+    """Check an export against a run's trained policy: the serving runtime's greedy answers to held-out questions.
+
+    Works on an export made anywhere (this kit, Unsloth's ``save_pretrained_merged``, by hand): a folder
+    with ``config.json`` is loaded with transformers, a ``.gguf`` file (or a folder holding one) with
+    llama.cpp. The questions are the first ``questions`` of the run's baseline slice of the task's test split
+    (seeded as ``eval_settings.json`` says), with its completion budget. The rules are in the module docstring.
+
+    Args:
+        export: the export folder or ``.gguf`` file.
+        against: the run folder (``model/``, ``train_settings.json``).
+        questions: held-out questions to ask (default 32).
+        reference: the trained policy's answers already computed (:func:`export` passes them).
+
+    Returns:
+        :class:`Verification` (``passed`` says the verdict; nothing is raised for a failed check).
+
+    Raises:
+        FileNotFoundError: no export, no run folder or no trained model in it.
+        ValueError: ``questions`` below 1; a folder that is neither a transformers model nor holds one GGUF.
+    """
+    if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
+        raise ValueError(f"questions must be a whole number >= 1, got {questions!r}")
+    export = Path(export)
+    if not export.exists():
+        raise FileNotFoundError(f"no export at {export}")
+    gguf = _gguf_file(export)
+    if gguf is None and not (export / "config.json").is_file():
+        raise ValueError(f"{export} is neither a transformers model folder (config.json) nor a .gguf file (or a "
+                         "folder holding exactly one)")
+    run, settings = _run(against)
+    ref = reference or _reference(run, settings, questions)
+    from grpo_kit.evaluation.scoring import evaluate
+    from grpo_kit.evaluation.stats import mcnemar_exact
+
+    tokenizer = ref["tokenizer"]
+    weights = None
+    if gguf is not None:
+        from grpo_kit.policy.llama_cpp import LlamaCppBackend
+
+        def render(prompt: Any) -> str:
+            return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+
+        backend: Any = LlamaCppBackend(gguf, render, n_ctx=1024)
+        kind, dtype = "gguf", _gguf_type(gguf)
+    else:
+        from grpo_kit.policy.generation import TransformersBackend
+        from grpo_kit.policy.loading import load_policy
+
+        model, export_tokenizer = load_policy(export, dtype="auto")
+        backend = TransformersBackend(model, export_tokenizer, progress=False)
+        kind, dtype = "merged", _dtype_name(model)
+        if dtype == ref["dtype"]:
+            weights = _compare_weights(export, ref["model"])
+    result = evaluate(backend, ref["rows"], ref["sampling"], task=ref["task"])
+    before, after = ref["records"], result.records
+    same = [a["completion"] == b["completion"] for a, b in zip(before, after)]
+    agree = [a["flexible_answer"] == b["flexible_answer"] for a, b in zip(before, after)]
+    right_before = [a["flexible_correct"] > 0 for a in before]
+    right_after = [b["flexible_correct"] > 0 for b in after]
+    gained = sum(1 for x, y in zip(right_before, right_after) if not x and y)
+    lost = sum(1 for x, y in zip(right_before, right_after) if x and not y)
+    n = len(before)
+    acc_before, acc_after, p = sum(right_before) / n, sum(right_after) / n, mcnemar_exact(gained, lost)
+    quantized = kind == "gguf" and dtype not in IDENTICAL_THRESHOLDS
+    if quantized:
+        need = AGREEMENT_THRESHOLDS.get(dtype, DEFAULT_AGREEMENT)
+        rule = (f"flexible answers agree on >= {need:.0%} and flexible accuracy not significantly lower "
+                f"(McNemar p >= {_SIGNIFICANT})")
+        passed = sum(agree) / n >= need and not (acc_after < acc_before and p < _SIGNIFICANT)
+    else:
+        key = dtype if kind == "gguf" or dtype != ref["dtype"] else "float32"
+        need = 1.0 if key == "float32" else IDENTICAL_THRESHOLDS.get(key, 1.0)
+        rule = f">= {need:.0%} identical completions"
+        passed = sum(same) / n >= need
+        if weights is not None:
+            rule += " and every tensor equal to the trained policy's merge"
+            passed = passed and not weights["differing"] and not weights["missing"]
+    first = next((i for i, s in enumerate(same) if not s), None)
+    difference = None if first is None else {"question": before[first]["question"],
+                                             "trained": before[first]["completion"],
+                                             "export": after[first]["completion"]}
+    files = _file_hashes(export) if export.is_dir() else {export.name: _sha256(export)}
+    return Verification(export=str(export), kind=kind, dtype=dtype, questions=n, identical=sum(same),
+                        agreement=sum(agree) / n, accuracy_trained=acc_before, accuracy_export=acc_after, mcnemar_p=p,
+                        rule=rule, passed=passed, weights=weights, first_difference=difference, files=files)
+
+
+def _report_table(run: RunFolder) -> str:
+    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim."""
+    if not run.report.is_file():
+        return "No before/after evaluation in the run folder (run `python -m grpo_kit eval` before exporting)."
+    lines = run.report.read_text(encoding="utf-8").splitlines()
+    start = lines.index("## Greedy") + 1 if "## Greedy" in lines else 0
+    body = []
+    for line in lines[start:]:
+        if line.startswith("## "):
+            break
+        body.append(line)
+    return "\n".join(body).strip()
+
+
+def _licence(base: str) -> str:
+    if base.startswith("tiny:"):
+        return "the kit's tiny policy, built locally from random weights (no upstream licence)"
+    card = Path(base) / "README.md"
+    if card.is_file():
+        found = re.search(r"^license:\s*(\S+)", card.read_text(encoding="utf-8"), re.MULTILINE)
+        if found:
+            return found.group(1)
+    return f"unknown: not recorded here; read {base}'s model card before sharing"
+
+
+def model_card(run_dir: str | Path, verification: Verification) -> str:
+    """The export's ``README.md``: base model and licence, task, rewards and weights, algorithm settings, steps,
+    the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
+    import grpo_kit
+
+    run, settings = _run(run_dir)
+    identity = settings.get("identity", {})
+    preset = identity.get("preset", {})
+    base = settings.get("base_model", identity.get("model", "unknown"))
+    history = json.loads(run.log_history.read_text(encoding="utf-8")) if run.log_history.is_file() else []
+    steps = max((row.get("step", 0) for row in history), default=settings.get("max_steps"))
+    licence = _licence(base)
+    keys = ("name", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
+            "gradient_accumulation_steps", "max_completion_length", "temperature", "beta", "loss_type", "lora_rank",
+            "lora_alpha", "optim", "max_grad_norm", "seed")
+    rewards = identity.get("rewards", {})
+    licence_id = licence if re.fullmatch(r"[\w.-]+", licence) else "other"
+    front = ["---", f"base_model: {base}", f"license: {licence_id}",
+             "tags: [grpo, grpo_kit]", "---", ""]
+    lines = [*front, f"# {run.path.name}: GRPO fine-tune of {base}", "",
+             f"- base model: `{base}` (licence: {licence})", f"- task: {settings.get('task')}",
+             f"- rewards (weight): {', '.join(f'{k} ({v})' for k, v in rewards.items()) or 'not recorded'}",
+             f"- algorithm: GRPO (TRL GRPOTrainer), {steps} steps; "
+             + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
+             "## Before and after training (from the run's report.md)", "", _report_table(run), "",
+             "## Verification of this export", "", verification.summary(), "",
+             f"Made by grpo_kit {grpo_kit.__version__}.", ""]
+    return "\n".join(lines)
+
+
+def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
+    """Save the trained policy merged: safetensors, base dtype, tokenizer, generation config."""
+    reference["model"].save_pretrained(str(folder), safe_serialization=True)
+    reference["tokenizer"].save_pretrained(str(folder))
+    return folder
+
+
+def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | Path) -> Path:
+    """Move a checked export to ``out`` (passed: with its card) or ``<out>.refused``; raise when refused."""
+    target = out if verification.passed else out.with_name(out.name + ".refused")
+    verification.export = str(target)
+    if verification.passed:
+        write_text(folder / "README.md", model_card(run_dir, verification))
+    write_json(folder / "verification.json", asdict(verification))
+    if target.exists():
+        shutil.rmtree(target)
+    folder.rename(target)
+    if not verification.passed:
+        raise ExportRefused(f"refused: {verification.summary()}\n{verification.side_by_side()}\n(the export is kept "
+                            f"in {target} for inspection)", verification)
+    return target
+
+
+def export(run_dir: str | Path, format: str = "merged", quant: str | None = None, out: str | Path | None = None,
+           questions: int = 32, push_to_hub: str | None = None, private: bool = True) -> tuple[Path, Verification]:
+    """Export a run's trained policy and verify it (:func:`verify_export`) before calling it done.
+
+    Args:
+        run_dir: the run folder (``model/``: a LoRA adapter or a full model; ``train_settings.json``).
+        format: ``"merged"`` (base with the adapter folded in, the base's dtype, safetensors, tokenizer,
+            generation config) or ``"gguf"`` (llama.cpp's converter on the merged model, then its quantizer).
+        quant: GGUF type, one of :data:`grpo_kit.policy.llama_cpp.CONVERTER_TYPES` or ``QUANT_TYPES``
+            (default ``q8_0``, Unsloth's notebooks' first choice); merged exports take none.
+        out: the export folder (default ``<run_dir>/export/merged`` or ``<run_dir>/export/gguf-<quant>``).
+        questions: held-out questions to verify on.
+        push_to_hub: ``owner/name`` to upload the verified export to (:func:`push_to_hub`).
+        private: the Hub repository's visibility when created.
+
+    Returns:
+        ``(the export folder, its Verification)``; the folder holds the model, ``README.md`` and
+        ``verification.json``.
+
+    Raises:
+        ValueError: a bad format, quant or question count (before any model loads).
+        ExportRefused: the export failed its check (kept in ``<out>.refused``).
+        FileNotFoundError: no run folder or trained model; llama.cpp not built (GGUF).
+    """
+    from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, QUANT_TYPES, convert_to_gguf, quantize_gguf
+
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "merged" and quant is not None:
+        raise ValueError("a merged export keeps the base model's dtype: --quant is for --format gguf")
+    quant = (quant or "q8_0").lower() if format == "gguf" else None
+    if quant is not None and quant not in CONVERTER_TYPES + QUANT_TYPES:
+        raise ValueError(f"quant must be one of {', '.join(CONVERTER_TYPES + QUANT_TYPES)}, got {quant!r}")
+    if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
+        raise ValueError(f"questions must be a whole number >= 1, got {questions!r}")
+    if push_to_hub is not None:
+        _check_repo_id(push_to_hub)
+    if format == "gguf":
+        from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
+
+        _converter()
+        import_llama_cpp()
+    run, settings = _run(run_dir)
+    out = Path(out) if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}")
+    folder = out.with_name(out.name + ".partial")
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    reference = _reference(run, settings, questions)
+    if format == "merged":
+        _merged_to(reference, folder)
+    else:
+        merged = _merged_to(reference, folder / "merged")
+        gguf = folder / f"{run.path.name}-{quant}.gguf"
+        if quant in CONVERTER_TYPES:
+            convert_to_gguf(merged, gguf, quant)
+        else:
+            full = convert_to_gguf(merged, folder / "full-f32.gguf.tmp", "f32")
+            quantize_gguf(full, gguf, quant)
+            full.unlink()
+        shutil.rmtree(merged)
+    verification = verify_export(folder, run.path, questions, reference=reference)
+    log.info(verification.summary())
+    done = _finish(folder, out, verification, run.path)
+    if push_to_hub is not None:
+        globals()["push_to_hub"](done, push_to_hub, private=private)
+    return done, verification
+
+
+_HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+
+
+def _check_repo_id(repo_id: str) -> None:
+    if not _HUB_REPO.match(repo_id):
+        raise ValueError(f"--push-to-hub takes owner/name (e.g. you/qwen-grpo-gsm), got {repo_id!r}")
+
+
+def _hub_api(token: str) -> Any:
+    from huggingface_hub import HfApi
+
+    return HfApi(token=token)
+
+
+def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, token: str | None = None) -> str:
+    """Upload a verified export folder to the Hugging Face Hub: create the repository (private unless asked),
+    then upload the folder. Returns the repository's URL.
+
+    Raises:
+        ValueError: a malformed ``repo_id``; the folder has no passed ``verification.json``, or a file changed
+            since it was verified (its SHA-256 differs).
+        PermissionError: no token (``HF_TOKEN`` or ``hf auth login``), before anything is uploaded.
+        ConnectionError: the Hub cannot be reached (or refused the token), before anything is uploaded.
+    """
+    _check_repo_id(repo_id)
+    folder = Path(export_dir)
+    record = folder / "verification.json"
+    if not record.is_file():
+        raise ValueError(f"{folder} was never verified (no verification.json): export it with `python -m grpo_kit "
+                         "export`, or check it with `python -m grpo_kit verify-export` first")
+    verification = json.loads(record.read_text(encoding="utf-8"))
+    if not verification.get("passed"):
+        raise ValueError(f"{folder} failed its verification ({verification.get('rule')}): not uploading it")
+    if _file_hashes(folder) != verification.get("files"):
+        raise ValueError(f"{folder} changed since it was verified (a file's SHA-256 differs): verify it again")
+    from huggingface_hub import get_token
+
+    token = token or get_token()
+    if not token:
+        raise PermissionError("no Hugging Face token: set HF_TOKEN or run `hf auth login`; nothing was uploaded")
+    api = _hub_api(token)
+    try:
+        api.whoami()
+    except Exception as e:  # offline, DNS, refused token: huggingface_hub raises several types
+        raise ConnectionError(f"cannot reach the Hugging Face Hub with this token ({type(e).__name__}: {e}); "
+                              "nothing was uploaded") from None
+    url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
+                      commit_message="grpo_kit export (verified)")
+    log.info(f"uploaded {folder} to {url}")
+    return str(url)
+
+
+def verification_record(export: str | Path, verification: Verification) -> Path:
+    """Write ``verification.json`` into an export folder checked by :func:`verify_export` (the CLI's
+    ``verify-export`` does, so a verified export made elsewhere can be uploaded); returns its path."""
+    folder = Path(export) if Path(export).is_dir() else Path(export).parent
+    return write_json(folder / "verification.json", asdict(verification))

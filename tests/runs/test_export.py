@@ -1,0 +1,248 @@
+"""Exports you can trust: a run's trained policy merged and as GGUF, each loaded back by the runtime that serves it and
+checked against the trained policy; a tampered export refused; the model card's table is the run's report; the Hub
+upload checked up to the client call (the Hub cannot be reached from the test machines).
+
+One full fine-tune run (baseline, 2 GRPO steps, evaluation after: the real pipeline, on conftest's small random
+policy) is built once; the LoRA runs reuse its folder with an adapter on the same base, one of them with
+``modules_to_save=["lm_head"]`` on the tied embeddings (the case unsloth #3454 lost). The GGUF tests need llama.cpp
+built by ``make install-llama`` (``GRPO_KIT_LLAMA``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_kit.cli import main
+from grpo_kit.runs.export import ExportRefused, export, model_card, push_to_hub, verify_export
+
+QUESTIONS = 8
+
+
+def _gguf_ready() -> bool:
+    from grpo_kit.policy.llama_cpp import import_llama_cpp, llama_dir
+
+    try:
+        import_llama_cpp()
+    except ImportError:
+        return False
+    return (llama_dir() / "llama.cpp" / "convert_hf_to_gguf.py").is_file()
+
+
+needs_llama = pytest.mark.skipif(not _gguf_ready(), reason="llama.cpp not built: make install-llama")
+
+
+@pytest.fixture(scope="module")
+def full_run(tiny_policy_files, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("export") / "full"
+    common = ["--run-dir", str(run_dir)]
+    assert main(["eval", "--before", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--eval-size", "8",
+                 "--max-new-tokens", "24", *common]) == 0
+    assert main(["train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--max-steps", "2",
+                 "--save-steps", "2", "--train-size", "16", "--set", "per_device_train_batch_size=8",
+                 "--set", "max_completion_length=16", "--set", "learning_rate=0.02", *common]) == 0
+    assert main(["eval", *common]) == 0
+    return run_dir
+
+
+def _adapter_run(full_run: Path, base: Path, folder: Path, modules_to_save: list[str] | None) -> Path:
+    """The full run's folder with model/ replaced by a LoRA adapter on the same base whose weights moved (a seeded
+    perturbation stands in for training: what is checked is that the export answers like the adapter)."""
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_kit.policy.loading import load_policy
+
+    shutil.copytree(full_run, folder, ignore=shutil.ignore_patterns("checkpoints", "export"))
+    shutil.rmtree(folder / "model")
+    model, tokenizer = load_policy(base, dtype="float32")
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"],
+                        modules_to_save=modules_to_save)
+    peft_model = get_peft_model(model, config)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
+            elif "modules_to_save" in name:
+                param.add_(torch.randn(param.shape, generator=generator) * 0.5)
+    peft_model.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def lora_run(full_run, tiny_policy_files, tmp_path_factory):
+    return _adapter_run(full_run, tiny_policy_files, tmp_path_factory.mktemp("export") / "lora", None)
+
+
+@pytest.fixture(scope="module")
+def head_run(full_run, tiny_policy_files, tmp_path_factory):
+    return _adapter_run(full_run, tiny_policy_files, tmp_path_factory.mktemp("export") / "head", ["lm_head"])
+
+
+def test_a_full_fine_tune_exports_merged_and_is_identical(full_run):
+    folder, verification = export(full_run, "merged", questions=QUESTIONS)
+    assert verification.passed and verification.identical == QUESTIONS and verification.dtype == "float32"
+    assert verification.weights["max_abs_diff"] == 0 and not verification.weights["differing"]
+    names = {p.name for p in folder.iterdir()}
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md",
+            "verification.json"} <= names
+    assert json.loads((folder / "verification.json").read_text())["passed"] is True
+
+
+@pytest.mark.parametrize("which", ["lora_run", "head_run"])
+def test_a_lora_adapter_merges_into_a_model_that_answers_like_it(which, request, tiny_policy_files):
+    run = request.getfixturevalue(which)
+    folder, verification = export(run, "merged", questions=QUESTIONS)
+    assert verification.passed and verification.identical == QUESTIONS, verification.side_by_side()
+    from safetensors.torch import load_file
+
+    from grpo_kit.policy.loading import load_policy
+
+    merged, base = load_file(folder / "model.safetensors"), load_file(Path(tiny_policy_files) / "model.safetensors")
+    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"],
+                           base["model.layers.0.self_attn.q_proj.weight"])  # the adapter is in the weights
+    if which == "head_run":  # the trained head is kept apart from the embedding, not overwritten by the tie
+        config = json.loads((folder / "config.json").read_text())
+        assert config["tie_word_embeddings"] is False and "lm_head.weight" in merged
+        reloaded, _ = load_policy(folder, dtype="float32")
+        assert not torch.equal(reloaded.lm_head.weight, reloaded.model.embed_tokens.weight)
+
+
+def test_saving_the_head_adapter_tied_loses_the_training_and_is_refused(head_run, tmp_path):
+    """What an exporter that keeps the tie writes (the embedding only, the trained head dropped): verify-export must
+    catch it."""
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = export(head_run, "merged", out=tmp_path / "good", questions=QUESTIONS)
+    tied = tmp_path / "tied"
+    shutil.copytree(folder, tied)
+    weights = load_file(tied / "model.safetensors")
+    del weights["lm_head.weight"]
+    save_file(weights, tied / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((tied / "config.json").read_text())
+    (tied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    verification = verify_export(tied, head_run, questions=QUESTIONS)
+    assert not verification.passed and verification.identical < QUESTIONS
+    assert verification.first_difference is not None and "lm_head.weight" in verification.weights["missing"]
+
+
+def test_a_tampered_export_fails_verify_export(full_run, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = export(full_run, "merged", out=tmp_path / "good", questions=QUESTIONS)
+    assert main(["verify-export", str(folder), "--against", str(full_run), "--questions", str(QUESTIONS)]) == 0
+    tampered = tmp_path / "tampered"
+    shutil.copytree(folder, tampered)
+    weights = load_file(tampered / "model.safetensors")
+    name = "model.layers.1.mlp.down_proj.weight"
+    weights[name] = weights[name] * 1.05  # one tensor changed by 5%
+    save_file(weights, tampered / "model.safetensors", metadata={"format": "pt"})
+    assert main(["verify-export", str(tampered), "--against", str(full_run), "--questions", str(QUESTIONS)]) == 1
+    captured = capsys.readouterr()
+    assert "REFUSED" in captured.out
+    verification = verify_export(tampered, full_run, questions=QUESTIONS)
+    assert verification.weights["differing"] == [name]
+
+
+def test_the_model_card_carries_the_runs_report_table(full_run):
+    folder, verification = export(full_run, "merged", questions=QUESTIONS)
+    card = (folder / "README.md").read_text()
+    report = (full_run / "report.md").read_text()
+    table = [line for line in report.split("## Greedy")[1].split("\n## ")[0].splitlines() if line.startswith("|")]
+    card_table = [line for line in card.split("## Before and after")[1].split("\n## ")[0].splitlines()
+                  if line.startswith("|")]
+    assert table and card_table == table
+    settings = json.loads((full_run / "train_settings.json").read_text())
+    assert f"base_model: {settings['base_model']}" in card and "McNemar" in card and "grpo_kit 0.1.0" in card
+    for reward, weight in settings["identity"]["rewards"].items():
+        assert f"{reward} ({weight})" in card
+    assert "learning_rate=0.02" in card and "2 steps" in card and verification.summary() in card
+    assert model_card(full_run, verification) == card
+
+
+def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path):
+    with pytest.raises(ValueError, match="format must be one of"):
+        export(full_run, "onnx")
+    with pytest.raises(ValueError, match="--quant is for --format gguf"):
+        export(full_run, "merged", quant="q8_0")
+    with pytest.raises(ValueError, match="quant must be one of"):
+        export(full_run, "gguf", quant="q3_z")
+    with pytest.raises(FileNotFoundError, match="no run folder"):
+        export(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="owner/name"):
+        export(full_run, push_to_hub="not a repo")
+
+
+class _FakeApi:
+    def __init__(self, fail_whoami: bool = False) -> None:
+        self.calls: list[str] = []
+        self.fail_whoami = fail_whoami
+
+    def whoami(self):
+        self.calls.append("whoami")
+        if self.fail_whoami:
+            raise OSError("Name or service not known")
+        return {"name": "you"}
+
+    def create_repo(self, repo_id, private, exist_ok, repo_type):
+        self.calls.append(f"create_repo {repo_id} private={private}")
+        return f"https://huggingface.co/{repo_id}"
+
+    def upload_folder(self, folder_path, repo_id, repo_type, commit_message):
+        self.calls.append(f"upload_folder {Path(folder_path).name} -> {repo_id}")
+
+
+def test_the_hub_upload_refuses_unverified_and_fails_before_uploading(full_run, tmp_path, monkeypatch):
+    import grpo_kit.runs.export as module
+
+    folder, _ = export(full_run, "merged", out=tmp_path / "ship", questions=QUESTIONS)
+    api = _FakeApi()
+    monkeypatch.setattr(module, "_hub_api", lambda token: api)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no cached login
+    with pytest.raises(PermissionError, match="no Hugging Face token"):
+        push_to_hub(folder, "you/tiny-grpo")
+    assert api.calls == []
+    offline = _FakeApi(fail_whoami=True)
+    monkeypatch.setattr(module, "_hub_api", lambda token: offline)
+    with pytest.raises(ConnectionError, match="cannot reach the Hugging Face Hub"):
+        push_to_hub(folder, "you/tiny-grpo", token="hf_x")
+    assert offline.calls == ["whoami"]  # nothing created, nothing uploaded
+    monkeypatch.setattr(module, "_hub_api", lambda token: api)
+    assert push_to_hub(folder, "you/tiny-grpo", token="hf_x") == "https://huggingface.co/you/tiny-grpo"
+    assert api.calls == ["whoami", "create_repo you/tiny-grpo private=True", "upload_folder ship -> you/tiny-grpo"]
+    unverified = tmp_path / "unverified"
+    shutil.copytree(folder, unverified)
+    (unverified / "verification.json").unlink()
+    with pytest.raises(ValueError, match="never verified"):
+        push_to_hub(unverified, "you/tiny-grpo", token="hf_x")
+    (folder / "generation_config.json").write_text("{}")  # changed after the check
+    with pytest.raises(ValueError, match="changed since it was verified"):
+        push_to_hub(folder, "you/tiny-grpo", token="hf_x")
+
+
+@needs_llama
+@pytest.mark.parametrize("which,quant", [("full_run", "f16"), ("head_run", "q8_0"), ("lora_run", "q4_k_m")])
+def test_gguf_exports_load_in_llama_cpp_and_answer_like_the_trained_policy(which, quant, request):
+    run = request.getfixturevalue(which)
+    folder, verification = export(run, "gguf", quant=quant, questions=QUESTIONS)
+    assert verification.passed, verification.summary() + "\n" + verification.side_by_side()
+    assert verification.kind == "gguf" and verification.dtype == quant
+    assert [p.name for p in folder.glob("*.gguf")] == [f"{run.name}-{quant}.gguf"]
+    if quant == "f16":
+        assert verification.identical_share >= 0.75
+
+
+@needs_llama
+def test_a_gguf_of_another_policy_is_refused(full_run, tiny_policy_files, tmp_path):
+    """The base model converted (training lost, as in unsloth #1763): its answers differ and the check says so."""
+    from grpo_kit.policy.llama_cpp import convert_to_gguf
+
+    convert_to_gguf(tiny_policy_files, tmp_path / "base-f16.gguf", "f16")
+    verification = verify_export(tmp_path / "base-f16.gguf", full_run, questions=QUESTIONS)
+    assert not verification.passed and verification.first_difference is not None
