@@ -62,7 +62,7 @@ def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
         "02_baseline_eval.ipynb": dict(common, eval_size=8, max_new_tokens=24, batch_size=8, samples=2),
         "03_train_grpo.ipynb": dict(common, max_steps=2, train_size=32, rewards=rewards,
                                     preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16}),
-        "04_post_training_eval.ipynb": dict(run_dir=run_dir, batch_size=8),
+        "04_post_training_eval.ipynb": dict(run_dir=run_dir, batch_size=8, export_questions=4),
     }
     walls = {}
     for name in ORDER:
@@ -80,6 +80,8 @@ def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
     final = nbformat.read(executed / "04_post_training_eval.ipynb", as_version=4)
     shown = "".join(str(o.get("data", {})) for c in final.cells for o in c.get("outputs", []))
     assert "Strict accuracy" in shown and "pass@2 (strict)" in shown and "McNemar" in shown
+    assert "merged export (float32)" in shown and "PASSED" in shown  # the export section, verified
+    assert (run / "export" / "merged" / "README.md").is_file()
     assert ("Countdown reward" in shown) == (task == "countdown")
     logged = {k for row in json.loads((run / "log_history.json").read_text()) for k in row}
     if task == "countdown":
