@@ -227,7 +227,8 @@ def _export(args: argparse.Namespace) -> int:
         out = args.out if args.out is None or len(args.format) == 1 else str(Path(args.out) / format)
         try:
             folder, verification = export(args.run_dir, format=format, quant=args.quant if format == "gguf" else None,
-                                          out=out, questions=args.questions, push_to_hub=None, private=args.private)
+                                          out=out, questions=args.questions, push_to_hub=None, private=args.private,
+                                          threshold=args.threshold)
         except ExportRefused as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -252,7 +253,7 @@ def _export(args: argparse.Namespace) -> int:
 def _verify_export(args: argparse.Namespace) -> int:
     from grpo_kit.runs.export import verification_record, verify_export
 
-    verification = verify_export(args.export, args.against, questions=args.questions)
+    verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
     print(verification.summary(), flush=True)
     if args.record:
         print(f"recorded in {verification_record(args.export, verification)}")
@@ -352,6 +353,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
     exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
     exp.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
+    exp.add_argument("--threshold", type=_share, default=None, help="the share of identical completions "
+                     "(quantized GGUF: of agreeing answers) to require instead of the type's measured one")
     exp.add_argument("--push-to-hub", default=None, metavar="OWNER/NAME", help="upload the verified export")
     exp.add_argument("--private", action=argparse.BooleanOptionalAction, default=True,
                      help="the Hub repository's visibility when created (default private)")
@@ -361,6 +364,7 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("export", help="a merged model folder or a .gguf file (or a folder holding one)")
     ver.add_argument("--against", required=True, help="the run folder")
     ver.add_argument("--questions", type=_positive, default=32, help="held-out questions (greedy)")
+    ver.add_argument("--threshold", type=_share, default=None, help="as export --threshold")
     ver.add_argument("--record", action="store_true", help="write verification.json into the export (lets "
                      "--push-to-hub upload a verified export made elsewhere)")
     ver.set_defaults(func=_verify_export)

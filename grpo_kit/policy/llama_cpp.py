@@ -138,11 +138,11 @@ class LlamaCppBackend:
         path: the ``.gguf`` file.
         render: a conversational prompt -> the prompt text (e.g. ``tokenizer.apply_chat_template(...,
             tokenize=False, add_generation_prompt=True)``).
-        n_ctx: the context window, in tokens (prompt plus completion).
+        n_ctx: the context window, in tokens (prompt plus completion); 0: the model's training context.
         threads: CPU threads (default 1 below ``OMP_NUM_THREADS=1``, else all cores).
     """
 
-    def __init__(self, path: str | Path, render: Callable[[Prompt], str], n_ctx: int = 1024,
+    def __init__(self, path: str | Path, render: Callable[[Prompt], str], n_ctx: int = 0,
                  threads: int | None = None) -> None:
         llama_cpp = import_llama_cpp()
         self.path = Path(path)
@@ -166,13 +166,24 @@ class LlamaCppBackend:
         """
         if not sampling.greedy:
             raise ValueError("the llama.cpp backend decodes greedily (temperature 0) only")
+        eos = self.llm.token_eos()  # the GGUF's own end-of-sequence token (transformers stops at the tokenizer's)
         results = []
         for i, prompt in enumerate(prompts):
-            out = self.llm.create_completion(self.render(prompt), max_tokens=sampling.max_new_tokens, temperature=0.0,
-                                             top_p=1.0, top_k=1, min_p=0.0, repeat_penalty=1.0)
-            choice = out["choices"][0]
-            generation = Generation(text=choice["text"], num_tokens=out["usage"]["completion_tokens"],
-                                    truncated=choice["finish_reason"] == "length")
+            self.llm.reset()  # each question from an empty context: no prefix reuse between questions
+            ids = self.llm.tokenize(self.render(prompt).encode("utf-8"), add_bos=False, special=True)
+            new: list[int] = []
+            ended = False
+            for token in self.llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0):
+                if token == eos:
+                    ended = True
+                    break
+                new.append(token)
+                if len(new) >= sampling.max_new_tokens:
+                    break
+            # Bytes of a character cut by the budget become U+FFFD, as transformers' decode writes them.
+            text = self.llm.detokenize(new, special=False).decode("utf-8", errors="replace")
+            generation = Generation(text=text, num_tokens=len(new) + ended,
+                                    truncated=not ended and len(new) >= sampling.max_new_tokens)
             results.append([generation])
             if on_result is not None:
                 on_result(i, [generation])

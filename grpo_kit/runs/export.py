@@ -40,14 +40,17 @@ __all__ = ["AGREEMENT_THRESHOLDS", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRef
 log = logging.getLogger(__name__)
 
 FORMATS = ("merged", "gguf")
-#: Share of identical greedy completions an unquantized export must reach, by type. Measured on the kit's tiny
-#: policy (benchmarks/export.py, 32 questions): a float32 merge gave 32/32; f32 GGUF 32/32, f16 and bf16
-#: GGUF see README "Export". The thresholds sit below what was measured, so a sound export passes on another CPU.
-IDENTICAL_THRESHOLDS = {"float32": 1.0, "f32": 0.9, "f16": 0.75, "bf16": 0.5, "float16": 0.75, "bfloat16": 0.5}
-#: Share of questions whose flexible answer a quantized GGUF must share with the trained policy, by type (else
-#: :data:`DEFAULT_AGREEMENT`). Measured as above.
-AGREEMENT_THRESHOLDS = {"q8_0": 0.75}
-DEFAULT_AGREEMENT = 0.5
+#: Share of identical greedy completions an unquantized export must reach, by type. Measured on the kit's
+#: warm-started tiny policy (benchmarks/export.py, 32 GSM8K test questions, 64-token completions): the float32
+#: merge, and GGUF f32, f16 and bf16 each gave 32/32; q8_0 30/32, q4_k_m 28/32, q4_0 26/32. The thresholds sit
+#: below that (one or more questions of slack for another CPU's kernels, more for bf16's 8-bit mantissa). Merged
+#: float16 / bfloat16 (a GPU run's base dtype) take the GGUF type's threshold; they are not measured here. Long
+#: completions of a large model diverge sooner: ``threshold=`` (``--threshold``) sets another, stated in the card.
+IDENTICAL_THRESHOLDS = {"float32": 1.0, "f32": 0.9, "f16": 0.875, "bf16": 0.75, "float16": 0.875, "bfloat16": 0.75}
+#: Share of questions on which a quantized GGUF gives the trained policy's flexible answer, by type (else
+#: :data:`DEFAULT_AGREEMENT`); measured as above: q8_0 100%, q4_k_m 97%, q4_0 91%.
+AGREEMENT_THRESHOLDS = {"q8_0": 0.9}
+DEFAULT_AGREEMENT = 0.75
 _SIGNIFICANT = 0.05
 
 
@@ -67,7 +70,8 @@ class Verification:
         export: the checked folder or ``.gguf`` file; ``kind``: ``"merged"`` or ``"gguf"``; ``dtype``: the
             merged model's dtype or the GGUF's type.
         questions: held-out questions asked (greedy); ``identical``: how many completions were identical.
-        agreement: share of questions with the same flexible answer; ``accuracy_trained`` /
+        agreement: share of questions with the same flexible answer (two completions without one agree only when
+            identical); ``accuracy_trained`` /
             ``accuracy_export``: flexible accuracy; ``mcnemar_p``: exact McNemar test on its flips.
         weights: for a merged export in the trained dtype, ``{"max_abs_diff", "differing", "missing"}``.
         rule: what had to hold; ``passed``; ``first_difference``: the first question where the completions
@@ -236,7 +240,7 @@ def _gguf_type(path: Path) -> str:
 
 
 def verify_export(export: str | Path, against: str | Path, questions: int = 32,
-                  reference: dict[str, Any] | None = None) -> Verification:
+                  reference: dict[str, Any] | None = None, threshold: float | None = None) -> Verification:
     """Check an export against a run's trained policy: the serving runtime's greedy answers to held-out questions.
 
     Works on an export made anywhere (this kit, Unsloth's ``save_pretrained_merged``, by hand): a folder
@@ -249,6 +253,8 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         against: the run folder (``model/``, ``train_settings.json``).
         questions: held-out questions to ask (default 32).
         reference: the trained policy's answers already computed (:func:`export` passes them).
+        threshold: replaces the type's threshold (:data:`IDENTICAL_THRESHOLDS`, :data:`AGREEMENT_THRESHOLDS`), in
+            [0, 1]; a merged export in the trained dtype must still be identical.
 
     Returns:
         :class:`Verification` (``passed`` says the verdict; nothing is raised for a failed check).
@@ -257,8 +263,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         FileNotFoundError: no export, no run folder or no trained model in it.
         ValueError: ``questions`` below 1; a folder that is neither a transformers model nor holds one GGUF.
     """
-    if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
-        raise ValueError(f"questions must be a whole number >= 1, got {questions!r}")
+    _check_numbers(questions, threshold)
     export = Path(export)
     if not export.exists():
         raise FileNotFoundError(f"no export at {export}")
@@ -279,7 +284,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         def render(prompt: Any) -> str:
             return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
 
-        backend: Any = LlamaCppBackend(gguf, render, n_ctx=1024)
+        backend: Any = LlamaCppBackend(gguf, render)
         kind, dtype = "gguf", _gguf_type(gguf)
     else:
         from grpo_kit.policy.generation import TransformersBackend
@@ -292,8 +297,14 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
             weights = _compare_weights(export, ref["model"])
     result = evaluate(backend, ref["rows"], ref["sampling"], task=ref["task"])
     before, after = ref["records"], result.records
-    same = [a["completion"] == b["completion"] for a, b in zip(before, after)]
-    agree = [a["flexible_answer"] == b["flexible_answer"] for a, b in zip(before, after)]
+    # Bytes that end inside a UTF-8 character are spelled U+FFFD by one decoder and dropped by another: the same
+    # tokens, two spellings. Compared without the replacement character.
+    same = [a["completion"].replace("\ufffd", "") == b["completion"].replace("\ufffd", "")
+            for a, b in zip(before, after)]
+    # The same flexible answer; two completions that both give none agree only when they are the same text (a
+    # policy that never answers would otherwise agree with anything that never answers).
+    agree = [a["flexible_answer"] == b["flexible_answer"] and (a["flexible_answer"] is not None or s)
+             for a, b, s in zip(before, after, same)]
     right_before = [a["flexible_correct"] > 0 for a in before]
     right_after = [b["flexible_correct"] > 0 for b in after]
     gained = sum(1 for x, y in zip(right_before, right_after) if not x and y)
@@ -302,13 +313,13 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     acc_before, acc_after, p = sum(right_before) / n, sum(right_after) / n, mcnemar_exact(gained, lost)
     quantized = kind == "gguf" and dtype not in IDENTICAL_THRESHOLDS
     if quantized:
-        need = AGREEMENT_THRESHOLDS.get(dtype, DEFAULT_AGREEMENT)
+        need = threshold if threshold is not None else AGREEMENT_THRESHOLDS.get(dtype, DEFAULT_AGREEMENT)
         rule = (f"flexible answers agree on >= {need:.0%} and flexible accuracy not significantly lower "
                 f"(McNemar p >= {_SIGNIFICANT})")
         passed = sum(agree) / n >= need and not (acc_after < acc_before and p < _SIGNIFICANT)
     else:
         key = dtype if kind == "gguf" or dtype != ref["dtype"] else "float32"
-        need = 1.0 if key == "float32" else IDENTICAL_THRESHOLDS.get(key, 1.0)
+        need = 1.0 if key == "float32" else threshold if threshold is not None else IDENTICAL_THRESHOLDS.get(key, 1.0)
         rule = f">= {need:.0%} identical completions"
         passed = sum(same) / n >= need
         if weights is not None:
@@ -322,6 +333,14 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     return Verification(export=str(export), kind=kind, dtype=dtype, questions=n, identical=sum(same),
                         agreement=sum(agree) / n, accuracy_trained=acc_before, accuracy_export=acc_after, mcnemar_p=p,
                         rule=rule, passed=passed, weights=weights, first_difference=difference, files=files)
+
+
+def _check_numbers(questions: Any, threshold: Any) -> None:
+    if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
+        raise ValueError(f"questions must be a whole number >= 1, got {questions!r}")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not 0 <= threshold <= 1):
+        raise ValueError(f"threshold must be a share in [0, 1], got {threshold!r}")
 
 
 def _report_table(run: RunFolder) -> str:
@@ -352,7 +371,7 @@ def _licence(base: str) -> str:
 def model_card(run_dir: str | Path, verification: Verification) -> str:
     """The export's ``README.md``: base model and licence, task, rewards and weights, algorithm settings, steps,
     the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
-    import grpo_kit
+    import importlib.metadata
 
     run, settings = _run(run_dir)
     identity = settings.get("identity", {})
@@ -375,7 +394,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
              + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
              "## Before and after training (from the run's report.md)", "", _report_table(run), "",
              "## Verification of this export", "", verification.summary(), "",
-             f"Made by grpo_kit {grpo_kit.__version__}.", ""]
+             f"Made by grpo_kit {importlib.metadata.version('grpo_kit')}.", ""]
     return "\n".join(lines)
 
 
@@ -403,7 +422,8 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
 
 
 def export(run_dir: str | Path, format: str = "merged", quant: str | None = None, out: str | Path | None = None,
-           questions: int = 32, push_to_hub: str | None = None, private: bool = True) -> tuple[Path, Verification]:
+           questions: int = 32, push_to_hub: str | None = None, private: bool = True,
+           threshold: float | None = None) -> tuple[Path, Verification]:
     """Export a run's trained policy and verify it (:func:`verify_export`) before calling it done.
 
     Args:
@@ -416,6 +436,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         questions: held-out questions to verify on.
         push_to_hub: ``owner/name`` to upload the verified export to (:func:`push_to_hub`).
         private: the Hub repository's visibility when created.
+        threshold: replaces the type's threshold (see :func:`verify_export`).
 
     Returns:
         ``(the export folder, its Verification)``; the folder holds the model, ``README.md`` and
@@ -435,8 +456,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     quant = (quant or "q8_0").lower() if format == "gguf" else None
     if quant is not None and quant not in CONVERTER_TYPES + QUANT_TYPES:
         raise ValueError(f"quant must be one of {', '.join(CONVERTER_TYPES + QUANT_TYPES)}, got {quant!r}")
-    if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
-        raise ValueError(f"questions must be a whole number >= 1, got {questions!r}")
+    _check_numbers(questions, threshold)
     if push_to_hub is not None:
         _check_repo_id(push_to_hub)
     if format == "gguf":
@@ -463,7 +483,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
             quantize_gguf(full, gguf, quant)
             full.unlink()
         shutil.rmtree(merged)
-    verification = verify_export(folder, run.path, questions, reference=reference)
+    verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold)
     log.info(verification.summary())
     done = _finish(folder, out, verification, run.path)
     if push_to_hub is not None:
