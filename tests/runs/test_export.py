@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from grpo_kit.cli import main
-from grpo_kit.runs.export import ExportRefused, export, model_card, push_to_hub, verify_export
+from grpo_kit.runs.export import Verification, export, model_card, push_to_hub, verify_export
 
 QUESTIONS = 8
 
@@ -149,8 +149,11 @@ def test_a_tampered_export_fails_verify_export(full_run, tmp_path, capsys):
     assert verification.weights["differing"] == [name]
 
 
-def test_the_model_card_carries_the_runs_report_table(full_run):
-    folder, verification = export(full_run, "merged", questions=QUESTIONS)
+def test_the_model_card_carries_the_runs_report_table(full_run, capsys):
+    assert main(["export", str(full_run), "--format", "merged", "--questions", str(QUESTIONS)]) == 0
+    assert "merged export (float32)" in capsys.readouterr().out
+    folder = full_run / "export" / "merged"
+    verification = Verification(**json.loads((folder / "verification.json").read_text()))
     card = (folder / "README.md").read_text()
     report = (full_run / "report.md").read_text()
     table = [line for line in report.split("## Greedy")[1].split("\n## ")[0].splitlines() if line.startswith("|")]
@@ -165,7 +168,7 @@ def test_the_model_card_carries_the_runs_report_table(full_run):
     assert model_card(full_run, verification) == card
 
 
-def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path):
+def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="format must be one of"):
         export(full_run, "onnx")
     with pytest.raises(ValueError, match="--quant is for --format gguf"):
@@ -176,6 +179,12 @@ def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path):
         export(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="owner/name"):
         export(full_run, push_to_hub="not a repo")
+    with pytest.raises(ValueError, match="threshold must be a share"):
+        export(full_run, threshold=1.5)
+    monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
+    with pytest.raises(FileNotFoundError, match="make install-llama"):
+        export(full_run, "gguf")
+    assert not (full_run / "export" / "gguf-q8_0.partial").exists()  # refused before anything was written
 
 
 class _FakeApi:
@@ -246,3 +255,25 @@ def test_a_gguf_of_another_policy_is_refused(full_run, tiny_policy_files, tmp_pa
     convert_to_gguf(tiny_policy_files, tmp_path / "base-q8_0.gguf", "q8_0")
     verification = verify_export(tmp_path / "base-q8_0.gguf", full_run, questions=QUESTIONS)
     assert not verification.passed and verification.first_difference is not None
+
+
+def test_an_export_that_fails_its_check_is_refused_and_kept_apart(full_run, tmp_path, monkeypatch):
+    """A merge that goes wrong on the way to disk (one tensor scaled) is refused by export itself."""
+    import grpo_kit.runs.export as module
+    from safetensors.torch import load_file, save_file
+
+    saved = module._merged_to
+
+    def broken_merge(reference, folder):
+        saved(reference, folder)
+        weights = load_file(folder / "model.safetensors")
+        weights["model.norm.weight"] = weights["model.norm.weight"] * 3
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+        return folder
+
+    monkeypatch.setattr(module, "_merged_to", broken_merge)
+    with pytest.raises(module.ExportRefused, match="REFUSED") as refused:
+        export(full_run, "merged", out=tmp_path / "ship", questions=QUESTIONS)
+    assert refused.value.verification.weights["differing"] == ["model.norm.weight"]
+    assert not (tmp_path / "ship").exists() and (tmp_path / "ship.refused" / "verification.json").is_file()
+    assert not (tmp_path / "ship.refused" / "README.md").exists()  # no model card for a refused export
