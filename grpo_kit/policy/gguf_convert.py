@@ -1,13 +1,15 @@
 """Run llama.cpp's own converter, ``convert_hf_to_gguf.py``, on a saved model: ``python -m grpo_kit.policy.gguf_convert
-LLAMA_CPP_DIR MODEL_DIR OUTFILE OUTTYPE``.
+LLAMA_CPP_DIR MODEL_DIR OUTFILE OUTTYPE``; or its quantizer: ``python -m grpo_kit.policy.gguf_convert --quantize
+SOURCE OUTFILE TYPE``.
 
-:func:`grpo_kit.policy.llama_cpp.convert_to_gguf` runs this in a child process (the converter is a script that
-sets up logging and reads ``sys.argv``). It changes one thing: llama.cpp names a BPE tokenizer's pre-tokenizer
-by a hash of the token ids it gives on a fixed text (``get_vocab_base_pre`` in ``conversion/base.py``), so a
-tokenizer trained anew, such as the kit's tiny policy's, is refused ("BPE pre-tokenizer was not recognized")
-even when it splits text exactly as Qwen2's does. Only when the hash is unknown and the saved
-``tokenizer.json`` holds Qwen2's pre-tokenizer (its split pattern, then byte-level without a regex) is it
-named ``qwen2``; anything else is refused as before. The loaded-back check
+:func:`grpo_kit.policy.llama_cpp.convert_to_gguf` and :func:`grpo_kit.policy.llama_cpp.quantize_gguf` run this in a
+child process (the converter is a script that sets up logging and reads ``sys.argv``; the quantizer prints a line
+per tensor from C, which the parent keeps out of its own output). The conversion changes one thing: llama.cpp names
+a BPE tokenizer's pre-tokenizer by a hash of the token ids it gives on a fixed text (``get_vocab_base_pre`` in
+``conversion/base.py``), so a tokenizer trained anew, such as the kit's tiny policy's, is refused ("BPE
+pre-tokenizer was not recognized") even when it splits text exactly as Qwen2's does. Only when the hash is unknown
+and the saved ``tokenizer.json`` holds Qwen2's pre-tokenizer (its split pattern, then byte-level without a regex) is
+it named ``qwen2``; anything else is refused as before. The loaded-back check
 (:func:`grpo_kit.runs.export.verify_export`) proves the choice: llama.cpp then tokenizes the prompts itself.
 """
 
@@ -62,4 +64,9 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1] == "--quantize":
+        from grpo_kit.policy.llama_cpp import quantize_in_this_process
+
+        quantize_in_this_process(*sys.argv[2:])
+    else:
+        main(sys.argv[1:])

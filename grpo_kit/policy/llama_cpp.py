@@ -21,7 +21,7 @@ from typing import Any
 from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
 
 __all__ = ["CONVERTER_TYPES", "QUANT_TYPES", "LlamaCppBackend", "convert_to_gguf", "import_llama_cpp", "llama_dir",
-           "quantize_gguf"]
+           "quantize_gguf", "quantize_in_this_process"]
 
 #: The environment variable naming the folder ``make install-llama`` builds (default ``.llama``).
 LLAMA_ENV = "GRPO_KIT_LLAMA"
@@ -62,6 +62,13 @@ def import_llama_cpp() -> Any:
     return llama_cpp
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of a child running :mod:`grpo_kit.policy.gguf_convert`: this kit and :func:`llama_dir` first on
+    its path."""
+    path = [str(Path(__file__).resolve().parents[2]), str(llama_dir()), os.environ.get("PYTHONPATH")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
+
+
 def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = "f16") -> Path:
     """Convert a saved transformers model to one GGUF file with llama.cpp's own ``convert_hf_to_gguf.py``.
 
@@ -84,11 +91,8 @@ def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = 
         raise ValueError(f"the converter writes {', '.join(CONVERTER_TYPES)}, not {outtype!r}")
     converter, out_file = _converter(), Path(out_file)
     partial = out_file.with_name(out_file.name + ".partial")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                       str(llama_dir()),
-                                                                       os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "grpo_kit.policy.gguf_convert", str(converter), str(model_dir),
-                           str(partial), outtype], capture_output=True, text=True, env=env)
+                           str(partial), outtype], capture_output=True, text=True, env=_child_env())
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         raise RuntimeError(f"llama.cpp's converter failed on {model_dir}:\n{(done.stdout + done.stderr)[-3000:]}")
@@ -97,7 +101,7 @@ def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = 
 
 
 def quantize_gguf(source: str | Path, out_file: str | Path, quant: str, threads: int = 0) -> Path:
-    """Quantize a GGUF with llama.cpp's ``llama_model_quantize`` (what ``llama-quantize`` runs).
+    """Quantize a GGUF with llama.cpp's ``llama_model_quantize`` (what ``llama-quantize`` runs), in a child process.
 
     Tensors whose rows do not divide into the type's blocks (k-quants need 256 columns) get a fallback
     type chosen by llama.cpp, as ``llama-quantize`` does.
@@ -110,22 +114,34 @@ def quantize_gguf(source: str | Path, out_file: str | Path, quant: str, threads:
 
     Raises:
         ValueError: an unknown ``quant``.
-        RuntimeError: llama.cpp returned an error.
+        RuntimeError: llama.cpp returned an error (its last lines of output are in the message).
     """
     if quant not in QUANT_TYPES:
         raise ValueError(f"quantize to one of {', '.join(QUANT_TYPES)}, not {quant!r}")
+    out_file = Path(out_file)
+    partial = out_file.with_name(out_file.name + ".partial")
+    done = subprocess.run([sys.executable, "-m", "grpo_kit.policy.gguf_convert", "--quantize", str(source),
+                           str(partial), quant, str(threads)], capture_output=True, text=True, env=_child_env())
+    if done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"llama.cpp could not quantize {source} to {quant}:\n{(done.stdout + done.stderr)[-3000:]}")
+    os.replace(partial, out_file)
+    return out_file
+
+
+def quantize_in_this_process(source: str, out_file: str, quant: str, threads: str = "0") -> None:
+    """:func:`quantize_gguf`'s work, in the child process it starts.
+
+    Raises:
+        RuntimeError: llama.cpp returned an error.
+    """
     llama_cpp = import_llama_cpp()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant.upper()}")
-    params.nthread = threads
-    out_file = Path(out_file)
-    partial = out_file.with_name(out_file.name + ".partial")
-    code = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
-    if code != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"llama.cpp could not quantize {source} to {quant} (error {code})")
-    os.replace(partial, out_file)
-    return out_file
+    params.nthread = int(threads)
+    code = llama_cpp.llama_model_quantize(source.encode(), out_file.encode(), params)
+    if code != 0:
+        raise RuntimeError(f"llama_model_quantize returned {code}")
 
 
 class LlamaCppBackend:
