@@ -220,8 +220,12 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import ExportRefused, export
+    from grpo_kit.runs.export import ExportRefused, check_repo_id, export
 
+    if args.push_to_hub:  # checked before anything is exported
+        check_repo_id(args.push_to_hub)
+        if len(args.format) != 1:
+            raise ValueError("--push-to-hub uploads one export: give one --format")
     done = []
     for format in args.format:
         out = args.out if args.out is None or len(args.format) == 1 else str(Path(args.out) / format)
@@ -240,8 +244,6 @@ def _export(args: argparse.Namespace) -> int:
     if args.push_to_hub:
         from grpo_kit.runs.export import push_to_hub
 
-        if len(done) != 1:
-            raise ValueError("--push-to-hub uploads one export: give one --format")
         try:
             print(push_to_hub(done[0], args.push_to_hub, private=args.private), flush=True)
         except PermissionError as e:

@@ -34,8 +34,8 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.system.files import write_json, write_text
 
-__all__ = ["AGREEMENT_THRESHOLDS", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification", "export",
-           "model_card", "push_to_hub", "verify_export"]
+__all__ = ["AGREEMENT_THRESHOLDS", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification", "check_repo_id",
+           "export", "model_card", "push_to_hub", "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
 
@@ -458,7 +458,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         raise ValueError(f"quant must be one of {', '.join(CONVERTER_TYPES + QUANT_TYPES)}, got {quant!r}")
     _check_numbers(questions, threshold)
     if push_to_hub is not None:
-        _check_repo_id(push_to_hub)
+        check_repo_id(push_to_hub)
     if format == "gguf":
         from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
 
@@ -487,14 +487,15 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     log.info(verification.summary())
     done = _finish(folder, out, verification, run.path)
     if push_to_hub is not None:
-        globals()["push_to_hub"](done, push_to_hub, private=private)
+        globals()["push_to_hub"](done, push_to_hub, private=private)  # the function, which the argument shadows
     return done, verification
 
 
 _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 
 
-def _check_repo_id(repo_id: str) -> None:
+def check_repo_id(repo_id: str) -> None:
+    """Raise a ``ValueError`` unless ``repo_id`` is ``owner/name`` (huggingface_hub's characters)."""
     if not _HUB_REPO.match(repo_id):
         raise ValueError(f"--push-to-hub takes owner/name (e.g. you/qwen-grpo-gsm), got {repo_id!r}")
 
@@ -515,7 +516,7 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
         PermissionError: no token (``HF_TOKEN`` or ``hf auth login``), before anything is uploaded.
         ConnectionError: the Hub cannot be reached (or refused the token), before anything is uploaded.
     """
-    _check_repo_id(repo_id)
+    check_repo_id(repo_id)
     folder = Path(export_dir)
     record = folder / "verification.json"
     if not record.is_file():
