@@ -47,7 +47,8 @@ $(DS_STAMP): requirements-deepspeed.txt $(STAMP)
 		--target $(DS_DIR) -r requirements-deepspeed.txt
 	touch $(DS_STAMP)
 
-# Compiling llama.cpp took 12.5 minutes on 2 busy cores (7 minutes of CPU time; the shared libraries only, LLAVA_BUILD=OFF).
+# Compiling llama.cpp takes 7 minutes of CPU time (12 to 21 minutes on 2 cores busy with other work; the shared
+# libraries only, LLAVA_BUILD=OFF).
 $(LLAMA_STAMP): requirements-llama.txt $(STAMP)
 	rm -rf $(LLAMA_DIR)
 	$(PY) -m pip download --quiet --no-deps --no-binary llama-cpp-python -d $(LLAMA_DIR)/dist -r requirements-llama.txt
