@@ -213,7 +213,7 @@ def test_the_hub_upload_refuses_unverified_and_fails_before_uploading(full_run, 
     api = _FakeApi()
     monkeypatch.setattr(module, "_hub_api", lambda token: api)
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no cached login
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)  # no login cached on this machine either
     with pytest.raises(PermissionError, match="no Hugging Face token"):
         push_to_hub(folder, "you/tiny-grpo")
     assert api.calls == []
