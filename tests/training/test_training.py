@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
@@ -14,20 +12,6 @@ from grpo_kit.training.presets import PRESETS, get_preset
 from grpo_kit.training.trainer import build_grpo_config, build_trainer
 
 GSM8K = get_task("gsm8k")
-
-
-@pytest.fixture
-def kit_log_on_stderr():
-    """The kit's log on standard error, as the command line configures it; the logger is restored afterwards."""
-    from grpo_kit.system.logs import configure_logging
-
-    logger = logging.getLogger("grpo_kit")
-    level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
-    configure_logging()
-    yield
-    logger.handlers[:] = handlers
-    logger.propagate = propagate
-    logger.setLevel(level)
 
 
 def test_a100_preset_is_the_blog_posts_recipe(tmp_path):
