@@ -34,7 +34,8 @@ def parse_rewards(items: Sequence[str]) -> Any:
     from the current folder).
 
     Raises:
-        ValueError: an unknown reward name, a function that cannot be imported, or a weight that is not a number.
+        ValueError: an unknown reward name, a module that cannot be imported (whatever it raised, ``SystemExit``
+            included), a name that is not a function, or a weight that is not a number.
 
     >>> parse_rewards(["correctness_reward_func=2", "xmlcount_reward_func=0"])
     RewardSet({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
@@ -51,12 +52,22 @@ def parse_rewards(items: Sequence[str]) -> Any:
         except ValueError:
             raise ValueError(f"--rewards {item!r}: the weight after '=' must be a number") from None
         if ":" in name:
-            module, _, function = name.partition(":")
+            module, _, function = name.strip().partition(":")
+            if not module or not function:
+                raise ValueError(f"--rewards {name!r}: write module:function, e.g. my_rewards:length_penalty")
             try:
-                rewards.append(getattr(importlib.import_module(module), function))
-            except (ImportError, AttributeError) as e:
-                raise ValueError(f"--rewards {name!r}: cannot import {function!r} from {module!r} ({e}); give "
-                                 "module:function of a reward importable from the current folder") from None
+                found = importlib.import_module(module)
+            except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                raise ValueError(f"--rewards {name!r}: importing {module!r} failed with {type(e).__name__}: {e}; "
+                                 "fix the module (it must import without side effects) or its name") from None
+            if not callable(getattr(found, function, None)):
+                what = "no attribute" if not hasattr(found, function) else \
+                    f"a {type(getattr(found, function)).__name__}, not a function, named"
+                raise ValueError(f"--rewards {name!r}: {module!r} has {what} {function!r}; give module:function of "
+                                 "a reward function (TRL's contract) importable from the current folder")
+            rewards.append(getattr(found, function))
         else:
             rewards.append(name)
     return RewardSet(rewards, weights)
@@ -152,10 +163,11 @@ def _run_spec(args: argparse.Namespace) -> Any:
         overrides["report_to"] = setup_wandb(args.wandb_project)
     rewards = parse_rewards(args.rewards) if args.rewards else None
     run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{args.task}"
-    return RunSpec.resolve(args.preset, args.task, rewards=rewards, model=args.model, run_dir=run_dir,
+    preset = get_preset(args.preset, **overrides)  # the preset's own seed is a field like any other
+    return RunSpec.resolve(preset, args.task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
-                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines", **overrides)
+                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -170,6 +182,8 @@ def _train(args: argparse.Namespace) -> int:
                  f"{spec.folder.checkpoints}" + (f", held-out accuracy every {spec.eval_steps} steps on "
                                                  f"{spec.eval_size} questions" if spec.eval_steps else ""))
     result = train(spec)
+    if result.already_finished:
+        return 0
     if spec.launch.is_main:
         log.info(f"wrote {result.run.path}/ (model/, log_history.json, training_curves.png) in {result.wall_s:.0f} s"
                  + (f"; resumed from {result.resumed_from.name}" if result.resumed_from else ""))
@@ -202,6 +216,12 @@ def _eval(args: argparse.Namespace) -> int:
         log.info(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
                  f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
         return 0
+    defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
+    ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
+    if ignored:
+        raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
+                         f"the baseline's settings ({run.eval_settings}). Drop them, or measure a new baseline with "
+                         "--before in a new run folder")
     measured = measure_after(run, batch_size=args.batch_size)
     report = run.report.read_text(encoding="utf-8")
     print(report.split("## Diagnostics")[0].strip() + "\n", flush=True)
@@ -209,6 +229,15 @@ def _eval(args: argparse.Namespace) -> int:
         print(report[report.index("## Alarms"):].split("\n## ")[0], flush=True)
     log.info(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
     return 0
+
+
+#: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
+#: baseline's settings, so giving one without --before is refused rather than ignored.
+_BEFORE_ONLY = {"--preset": "preset", "--task": "task", "--model": "model", "--set": "set", "--eval-size": "eval_size",
+                "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
+                "--temperature": "temperature", "--backend": "backend", "--seed": "seed", "--warm-steps": "warm_steps",
+                "--cache-dir": "cache_dir"}
+
 
 
 def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.system.files import replaced
+
 __all__ = ["plot_before_after", "plot_training_curves", "training_curves"]
 
 
@@ -75,8 +77,8 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
     fig.suptitle(title)
     fig.tight_layout()
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        with replaced(path) as tmp:
+            fig.savefig(tmp, dpi=110)
     return fig
 
 
@@ -110,5 +112,6 @@ def plot_before_after(table: Any, path: str | Path | None = None, title: str = "
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=110)
+        with replaced(path) as tmp:
+            fig.savefig(tmp, dpi=110)
     return fig

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Gpu", "Launch", "cuda_available", "first_gpu", "placement", "require_cuda"]
+__all__ = ["Gpu", "Launch", "cuda_available", "first_gpu", "placement", "require_cuda", "unsloth_problem"]
 
 
 def cuda_available() -> bool:
@@ -32,6 +32,25 @@ def require_cuda(what: str) -> None:
         raise RuntimeError(f"{what} needs an NVIDIA GPU with CUDA, and none is visible here. On a CPU use the "
                            "transformers + peft path: preset 'cpu-tiny', or any preset with use_unsloth=False, "
                            "and grpo_kit.policy.generation.TransformersBackend for evaluation.")
+
+
+def unsloth_problem(tiny_policy: bool) -> str | None:
+    """Why the Unsloth route cannot run here (``None``: it can), so that a run asking for it is refused before
+    anything loads instead of training another route while recording Unsloth.
+
+    Args:
+        tiny_policy: whether the policy is the kit's tiny offline one (it always loads through transformers).
+
+    Unsloth needs CUDA; ``UNSLOTH_ALLOW_CPU=1`` (Unsloth's own switch, used by the kit's stack tests) lets it
+    import on a CPU.
+    """
+    if tiny_policy:
+        return ("the kit's tiny offline policy loads through transformers, never Unsloth: set use_unsloth=False, "
+                "or give --model a model for Unsloth")
+    if not cuda_available() and os.environ.get("UNSLOTH_ALLOW_CPU") != "1":
+        return ("use_unsloth needs an NVIDIA GPU with CUDA, and none is visible here: on a CPU use preset "
+                "'cpu-tiny' or --set use_unsloth=false (transformers + peft)")
+    return None
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,8 @@ class PolicySource:
 
         Raises:
             ValueError: ``model`` is neither an existing folder nor a well-formed Hub id (checked before
-                anything loads; a Hub id is not looked up here).
+                anything loads; a Hub id is not looked up here); no model and a task the tiny policy cannot be
+                warm-started on (no train split or no demonstrations).
         """
         if model is not None:
             text = str(model)
@@ -58,6 +59,10 @@ class PolicySource:
                 raise ValueError(f"model {text!r} is neither an existing folder nor a Hub id (owner/name): give the "
                                  "path of a saved model or an id such as Qwen/Qwen2.5-0.5B-Instruct")
             return cls(model=text)
+        if not task.trains or task.demonstration is None:
+            raise ValueError(f"the kit's tiny policy is warm-started on a task's train split with demonstrations, and "
+                             f"task {task.name!r} has none: give a model (--model, or a preset with one), or "
+                             "evaluate on a task the tiny policy can learn")
         if warm is None:
             warm = WarmStart() if warm_steps is None else WarmStart(steps=warm_steps)
         return cls(tiny=TinyPolicy(task, warm, spec or TinyPolicySpec(), seed, str(cache_dir)))

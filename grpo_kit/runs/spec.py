@@ -8,19 +8,20 @@ once, here, and kept on the spec.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.devices import Launch, cuda_available
+from grpo_kit.policy.devices import Launch, cuda_available, unsloth_problem
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
-from grpo_kit.training.checkpoints import check_same_run, latest_complete, run_identity
+from grpo_kit.tasks.answer_format import render
+from grpo_kit.tasks.rewards import probe
+from grpo_kit.training.checkpoints import check_same_run, checkpoint_step, checkpoints, latest_complete, run_identity
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import Preset, get_preset
 
@@ -128,8 +129,12 @@ class RunSpec:
                              "CPU processes) or ddp.yaml here, or run FSDP on GPUs")
         policy = PolicySource.of(model if model is not None else preset.model, task, seed=preset.seed, warm=warm,
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
+        if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
+            raise ValueError(problem)
         train_split = task.load("train")
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
+        rows = [train_split[i] for i in range(min(2, len(train_split)))]
+        probe(reward_set, rows, [render("probe", task.gold(row)) for row in rows])
         if preset.use_vllm and preset.vllm_mode == "server":
             from grpo_kit.policy.vllm import check_vllm_server
 
@@ -139,14 +144,36 @@ class RunSpec:
         if found is not None and not resume:
             raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
                              "(notebook 03: resume = True) to continue that run, or choose a new run folder")
+        if resume:
+            _check_resumable(folder, found, preset.max_steps)
         spec = cls(preset=preset, task=task, rewards=reward_set, policy=policy, folder=folder, launch=launch,
                    resume=resume, train_size=train_size, eval_steps=eval_steps, eval_size=eval_size,
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, train_split=train_split)
         if resume and folder.train_settings.is_file():
-            recorded = json.loads(folder.train_settings.read_text(encoding="utf-8"))
+            recorded = folder.read_settings(folder.train_settings, "train", ("identity",))
             check_same_run(recorded["identity"], spec.identity(), folder.path)
         return spec
 
     def identity(self) -> dict[str, Any]:
         """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""
-        return run_identity(self.preset, self.task.name, self.policy.name, self.rewards)
+        return run_identity(self.preset, self.task.name, self.policy.name, self.rewards,
+                            {"train_size": self.train_size, "seed": self.seed})
+
+
+def _check_resumable(folder: RunFolder, found: Path | None, max_steps: int) -> None:
+    """Refuse a resume that would go backwards, or silently start over.
+
+    Raises:
+        ValueError: the run finished (or has a checkpoint) past ``max_steps``; checkpoints exist but none is complete
+            (a resume would start from step 0); each message says what to do.
+    """
+    finished = folder.finished_step()
+    done = max(finished or 0, checkpoint_step(found) if found is not None else 0)
+    if done > max_steps:
+        raise ValueError(f"{folder.path} has trained {done} steps, more than --max-steps {max_steps}: a run cannot be "
+                         f"shortened. Resume with --max-steps {done} or more, or train a new run folder")
+    if found is None and (broken := checkpoints(folder.checkpoints)):
+        raise ValueError(f"{folder.path} holds checkpoints but none is complete ({', '.join(p.name for p in broken)}: "
+                         "trainer_state.json, the weights, optimizer.pt or scheduler.pt missing or unreadable), so a "
+                         "resume would start over from step 0. Delete them (rm -r "
+                         f"{folder.checkpoints}) to start over, or restore a complete checkpoint")

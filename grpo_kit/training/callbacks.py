@@ -142,6 +142,11 @@ class HeldOutEval(TrainerCallback):
         self.previous = self._earlier_result(state.global_step)
         if self.previous is None or self.previous[0] != state.global_step:
             self._evaluate(args, state, model)
+        elif not any("eval/strict_accuracy" in row and row.get("step") == state.global_step
+                     for row in state.log_history):
+            # kept in the folder but not in the restored log (killed after the step-0 evaluation, before the first
+            # checkpoint): log the kept result rather than lose the row or measure it again
+            _log(args, state, self._logs(self.previous[1]))
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.is_main_process and state.global_step % self.every == 0:
@@ -152,7 +157,14 @@ class HeldOutEval(TrainerCallback):
         if self.records is None:
             return None
         kept = [(s, p) for s, p in self.records.heldout_records() if s <= step]
-        return (kept[-1][0], EvalResult.from_jsonl(kept[-1][1], task=self.task)) if kept else None
+        if not kept:
+            return None
+        try:
+            return kept[-1][0], EvalResult.from_jsonl(kept[-1][1], task=self.task)
+        except ValueError as e:  # damaged by hand (the kit writes it whole): measured again, and said
+            log.warning(f"{e}; evaluating step {kept[-1][0]} again instead")
+            kept[-1][1].unlink()
+            return self._earlier_result(step)
 
     def _evaluate(self, args: Any, state: Any, model: Any) -> None:
         start = time.perf_counter()
@@ -161,12 +173,7 @@ class HeldOutEval(TrainerCallback):
         path = self._records_path(state.global_step)
         if path is not None:
             result.to_jsonl(path)
-        logs: dict[str, float] = {}
-        for rule in _RULES:
-            row = result.summary.loc[rule_label(rule)]
-            logs[f"eval/{rule}_accuracy"] = float(row["value"])
-            logs[f"eval/{rule}_accuracy_ci_low"] = float(row["ci_low"])
-            logs[f"eval/{rule}_accuracy_ci_high"] = float(row["ci_high"])
+        logs = self._logs(result)
         logs["eval/seconds"] = time.perf_counter() - start
         if self.previous is not None:
             before_step, before = self.previous
@@ -181,6 +188,17 @@ class HeldOutEval(TrainerCallback):
             logs["eval/reward_hacking_alarm"] = float(bool(findings))
         _log(args, state, logs)
         self.previous = (state.global_step, result)
+
+    @staticmethod
+    def _logs(result: EvalResult) -> dict[str, float]:
+        """The log-history values of one held-out evaluation: each rule's accuracy and its 95% interval."""
+        logs: dict[str, float] = {}
+        for rule in _RULES:
+            row = result.summary.loc[rule_label(rule)]
+            logs[f"eval/{rule}_accuracy"] = float(row["value"])
+            logs[f"eval/{rule}_accuracy_ci_low"] = float(row["ci_low"])
+            logs[f"eval/{rule}_accuracy_ci_high"] = float(row["ci_high"])
+        return logs
 
     def _alarm(self, finding: dict[str, Any]) -> None:
         self.alarms.append(finding)

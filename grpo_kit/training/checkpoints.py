@@ -81,12 +81,14 @@ def latest_complete(folder: str | Path) -> Path | None:
     return None
 
 
-def run_identity(preset: Preset, task: str, model: str, rewards: RewardSet) -> dict[str, Any]:
+def run_identity(preset: Preset, task: str, model: str, rewards: RewardSet,
+                 data: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a run trains, as JSON-able values: the preset's fields (less those a resumed run may change,
-    :data:`grpo_kit.training.presets.RESUMABLE_FIELDS`), the task, the model and the rewards with their weights."""
+    :data:`grpo_kit.training.presets.RESUMABLE_FIELDS`), the task, the model, the rewards with their weights and
+    how its training questions were chosen (``data``: ``train_size`` and ``seed``)."""
     fields = {k: v for k, v in dataclasses.asdict(preset).items() if k not in RESUMABLE_FIELDS}
     return json.loads(json.dumps({"preset": fields, "task": task, "model": model,
-                                  "rewards": dict(zip(rewards.names, rewards.weights))}, default=str))
+                                  "rewards": dict(zip(rewards.names, rewards.weights)), **(data or {})}, default=str))
 
 
 def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: str | Path) -> None:
@@ -101,7 +103,7 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
         ValueError: they differ; the message lists each difference (recorded -> now).
     """
     differences = []
-    for key in ("task", "model", "rewards"):
+    for key in ("task", "model", "rewards", "train_size", "seed"):
         if recorded.get(key) != current.get(key):
             differences.append(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}")
     before, now = recorded.get("preset", {}), current.get("preset", {})

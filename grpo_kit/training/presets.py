@@ -9,13 +9,14 @@ rejects every value that would fail late or train nothing, before anything loads
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_kit.policy.devices import Gpu, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading
 
-__all__ = ["PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device"]
+__all__ = ["PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device", "read_value"]
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ def device_preset() -> str:
     return preset_for_device(first_gpu())
 
 
-def get_preset(name: str | Preset | None, **overrides: Any) -> Preset:
+def get_preset(name: str | Preset | None, /, **overrides: Any) -> Preset:
     """Return a preset by name with fields replaced by ``overrides``.
 
     Args:
@@ -253,10 +254,88 @@ def get_preset(name: str | Preset | None, **overrides: Any) -> Preset:
         raise ValueError("max_prompt_length is gone from TRL's GRPOConfig (removed in 0.28; passing it is a "
                          "TypeError): set max_prompt_tokens instead, and the kit drops longer prompts "
                          "from the dataset")
-    fields = {f.name for f in dataclasses.fields(Preset)}
-    unknown = sorted(set(overrides) - fields)
+    types = {f.name: f.type for f in dataclasses.fields(Preset)}
+    if "reward_weights" in overrides or "rewards" in overrides:
+        raise ValueError("rewards and their weights belong to the run, not the preset: give them with --rewards "
+                         "NAME=WEIGHT (notebook 03: rewards = {name: weight})")
+    unknown = sorted(set(overrides) - set(types))
     if unknown:
-        raise ValueError(f"unknown preset field(s) {unknown}: choose from {sorted(fields)}")
-    if isinstance(overrides.get("lora_target_modules"), list):
-        overrides["lora_target_modules"] = tuple(overrides["lora_target_modules"])
-    return dataclasses.replace(preset, **overrides)
+        close = sorted({c for u in unknown for c in difflib.get_close_matches(u, types, n=2)})
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(f"unknown preset field(s) {unknown}{hint}: choose from {', '.join(sorted(types))}")
+    if "name" in overrides and overrides["name"] != preset.name:
+        raise ValueError("name is the preset's own name: choose a recipe with --preset (python -m grpo_kit presets "
+                         "lists them) and change its fields, not its name")
+    typed = {name: read_value(name, value, types[name]) for name, value in overrides.items()}
+    return dataclasses.replace(preset, **typed)
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "y", "on"), ("false", "0", "no", "n", "off")
+
+
+def read_value(field: str, value: Any, kind: str) -> Any:
+    """``value`` as the preset field ``field`` of type ``kind`` holds it (the dataclass annotation, e.g.
+    ``"int | None"``): text from the command line is read as written, never by Python's truthiness.
+
+    Booleans accept ``True``/``False``, 1/0 and the words true/false, yes/no, on/off (any case); whole numbers
+    accept ints and whole floats (``1e3``); ``None`` (or the text ``none``) only where the field admits it.
+
+    Raises:
+        ValueError: the value cannot be read as that type; the message names the field and what it takes.
+
+    >>> read_value("bf16", "false", "bool"), read_value("max_steps", 1e3, "int")
+    (False, 1000)
+    >>> read_value("lora_rank", "none", "int | None") is None
+    True
+    """
+    base, optional = kind.removesuffix(" | None"), kind.endswith(" | None")
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        if optional:
+            return None
+        raise ValueError(f"{field} cannot be None: give a {base}")
+    text = value.strip().lower() if isinstance(value, str) else None
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ValueError(f"{field} = {value!r} is not a boolean: write true/false (also yes/no, on/off, 1/0)")
+    if base == "int":
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value) if any(c in text for c in ".e") else int(text, 10)
+            except ValueError:
+                number = None
+        if isinstance(number, float) and number.is_integer() and abs(number) < 2 ** 63:
+            number = int(number)
+        if isinstance(number, int) and not isinstance(number, bool):
+            return number
+        raise ValueError(f"{field} = {value!r} is not a whole number: give one such as 25")
+    if base == "float":
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return float(number)
+        raise ValueError(f"{field} = {value!r} is not a number: give one such as 1e-5")
+    if base == "str":
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"{field} = {value!r} is not text: give a name, e.g. {field}=...")
+    if base.startswith("tuple"):
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        if isinstance(value, str):
+            return value  # "all-linear" and other single names: checks.py says which are allowed
+        raise ValueError(f"{field} = {value!r}: give a list of names, e.g. {field}='(\"q_proj\", \"v_proj\")'")
+    if base.startswith("dict"):
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return value
+        raise ValueError(f"{field} = {value!r}: give a dict of GRPOConfig fields, e.g. {field}='{{\"top_p\": 0.9}}'")
+    return value

@@ -9,6 +9,7 @@ evaluation, the run folder) is :func:`grpo_kit.runs.train.train`.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -175,7 +176,7 @@ def build_trainer(
 
         peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules),
                                  task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_set.funcs, args=config, train_dataset=train_dataset,
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_set.checked_funcs, args=config, train_dataset=train_dataset,
                           processing_class=tokenizer, peft_config=peft_config, callbacks=list(callbacks))
     check_trains_as_asked(trainer.model, p)
     return trainer
@@ -206,10 +207,22 @@ def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
     """Save the trained policy and its tokenizer: the LoRA adapter for a peft model, else the full model.
 
     :func:`grpo_kit.policy.loading.load_policy` loads either kind back. Under several processes every
-    process must call this (the weights may be sharded); only the main one writes. Returns the folder.
+    process must call this (the weights may be sharded); only the main one writes. The folder is written whole or
+    not at all: into ``<path>.partial`` first, then renamed over ``path``. Returns the folder.
     """
     path = Path(path)
-    trainer.save_model(str(path))
-    if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(str(path))
+    partial, main = path.with_name(path.name + ".partial"), trainer.accelerator.is_main_process
+    if main and partial.exists():
+        shutil.rmtree(partial)  # a save killed half-way
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(partial))
+    if main:
+        tokenizer.save_pretrained(str(partial))
+        old = path.with_name(path.name + ".old")
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            path.rename(old)
+        partial.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
     return path

@@ -47,7 +47,7 @@ BAD_SETTINGS = [
     (dict(learning_rate=10.0), "learning_rate = 10.0"),
     (dict(per_device_train_batch_size=0), "per_device_train_batch_size = 0"),
     (dict(gradient_accumulation_steps=0), "gradient_accumulation_steps = 0"),
-    (dict(temperature=0), "temperature = 0 cannot work: set it to a number > 0"),
+    (dict(temperature=0), "temperature = 0 cannot work: set it to a number in [0.01, 100]"),
     (dict(temperature=-1.0), "temperature = -1.0"),
     (dict(lora_rank=0), "lora_rank = 0"),
     (dict(lora_rank=-8), "lora_rank = -8"),
