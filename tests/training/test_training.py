@@ -39,7 +39,7 @@ def test_overrides_reach_grpo_config(tmp_path):
     assert config.max_steps == 7
     assert config.reward_weights == [1, 2, 3, 4, 5, 6]
     assert config.use_cpu
-    with pytest.raises(ValueError, match="rewards and their weights belong to the run"):  # the weights are the rewards', not the preset's
+    with pytest.raises(ValueError, match="rewards and their weights belong to the run"):
         build_grpo_config("cpu-tiny", str(tmp_path), GSM8K.reward_set(), reward_weights=[1, 2, 3, 4, 5, 6])
 
 
