@@ -29,6 +29,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
+from grpo_kit.training.algorithms import algorithm_markdown
 from grpo_kit.training.presets import PRESETS, Preset, get_preset
 
 __all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "plan_from_settings"]
@@ -208,9 +209,11 @@ def check_pairing(evaluated: dict[str, Any], trained: dict[str, Any], folder: st
 
 @dataclass
 class Measured(BeforeAfter):
-    """The evaluation after training, its comparison with the baseline (notebook 04), and the plan they share."""
+    """The evaluation after training, its comparison with the baseline (notebook 04), the plan they share, and the
+    algorithm the run trained with (markdown; empty for a run folder written before the kit recorded it)."""
 
     plan: EvalPlan | None = None
+    algorithm: str = ""
 
 
 def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None) -> Measured:
@@ -267,5 +270,6 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
     measured = Measured(before=before, after=after, table=table, before_sampled=before_sampled,
                         after_sampled=after_sampled, samples=plan.samples, temperature=plan.temperature,
                         alarms=run.read_alarms(), plan=plan)
-    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}"))
+    measured.algorithm = algorithm_markdown(trained["algorithm"]) if "algorithm" in trained else ""
+    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}", algorithm=measured.algorithm))
     return measured

@@ -22,7 +22,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, run_identity
 from grpo_kit.training.checks import check_settings
-from grpo_kit.training.presets import Preset, get_preset
+from grpo_kit.training.presets import Preset, get_preset, with_algorithm
 
 __all__ = ["PROGRESS", "RunSpec"]
 
@@ -78,7 +78,7 @@ class RunSpec:
                 eval_steps: int | None = None, eval_size: int = 100, eval_max_new_tokens: int | None = None,
                 seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
-                launch: Launch | None = None, **overrides: Any) -> RunSpec:
+                launch: Launch | None = None, algorithm: str | None = None, **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
@@ -92,9 +92,11 @@ class RunSpec:
             resume, train_size, eval_steps, eval_size, eval_max_new_tokens, seed, progress: see the attributes.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
             launch: the processes (default: read from the launcher's environment).
+            algorithm: a named GRPO variant (:data:`grpo_kit.training.algorithms.ALGORITHMS`) replacing the preset's
+                algorithm fields; ``overrides`` still replace any of them (``None``: the preset's own algorithm).
 
         Raises:
-            ValueError: a bad preset setting, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
+            ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
                 task without a train split; ``eval_steps``, ``eval_size`` or ``train_size`` out of range; held-out
                 evaluation with sharded weights (FSDP, ZeRO-3); FSDP on a CPU (accelerate would silently fall back
                 to replicating the model); a run folder that cannot be written; a folder that holds checkpoints
@@ -105,6 +107,9 @@ class RunSpec:
         if not task.trains:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")
+        preset = get_preset(preset)
+        if algorithm is not None:
+            preset = with_algorithm(preset, algorithm)  # an unknown name raises here
         preset = get_preset(preset, **overrides)
         reward_set = RewardSet(rewards) if rewards is not None else task.reward_set()
         launch = launch or Launch.from_env()
