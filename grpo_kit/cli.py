@@ -1,4 +1,4 @@
-"""Command line: ``python -m grpo_kit demo | train | eval | presets`` (also ``grpo-kit ...``).
+"""Command line: ``python -m grpo_kit demo | train | eval | compare | presets | algorithms`` (also ``grpo-kit ...``).
 
 - ``demo``: the offline before/after pipeline on a CPU (warm start, measure, train, measure, report).
 - ``train``: GRPO into a run folder, with checkpoints, ``--resume`` and held-out accuracy; the same
@@ -6,6 +6,7 @@
   train`` runs on every process.
 - ``eval``: ``--before`` measures the starting policy (notebook 02); without it, the run folder's trained
   model on the same questions and the before/after report (notebook 04).
+- ``compare``: several trained runs that share a baseline in one paired table, Holm-adjusted (notebook 05).
 
 Every argument is checked before any model or tokenizer loads. Results (tables, the report) go to
 standard output; what the kit is doing goes to the ``grpo_kit`` logger, shown on standard error.
@@ -152,7 +153,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _run_spec(args: argparse.Namespace) -> Any:
     """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
     from grpo_kit.runs.spec import RunSpec
-    from grpo_kit.training.presets import get_preset
+    from grpo_kit.training.presets import get_preset, with_algorithm
     from grpo_kit.training.tracking import setup_wandb
 
     overrides = parse_sets(args.set)
@@ -163,7 +164,12 @@ def _run_spec(args: argparse.Namespace) -> Any:
         overrides["report_to"] = setup_wandb(args.wandb_project)
     rewards = parse_rewards(args.rewards) if args.rewards else None
     run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{args.task}"
-    preset = get_preset(args.preset, **overrides)  # the preset's own seed is a field like any other
+    # the preset, then the named algorithm, then --set (which may change any field of either); built here because
+    # the preset's own seed is a field like any other, beside the run's --seed
+    preset = get_preset(args.preset)
+    if getattr(args, "algorithm", None) is not None:
+        preset = with_algorithm(preset, args.algorithm)
+    preset = get_preset(preset, **overrides)
     return RunSpec.resolve(preset, args.task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
@@ -245,6 +251,25 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
     for preset in PRESETS.values():
         print(f"{preset.name:15s} {preset.model or '(tiny offline policy)'}\n                {preset.description}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.compare import compare_runs
+
+    out = args.out or Path(args.run_dirs[0]).parent / "comparison"
+    report = compare_runs(args.run_dirs, out_dir=out, names=args.names, seed=args.seed)
+    print(report.markdown, flush=True)
+    log.info(f"wrote {out}/ (runs_comparison.md, runs_metrics.csv, runs_pairs.csv, runs_comparison.png)")
+    return 0
+
+
+def _algorithms(args: argparse.Namespace) -> int:  # noqa: ARG001
+    from grpo_kit.training.algorithms import ALGORITHMS
+
+    for a in ALGORITHMS.values():
+        fields = ", ".join(f"{k}={v!r}" for k, v in a.fields.items())
+        print(f"{a.name:13s} {a.paper}\n              {a.summary}\n              {fields}")
     return 0
 
 
@@ -330,6 +355,22 @@ def _parser() -> argparse.ArgumentParser:
 
     presets = sub.add_parser("presets", help="list the training presets")
     presets.set_defaults(func=_presets)
+
+    from grpo_kit.training.algorithms import ALGORITHMS
+
+    train.add_argument("--algorithm", default=None, choices=list(ALGORITHMS),
+                       help="a named GRPO variant replacing the preset's algorithm fields (loss_type, beta, "
+                       "scale_rewards, ...; `python -m grpo_kit algorithms` lists them); --set still overrides any")
+    algorithms = sub.add_parser("algorithms", help="list the named GRPO variants and the fields each sets")
+    algorithms.set_defaults(func=_algorithms)
+    compare = sub.add_parser("compare", help="several trained runs sharing a baseline: one paired table, "
+                             "Holm-adjusted, and a chart (notebook 05)")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, each evaluated after training")
+    compare.add_argument("--names", nargs="+", default=None, help="the runs' names in the tables (default: folders)")
+    compare.add_argument("--out", default=None, help="where the tables and chart go (default: comparison/ beside "
+                         "the first run folder)")
+    compare.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
+    compare.set_defaults(func=_compare)
     return parser
 
 

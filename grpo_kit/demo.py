@@ -166,7 +166,7 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
         "seed": config.seed,
     }
     report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=task.notes,
-                             settings=settings, wall=wall, versions=package_versions())
+                             settings=settings, wall=wall, versions=package_versions(), algorithm=measured.algorithm)
     report += "\n".join(["## Files", "",
                          "- `baseline.jsonl`, `trained.jsonl`: one record per question, greedy (completion, "
                          "extracted answers, rewards)",

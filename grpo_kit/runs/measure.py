@@ -30,6 +30,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
+from grpo_kit.training.algorithms import algorithm_markdown
 from grpo_kit.training.presets import PRESETS, Preset, get_preset
 
 __all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "plan_from_settings"]
@@ -238,9 +239,11 @@ def check_pairing(evaluated: dict[str, Any], trained: dict[str, Any], folder: st
 
 @dataclass
 class Measured(BeforeAfter):
-    """The evaluation after training, its comparison with the baseline (notebook 04), and the plan they share."""
+    """The evaluation after training, its comparison with the baseline (notebook 04), the plan they share, and the
+    algorithm the run trained with (markdown; empty for a run folder written before the kit recorded it)."""
 
     plan: EvalPlan | None = None
+    algorithm: str = ""
 
 
 def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None) -> Measured:
@@ -271,18 +274,16 @@ _TRAIN = "03_train_grpo (or python -m grpo_kit train)"
 
 
 def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Measured:
-    evaluated = run.read_settings(run.eval_settings, _BASELINE,
-                                  ("task", "slice", "seed", "max_new_tokens", "samples", "temperature", "preset",
-                                   "route", "base_model", "system_prompt"))
-    trained = run.read_settings(run.train_settings, _TRAIN, ("identity", "base_model", "task", "system_prompt"))
+    evaluated = run.read_settings(run.eval_settings, _BASELINE, ("task", "route", "base_model", "system_prompt"))
+    trained = run.read_settings(run.train_settings, _TRAIN, ("base_model", "task", "system_prompt"))
     check_pairing(evaluated, trained, run.path)
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
                          f"half-written): run {_TRAIN} with --resume to finish it, then evaluate")
     try:
         plan = plan_from_settings(evaluated, batch_size)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{run.eval_settings} is damaged or was edited ({e}): delete it and run {_BASELINE} "
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run {_BASELINE} "
                          "again") from None
     before = _records(run, run.baseline, plan)
     if backend is None:
@@ -315,5 +316,6 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
     measured = Measured(before=before, after=after, table=table, before_sampled=before_sampled,
                         after_sampled=after_sampled, samples=plan.samples, temperature=plan.temperature,
                         alarms=run.read_alarms(), plan=plan)
-    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}"))
+    measured.algorithm = algorithm_markdown(trained["algorithm"]) if "algorithm" in trained else ""
+    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}", algorithm=measured.algorithm))
     return measured

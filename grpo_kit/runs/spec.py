@@ -23,7 +23,7 @@ from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.rewards import probe
 from grpo_kit.training.checkpoints import check_same_run, checkpoint_step, checkpoints, latest_complete, run_identity
 from grpo_kit.training.checks import check_settings
-from grpo_kit.training.presets import Preset, get_preset
+from grpo_kit.training.presets import Preset, get_preset, with_algorithm
 
 __all__ = ["PROGRESS", "RunSpec"]
 
@@ -79,7 +79,7 @@ class RunSpec:
                 eval_steps: int | None = None, eval_size: int = 100, eval_max_new_tokens: int | None = None,
                 seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
-                launch: Launch | None = None, **overrides: Any) -> RunSpec:
+                launch: Launch | None = None, algorithm: str | None = None, **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
@@ -93,9 +93,11 @@ class RunSpec:
             resume, train_size, eval_steps, eval_size, eval_max_new_tokens, seed, progress: see the attributes.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
             launch: the processes (default: read from the launcher's environment).
+            algorithm: a named GRPO variant (:data:`grpo_kit.training.algorithms.ALGORITHMS`) replacing the preset's
+                algorithm fields; ``overrides`` still replace any of them (``None``: the preset's own algorithm).
 
         Raises:
-            ValueError: a bad preset setting, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
+            ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
                 task without a train split; ``eval_steps``, ``eval_size`` or ``train_size`` out of range; held-out
                 evaluation with sharded weights (FSDP, ZeRO-3); FSDP on a CPU (accelerate would silently fall back
                 to replicating the model); a run folder that cannot be written; a folder that holds checkpoints
@@ -106,6 +108,9 @@ class RunSpec:
         if not task.trains:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")
+        preset = get_preset(preset)
+        if algorithm is not None:
+            preset = with_algorithm(preset, algorithm)  # an unknown name raises here
         preset = get_preset(preset, **overrides)
         reward_set = RewardSet(rewards) if rewards is not None else task.reward_set()
         launch = launch or Launch.from_env()
@@ -129,10 +134,10 @@ class RunSpec:
                              "CPU processes) or ddp.yaml here, or run FSDP on GPUs")
         policy = PolicySource.of(model if model is not None else preset.model, task, seed=preset.seed, warm=warm,
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
-        if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
-            raise ValueError(problem)
         train_split = task.load("train")
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
+        if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
+            raise ValueError(problem)
         rows = [train_split[i] for i in range(min(2, len(train_split)))]
         probe(reward_set, rows, [render("probe", task.gold(row)) for row in rows])
         if preset.use_vllm and preset.vllm_mode == "server":

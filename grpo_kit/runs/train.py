@@ -33,9 +33,11 @@ from typing import Any
 
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
+from grpo_kit.system.files import write_text
+from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, latest_complete, schedule_on_resume
 
-__all__ = ["TrainResult", "package_versions", "train"]
+__all__ = ["TrainResult", "model_card", "package_versions", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,26 @@ def package_versions() -> dict[str, str]:
         except md.PackageNotFoundError:
             continue
     return out
+
+
+def model_card(spec: RunSpec, train_questions: int) -> str:
+    """The trained model's card (``model/README.md``): what it was trained from, on what, with which algorithm and
+    rewards, and the package versions."""
+    preset = spec.preset
+    rewards = ", ".join(f"{n} (weight {w:g})" for n, w in zip(spec.rewards.names, spec.rewards.weights))
+    return "\n".join([
+        f"# {spec.policy.name}, GRPO on {spec.task.name}", "",
+        f"Trained with grpo_kit (TRL's GRPOTrainer), preset `{preset.name}`, from `{spec.policy.name}` on "
+        f"{train_questions} {spec.task.name} train questions for {preset.max_steps} steps.", "",
+        "## Algorithm", "", algorithm_markdown(algorithm_settings(preset)), "",
+        "## Training", "", f"- rewards: {rewards}", f"- learning rate: {preset.learning_rate:g} "
+        f"({preset.lr_scheduler_type}), optimiser {preset.optim}",
+        f"- num_generations: {preset.num_generations}, completions per device and step: "
+        f"{preset.per_device_train_batch_size} x {preset.gradient_accumulation_steps} accumulated",
+        f"- sampling temperature: {preset.extra.get('generation_kwargs', {}).get('temperature', preset.temperature)}"
+        f", max completion length {preset.max_completion_length} tokens",
+        f"- LoRA rank: {preset.lora_rank}" if preset.lora_rank is not None else "- full fine-tuning", "",
+        "## Versions", "", *[f"- {k}: {v}" for k, v in package_versions().items()], ""])
 
 
 def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
@@ -108,7 +130,8 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
     Returns:
         :class:`TrainResult`. The run folder holds ``checkpoints/checkpoint-<step>/``, ``model/``
         (adapter or full model), ``log_history.json``, ``training_curves.png``,
-        ``train_settings.json``, and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
+        ``train_settings.json`` (with the algorithm: :func:`grpo_kit.training.algorithms.algorithm_settings`),
+        ``model/README.md`` (:func:`model_card`), and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
         ``alarms.jsonl``.
 
         A ``--resume`` of a run that finished at ``max_steps`` trains nothing (``already_finished``); one killed
@@ -168,6 +191,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
                 "task": spec.task.name, "system_prompt": system_prompt_of(train_set),
+                "algorithm": algorithm_settings(preset), "rewards": dict(zip(spec.rewards.names, spec.rewards.weights)),
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
@@ -208,6 +232,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     log_history = trainer.state.log_history
     if main:
         folder.write_json(folder.log_history, log_history)
+        write_text(model_dir / "README.md", model_card(spec, len(train_set)))
         import matplotlib.pyplot as plt
 
         from grpo_kit.evaluation.plots import plot_training_curves

@@ -18,6 +18,7 @@ from typing import Any
 
 from grpo_kit.tasks import RewardSet
 from grpo_kit.tasks.rewards import column_problem
+from grpo_kit.training.algorithms import ALGORITHM_FIELDS, check_algorithm
 from grpo_kit.training.presets import Preset
 
 __all__ = ["KNOWN_LORA_TARGETS", "RULES", "Rule", "check_settings"]
@@ -151,7 +152,8 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
             (:func:`grpo_kit.tasks.rewards.column_problem`); GPU routes that cannot work
             (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without Unsloth,
             ``use_vllm`` with Unsloth, TRL's colocated vLLM on a CPU, 4-bit loading without Unsloth,
-            Unsloth on more than one process).
+            Unsloth on more than one process); algorithm settings TRL would reject or never compute
+            (:func:`grpo_kit.training.algorithms.check_algorithm`).
     """
     for rule in RULES:
         value = getattr(preset, rule.field)
@@ -184,6 +186,11 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
                          "CPU with use_vllm=False")
     if preset.load_in_4bit and not preset.use_unsloth:
         raise ValueError("load_in_4bit is Unsloth's QLoRA loader: set use_unsloth=True, or load_in_4bit=False")
+    doubled = sorted(set(preset.extra) & {*ALGORITHM_FIELDS, "temperature"})
+    if doubled:
+        raise ValueError(f"extra sets {doubled}, which are the preset's own fields (the run folder records those): "
+                         f"set them as fields, e.g. --set {doubled[0]}=...")
+    check_algorithm(preset)
     generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     if generation_batch % preset.num_generations:
         raise ValueError(

@@ -15,8 +15,10 @@ from typing import Any
 
 from grpo_kit.policy.devices import Gpu, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading
+from grpo_kit.training.algorithms import get_algorithm
 
-__all__ = ["PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device", "read_value"]
+__all__ = ["PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device", "read_value",
+           "variant", "with_algorithm"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,19 @@ class Preset:
     optim: str = "paged_adamw_8bit"
     max_grad_norm: float = 0.1
     temperature: float = 1.0
+    # The algorithm (grpo_kit.training.algorithms): its name and every GRPOConfig field it sets. Defaults are trl
+    # 1.15/1.16's; each preset below sets them all through its named variant.
+    algorithm: str = "trl_default"
+    loss_type: str = "dapo"
     beta: float = 0.0
+    scale_rewards: str = "group"
+    importance_sampling_level: str = "token"
+    epsilon: float = 0.2
+    epsilon_high: float | None = 0.2  # TRL's None means "= epsilon"; written out (see algorithms._bundle)
+    num_iterations: int = 1
+    mask_truncated_completions: bool = False
+    top_entropy_quantile: float = 1.0
+    use_bias_correction_kl: bool = True
     logging_steps: int = 1
     save_steps: int = 25
     save_total_limit: int | None = 3  # checkpoints kept (the newest); None keeps all
@@ -85,6 +99,27 @@ class Preset:
 RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "logging_steps", "report_to",
                               "description"})
 
+def variant(name: str) -> dict[str, Any]:
+    """Preset fields of a named algorithm (:data:`grpo_kit.training.algorithms.ALGORITHMS`): its name and every field.
+
+    >>> variant("dapo")["epsilon_high"]
+    0.28
+    """
+    return {"algorithm": name, **get_algorithm(name).fields}
+
+
+def with_algorithm(preset: Preset, name: str) -> Preset:
+    """``preset`` running the named algorithm instead of its own (every algorithm field replaced).
+
+    Raises:
+        ValueError: an unknown name (:func:`grpo_kit.training.algorithms.get_algorithm`).
+
+    >>> with_algorithm(PRESETS["a100"], "gspo").importance_sampling_level
+    'sequence'
+    """
+    return dataclasses.replace(preset, **variant(name))
+
+
 PRESETS: dict[str, Preset] = {
     "a100": Preset(
         name="a100",
@@ -92,7 +127,9 @@ PRESETS: dict[str, Preset] = {
         # "meta-llama/Llama-3.1-8B-Instruct" (pass model=..., with a Hub token).
         model="unsloth/Meta-Llama-3.1-8B-Instruct",
         description=("The blog post's recipe on one A100 40/80 GB: Llama-3.1-8B-Instruct, Unsloth 4-bit LoRA rank "
-                     "32 with colocated vLLM generation, num_generations 8, 250 steps."),
+                     "32 with colocated vLLM generation, num_generations 8, 250 steps; GRPO as trl 0.15 ran it for "
+                     "the Unsloth notebook of early 2025 (beta 0.04, per-sequence loss averaging, sampling at "
+                     "temperature 0.9)."),
         use_unsloth=True,
         load_in_4bit=True,
         fast_inference=True,
@@ -106,6 +143,11 @@ PRESETS: dict[str, Preset] = {
         gradient_accumulation_steps=2,
         max_steps=250,
         save_steps=25,
+        # trl 0.15.2 sampled at 0.9 and scored log-probabilities undivided by the temperature; trl 1.15 divides by
+        # `temperature`, so the sampling temperature goes to generation_kwargs and the scoring one stays 1.0.
+        temperature=1.0,
+        **variant("grpo"),
+        extra={"generation_kwargs": {"temperature": 0.9}},
     ),
     "colab-t4": Preset(
         name="colab-t4",
@@ -128,6 +170,7 @@ PRESETS: dict[str, Preset] = {
         bf16=False,
         save_steps=25,
         extra={"fp16": True},
+        **variant("trl_default"),
     ),
     "full-80gb": Preset(
         name="full-80gb",
@@ -148,6 +191,7 @@ PRESETS: dict[str, Preset] = {
         optim="adamw_torch",
         max_grad_norm=1.0,
         save_steps=25,
+        **variant("trl_default"),
     ),
     "multi-gpu-lora": Preset(
         name="multi-gpu-lora",
@@ -164,6 +208,7 @@ PRESETS: dict[str, Preset] = {
         gradient_accumulation_steps=1,
         optim="adamw_torch",
         save_steps=25,
+        **variant("trl_default"),
     ),
     "multi-gpu-full": Preset(
         name="multi-gpu-full",
@@ -181,6 +226,7 @@ PRESETS: dict[str, Preset] = {
         optim="adamw_torch",
         max_grad_norm=1.0,
         save_steps=25,
+        **variant("trl_default"),
     ),
     "cpu-tiny": Preset(
         name="cpu-tiny",
@@ -207,6 +253,7 @@ PRESETS: dict[str, Preset] = {
         use_cpu=True,
         gradient_checkpointing=False,
         seed=0,
+        **variant("trl_default"),
     ),
 }
 

@@ -17,6 +17,7 @@ from typing import Any
 from grpo_kit.policy.devices import Launch
 from grpo_kit.policy.warm_start import quiet_progress
 from grpo_kit.tasks import RewardSet
+from grpo_kit.training.algorithms import ALGORITHM_FIELDS
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import Preset, get_preset
 
@@ -62,6 +63,7 @@ def grpo_config(p: Preset, output_dir: str, rewards: RewardSet) -> Any:
 
     Raises:
         ValueError: ``GRPOConfig`` refused a key of the preset's ``extra``.
+        RuntimeError: the config holds other algorithm fields than the preset (Unsloth's config rewrites some).
     """
     from trl import GRPOConfig
 
@@ -86,7 +88,7 @@ def grpo_config(p: Preset, output_dir: str, rewards: RewardSet) -> Any:
         save_total_limit=p.save_total_limit,
         max_grad_norm=p.max_grad_norm,
         temperature=p.temperature,
-        beta=p.beta,
+        **{name: getattr(p, name) for name in ALGORITHM_FIELDS},
         bf16=p.bf16,
         use_cpu=p.use_cpu,
         gradient_checkpointing=p.gradient_checkpointing,
@@ -102,9 +104,16 @@ def grpo_config(p: Preset, output_dir: str, rewards: RewardSet) -> Any:
             kwargs.update(vllm_server_host=p.vllm_server_host, vllm_server_port=p.vllm_server_port)
     kwargs.update(p.extra)
     try:
-        return GRPOConfig(**kwargs)
+        config = GRPOConfig(**kwargs)
     except TypeError as e:  # an unknown key in `extra` (checked earlier where TRL could be imported)
         raise ValueError(f"GRPOConfig refused the settings ({e}): check the keys of the preset's extra") from None
+    # Unsloth's generated GRPOConfig rewrites some algorithm fields by loss_type (unsloth/models/rl.py): the run folder
+    # records the preset's values, so a config that runs other ones is refused rather than trained.
+    changed = {k: (getattr(p, k), getattr(config, k)) for k in ALGORITHM_FIELDS if getattr(config, k) != getattr(p, k)}
+    if changed:
+        raise RuntimeError(f"{type(config).__name__} changed the algorithm's fields (asked -> got): {changed}; the "
+                           "run would not train what its run folder records. Set those fields to the values shown")
+    return config
 
 
 def is_unsloth_trainer(trainer_class: type) -> bool:

@@ -205,7 +205,7 @@ def test_a_warm_start_cache_torn_while_saving_is_not_trusted(tmp_path):
 
 @pytest.mark.parametrize("name, content, message", [
     ("eval_settings.json", '{"task": "gsm8k", "sl', "eval_settings.json is damaged"),
-    ("eval_settings.json", '{"task": "gsm8k"}', "is damaged or was edited (no slice"),
+    ("eval_settings.json", '{"task": "gsm8k"}', "is damaged or was edited (no route"),
     ("train_settings.json", "[]", "train_settings.json is damaged or was edited"),
 ])
 def test_damaged_settings_name_the_file_and_what_to_rerun(name, content, message, tmp_path, capsys):
