@@ -138,8 +138,9 @@ class RunSpec:
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
-        rows = [train_split[i] for i in range(min(2, len(train_split)))]
-        probe(reward_set, rows, [render("probe", task.gold(row)) for row in rows])
+        if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
+            rows = [train_split[i] for i in range(min(2, len(train_split)))]
+            probe(reward_set, rows, [render("probe", task.gold(row)) for row in rows])
         if preset.use_vllm and preset.vllm_mode == "server":
             from grpo_kit.policy.vllm import check_vllm_server
 
