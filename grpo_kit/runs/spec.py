@@ -22,6 +22,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, run_identity
 from grpo_kit.training.checks import check_settings
+from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import Preset, get_preset
 
 __all__ = ["PROGRESS", "RunSpec"]
@@ -130,6 +131,7 @@ class RunSpec:
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
         train_split = task.load("train")
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
+        preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
         if preset.use_vllm and preset.vllm_mode == "server":
             from grpo_kit.policy.vllm import check_vllm_server
 
