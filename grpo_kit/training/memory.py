@@ -6,11 +6,15 @@ GiB (2**30 bytes) per GPU:
 
 - ``weights``: the policy as loaded: 4-bit (bitsandbytes NF4 with double quantisation, about 4.13 bits a
   weight) for the decoder's projections under ``load_in_4bit``, embeddings and norms 16-bit; 16-bit for a
-  LoRA base; float32 master weights for full fine-tuning. Divided over the processes under ZeRO-3 / FSDP.
-- ``trainable``: per trainable parameter, its float32 gradient, plus the float32 adapter itself for LoRA
-  (peft keeps adapters in float32). Gradients divided over the processes under ZeRO-2/3 and FSDP.
+  LoRA base; float32 master weights for full fine-tuning (DeepSpeed ZeRO: a 16-bit module, the float32
+  master copy being the optimizer's). Divided over the processes under ZeRO-3 / FSDP.
+- ``trainable``: per trainable parameter, its gradient (float32; 16-bit under DeepSpeed), plus the float32
+  adapter itself for LoRA (peft keeps adapters in float32). Gradients divided over the processes under
+  ZeRO-2/3 and FSDP.
 - ``optimizer``: AdamW's two moments: 8 bytes per trainable parameter, 2 with an 8-bit optimizer
-  (``adamw_8bit``, ``paged_adamw_8bit``); divided over the processes under ZeRO and FSDP.
+  (``adamw_8bit``, ``paged_adamw_8bit``), plus DeepSpeed's float32 master copy (4) for full fine-tuning
+  (2 + 2 + 12 bytes a parameter in all: Rajbhandari et al. 2020, "ZeRO"); divided over the processes under
+  ZeRO and FSDP.
 - ``vllm_weights``: vLLM's own 16-bit copy of the weights (TRL's colocated engine); 0 for Unsloth's
   ``fast_inference`` (it shares the weights) and on the training GPUs of server mode.
 - ``kv_cache``: what vLLM's share (``gpu_memory_utilization`` of the card) holds after its weights: vLLM
@@ -88,7 +92,12 @@ def estimate_memory(preset: Preset, shape: ModelShape, gpu: Gpu, launch: str = "
     shard_optimizer = n if launch in ("zero2", "zero3", "fsdp2") else 1
     half = 2  # bfloat16 or float16
     total = shape.parameters
-    if preset.lora_rank is None:
+    if preset.lora_rank is None and launch in ("zero2", "zero3"):
+        # DeepSpeed with bf16: a 16-bit module and 16-bit gradients, and in the (partitioned) optimizer a float32
+        # master copy plus the two moments: 2 + 2 + 12 bytes a parameter (Rajbhandari et al. 2020, ZeRO, section 3)
+        weights, trainable_params = total * half, total
+        trainable = total * half / shard_grads
+    elif preset.lora_rank is None:
         weights, trainable_params = total * 4, total
         trainable = trainable_params * 4 / shard_grads
     else:
@@ -100,7 +109,9 @@ def estimate_memory(preset: Preset, shape: ModelShape, gpu: Gpu, launch: str = "
         trainable_params = shape.lora_parameters(preset.lora_rank, preset.lora_target_modules)
         trainable = trainable_params * 4 + trainable_params * 4 / shard_grads
     weights /= shard_weights
-    optimizer = trainable_params * (2 if "8bit" in preset.optim else 8) / shard_optimizer
+    moments = 2 if "8bit" in preset.optim else 8
+    master = 4 if preset.lora_rank is None and launch in ("zero2", "zero3") else 0
+    optimizer = trainable_params * (moments + master) / shard_optimizer
     vllm_weights = kv_cache = kv_needed = 0.0
     room: float | None = None
     colocated = preset.fast_inference or (preset.use_vllm and preset.vllm_mode == "colocate")
