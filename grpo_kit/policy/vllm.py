@@ -266,9 +266,9 @@ def server_command(model: str, host: str = "127.0.0.1", port: int = 8000, max_mo
     (importance-sampling correction) and no cap on returned log-probabilities. Run it on a GPU of its own
     (``CUDA_VISIBLE_DEVICES``).
 
-    >>> server_command("Qwen/Qwen2.5-1.5B-Instruct", max_model_len=768)  # doctest: +NORMALIZE_WHITESPACE
-    'VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen2.5-1.5B-Instruct --host 127.0.0.1 --port 8000 --max-model-len 768
-     --weight-transfer-config \'{"backend": "nccl"}\' --logprobs-mode processed_logprobs --max-logprobs -1'
+    >>> print(server_command("Qwen/Qwen2.5-1.5B-Instruct", max_model_len=768))  # doctest: +NORMALIZE_WHITESPACE
+    VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen2.5-1.5B-Instruct --host 127.0.0.1 --port 8000 --max-model-len 768
+     --weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1
     """
     import shlex
 

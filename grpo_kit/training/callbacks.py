@@ -217,6 +217,7 @@ def stale_weights_alarm(preset: Preset) -> dict[str, Any]:
     Returns:
         ``{"armed": bool, "metric": str | None, "why": str}``.
 
+    >>> from grpo_kit.training.presets import PRESETS
     >>> stale_weights_alarm(PRESETS["a100"])["armed"], stale_weights_alarm(PRESETS["multi-gpu-lora"])["armed"]
     (False, True)
     """

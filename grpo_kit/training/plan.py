@@ -184,10 +184,10 @@ def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory
 
 
 def _no_rewards() -> RewardSet:
-    """The task's default rewards do not matter to the plan's checks: the kit's GSM8K rewards stand in."""
-    from grpo_kit.tasks import get_task
+    """The rewards do not change the plan's checks: the default task's stand in."""
+    from grpo_kit.tasks import DEFAULT_TASK, get_task
 
-    return get_task("gsm8k").reward_set()
+    return get_task(DEFAULT_TASK).reward_set()
 
 
 def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
