@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SHIPPED", "ModelShape", "build_on_meta", "model_config", "model_shape"]
+__all__ = ["SHIPPED", "ModelShape", "build_on_meta", "build_random", "model_config", "model_shape"]
 
 _CONFIGS = Path(__file__).parent / "model_configs"
 
@@ -167,22 +167,39 @@ def model_shape(model: str | Path) -> ModelShape:
     return ModelShape.from_config(model_config(model), str(model))
 
 
-def build_on_meta(model: str | Path | dict[str, Any]) -> Any:
-    """The model with random weights on torch's ``meta`` device: every tensor's shape and dtype, no memory.
+def build_random(model: str | Path | dict[str, Any], device: str = "meta", dtype: str | None = None,
+                 seed: int = 0, **changes: Any) -> Any:
+    """The model with random weights (transformers' own initialisation), built directly on ``device``.
 
-    For counting parameters at the real shapes and, on a GPU, for ``to_empty(device="cuda")`` followed by
-    ``init_weights`` (``benchmarks/gpu_proof.py``).
+    On ``meta`` every tensor has its shape and dtype and no memory: parameter counts at the real shapes
+    on any machine. On ``"cuda"`` it is the GPU proof's model (``benchmarks/gpu_proof.py``): the published
+    architecture and vocabulary without downloading a weight.
 
     Args:
         model: a Hub id or folder (:func:`model_config`), or a ``config.json`` dict.
+        device: where the tensors are created (``"meta"``, ``"cpu"``, ``"cuda"``).
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (default: the config's ``torch_dtype``).
+        seed: seeds the initialisation.
+        **changes: ``config.json`` keys to replace (e.g. ``num_hidden_layers=2`` for a miniature).
 
     Returns:
-        a ``transformers`` ``PreTrainedModel`` whose tensors are on ``meta``.
+        a ``transformers`` ``PreTrainedModel`` on ``device``.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = dict(model) if isinstance(model, dict) else model_config(model)
+    config = {**(dict(model) if isinstance(model, dict) else model_config(model)), **changes}
+    dtype = dtype or config.get("torch_dtype") or "float32"
     hf_config = AutoConfig.for_model(**config)
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(hf_config)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(hf_config, dtype=getattr(torch, dtype))
+
+
+def build_on_meta(model: str | Path | dict[str, Any]) -> Any:
+    """The model on torch's ``meta`` device (:func:`build_random` there): every tensor's shape, no memory.
+
+    Args:
+        model: a Hub id or folder (:func:`model_config`), or a ``config.json`` dict.
+    """
+    return build_random(model, "meta")
