@@ -3,15 +3,20 @@ backend, and the shipped model shapes (issue 23; issue 21's shapes on the meta d
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import threading
 import types
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 
 from grpo_kit.policy import devices
 from grpo_kit.policy.devices import Launch, placement
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -210,3 +215,19 @@ def test_an_unknown_model_says_how_to_give_its_config(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": 8}')
     with pytest.raises(ValueError, match="Llama-family"):
         model_shape(tmp_path)
+
+
+@pytest.mark.skipif(not os.environ.get("GRPO_KIT_DEEPSPEED"), reason="DeepSpeed lives in .deepspeed (make test)")
+def test_zero3_loading_makes_transformers_load_partitioned_while_kept():
+    """Defect 2, ZeRO-3: transformers loads each process's shard only when DeepSpeed's config is live before
+    from_pretrained; the kit makes it so (and only under ZeRO-3)."""
+    code = ("from grpo_kit.policy.devices import Launch, zero3_loading\n"
+            "from transformers.integrations import is_deepspeed_zero3_enabled\n"
+            "assert zero3_loading(Launch(world_size=2, zero_stage=2)) is None and not is_deepspeed_zero3_enabled()\n"
+            "kept = zero3_loading(Launch(world_size=2, zero_stage=3))\n"
+            "assert is_deepspeed_zero3_enabled()\n"
+            "del kept\nimport gc; gc.collect()\nassert not is_deepspeed_zero3_enabled()\nprint('ok')\n")
+    env = {**os.environ, "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["GRPO_KIT_DEEPSPEED"]])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
