@@ -20,7 +20,7 @@ from typing import Any
 from grpo_kit.policy.devices import Gpu, Launch, card, gpus, placement
 from grpo_kit.policy.shapes import model_shape
 from grpo_kit.tasks import RewardSet
-from grpo_kit.training.checkpoints import checkpoints, is_complete, latest_complete
+from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, latest_complete
 from grpo_kit.training.memory import LAUNCHES, estimate_memory, vllm_max_model_len
 from grpo_kit.training.presets import PRESETS, Preset, get_preset
 
@@ -119,8 +119,11 @@ def preset_of_run(run_dir: str | Path, **overrides: Any) -> tuple[Preset, str | 
     settings = Path(run_dir) / "train_settings.json"
     if not settings.is_file():
         raise FileNotFoundError(f"{settings} does not exist: plan a new run with --preset instead")
-    identity = json.loads(settings.read_text(encoding="utf-8"))["identity"]
+    recorded = json.loads(settings.read_text(encoding="utf-8"))
+    identity = recorded["identity"]
     fields = dict(identity["preset"])
+    if "max_steps" in recorded:  # the run's length as last trained; --max-steps extends it
+        overrides = {"max_steps": recorded["max_steps"], **overrides}
     base = PRESETS.get(fields.get("name", ""), PRESETS["cpu-tiny"])
     known = {f.name for f in dataclasses.fields(Preset)}
     fields = {k: v for k, v in fields.items() if k in known}
@@ -137,7 +140,7 @@ def _resume(run_dir: Path) -> tuple[str | None, str]:
     found = latest_complete(folder)
     every = checkpoints(folder)
     if found is not None:
-        skipped = [p.name for p in every if p.name > found.name and not is_complete(p)]
+        skipped = [p.name for p in every if checkpoint_step(p) > checkpoint_step(found) and not is_complete(p)]
         newer = f"; newer but incomplete: {', '.join(skipped)}" if skipped else ""
         return str(found), f"the newest complete checkpoint{newer}"
     if every:
@@ -176,8 +179,9 @@ def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory
         found.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch ddp "
                              "(or zero2/zero3/fsdp2) to train on each", fatal=False))
     if memory is None:
-        found.append(Problem(f"no memory estimate: no config.json for {model!r} here (the kit ships its presets' "
-                             "models'; pass a local folder)", fatal=False, kind="memory"))
+        if model is not None:  # the kit's tiny policy needs no estimate
+            found.append(Problem(f"no memory estimate: no config.json for {model!r} here (the kit ships its "
+                                 "presets' models'; pass a local folder)", fatal=False, kind="memory"))
         return found
     if not memory["fits"]:
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)

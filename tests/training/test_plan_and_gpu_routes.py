@@ -188,14 +188,16 @@ def test_plan_for_a_resume_names_the_checkpoint(tmp_path, capsys):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     identity = run_identity(PRESETS["multi-gpu-full"], "gsm8k", "meta-llama/Llama-3.1-8B-Instruct", REWARDS)
-    (run / "train_settings.json").write_text(json.dumps({"identity": identity}))
+    (run / "train_settings.json").write_text(json.dumps({"identity": identity, "max_steps": 300}))
     code, nothing = _plan(capsys, "--run-dir", str(run), "--resume", "--device", "h100-80gb")
     assert nothing["resume_from"] is None and "step 0" in nothing["resume_why"]
+    assert nothing["grpo_config"]["max_steps"] == 300  # as the run folder recorded it
+    _fsdp_checkpoint(run / "checkpoints", 9)
     newest = _fsdp_checkpoint(run / "checkpoints", 50)
-    _fsdp_checkpoint(run / "checkpoints", 75, weights=False)
+    _fsdp_checkpoint(run / "checkpoints", 100, weights=False)
     code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--max-steps", "350", "--device", "h100-80gb",
                        "--launch", "fsdp2", "--gpus", "8")
-    assert plan["resume_from"] == str(newest) and "checkpoint-75" in plan["resume_why"]
+    assert plan["resume_from"] == str(newest) and plan["resume_why"].endswith("newer but incomplete: checkpoint-100")
     assert plan["grpo_config"]["max_steps"] == 350 and plan["model"] == "meta-llama/Llama-3.1-8B-Instruct"
 
 
