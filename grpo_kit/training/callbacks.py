@@ -251,15 +251,13 @@ class StaleWeightsAlarm(TrainerCallback):
     Args:
         threshold: the mean gap (nats per token) that raises the alarm.
         records: where the alarm is kept (the run folder's ``alarms.jsonl``; ``None``: nowhere).
-        why_unarmed: what to say when the metric is missing (default: a generic reason).
+        why_unarmed: what to say when the metric is missing (default: read from the trainer's config).
     """
 
     def __init__(self, threshold: float = 0.1, records: RunRecords | None = None,
                  why_unarmed: str | None = None) -> None:
         self.threshold, self.records, self.raised = threshold, records, []
-        self.why_unarmed = why_unarmed or (f"the trainer does not log {STALE_METRIC} (it does only with "
-                                           "vllm_importance_sampling_correction on)")
-        self.checked = False
+        self.why_unarmed, self.checked = why_unarmed, False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -267,8 +265,8 @@ class StaleWeightsAlarm(TrainerCallback):
         if not self.checked and "reward" in logs:  # the first logged training step
             self.checked = True
             if gap is None:
-                log.warning(f"the stale-weights alarm is NOT armed on this run: {self.why_unarmed}. Nothing checks "
-                            "that vLLM generates from the weights being trained (trl #2698, #5312).")
+                log.warning(f"the stale-weights alarm is NOT armed on this run: {self.why_unarmed or _unarmed(args)}. "
+                            "Nothing checks that vLLM generates from the weights being trained (trl #2698, #5312).")
         if gap is None or gap <= self.threshold:
             return
         finding = {"kind": "stale_vllm_weights", "step": state.global_step, "mean_logp_gap": gap,
@@ -280,6 +278,17 @@ class StaleWeightsAlarm(TrainerCallback):
                     "(trl #2698, #5312).")
         if self.records is not None:
             self.records.append_alarm(finding)
+
+
+def _unarmed(args: Any) -> str:
+    """Why the trainer with these arguments logs no :data:`STALE_METRIC`, as far as its config says."""
+    if getattr(args, "vllm_importance_sampling_correction", True) is False:
+        unsloth = getattr(type(args), "_unsloth_patched_rl_config", False)
+        return ("vllm_importance_sampling_correction is off in this trainer's config"
+                + (" (Unsloth's generated GRPO trainer turns it off by default: unsloth/models/rl.py)" if unsloth
+                   else "") + f", and {STALE_METRIC} is logged only when it is on; set extra "
+                "vllm_importance_sampling_correction=True to arm the alarm")
+    return f"the trainer logged no {STALE_METRIC}"
 
 
 class StepPrinter(TrainerCallback):

@@ -127,6 +127,12 @@ def test_the_stale_weights_alarm_says_at_the_first_step_that_it_is_not_armed(cap
     unarmed = [r for r in caplog.records if "NOT armed" in r.getMessage()]
     assert len(unarmed) == 1 and "vllm_importance_sampling_correction" in unarmed[0].getMessage()
     caplog.clear()
+    unsloths_config = type("UnslothGRPOConfig", (), {"_unsloth_patched_rl_config": True})()
+    unsloths_config.vllm_importance_sampling_correction = False
+    with caplog.at_level(logging.WARNING, logger="grpo_kit"):
+        StaleWeightsAlarm().on_log(unsloths_config, state, None, logs={"reward": 0.5})
+    assert "Unsloth's generated GRPO trainer turns it off" in caplog.records[0].getMessage()
+    caplog.clear()
     armed = StaleWeightsAlarm()
     with caplog.at_level(logging.WARNING, logger="grpo_kit"):
         armed.on_log(None, state, None, logs={"reward": 0.5, STALE_METRIC: 0.01})
