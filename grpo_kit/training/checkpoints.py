@@ -32,8 +32,7 @@ __all__ = ["check_same_run", "checkpoint_step", "checkpoints", "continue_schedul
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
-            "pytorch_model.bin.index.json", "pytorch_model_fsdp.bin")
-_OPTIMIZERS = ("optimizer.pt", "optimizer.bin")
+            "pytorch_model.bin.index.json")
 
 
 def checkpoint_step(checkpoint: str | Path) -> int | None:
@@ -69,8 +68,9 @@ def is_complete(checkpoint: str | Path) -> bool:
     - one process, DDP: ``model.safetensors`` / ``adapter_model.safetensors`` (or ``pytorch_model.bin``),
       ``optimizer.pt``;
     - DeepSpeed: weights and optimizer both in ``global_step<N>/``;
-    - FSDP with ``FULL_STATE_DICT``: ``pytorch_model_fsdp.bin`` and ``optimizer.bin``; with
-      ``SHARDED_STATE_DICT`` (configs/accelerate/fsdp2.yaml): ``pytorch_model_fsdp_0/`` and ``optimizer_0/``, each a
+    - FSDP with ``FULL_STATE_DICT``: ``pytorch_model_fsdp.bin`` and ``optimizer.bin``; ``LOCAL_STATE_DICT``: one
+      ``pytorch_model_fsdp_0_rank<r>.bin`` and ``optimizer_0_rank<r>.bin`` per process; ``SHARDED_STATE_DICT``
+      (configs/accelerate/fsdp2.yaml): ``pytorch_model_fsdp_0/`` and ``optimizer_0/``, each a
       torch.distributed.checkpoint folder (``.metadata`` plus ``__<rank>_0.distcp`` files), as accelerate 1.15's
       ``save_fsdp_model`` / ``save_fsdp_optimizer`` write them (accelerate/utils/fsdp_utils.py).
     """
@@ -82,9 +82,11 @@ def is_complete(checkpoint: str | Path) -> bool:
     if step is None or state.get("global_step") != step:
         return False
     deepspeed = any(checkpoint.glob("global_step*"))
-    has_optimizer = (deepspeed or any((checkpoint / name).is_file() for name in _OPTIMIZERS)
+    has_optimizer = (deepspeed or (checkpoint / "optimizer.pt").is_file()
+                     or any(p.is_file() for p in checkpoint.glob("optimizer*.bin"))
                      or any(_dcp_folder(p) for p in checkpoint.glob("optimizer_*") if p.is_dir()))
     has_weights = (deepspeed or any((checkpoint / name).is_file() for name in _WEIGHTS)
+                   or any(p.is_file() for p in checkpoint.glob("pytorch_model_fsdp*.bin"))
                    or any(_dcp_folder(p) for p in checkpoint.glob("pytorch_model_fsdp_*") if p.is_dir()))
     return has_weights and has_optimizer and (checkpoint / "scheduler.pt").is_file()
 

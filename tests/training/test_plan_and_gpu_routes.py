@@ -64,6 +64,16 @@ def test_an_fsdp_sharded_checkpoint_is_complete_and_resumed_from(tmp_path):
     ((newest.parent / "checkpoint-100") / "pytorch_model_fsdp_0").mkdir()  # killed before .metadata was written
     assert is_complete(newest) and not is_complete(torn)
     assert latest_complete(folder) == newest
+    for weights, optimizer in (("pytorch_model_fsdp.bin", "optimizer.bin"),  # FULL_STATE_DICT
+                               ("pytorch_model_fsdp_0_rank0.bin", "optimizer_0_rank0.bin")):  # LOCAL_STATE_DICT
+        other = folder / "other" / "checkpoint-5"
+        other.mkdir(parents=True, exist_ok=True)
+        for name in (weights, optimizer, "scheduler.pt"):
+            (other / name).write_bytes(b"x")
+        (other / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
+        assert is_complete(other)
+        for name in (weights, optimizer):
+            (other / name).unlink()
 
 
 class _Plugin:
