@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["MIN_DRIVER", "REPOSITORY", "doctor", "driver_problem", "format_doctor", "gpu_check", "install_stack",
-           "log_to_wandb", "nvidia_driver"]
+           "log_to_wandb", "nvidia_driver", "torch_cuda"]
 
 #: Where the notebooks install the kit from by default (the ``repository`` parameter of their first cell).
 REPOSITORY = "https://github.com/grpo-kit/grpo_kit"
@@ -66,6 +66,22 @@ def driver_problem(driver: str | None, cuda: str = TORCH_CUDA) -> str | None:
     return None
 
 
+def torch_cuda(installed: str | None) -> str:
+    """The CUDA the pinned torch will run on: that of the torch installed, when it is the pinned version (a CUDA
+    12.x build from the PyTorch index, ``2.13.0+cu126``, stays: pip takes it for ``torch==2.13.0``), else that of
+    PyPI's wheel (:data:`TORCH_CUDA`).
+
+    >>> torch_cuda("2.13.0+cu126"), torch_cuda("2.13.0"), torch_cuda("2.11.0+cu128"), torch_cuda(None)
+    ('12.6', '13.0', '13.0', '13.0')
+    """
+    import re
+
+    if installed is None or installed.split("+")[0] != TORCH_PIN:
+        return TORCH_CUDA
+    match = re.search(r"\+cu(\d+)(\d)$", installed)
+    return f"{match.group(1)}.{match.group(2)}" if match else TORCH_CUDA
+
+
 def _reachable(url: str, timeout_s: float = 15.0) -> bool:
     import urllib.error
     import urllib.request
@@ -95,7 +111,8 @@ def install_stack(repository: str = REPOSITORY, branch: str = "main", driver: An
     """Install the pinned GPU stack (``requirements.txt`` of ``repository``) unless it is installed already.
 
     Before downloading anything it checks that ``requirements.txt`` can be reached and that the NVIDIA driver
-    runs the CUDA of the torch it pins (:func:`driver_problem`); after installing, it says whether the runtime
+    runs the CUDA of the torch it pins (:func:`driver_problem`, :func:`torch_cuda`: PyPI's CUDA 13.0 build, or a
+    CUDA 12.x build of the pinned version installed first); after installing, it says whether the runtime
     must be restarted: a torch imported in this kernel stays the old one until then (unslothai/notebooks #337
     shows what replacing torch under a live kernel breaks).
 
@@ -118,7 +135,7 @@ def install_stack(repository: str = REPOSITORY, branch: str = "main", driver: An
     if not _reachable(requirements):
         raise RuntimeError(f"cannot read {requirements}: set `repository` in the notebook's parameters cell to the "
                            "kit's git repository (your fork or clone's URL) and `branch` to one that exists")
-    problem = driver_problem(driver())
+    problem = driver_problem(driver(), torch_cuda(_disk_version("torch")))
     if problem:
         raise RuntimeError(problem)
     live = _live_version("torch")

@@ -37,6 +37,16 @@ def test_an_old_or_missing_driver_is_refused_before_anything_downloads(nothing_i
     assert nothing_installed == []
 
 
+def test_a_cuda_12_build_of_the_pinned_torch_installed_first_is_checked_as_such(nothing_installed, monkeypatch):
+    """The remedy the refusal gives (torch's CUDA 12.6 build from the PyTorch index) then passes on that driver."""
+    monkeypatch.setattr(notebook, "_disk_version", lambda name: "2.13.0+cu126" if name == "torch" else None)
+    monkeypatch.setattr(notebook, "_live_version", lambda name: None)
+    assert notebook.install_stack("https://example.org/kit", driver=lambda: "565.57.01")
+    monkeypatch.setattr(notebook, "_disk_version", lambda name: "2.11.0+cu128" if name == "torch" else None)
+    with pytest.raises(RuntimeError, match="needs >= 580.65.06"):  # pip would replace it with PyPI's CUDA 13.0 build
+        notebook.install_stack("https://example.org/kit", driver=lambda: "565.57.01")
+
+
 def test_an_unreachable_repository_is_named(nothing_installed, monkeypatch):
     monkeypatch.setattr(notebook, "_reachable", lambda url, timeout_s=15.0: False)
     with pytest.raises(RuntimeError, match="cannot read https://example.org/fork/raw/dev/requirements.txt: set "
