@@ -1,4 +1,5 @@
-"""Command line: ``python -m grpo_kit demo | train | eval | compare | presets | algorithms`` (also ``grpo-kit ...``).
+"""Command line: ``python -m grpo_kit demo | train | eval | compare | presets | algorithms | plan | doctor`` (also
+``grpo-kit ...``).
 
 - ``demo``: the offline before/after pipeline on a CPU (warm start, measure, train, measure, report).
 - ``train``: GRPO into a run folder, with checkpoints, ``--resume`` and held-out accuracy; the same
@@ -371,7 +372,66 @@ def _parser() -> argparse.ArgumentParser:
                          "the first run folder)")
     compare.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
     compare.set_defaults(func=_compare)
+
+    plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
+                                       "resume, problems), without loading a model or needing a GPU")
+    plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets)")
+    plan.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any preset field")
+    plan.add_argument("--model", default=None, help="a Hub id or folder instead of the preset's model")
+    plan.add_argument("--device", default=None, metavar="CARD",
+                      help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb (default: this "
+                           "machine's GPUs)")
+    plan.add_argument("--gpus", type=_positive, default=None,
+                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs here)")
+    plan.add_argument("--launch", default="single", choices=["single", "ddp", "zero2", "zero3", "fsdp2"],
+                      help="one process, or accelerate launch with configs/accelerate/<launch>.yaml")
+    plan.add_argument("--run-dir", default=None, help="a run folder (with --resume: plan resuming it)")
+    plan.add_argument("--resume", action="store_true", help="plan resuming --run-dir with its recorded preset")
+    plan.add_argument("--max-steps", type=_positive, default=None, help="with --resume: extend the run to N steps")
+    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    plan.set_defaults(func=_plan)
+
+    doctor = sub.add_parser("doctor", help="the installed stack (live and on disk), the driver, bfloat16 and free "
+                                           "GPU memory against a preset")
+    doctor.add_argument("--preset", default=None, help="a preset name (default: the one that fits this machine)")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.set_defaults(func=_doctor)
     return parser
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """``plan``: print the plan (or its JSON); exit 2 when a problem would end the run."""
+    import json
+
+    from grpo_kit.training.plan import make_plan
+
+    if args.resume and args.run_dir is None:
+        raise ValueError("--resume plans resuming a run folder: pass --run-dir RUN")
+    if not args.resume and args.preset is None:
+        raise ValueError("pass --preset NAME (python -m grpo_kit presets), or --run-dir RUN --resume")
+    overrides = parse_sets(args.set)
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
+    result = make_plan(args.preset, overrides, device=args.device, processes=args.gpus, launch=args.launch,
+                       run_dir=args.run_dir, resume=args.resume, model=args.model)
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+    else:
+        from grpo_kit.training.plan import format_plan
+
+        print(format_plan(result))
+    return 2 if result["fatal"] else 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """``doctor``: print the report; exit 2 when something would stop the preset here."""
+    import json
+
+    from grpo_kit.notebook import doctor, format_doctor
+
+    report = doctor(args.preset)
+    print(json.dumps(report, indent=1, default=str) if args.json else format_doctor(report))
+    return 2 if report["problems"] else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -79,8 +79,8 @@ class PolicySource:
         The tiny policy is warm-started once and then read from its cache. A model loads through Unsloth
         when ``loading.use_unsloth`` (Unsloth imported first; LoRA applied, vLLM colocated with
         ``fast_inference``), else with transformers: on a GPU in bfloat16 for LoRA and in float32 master
-        weights for full fine-tuning (training autocasts to bfloat16), float32 on a CPU
-        (:func:`grpo_kit.policy.devices.placement`).
+        weights for full fine-tuning (training autocasts to bfloat16), float32 on a CPU; on the GPU of this
+        process under a launch (:func:`grpo_kit.policy.devices.placement`).
 
         Raises:
             RuntimeError: Unsloth asked for without a CUDA GPU (the message names the CPU alternative).
@@ -92,9 +92,12 @@ class PolicySource:
             from grpo_kit.policy.loading import load_unsloth_policy
 
             return load_unsloth_policy(self.model, loading)
-        from grpo_kit.policy.devices import placement
+        from grpo_kit.policy.devices import placement, zero3_loading
 
-        return load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
+        sharding = zero3_loading()  # ZeRO-3: each process loads its shard only; kept alive while loading
+        model_and_tokenizer = load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
+        del sharding
+        return model_and_tokenizer
 
     def build(self, in_own_process: bool = False) -> None:
         """Make sure the tiny policy's cache exists (nothing to do for a model); ``in_own_process`` builds it

@@ -23,6 +23,7 @@ from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.rewards import probe
 from grpo_kit.training.checkpoints import check_same_run, checkpoint_step, checkpoints, latest_complete, run_identity
 from grpo_kit.training.checks import check_settings
+from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import Preset, get_preset, with_algorithm
 
 __all__ = ["PROGRESS", "RunSpec"]
@@ -138,6 +139,7 @@ class RunSpec:
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
+        preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
         if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
             rows = [train_split[i] for i in range(min(2, len(train_split)))]
             probe(reward_set, rows, [render("probe", task.gold(row)) for row in rows])

@@ -40,8 +40,8 @@ class Preset:
     load_in_4bit: bool = False
     fast_inference: bool = False  # Unsloth only: vLLM colocated with shared weights (LoRA only)
     use_vllm: bool = False  # plain transformers path: TRL's own vLLM
-    vllm_mode: str = "colocate"  # with use_vllm: "colocate" (same GPU) or "server" (`trl vllm-serve`)
-    vllm_server_host: str = "127.0.0.1"  # vllm_mode="server": where `trl vllm-serve` listens
+    vllm_mode: str = "colocate"  # with use_vllm: "colocate" (same GPU) or "server" (vLLM's own `vllm serve`)
+    vllm_server_host: str = "127.0.0.1"  # vllm_mode="server": where the vLLM server listens
     vllm_server_port: int = 8000
     lora_rank: int | None = 32
     lora_alpha: int = 32
@@ -85,6 +85,20 @@ class Preset:
     seed: int = 3407
     report_to: str = "none"  # "wandb" to log there (see grpo_kit.tracking.setup_wandb)
     extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, passed as is
+
+    @property
+    def vllm_max_model_len(self) -> int:
+        """vLLM's context length for this recipe, in tokens: the longest prompt kept plus the completion budget.
+
+        TRL passes ``GRPOConfig.vllm_max_model_length`` to its colocated engine; left unset, vLLM takes the
+        model's own maximum (131,072 tokens for Llama-3.1-8B, whose KV cache is 128 KiB a token in bfloat16:
+        16 GiB for one such sequence), and refuses to start when its memory share cannot hold one. A server
+        (``vllm_mode="server"``) takes it as ``--max-model-len``.
+
+        >>> PRESETS["multi-gpu-lora"].vllm_max_model_len
+        512
+        """
+        return self.max_prompt_tokens + self.max_completion_length
 
     @property
     def loading(self) -> Loading:
@@ -214,8 +228,8 @@ PRESETS: dict[str, Preset] = {
         name="multi-gpu-full",
         model="meta-llama/Llama-3.1-8B-Instruct",
         description=("Full fine-tuning on several GPUs with DeepSpeed ZeRO-3 (configs/accelerate/zero3.yaml); "
-                     "generation on a separate GPU running `trl vllm-serve` (vllm_mode='server', host and port "
-                     "as settings)."),
+                     "generation on a separate GPU running vLLM's server (vllm_mode='server', host and port as "
+                     "settings; `python -m grpo_kit plan --preset multi-gpu-full` prints its command)."),
         lora_rank=None,
         use_vllm=True,
         vllm_mode="server",
@@ -325,7 +339,8 @@ def read_value(field: str, value: Any, kind: str) -> Any:
     ``"int | None"``): text from the command line is read as written, never by Python's truthiness.
 
     Booleans accept ``True``/``False``, 1/0 and the words true/false, yes/no, on/off (any case); whole numbers
-    accept ints and whole floats (``1e3``); ``None`` (or the text ``none``) only where the field admits it.
+    accept ints and whole floats (``1e3``); ``None`` (or the text ``none``, except in a text field, where it is
+    the text) only where the field admits it.
 
     Raises:
         ValueError: the value cannot be read as that type; the message names the field and what it takes.
@@ -336,7 +351,8 @@ def read_value(field: str, value: Any, kind: str) -> Any:
     True
     """
     base, optional = kind.removesuffix(" | None"), kind.endswith(" | None")
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+    said_none = isinstance(value, str) and value.strip().lower() in ("none", "null")
+    if value is None or (said_none and base != "str"):  # the text "none" is a str field's value (report_to)
         if optional:
             return None
         raise ValueError(f"{field} cannot be None: give a {base}")

@@ -92,6 +92,10 @@ def test_adamw_at_the_presets_learning_rate_needs_float32_master_weights():
 def test_full_finetuning_loads_float32_master_weights_on_a_gpu(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(grpo_kit.policy.source, "load_policy",
                         lambda name, **kwargs: calls.append(kwargs) or (None, None))
     full = get_preset("full-80gb")
@@ -246,6 +250,7 @@ def test_the_default_preset_follows_the_card(monkeypatch, capsys, card, bf16, pr
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: card)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda index=0: types.SimpleNamespace(name=card, total_memory=16 * 2**30))

@@ -244,7 +244,7 @@ def test_the_multi_gpu_presets():
 
 class _Health(BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200 if self.path == "/health/" else 404)
+        self.send_response(200 if self.path == "/health" else 404)  # vLLM's server; trl 1.15's client asks there
         self.end_headers()
 
     def log_message(self, *args):
@@ -260,8 +260,8 @@ def test_the_vllm_server_is_checked_before_the_model_loads(tmp_path, capsys):
         check_vllm_server("127.0.0.1", server.server_port)  # answers: fine
     finally:
         server.shutdown()
-    with pytest.raises(ConnectionError, match="trl vllm-serve"):
+    with pytest.raises(ConnectionError, match="VLLM_SERVER_DEV_MODE=1 vllm serve"):
         check_vllm_server("127.0.0.1", server.server_port, timeout_s=1)
     assert main(["train", "--preset", "multi-gpu-full", "--set", "vllm_server_port=9", "--run-dir",
                  str(tmp_path / "run")]) == 2
-    assert "the vLLM server at http://127.0.0.1:9/health/ did not answer" in capsys.readouterr().err
+    assert "the vLLM server at http://127.0.0.1:9/health did not answer" in capsys.readouterr().err

@@ -179,3 +179,16 @@ def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):
 
     with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
         load_unsloth_policy(str(tiny_policy_files))
+
+
+def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_path):
+    """Issue 23, defect 4: Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False
+    (unsloth/models/rl.py), so TRL never logs the gap; the kit's plan says the alarm is not armed on that route."""
+    from grpo_kit.training.callbacks import stale_weights_alarm
+
+    config = build_grpo_config(_cpu(PRESETS["a100"]), str(tmp_path), GSM8K.reward_set())
+    assert config.vllm_importance_sampling_correction is False
+    assert stale_weights_alarm(PRESETS["a100"])["armed"] is False
+    armed = get_preset(PRESETS["a100"], extra={"vllm_importance_sampling_correction": True})
+    assert build_grpo_config(_cpu(armed), str(tmp_path), GSM8K.reward_set()).vllm_importance_sampling_correction
+    assert stale_weights_alarm(armed)["armed"] is True
