@@ -110,5 +110,17 @@ test-gpu: $(GPU_STAMP)
 		echo "== $$f"; GRPO_KIT_REQUIRE_GPU_STACK=1 $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu $$f || exit 1; \
 	done
 
+# Issue 21's GPU proof (benchmarks/gpu_proof.py): GRPO steps at the presets' real shapes with random weights, peak
+# memory against `plan`'s estimate, s/step, tokens/s, evaluation throughput. Needs CUDA and no network: it runs
+# with the Python it is given (default python3), once the wheels of `make wheels` are installed there.
+.PHONY: gpu-proof wheels
+gpu-proof:
+	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/gpu_proof.py --out benchmarks/results/gpu-proof
+
+# The wheels a GPU machine without network needs for the proof (pinned, CPython 3.12 manylinux), split into
+# wheels/part-<n> folders of at most 60 MiB (one device call each); wheels/manifest.json lists them.
+wheels: $(STAMP)
+	$(PY) benchmarks/wheel_bundle.py --out wheels
+
 clean:
 	rm -rf $(VENV) $(STACK_VENV) $(GPU_VENV) $(DS_DIR) $(LLAMA_DIR) runs .cache .pytest_cache .ruff_cache unsloth_compiled_cache

@@ -43,6 +43,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "braces": ("\\boxed{", "{", ""),
     "tag soup": ("", "<reasoning><answer></reasoning></answer>\n", ""),
     "one huge answer": ("<reasoning>\nx\n</reasoning>\n<answer>\n", "7", "\n</answer>"),
+    "one huge comma-grouped answer": ("<reasoning>\nx\n</reasoning>\n<answer>\n1", ",000", "\n</answer>"),
 }
 
 

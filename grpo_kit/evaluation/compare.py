@@ -1,4 +1,6 @@
-"""Before and after on the same questions: paired intervals, flips and exact McNemar tests, and their tables.
+"""Before and after on the same questions: paired intervals, flips and exact McNemar tests, and their tables; and
+several trained runs against their shared baseline and each other, with Holm-adjusted p-values
+(:func:`compare_runs_results`).
 
 A comparison never pairs what is not paired: records are matched by question id
 (:func:`grpo_kit.evaluation.scoring.question_id`, a hash of the prompt and the gold answer), and two
@@ -8,17 +10,19 @@ evaluations that do not cover the same questions are refused, saying how many ma
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grpo_kit.evaluation.scoring import EvalResult
-from grpo_kit.evaluation.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
+from grpo_kit.evaluation.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_ci
 from grpo_kit.evaluation.summary import per_question
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["compare", "compare_markdown", "flipped", "flips", "intervals_markdown", "paired_ids", "paired_test"]
+__all__ = ["RunsComparison", "compare", "compare_markdown", "compare_runs_results", "flipped", "flips",
+           "intervals_markdown", "paired_ids", "paired_test", "runs_markdown"]
 
 
 def paired_ids(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[str]:
@@ -194,4 +198,131 @@ def intervals_markdown(frames: dict[str, pd.DataFrame], digits: int = 3) -> str:
             else:
                 cells.append("")
         lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@dataclass
+class RunsComparison:
+    """Several trained runs against their shared baseline and against each other, on the same questions.
+
+    Attributes:
+        names: ``"baseline"`` then each run's name, in order.
+        metrics: one row per (run, metric): ``run``, ``metric`` (label), ``key``, ``value``, ``low``, ``high`` (the
+            95% bootstrap interval over questions), ``max``.
+        pairs: one row per (comparison, right/wrong metric): ``a``, ``b`` (``b`` is measured against ``a``; ``a`` is
+            the baseline in the first comparisons, then each pair of runs), ``metric``, ``key``, ``a_value``,
+            ``b_value``, ``delta`` (``b - a``) with its paired interval ``delta_low``/``delta_high``,
+            ``wrong_to_right`` (wrong under ``a``, right under ``b``), ``right_to_wrong``, ``mcnemar_p`` (exact) and
+            ``holm_p``: the McNemar p-values adjusted by Holm over all comparisons of that metric.
+        headline: the record key of the task's headline metric.
+        questions: how many questions every evaluation shares.
+    """
+
+    names: list[str]
+    metrics: pd.DataFrame
+    pairs: pd.DataFrame
+    headline: str
+    questions: int
+
+
+def compare_runs_results(baseline: EvalResult, runs: Mapping[str, EvalResult], confidence: float = 0.95,
+                         seed: int = 0) -> RunsComparison:
+    """Compare several evaluations of trained runs with their shared baseline and with each other, paired by question.
+
+    Every right/wrong metric (the extraction rules and binary rewards) gets a paired bootstrap interval of each
+    difference, the flips and an exact McNemar test for the baseline against every run and for every pair of runs;
+    the p-values of one metric are adjusted together by Holm (:func:`grpo_kit.evaluation.stats.holm`), since with
+    ``r`` runs there are ``r + r(r-1)/2`` comparisons. Graded metrics (XML tag count, total) get values and intervals.
+
+    Args:
+        baseline: the greedy evaluation before training that every run shares.
+        runs: ``{name: greedy evaluation after training}``, at least one; names must not be ``"baseline"``.
+        confidence: the intervals' level.
+        seed: the bootstrap's seed.
+
+    Returns:
+        :class:`RunsComparison`.
+
+    Raises:
+        ValueError: no runs; a run named ``"baseline"``; an evaluation that does not cover the baseline's questions
+            (:func:`paired_ids`, naming the run).
+    """
+    import itertools
+
+    import pandas as pd
+
+    if not runs:
+        raise ValueError("compare at least one trained run with the baseline")
+    if "baseline" in runs:
+        raise ValueError("'baseline' names the shared evaluation before training: give the runs other names")
+    ids = list(dict.fromkeys(r["id"] for r in baseline.records)) if baseline.records else []
+    for name, result in runs.items():
+        try:
+            paired_ids(baseline.records, result.records)
+        except ValueError as e:
+            raise ValueError(f"run {name!r}: {e}") from None
+    results = {"baseline": baseline, **runs}
+    shared = [m for m in baseline.metrics() if all(m.key in {x.key for x in r.metrics()} for r in runs.values())]
+    values: dict[tuple[str, str], list[float]] = {}
+    for name, result in results.items():
+        for m in shared:
+            by_id = per_question(result.records, m.key)
+            values[name, m.key] = [by_id[i] for i in ids]
+    rows = []
+    for name in results:
+        for m in shared:
+            low, high = bootstrap_ci(values[name, m.key], confidence, seed=seed)
+            v = values[name, m.key]
+            rows.append({"run": name, "metric": m.label, "key": m.key, "value": sum(v) / len(v), "low": low,
+                         "high": high, "max": m.max_value})
+    comparisons = [("baseline", name) for name in runs] + list(itertools.combinations(list(runs), 2))
+    pairs = []
+    for m in (m for m in shared if m.binary):
+        family = []
+        for a, b in comparisons:
+            was, now = [v > 0 for v in values[a, m.key]], [v > 0 for v in values[b, m.key]]
+            gained, lost = flips(was, now)
+            low, high = paired_bootstrap_ci(values[a, m.key], values[b, m.key], confidence, seed=seed)
+            a_value, b_value = sum(was) / len(was), sum(now) / len(now)
+            family.append({"a": a, "b": b, "metric": m.label, "key": m.key, "a_value": a_value, "b_value": b_value,
+                           "delta": b_value - a_value, "delta_low": low, "delta_high": high,
+                           "wrong_to_right": gained, "right_to_wrong": lost, "mcnemar_p": mcnemar_exact(gained, lost)})
+        for row, adjusted in zip(family, holm([row["mcnemar_p"] for row in family])):
+            row["holm_p"] = adjusted
+        pairs += family
+    return RunsComparison(names=list(results), metrics=pd.DataFrame(rows), pairs=pd.DataFrame(pairs),
+                          headline=baseline.task.headline, questions=len(ids))
+
+
+def runs_markdown(comparison: RunsComparison, keys: Sequence[str] | None = None, digits: int = 3) -> str:
+    """Two markdown tables of :func:`compare_runs_results`: each run's metrics with 95% intervals, then every
+    comparison (baseline -> run, run -> run) with its paired interval, flips, exact McNemar p and Holm-adjusted p.
+
+    Args:
+        comparison: the comparison.
+        keys: the metrics (record keys) of the second table; default the task's headline metric and the two
+            extraction rules' accuracies.
+        digits: decimals shown.
+    """
+    metrics = comparison.metrics
+    labels = list(dict.fromkeys(metrics["metric"]))
+    lines = ["| metric | " + " | ".join(f"{n} [95% CI]" for n in comparison.names) + " |",
+             "|:--|" + "--:|" * len(comparison.names)]
+    for label in labels:
+        cells = []
+        for name in comparison.names:
+            r = metrics[(metrics["run"] == name) & (metrics["metric"] == label)].iloc[0]
+            cells.append(f"{r['value']:.{digits}f} [{r['low']:.{digits}f}, {r['high']:.{digits}f}]")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    keys = list(keys) if keys is not None else list(dict.fromkeys([comparison.headline, "strict_correct",
+                                                                   "flexible_correct"]))
+    lines += ["", "| comparison | metric | a | b | b - a [95% CI] | a wrong, b right | a right, b wrong | McNemar p | "
+              "Holm p |", "|:--|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    pairs = comparison.pairs
+    for key in keys:
+        for r in pairs[pairs["key"] == key].to_dict("records") if len(pairs) else []:
+            lines.append(f"| {r['a']} -> {r['b']} | {r['metric']} | {r['a_value']:.{digits}f} | "
+                         f"{r['b_value']:.{digits}f} | {r['delta']:+.{digits}f} [{r['delta_low']:+.{digits}f}, "
+                         f"{r['delta_high']:+.{digits}f}] | {r['wrong_to_right']} | {r['right_to_wrong']} | "
+                         f"{r['mcnemar_p']:.3g} | {r['holm_p']:.3g} |")
     return "\n".join(lines)

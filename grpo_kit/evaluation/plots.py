@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_before_after", "plot_training_curves", "training_curves"]
+from grpo_kit.system.files import replaced
+
+__all__ = ["plot_before_after", "plot_runs", "plot_training_curves", "training_curves"]
 
 
 def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
@@ -74,10 +76,7 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
         ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-    return fig
+    return _saved(fig, path)
 
 
 def plot_before_after(table: Any, path: str | Path | None = None, title: str = "before vs after GRPO") -> Any:
@@ -109,6 +108,46 @@ def plot_before_after(table: Any, path: str | Path | None = None, title: str = "
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    return _saved(fig, path)
+
+
+def plot_runs(metrics: Any, path: str | Path | None = None, title: str = "runs against their shared baseline") -> Any:
+    """Grouped bars: each metric (as a share of its maximum) for the baseline and every run, with 95% intervals.
+
+    Args:
+        metrics: :attr:`grpo_kit.evaluation.compare.RunsComparison.metrics` (``run``, ``metric``, ``value``,
+            ``low``, ``high``, ``max``).
+        path: where to save a PNG, if given.
+
+    Returns:
+        The ``matplotlib.figure.Figure``.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    runs = list(dict.fromkeys(metrics["run"]))
+    labels = list(dict.fromkeys(metrics["metric"]))
+    x = np.arange(len(labels))
+    width = 0.8 / len(runs)
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(labels) * len(runs) / 2 + 4), 3.8))
+    for k, run in enumerate(runs):
+        rows = metrics[metrics["run"] == run].set_index("metric").loc[labels]
+        value = rows["value"] / rows["max"]
+        errors = [(value - rows["low"] / rows["max"]).clip(lower=0), (rows["high"] / rows["max"] - value).clip(lower=0)]
+        ax.bar(x - 0.4 + width * (k + 0.5), value, width=width, yerr=errors, capsize=2, label=run)
+    ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=9)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share of maximum (95% CI)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return _saved(fig, path)
+
+
+def _saved(fig: Any, path: str | Path | None) -> Any:
+    """``fig``, written to ``path`` (when given) whole or not at all, in the format its suffix names."""
     if path is not None:
-        fig.savefig(path, dpi=110)
+        with replaced(path) as tmp:
+            fig.savefig(tmp, dpi=110)
     return fig

@@ -57,7 +57,8 @@ def alarms_markdown(alarms: list[dict[str, Any]]) -> str:
 
 
 def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings: dict[str, Any] | None = None,
-                    wall: dict[str, float] | None = None, versions: dict[str, str] | None = None) -> str:
+                    wall: dict[str, float] | None = None, versions: dict[str, str] | None = None,
+                    algorithm: str = "") -> str:
     """The before/after report: the greedy table, the headline test, sampled metrics, diagnostics, alarms.
 
     Args:
@@ -65,6 +66,8 @@ def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings
         title: the first heading.
         notes: a paragraph under "What this shows" (the demo's caveats).
         settings, wall, versions: extra sections, as ``name: value`` bullets.
+        algorithm: the GRPO variant and its fields as markdown (an "Algorithm" section; the run folder's
+            ``train_settings.json`` records it).
     """
     import pandas as pd
 
@@ -88,6 +91,8 @@ def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings
               "## Alarms during training", "", alarms_markdown(measured.alarms), ""]
     if notes:
         lines += ["## What this shows", "", notes, ""]
+    if algorithm:
+        lines += ["## Algorithm", "", algorithm, ""]
     for heading, values, fmt in (("Settings", settings, "{}"), ("Wall times (s)", wall, "{:.1f}"),
                                  ("Versions", versions, "{}")):
         if values:

@@ -23,6 +23,7 @@ from grpo_kit.evaluation.summary import TOTAL, diagnostics, metrics, sampled_met
 from grpo_kit.policy.generation import Backend, Sampling
 from grpo_kit.system.files import read_jsonl, write_jsonl
 from grpo_kit.tasks import DEFAULT_TASK, TASKS, Reward, RewardSet, Task, get_task
+from grpo_kit.tasks.rewards import guarded
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,7 +83,7 @@ def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any
     if len(examples) != len(completions):
         raise ValueError(f"{len(examples)} examples but {len(completions)} lists of completions")
     spec = get_task(task)
-    funcs = [r.func for r in _metric_rewards(rewards, spec)]
+    funcs = [guarded(r.func) for r in _metric_rewards(rewards, spec)]
     records = []
     seen: dict[str, int] = {}
     for index, (example, samples) in enumerate(zip(examples, completions)):

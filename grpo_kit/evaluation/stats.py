@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["bootstrap_ci", "maj_at_k", "mcnemar_exact", "paired_bootstrap_ci", "pass_at_k"]
+__all__ = ["bootstrap_ci", "holm", "maj_at_k", "mcnemar_exact", "paired_bootstrap_ci", "pass_at_k"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -128,3 +128,30 @@ def mcnemar_exact(b: int, c: int) -> float:
     from scipy.stats import binomtest
 
     return float(binomtest(b, b + c, 0.5).pvalue)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of several p-values for the number of tests (Holm 1979), in the given order.
+
+    The i-th smallest p-value is multiplied by ``m - i + 1`` (``m`` tests, ``i`` from 1), the results are made
+    non-decreasing in that order and capped at 1. Rejecting every hypothesis whose adjusted p-value is below ``alpha``
+    keeps the chance of any false rejection at most ``alpha``, whatever the dependence between the tests.
+
+    Raises:
+        ValueError: a p-value outside [0, 1] (or not a number).
+
+    >>> holm([0.01, 0.04, 0.03])
+    [0.03, 0.06, 0.06]
+    >>> holm([])
+    []
+    """
+    values = [float(p) for p in p_values]
+    if any(not 0 <= p <= 1 for p in values):  # also refuses NaN
+        raise ValueError(f"p-values must be in [0, 1], got {values}")
+    m = len(values)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=values.__getitem__)):
+        running = max(running, min(1.0, (m - rank) * values[i]))
+        adjusted[i] = running
+    return adjusted

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Gpu", "Launch", "cuda_available", "first_gpu", "placement", "require_cuda"]
+__all__ = ["CARDS", "Gpu", "Launch", "card", "cuda_available", "first_gpu", "gpus", "placement", "require_cuda",
+           "unsloth_problem", "zero3_loading"]
 
 
 def cuda_available() -> bool:
@@ -34,6 +35,25 @@ def require_cuda(what: str) -> None:
                            "and grpo_kit.policy.generation.TransformersBackend for evaluation.")
 
 
+def unsloth_problem(tiny_policy: bool) -> str | None:
+    """Why the Unsloth route cannot run here (``None``: it can), so that a run asking for it is refused before
+    anything loads instead of training another route while recording Unsloth.
+
+    Args:
+        tiny_policy: whether the policy is the kit's tiny offline one (it always loads through transformers).
+
+    Unsloth needs CUDA; ``UNSLOTH_ALLOW_CPU=1`` (Unsloth's own switch, used by the kit's stack tests) lets it
+    import on a CPU.
+    """
+    if tiny_policy:
+        return ("the kit's tiny offline policy loads through transformers, never Unsloth: set use_unsloth=False, "
+                "or give --model a model for Unsloth")
+    if not cuda_available() and os.environ.get("UNSLOTH_ALLOW_CPU") != "1":
+        return ("use_unsloth needs an NVIDIA GPU with CUDA, and none is visible here: on a CPU use preset "
+                "'cpu-tiny' or --set use_unsloth=false (transformers + peft)")
+    return None
+
+
 @dataclass(frozen=True)
 class Gpu:
     """One CUDA device as torch reports it: its name, its memory in GiB and whether it computes in bfloat16."""
@@ -43,14 +63,51 @@ class Gpu:
     bf16: bool
 
 
-def first_gpu() -> Gpu | None:
-    """The first CUDA device of this machine, or ``None`` without one."""
+#: Cards a plan can be made for without having one (``python -m grpo_kit plan --device CARD``): the memory torch
+#: reports for each (``total_memory``; approximately nvidia-smi's MiB total over 1024, a little under the GB of
+#: the card's name) and whether it computes in bfloat16 (compute capability 8.0 and above: Ampere, Ada, Hopper;
+#: a T4 is 7.5, a V100 7.0).
+CARDS: dict[str, Gpu] = {
+    "a100-40gb": Gpu("NVIDIA A100-SXM4-40GB", 39.4, bf16=True),
+    "a100-80gb": Gpu("NVIDIA A100-SXM4-80GB", 79.2, bf16=True),
+    "h100-80gb": Gpu("NVIDIA H100 80GB HBM3", 79.1, bf16=True),
+    "l4-24gb": Gpu("NVIDIA L4", 22.0, bf16=True),
+    "t4-16gb": Gpu("Tesla T4", 14.7, bf16=False),
+}
+
+
+def card(name: str) -> Gpu:
+    """A card of :data:`CARDS` by name.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+
+    >>> card("t4-16gb").bf16
+    False
+    """
+    if name not in CARDS:
+        raise ValueError(f"unknown card {name!r}: choose from {', '.join(CARDS)}")
+    return CARDS[name]
+
+
+def gpus() -> list[Gpu]:
+    """Every CUDA device of this machine as torch reports it (empty without CUDA)."""
     import torch
 
     if not torch.cuda.is_available():
-        return None
-    props = torch.cuda.get_device_properties(0)
-    return Gpu(props.name, props.total_memory / 2**30, torch.cuda.is_bf16_supported())
+        return []
+    found = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        # is_bf16_supported() answers for the current device; a machine mixes cards rarely, so it stands for all
+        found.append(Gpu(props.name, props.total_memory / 2**30, torch.cuda.is_bf16_supported()))
+    return found
+
+
+def first_gpu() -> Gpu | None:
+    """The first CUDA device of this machine, or ``None`` without one."""
+    found = gpus()
+    return found[0] if found else None
 
 
 @dataclass(frozen=True)
@@ -98,19 +155,71 @@ class Launch:
         return self.fsdp or self.zero_stage == 3
 
 
-def placement(trains_all_weights: bool = False) -> dict[str, Any]:
-    """``from_pretrained`` keyword arguments for this machine.
+def placement(trains_all_weights: bool = False, launch: Launch | None = None,
+              gpu: Gpu | None | bool = True) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments for this process: the dtype and where the weights go.
 
-    On CUDA the weights go over the GPUs (``device_map="auto"``) in bfloat16, except for full
-    fine-tuning (``trains_all_weights``): there they stay float32 master weights and training
-    autocasts to bfloat16 (``GRPOConfig.bf16``), as TRL does by default. AdamW at the recipes'
-    learning rates (1e-6 .. 5e-6) on bfloat16 weights rounds most updates away (8 bits of mantissa:
-    an update below about 0.4% of a weight is lost). LoRA keeps its frozen base in bfloat16 (peft
-    holds the adapter in float32). Without CUDA: float32 on the CPU.
+    The dtype: full fine-tuning (``trains_all_weights``) keeps float32 master weights and training
+    autocasts (``GRPOConfig.bf16``/``fp16``), as TRL does by default: AdamW at the recipes' learning
+    rates (1e-6 .. 5e-6) on bfloat16 weights rounds most updates away (8 bits of mantissa: an update
+    below about 0.4% of a weight is lost). LoRA keeps its frozen base in 16 bits (peft holds the adapter
+    in float32): bfloat16 where the card has it, float16 on one without (a T4 or V100 has no bfloat16).
+    Without CUDA: float32 on the CPU.
 
-    >>> placement(trains_all_weights=True)["dtype"]
-    'float32'
+    Where the weights go depends on the launch (accelerate 1.15, ``Accelerator.prepare_model``, refuses
+    a model loaded with ``device_map="auto"`` in any distributed mode):
+
+    - one process: ``"auto"`` (over this machine's GPUs);
+    - several processes, each a full replica (DDP, ZeRO-1/2): ``{"": LOCAL_RANK}``, this process's GPU;
+    - weights sharded (FSDP, ZeRO-3): ``None``: the engine places the shards. ZeRO-3 loads partitioned only
+      when DeepSpeed's config is known before ``from_pretrained`` (transformers' ``HfDeepSpeedConfig``,
+      which ``TrainingArguments`` sets from ``ACCELERATE_USE_DEEPSPEED``): :func:`zero3_loading` does that.
+
+    Args:
+        trains_all_weights: full fine-tuning (no adapter).
+        launch: the processes (default: read from the launcher's environment, :meth:`Launch.from_env`).
+        gpu: the card to place on; ``True`` (default) asks torch for this machine's first GPU; ``None`` or
+            ``False``: no GPU.
+
+    Returns:
+        ``{"dtype": "float32" | "bfloat16" | "float16", "device_map": "auto" | {"": int} | None}``.
+
+    >>> placement(trains_all_weights=True, gpu=None)
+    {'dtype': 'float32', 'device_map': None}
+    >>> placement(launch=Launch(world_size=2, rank=1, local_rank=1), gpu=Gpu("NVIDIA A100", 79.2, bf16=True))
+    {'dtype': 'bfloat16', 'device_map': {'': 1}}
+    >>> placement(gpu=Gpu("Tesla T4", 14.7, bf16=False))["dtype"]
+    'float16'
     """
-    if cuda_available():
-        return {"dtype": "float32" if trains_all_weights else "bfloat16", "device_map": "auto"}
-    return {"dtype": "float32", "device_map": None}
+    if gpu is True:
+        gpu = first_gpu()
+    if not gpu:
+        return {"dtype": "float32", "device_map": None}
+    launch = Launch.from_env() if launch is None else launch
+    dtype = "float32" if trains_all_weights else ("bfloat16" if gpu.bf16 else "float16")
+    if launch.world_size == 1:
+        return {"dtype": dtype, "device_map": "auto"}
+    if launch.sharded:
+        return {"dtype": dtype, "device_map": None}
+    return {"dtype": dtype, "device_map": {"": launch.local_rank}}
+
+
+def zero3_loading(launch: Launch | None = None) -> Any:
+    """Make ``from_pretrained`` load partitioned under DeepSpeed ZeRO-3 (each process materialises only its shard).
+
+    transformers reads ZeRO-3 from a live ``HfDeepSpeedConfig``; ``TrainingArguments`` creates it (through
+    accelerate's ``DeepSpeedPlugin.set_deepspeed_weakref``) when ``ACCELERATE_USE_DEEPSPEED`` is set, but the
+    trainer's arguments are built after the model loads. Call this before loading; keep the returned object
+    alive while loading (transformers holds only a weak reference). Elsewhere it does nothing.
+
+    Returns:
+        the ``DeepSpeedPlugin`` (keep it), or ``None`` when this launch is not ZeRO-3.
+    """
+    launch = Launch.from_env() if launch is None else launch
+    if launch.zero_stage != 3:
+        return None
+    from accelerate.utils import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin()
+    plugin.set_deepspeed_weakref()
+    return plugin

@@ -16,6 +16,9 @@ difference between the two is the training's and not the backend's:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from grpo_kit.policy.devices import cuda_available
 from grpo_kit.policy.loading import Loading
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.vllm import vllm_usable
+from grpo_kit.system.files import write_json
 
 __all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "vllm_memory_share"]
 
@@ -177,7 +181,10 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
 
 def _checkpoint_for_vllm(source: PolicySource, trained: Path | None, adapter: bool) -> str:
     """A folder (or Hub id) vLLM can load: the trained full model, the trained adapter merged into its
-    base, or the starting policy (:meth:`grpo_kit.policy.source.PolicySource.served_path`)."""
+    base, or the starting policy (:meth:`grpo_kit.policy.source.PolicySource.served_path`).
+
+    The merge (``<model>-merged/``) is reused only while the adapter is the one it was made from (a digest of
+    the adapter's files is kept beside it); a run trained on since is merged again, whole or not at all."""
     if trained is None:
         return source.served_path()
     if not adapter:
@@ -186,6 +193,28 @@ def _checkpoint_for_vllm(source: PolicySource, trained: Path | None, adapter: bo
     from grpo_kit.policy.loading import load_policy, save_merged
 
     merged = trained.parent / f"{trained.name}-merged"
-    if not (merged / "config.json").is_file():
-        save_merged(*load_policy(trained, **placement()), merged)
+    made_from = merged / "merged-from.json"
+    digest = _files_digest(trained)
+    try:
+        if json.loads(made_from.read_text(encoding="utf-8"))["adapter_digest"] == digest:
+            return str(merged)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing, half-written or made from another adapter (the run trained on since): merge again
+    partial = merged.with_name(merged.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    save_merged(*load_policy(trained, **placement()), partial)
+    write_json(partial / made_from.name, {"adapter": str(trained), "adapter_digest": digest})
+    shutil.rmtree(merged, ignore_errors=True)
+    partial.rename(merged)
     return str(merged)
+
+
+def _files_digest(folder: Path) -> str:
+    """SHA-256 over the names and bytes of the files in ``folder`` (an adapter: a few MB to a few hundred)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode())
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

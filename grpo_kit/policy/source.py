@@ -50,7 +50,8 @@ class PolicySource:
 
         Raises:
             ValueError: ``model`` is neither an existing folder nor a well-formed Hub id (checked before
-                anything loads; a Hub id is not looked up here).
+                anything loads; a Hub id is not looked up here); no model and a task the tiny policy cannot be
+                warm-started on (no train split or no demonstrations).
         """
         if model is not None:
             text = str(model)
@@ -58,6 +59,10 @@ class PolicySource:
                 raise ValueError(f"model {text!r} is neither an existing folder nor a Hub id (owner/name): give the "
                                  "path of a saved model or an id such as Qwen/Qwen2.5-0.5B-Instruct")
             return cls(model=text)
+        if not task.trains or task.demonstration is None:
+            raise ValueError(f"the kit's tiny policy is warm-started on a task's train split with demonstrations, and "
+                             f"task {task.name!r} has none: give a model (--model, or a preset with one), or "
+                             "evaluate on a task the tiny policy can learn")
         if warm is None:
             warm = WarmStart() if warm_steps is None else WarmStart(steps=warm_steps)
         return cls(tiny=TinyPolicy(task, warm, spec or TinyPolicySpec(), seed, str(cache_dir)))
@@ -74,8 +79,8 @@ class PolicySource:
         The tiny policy is warm-started once and then read from its cache. A model loads through Unsloth
         when ``loading.use_unsloth`` (Unsloth imported first; LoRA applied, vLLM colocated with
         ``fast_inference``), else with transformers: on a GPU in bfloat16 for LoRA and in float32 master
-        weights for full fine-tuning (training autocasts to bfloat16), float32 on a CPU
-        (:func:`grpo_kit.policy.devices.placement`).
+        weights for full fine-tuning (training autocasts to bfloat16), float32 on a CPU; on the GPU of this
+        process under a launch (:func:`grpo_kit.policy.devices.placement`).
 
         Raises:
             RuntimeError: Unsloth asked for without a CUDA GPU (the message names the CPU alternative).
@@ -87,9 +92,12 @@ class PolicySource:
             from grpo_kit.policy.loading import load_unsloth_policy
 
             return load_unsloth_policy(self.model, loading)
-        from grpo_kit.policy.devices import placement
+        from grpo_kit.policy.devices import placement, zero3_loading
 
-        return load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
+        sharding = zero3_loading()  # ZeRO-3: each process loads its shard only; kept alive while loading
+        model_and_tokenizer = load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
+        del sharding
+        return model_and_tokenizer
 
     def build(self, in_own_process: bool = False) -> None:
         """Make sure the tiny policy's cache exists (nothing to do for a model); ``in_own_process`` builds it

@@ -12,7 +12,8 @@ Two routes:
   given in GiB: bfloat16 on a CPU changes greedy completions (measured: 165 of 200 GSM8K
   prompts matched the transformers backend in bfloat16, 200 of 200 in float32).
 
-- ``check_vllm_server``: that the server a ``vllm_mode="server"`` run trains against answers.
+- ``check_vllm_server``: that the server a ``vllm_mode="server"`` run trains against answers;
+  ``server_command``: the command that starts it, as trl 1.15 runs it.
 
 Both backends send all ``n`` samples of a question in one request, map :class:`grpo_kit.policy.generation.Sampling`
 to ``vllm.SamplingParams`` with :func:`sampling_params`, and report results per chunk so the
@@ -37,7 +38,7 @@ from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
 from grpo_kit.system.workers import Worker, WorkerError
 
 __all__ = ["SubprocessVLLMBackend", "UnslothVLLMBackend", "check_vllm_server", "generations_of", "sampling_params",
-           "token_prompts", "vllm_usable"]
+           "server_command", "token_prompts", "vllm_usable"]
 
 
 def vllm_usable() -> bool:
@@ -104,7 +105,10 @@ class UnslothVLLMBackend:
         tokenizer: its tokenizer.
         lora_path: a saved adapter to apply (``model.save_lora`` / ``save_policy``); ``None``
             generates with the base weights (the baseline). vLLM does not see adapter weights
-            trained in memory until they are saved and loaded as a LoRA request.
+            trained in memory until they are saved and loaded as a LoRA request. The request is made
+            once, at the first ``generate``: Unsloth's ``load_lora`` gives every call a new adapter id,
+            which vLLM would load again (unsloth_zoo 2026.10.7, ``unsloth_zoo/vllm_utils.py``: ``load_lora`` raises
+            ``LORA_REQUEST_ID`` on every call).
         chunk_size: prompts per ``fast_generate`` call (results reach the cache per chunk).
     """
 
@@ -115,6 +119,7 @@ class UnslothVLLMBackend:
                              "TransformersBackend")
         self.model, self.tokenizer, self.chunk_size = model, tokenizer, chunk_size
         self.lora_path = Path(lora_path) if lora_path is not None else None
+        self._lora: Any = None  # the LoRA request, made once: each load_lora call is a new adapter id for vLLM
 
     def identity(self) -> str:
         """Base model name plus the adapter file's digest (or ``base`` without one)."""
@@ -128,7 +133,9 @@ class UnslothVLLMBackend:
         from vllm import SamplingParams
 
         params = SamplingParams(**sampling_params(sampling))
-        lora = self.model.load_lora(str(self.lora_path)) if self.lora_path else None
+        if self.lora_path is not None and self._lora is None:
+            self._lora = self.model.load_lora(str(self.lora_path))
+        lora = self._lora
         requests = token_prompts(self.tokenizer, prompts)
         results: list[list[Generation]] = []
         for start in range(0, len(requests), self.chunk_size):
@@ -249,23 +256,60 @@ def serve_vllm(engine: dict[str, Any], prompts: list[dict[str, list[int]]], samp
                        "generate_s": time.perf_counter() - started}}
 
 
-def check_vllm_server(host: str, port: int, timeout_s: float = 5.0) -> None:
-    """Check that a ``trl vllm-serve`` server answers on ``host:port`` (its ``/health/`` endpoint).
+def server_command(model: str, host: str = "127.0.0.1", port: int = 8000, max_model_len: int | None = None,
+                   gpu_memory_utilization: float | None = None) -> str:
+    """The shell command that starts the vLLM server a ``vllm_mode="server"`` run trains against.
+
+    trl 1.15 deprecates ``trl vllm-serve``: it only execs vLLM's own server with the flags its client needs
+    (trl 1.15.0, ``trl/scripts/vllm_serve.py``, ``build_command`` and ``main``): dev mode
+    (``VLLM_SERVER_DEV_MODE=1``: the weight-transfer endpoints), NCCL weight transfer, processed log-probabilities
+    (importance-sampling correction) and no cap on returned log-probabilities. Run it on a GPU of its own
+    (``CUDA_VISIBLE_DEVICES``).
+
+    >>> print(server_command("Qwen/Qwen2.5-1.5B-Instruct", max_model_len=768))  # doctest: +NORMALIZE_WHITESPACE
+    VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen2.5-1.5B-Instruct --host 127.0.0.1 --port 8000 --max-model-len 768
+     --weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1
+    """
+    import shlex
+
+    words = ["vllm", "serve", model, "--host", host, "--port", str(port)]
+    if max_model_len is not None:
+        words += ["--max-model-len", str(max_model_len)]
+    if gpu_memory_utilization is not None:
+        words += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+    words += ["--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
+              "--max-logprobs", "-1"]
+    return "VLLM_SERVER_DEV_MODE=1 " + shlex.join(words)
+
+
+def check_vllm_server(host: str, port: int, timeout_s: float = 5.0, model: str = "<model>",
+                      max_model_len: int | None = None) -> None:
+    """Check that the vLLM server a ``vllm_mode="server"`` run trains against answers on ``host:port``.
+
+    It probes ``/health``, as TRL's client does (trl 1.15.0, ``VLLMClient.check_server``); vLLM's server
+    answers there, not at ``/health/``.
+
+    Args:
+        host, port: where the server listens.
+        timeout_s: seconds to wait for an answer.
+        model, max_model_len: for the message: the command that starts the server (:func:`server_command`).
 
     Raises:
-        ConnectionError: nothing answers within ``timeout_s`` seconds; the message says how to start it.
+        ConnectionError: nothing answers 200 within ``timeout_s`` seconds; the message says how to start it.
     """
     import urllib.error
     import urllib.request
 
-    url = f"http://{host}:{port}/health/"
+    url = f"http://{host}:{port}/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             if response.status == 200:
                 return
             problem = f"answered HTTP {response.status}"
+    except urllib.error.HTTPError as e:
+        problem = f"answered HTTP {e.code}"
     except (urllib.error.URLError, OSError) as e:
         problem = f"did not answer ({getattr(e, 'reason', e)})"
-    raise ConnectionError(f"the vLLM server at {url} {problem}: start it first on its own GPU, e.g. "
-                          f"`CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model <model> --host {host} --port {port}`, "
+    raise ConnectionError(f"the vLLM server at {url} {problem}: start it first on a GPU of its own, e.g. "
+                          f"`CUDA_VISIBLE_DEVICES=7 {server_command(model, host, port, max_model_len)}`, "
                           "or set vllm_server_host / vllm_server_port to where it runs")

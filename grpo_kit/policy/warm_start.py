@@ -85,7 +85,7 @@ def _plain(reasoning: str, answer: str, lead: str = "") -> str:
 
 def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: str | Task = DEFAULT_TASK) -> Any:
     """Build the prompt/completion dataset: each row's demonstration in the answer format with probability
-    ``xml_share``, else in the plain style.
+    ``xml_share`` (or the task's own :attr:`grpo_kit.tasks.Task.warm_xml_share`), else in the plain style.
 
     Args:
         dataset: train rows of ``task`` (e.g. GSM8K: ``prompt``, ``solution``, ``answer``; Countdown:
@@ -107,9 +107,10 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: st
     if demonstrate is None:
         raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
     rng = random.Random(settings.seed)
+    share = settings.xml_share if task.warm_xml_share is None else task.warm_xml_share
     rows = []
     for row in dataset:
-        xml = rng.random() < settings.xml_share
+        xml = rng.random() < share
         demo = demonstrate(row, settings.reasoning)
         if demo is None:  # an unsolvable puzzle teaches nothing
             continue

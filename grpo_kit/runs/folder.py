@@ -10,16 +10,30 @@ on Google Drive (:func:`resolve_run_dir`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from grpo_kit.system.files import append_jsonl, read_jsonl, write_json, write_jsonl
 
-__all__ = ["COLAB_DRIVE", "RunFolder", "in_colab", "resolve_run_dir"]
+__all__ = ["COLAB_DRIVE", "RunFolder", "RunFolderBusy", "in_colab", "resolve_run_dir"]
+
+# One lock object per folder in this process, so that a step that holds it (the demo) can call another that takes
+# it too (train): filelock counts the nested acquisitions of one object.
+_LOCKS: dict[Path, FileLock] = {}
+
+
+class RunFolderBusy(ValueError):
+    """Another process is writing this run folder (the message names it: PID, host, command, since when)."""
 
 #: Where run folders go on Colab: the mounted Google Drive, which outlives a runtime.
 COLAB_DRIVE = "/content/drive/MyDrive/grpo_kit"
@@ -99,9 +113,49 @@ class RunFolder:
                               doc="what the run trains: preset, task, model and its fingerprint, rewards, prompt")
     eval_settings = property(lambda self: self.path / "eval_settings.json",
                              doc="the baseline's slice, decoding, route, model and its fingerprint, task and prompt")
+    finished = property(lambda self: self.path / "finished.json",
+                        doc="written once training saved its model: the step it finished at, and when")
+    lock_file = property(lambda self: self.path / ".lock", doc="held by the one process writing the folder")
+    lock_holder = property(lambda self: self.path / ".lock-holder.json", doc="who holds the lock (for the message)")
     heldout = property(lambda self: self.path / "heldout", doc="held-out evaluations during training, per step")
     alarms = property(lambda self: self.path / "alarms.jsonl", doc="reward-hacking and stale-weights alarms")
     report = property(lambda self: self.path / "report.md", doc="the before/after report")
+
+    @contextlib.contextmanager
+    def lock(self, command: str) -> Iterator[RunFolder]:
+        """Hold the folder's write lock while the block runs: one writer per run folder.
+
+        The lock is ``filelock``'s (an OS lock on ``.lock``), which the operating system releases when its
+        process dies, so a killed run's folder is free at once and never needs cleaning up. Nested use in one
+        process (the demo, then its training) is allowed.
+
+        Args:
+            command: what this process does (``"train"``, ``"eval --before"``; shown to a second writer).
+
+        Raises:
+            RunFolderBusy: another process holds it; the message names it and what to do.
+        """
+        lock = _LOCKS.setdefault(self.path.resolve(), FileLock(self.lock_file))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            try:
+                holder = json.loads(self.lock_holder.read_text(encoding="utf-8"))
+                who = (f"process {holder['pid']} on {holder['host']} ({holder['command']}, since "
+                       f"{holder['started']})")
+            except (OSError, ValueError, KeyError, TypeError):
+                who = "another process"
+            raise RunFolderBusy(f"{self.path} is being written by {who}: wait for it to finish (or stop it), or "
+                                "choose another run folder") from None
+        try:
+            if lock.lock_counter == 1:
+                write_json(self.lock_holder, {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                                              "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+            yield self
+        finally:
+            if lock.lock_counter == 1:
+                self.lock_holder.unlink(missing_ok=True)
+            lock.release()
 
     def write_json(self, path: Path, data: Any) -> Path:
         """Write ``data`` as indented JSON to ``path`` (one of this folder's paths), whole or not at all; returns it."""
@@ -114,7 +168,40 @@ class RunFolder:
             FileNotFoundError: the file is missing; the message names the step that writes it.
         """
         self.require(path, written_by)
-        return json.loads(path.read_text(encoding="utf-8"))
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is damaged ({e}): delete it and run {written_by} again with "
+                             f"run_dir={str(self.path)!r}") from None
+
+    def read_settings(self, path: Path, written_by: str, keys: tuple[str, ...]) -> dict[str, Any]:
+        """Read a settings file of this run (:meth:`read_json`) that must be a JSON object with ``keys``.
+
+        Raises:
+            FileNotFoundError: the file is missing.
+            ValueError: it is damaged, not an object, or lacks a key; the message names the file and what to rerun.
+        """
+        data = self.read_json(path, written_by)
+        missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise ValueError(f"{path} is damaged or was edited (no {', '.join(missing)}): delete it and run "
+                             f"{written_by} again with run_dir={str(self.path)!r}")
+        return data
+
+    def finished_step(self) -> int | None:
+        """The step training finished at (``finished.json``), or ``None`` when it has not finished.
+
+        Raises:
+            ValueError: ``finished.json`` is damaged (the message says what to do).
+        """
+        if not self.finished.is_file():
+            return None
+        record = self.read_settings(self.finished, "train --resume (it finishes the save again)", ("step",))
+        return int(record["step"])
+
+    def mark_finished(self, step: int) -> None:
+        """Record that training saved its model at ``step`` (written last, after ``model/`` and the log history)."""
+        write_json(self.finished, {"step": step, "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
 
     def require(self, path: Path, written_by: str) -> Path:
         """Return ``path``, or raise ``FileNotFoundError`` naming the step (``written_by``) that writes it."""

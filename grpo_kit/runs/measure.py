@@ -21,6 +21,7 @@ from typing import Any
 from grpo_kit.evaluation.compare import compare
 from grpo_kit.evaluation.report import BeforeAfter, report_markdown
 from grpo_kit.evaluation.scoring import EvalResult, evaluate
+from grpo_kit.policy.devices import unsloth_problem
 from grpo_kit.policy.generation import Sampling, base_weights_digest
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
@@ -29,6 +30,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
+from grpo_kit.training.algorithms import algorithm_markdown
 from grpo_kit.training.presets import PRESETS, Preset, get_preset
 
 __all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "plan_from_settings"]
@@ -157,12 +159,23 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None) -> dict[
         ``{"greedy": EvalResult, "sampled": EvalResult}`` (``"sampled"`` only with ``samples``).
 
     Raises:
-        ValueError: the slice is out of range, before any model loads.
+        ValueError: the slice is out of range, or the preset's route cannot run here, before any model loads.
+        grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
     from grpo_kit.policy.routes import eval_route, load_eval_backend
 
     questions = plan.questions()
     source = plan.source
+    if plan.preset.use_unsloth and backend is None and (problem := unsloth_problem(source.tiny is not None)):
+        raise ValueError(problem)
+    with run.lock("eval --before"):
+        return _measure_before(plan, run, backend, questions, source)
+
+
+def _measure_before(plan: EvalPlan, run: RunFolder, backend: Any, questions: Any,
+                    source: PolicySource) -> dict[str, EvalResult]:
+    from grpo_kit.policy.routes import eval_route, load_eval_backend
+
     route = getattr(backend, "route", None) or eval_route(plan.preset.loading, plan.backend)
     if backend is None:
         backend = load_eval_backend(source, plan.preset.loading, batch_size=plan.batch_size, backend=plan.backend)
@@ -179,6 +192,24 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None) -> dict[
         "system_prompt": system_prompt_of(questions), "questions": len(questions),
     })
     return results
+
+
+def _records(run: RunFolder, path: Path, plan: EvalPlan) -> EvalResult:
+    """A baseline file of the run, checked whole: readable, and the questions ``eval_settings.json`` describes.
+
+    Raises:
+        ValueError: the file is damaged or holds other questions than the plan's slice (the message names it).
+    """
+    try:
+        result = EvalResult.from_jsonl(run.require(path, _BASELINE), task=plan.task)
+    except ValueError as e:
+        raise ValueError(f"{e}. Delete {path} and {run.eval_settings.name} and run {_BASELINE} again") from None
+    expected = len(plan.questions())
+    if len({r["id"] for r in result.records}) != expected:
+        raise ValueError(f"{path} holds {len({r['id'] for r in result.records})} questions where "
+                         f"{run.eval_settings.name} describes {expected}: the file was edited or cut short. Delete "
+                         f"both and run {_BASELINE} again")
+    return result
 
 
 def check_pairing(evaluated: dict[str, Any], trained: dict[str, Any], folder: str | Path) -> None:
@@ -208,9 +239,11 @@ def check_pairing(evaluated: dict[str, Any], trained: dict[str, Any], folder: st
 
 @dataclass
 class Measured(BeforeAfter):
-    """The evaluation after training, its comparison with the baseline (notebook 04), and the plan they share."""
+    """The evaluation after training, its comparison with the baseline (notebook 04), the plan they share, and the
+    algorithm the run trained with (markdown; empty for a run folder written before the kit recorded it)."""
 
     plan: EvalPlan | None = None
+    algorithm: str = ""
 
 
 def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None) -> Measured:
@@ -232,11 +265,27 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         ValueError: the trained model's base, task or prompt differs from the baseline's
             (:func:`check_pairing`); the route changed since the baseline (e.g. vLLM no longer installed).
     """
-    evaluated = run.read_json(run.eval_settings, written_by="02_baseline_eval (or python -m grpo_kit eval --before)")
-    trained = run.read_json(run.train_settings, written_by="03_train_grpo (or python -m grpo_kit train)")
+    with run.lock("eval"):
+        return _measure_after(run, batch_size, backend)
+
+
+_BASELINE = "02_baseline_eval (or python -m grpo_kit eval --before)"
+_TRAIN = "03_train_grpo (or python -m grpo_kit train)"
+
+
+def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Measured:
+    evaluated = run.read_settings(run.eval_settings, _BASELINE, ("task", "route", "base_model", "system_prompt"))
+    trained = run.read_settings(run.train_settings, _TRAIN, ("base_model", "task", "system_prompt"))
     check_pairing(evaluated, trained, run.path)
-    plan = plan_from_settings(evaluated, batch_size)
-    before = EvalResult.from_jsonl(run.require(run.baseline, written_by="02_baseline_eval"), task=plan.task)
+    if run.finished_step() is None:
+        raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
+                         f"half-written): run {_TRAIN} with --resume to finish it, then evaluate")
+    try:
+        plan = plan_from_settings(evaluated, batch_size)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run {_BASELINE} "
+                         "again") from None
+    before = _records(run, run.baseline, plan)
     if backend is None:
         from grpo_kit.policy.routes import load_eval_backend
 
@@ -255,7 +304,7 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         after_sampled = evaluate(backend, questions, plan.sampled(), cache=run.generations, seed=plan.seed,
                                  task=plan.task)
         after_sampled.to_jsonl(run.trained_sampled)
-        before_sampled = EvalResult.from_jsonl(run.require(run.baseline_sampled, "02_baseline_eval"), task=plan.task)
+        before_sampled = _records(run, run.baseline_sampled, plan)
     table = compare(before, after, seed=plan.seed)
     write_text(run.comparison, table.to_csv(index=False))
     import matplotlib.pyplot as plt
@@ -267,5 +316,6 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
     measured = Measured(before=before, after=after, table=table, before_sampled=before_sampled,
                         after_sampled=after_sampled, samples=plan.samples, temperature=plan.temperature,
                         alarms=run.read_alarms(), plan=plan)
-    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}"))
+    measured.algorithm = algorithm_markdown(trained["algorithm"]) if "algorithm" in trained else ""
+    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}", algorithm=measured.algorithm))
     return measured

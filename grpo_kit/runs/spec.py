@@ -8,21 +8,23 @@ once, here, and kept on the spec.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.devices import Launch, cuda_available
+from grpo_kit.policy.devices import Launch, cuda_available, unsloth_problem
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
-from grpo_kit.training.checkpoints import check_same_run, latest_complete, run_identity
+from grpo_kit.tasks.answer_format import render
+from grpo_kit.tasks.rewards import probe
+from grpo_kit.training.checkpoints import check_same_run, checkpoint_step, checkpoints, latest_complete, run_identity
 from grpo_kit.training.checks import check_settings
-from grpo_kit.training.presets import Preset, get_preset
+from grpo_kit.training.plan import preflight
+from grpo_kit.training.presets import Preset, get_preset, with_algorithm
 
 __all__ = ["PROGRESS", "RunSpec"]
 
@@ -78,7 +80,7 @@ class RunSpec:
                 eval_steps: int | None = None, eval_size: int = 100, eval_max_new_tokens: int | None = None,
                 seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
-                launch: Launch | None = None, **overrides: Any) -> RunSpec:
+                launch: Launch | None = None, algorithm: str | None = None, **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
@@ -92,9 +94,11 @@ class RunSpec:
             resume, train_size, eval_steps, eval_size, eval_max_new_tokens, seed, progress: see the attributes.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
             launch: the processes (default: read from the launcher's environment).
+            algorithm: a named GRPO variant (:data:`grpo_kit.training.algorithms.ALGORITHMS`) replacing the preset's
+                algorithm fields; ``overrides`` still replace any of them (``None``: the preset's own algorithm).
 
         Raises:
-            ValueError: a bad preset setting, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
+            ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
                 task without a train split; ``eval_steps``, ``eval_size`` or ``train_size`` out of range; held-out
                 evaluation with sharded weights (FSDP, ZeRO-3); FSDP on a CPU (accelerate would silently fall back
                 to replicating the model); a run folder that cannot be written; a folder that holds checkpoints
@@ -105,6 +109,9 @@ class RunSpec:
         if not task.trains:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")
+        preset = get_preset(preset)
+        if algorithm is not None:
+            preset = with_algorithm(preset, algorithm)  # an unknown name raises here
         preset = get_preset(preset, **overrides)
         reward_set = RewardSet(rewards) if rewards is not None else task.reward_set()
         launch = launch or Launch.from_env()
@@ -130,6 +137,12 @@ class RunSpec:
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
         train_split = task.load("train")
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
+        if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
+            raise ValueError(problem)
+        preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
+        if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
+            rows = [train_split[i] for i in range(min(2, len(train_split)))]
+            probe(reward_set, rows, [render("probe", task.gold(row)) for row in rows])
         if preset.use_vllm and preset.vllm_mode == "server":
             from grpo_kit.policy.vllm import check_vllm_server
 
@@ -139,14 +152,36 @@ class RunSpec:
         if found is not None and not resume:
             raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
                              "(notebook 03: resume = True) to continue that run, or choose a new run folder")
+        if resume:
+            _check_resumable(folder, found, preset.max_steps)
         spec = cls(preset=preset, task=task, rewards=reward_set, policy=policy, folder=folder, launch=launch,
                    resume=resume, train_size=train_size, eval_steps=eval_steps, eval_size=eval_size,
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, train_split=train_split)
         if resume and folder.train_settings.is_file():
-            recorded = json.loads(folder.train_settings.read_text(encoding="utf-8"))
+            recorded = folder.read_settings(folder.train_settings, "train", ("identity",))
             check_same_run(recorded["identity"], spec.identity(), folder.path)
         return spec
 
     def identity(self) -> dict[str, Any]:
         """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""
-        return run_identity(self.preset, self.task.name, self.policy.name, self.rewards)
+        return run_identity(self.preset, self.task.name, self.policy.name, self.rewards,
+                            {"train_size": self.train_size, "seed": self.seed})
+
+
+def _check_resumable(folder: RunFolder, found: Path | None, max_steps: int) -> None:
+    """Refuse a resume that would go backwards, or silently start over.
+
+    Raises:
+        ValueError: the run finished (or has a checkpoint) past ``max_steps``; checkpoints exist but none is complete
+            (a resume would start from step 0); each message says what to do.
+    """
+    finished = folder.finished_step()
+    done = max(finished or 0, checkpoint_step(found) if found is not None else 0)
+    if done > max_steps:
+        raise ValueError(f"{folder.path} has trained {done} steps, more than --max-steps {max_steps}: a run cannot be "
+                         f"shortened. Resume with --max-steps {done} or more, or train a new run folder")
+    if found is None and (broken := checkpoints(folder.checkpoints)):
+        raise ValueError(f"{folder.path} holds checkpoints but none is complete ({', '.join(p.name for p in broken)}: "
+                         "trainer_state.json, the weights, optimizer.pt or scheduler.pt missing or unreadable), so a "
+                         "resume would start over from step 0. Delete them (rm -r "
+                         f"{folder.checkpoints}) to start over, or restore a complete checkpoint")

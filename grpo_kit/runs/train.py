@@ -22,6 +22,7 @@ computes its own completions' rewards, and only the main process writes the run 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -32,9 +33,11 @@ from typing import Any
 
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
+from grpo_kit.system.files import write_text
+from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, latest_complete, schedule_on_resume
 
-__all__ = ["TrainResult", "package_versions", "train"]
+__all__ = ["TrainResult", "model_card", "package_versions", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ class TrainResult:
     alarms: list[dict[str, Any]]
     wall_s: float
     trainer: Any = field(repr=False, default=None)
+    already_finished: bool = False  # a --resume of a run that had finished: nothing was trained or written
 
 
 def package_versions() -> dict[str, str]:
@@ -63,6 +67,26 @@ def package_versions() -> dict[str, str]:
         except md.PackageNotFoundError:
             continue
     return out
+
+
+def model_card(spec: RunSpec, train_questions: int) -> str:
+    """The trained model's card (``model/README.md``): what it was trained from, on what, with which algorithm and
+    rewards, and the package versions."""
+    preset = spec.preset
+    rewards = ", ".join(f"{n} (weight {w:g})" for n, w in zip(spec.rewards.names, spec.rewards.weights))
+    return "\n".join([
+        f"# {spec.policy.name}, GRPO on {spec.task.name}", "",
+        f"Trained with grpo_kit (TRL's GRPOTrainer), preset `{preset.name}`, from `{spec.policy.name}` on "
+        f"{train_questions} {spec.task.name} train questions for {preset.max_steps} steps.", "",
+        "## Algorithm", "", algorithm_markdown(algorithm_settings(preset)), "",
+        "## Training", "", f"- rewards: {rewards}", f"- learning rate: {preset.learning_rate:g} "
+        f"({preset.lr_scheduler_type}), optimiser {preset.optim}",
+        f"- num_generations: {preset.num_generations}, completions per device and step: "
+        f"{preset.per_device_train_batch_size} x {preset.gradient_accumulation_steps} accumulated",
+        f"- sampling temperature: {preset.extra.get('generation_kwargs', {}).get('temperature', preset.temperature)}"
+        f", max completion length {preset.max_completion_length} tokens",
+        f"- LoRA rank: {preset.lora_rank}" if preset.lora_rank is not None else "- full fine-tuning", "",
+        "## Versions", "", *[f"- {k}: {v}" for k, v in package_versions().items()], ""])
 
 
 def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
@@ -86,6 +110,15 @@ def _forget_after(folder: RunFolder, step: int) -> None:
     folder.keep_alarms(step)
 
 
+def _finish_save(trainer: Any, checkpoint: Path) -> None:
+    """Put the final checkpoint's weights and trainer state into ``trainer`` without training: a run killed while
+    saving its model after the last step finishes that save on resume (transformers would train one more step)."""
+    from transformers.trainer_callback import TrainerState
+
+    trainer._load_from_checkpoint(str(checkpoint))
+    trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+
+
 def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
     """Train with GRPO and write the run folder (see the module docstring for the order of the work).
 
@@ -97,17 +130,34 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
     Returns:
         :class:`TrainResult`. The run folder holds ``checkpoints/checkpoint-<step>/``, ``model/``
         (adapter or full model), ``log_history.json``, ``training_curves.png``,
-        ``train_settings.json``, and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
+        ``train_settings.json`` (with the algorithm: :func:`grpo_kit.training.algorithms.algorithm_settings`),
+        ``model/README.md`` (:func:`model_card`), and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
         ``alarms.jsonl``.
+
+        A ``--resume`` of a run that finished at ``max_steps`` trains nothing (``already_finished``); one killed
+        while saving its model after the last step finishes that save without another step.
 
     Raises:
         ValueError: no training question fits ``max_prompt_tokens``; the policy's weights differ from the ones
             the resumed run started from.
+        grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
+    with spec.folder.lock("train") if spec.launch.is_main else contextlib.nullcontext():
+        return _train(spec, policy)
+
+
+def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     from grpo_kit.policy.routes import prepare_stack
 
     start = time.perf_counter()
     folder, preset, main = spec.folder, spec.preset, spec.launch.is_main
+    finished = folder.finished_step()
+    if spec.resume and finished == preset.max_steps:
+        log.info(f"{folder.path} finished at step {finished} of {preset.max_steps}: nothing to train (a larger "
+                 "--max-steps extends it)")
+        history = folder.read_json(folder.log_history, "train") if folder.log_history.is_file() else []
+        return TrainResult(run=folder, model_dir=folder.model, log_history=history, resumed_from=None,
+                           alarms=folder.read_alarms(), wall_s=time.perf_counter() - start, already_finished=True)
     if preset.use_cpu and spec.launch.world_size > 1:
         # accelerate names each CPU process's device "cpu:0" (accelerate/state.py, set_device), transformers
         # resumes the optimizer with torch.load(map_location=args.device) (trainer.py,
@@ -131,7 +181,8 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
                          f"{preset.max_prompt_tokens} tokens of this tokenizer: raise max_prompt_tokens")
     if spec.train_size is not None:
         train_set = take_slice(train_set, n=min(spec.train_size, len(train_set)), seed=spec.seed)
-    recorded = folder.read_json(folder.train_settings, "train") if folder.train_settings.is_file() else None
+    recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
+        if folder.train_settings.is_file() else None
     if spec.resume and recorded is not None and recorded.get("base_fingerprint") != fingerprint:
         raise ValueError(f"{folder.path} was trained from weights {recorded.get('base_fingerprint')}, and the policy "
                          f"loaded now is {fingerprint}: resume with the same model (and warm start)")
@@ -140,6 +191,7 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
                 "task": spec.task.name, "system_prompt": system_prompt_of(train_set),
+                "algorithm": algorithm_settings(preset), "rewards": dict(zip(spec.rewards.names, spec.rewards.weights)),
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
@@ -147,6 +199,7 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
         _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
+        folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
 
     callbacks: list[Any] = [schedule_on_resume()]
     if spec.eval_steps is not None:
@@ -167,19 +220,26 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
 
         trainer.pop_callback(ProgressCallback)
         trainer.pop_callback(PrinterCallback)
-    if resume_from is not None and main:
-        log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+    if resume_step == preset.max_steps:
+        if main:
+            log.info(f"{resume_from.name} is the last step: finishing the save of the model, without training")
+        _finish_save(trainer, resume_from)
+    else:
+        if resume_from is not None and main:
+            log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
     model_dir = save_policy(trainer, tokenizer, folder.model)
     log_history = trainer.state.log_history
     if main:
         folder.write_json(folder.log_history, log_history)
+        write_text(model_dir / "README.md", model_card(spec, len(train_set)))
         import matplotlib.pyplot as plt
 
         from grpo_kit.evaluation.plots import plot_training_curves
 
         plt.close(plot_training_curves(log_history, folder.curves,
                                        title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})"))
+        folder.mark_finished(trainer.state.global_step)
     trainer.accelerator.wait_for_everyone()
     return TrainResult(run=folder, model_dir=model_dir, log_history=log_history, resumed_from=resume_from,
                        alarms=folder.read_alarms(), wall_s=time.perf_counter() - start, trainer=trainer)

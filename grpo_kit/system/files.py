@@ -9,14 +9,15 @@ when read and never glued to the next one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "read_jsonl", "write_json", "write_jsonl", "write_text"]
+__all__ = ["append_jsonl", "read_jsonl", "replaced", "write_json", "write_jsonl", "write_text"]
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -27,19 +28,30 @@ def write_text(path: str | Path, text: str) -> Path:
     >>> write_text(folder / "a.txt", "hello").read_text()
     'hello'
     """
+    with replaced(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def replaced(path: str | Path) -> Iterator[Path]:
+    """Write ``path`` whole or not at all: the block writes the temporary file it is given (same folder, created),
+    which is then synced and renamed over ``path``; if the block raises, ``path`` is untouched.
+
+    For writers that take a file name (``fig.savefig``); text and JSON have :func:`write_text`, :func:`write_json`.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
 
 
 def write_json(path: str | Path, data: Any) -> Path:

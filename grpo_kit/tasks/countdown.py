@@ -21,6 +21,7 @@ import functools
 import itertools
 import operator
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -56,6 +57,7 @@ MAX_LENGTH = 200
 #: Deepest nesting of operations :func:`safe_eval` reads.
 MAX_DEPTH = 32
 
+_PLAIN = re.compile(r"[0-9.+\-*/()\s]*")
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -64,6 +66,10 @@ def _parse(expression: Any) -> ast.expr:
         raise ValueError(f"an expression must be a string, got {type(expression).__name__}")
     if len(expression) > MAX_LENGTH:
         raise ValueError(f"expression longer than {MAX_LENGTH} characters")
+    if not _PLAIN.fullmatch(expression):
+        # Python's grammar would also read 0xa, 0o12, 1_0, 1e1 and 1j as numbers; a Countdown answer writes them
+        # as plain decimals
+        raise ValueError("only plain decimal numbers, + - * / and parentheses are allowed")
     try:
         return ast.parse(expression.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:

@@ -26,7 +26,9 @@ name (:func:`builtin`); a user's own function passes through as an object and is
 
 from __future__ import annotations
 
+import functools
 import inspect
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,7 +59,9 @@ __all__ = [
     "describe",
     "gold_text",
     "golds",
+    "guarded",
     "int_reward_func",
+    "probe",
     "soft_correctness_reward_func",
     "soft_format_reward_func",
     "strict_format_reward_func",
@@ -66,6 +70,8 @@ __all__ = [
 ]
 
 RewardFunc = Callable[..., list[float | None]]
+
+log = logging.getLogger(__name__)
 
 #: Keyword arguments TRL passes to every reward besides the dataset columns (trl/trainer/grpo_trainer.py).
 _TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"})
@@ -364,6 +370,87 @@ SEED_REWARDS: tuple[str, ...] = ("xmlcount_reward_func", "soft_format_reward_fun
                                  "int_reward_func", "correctness_reward_func", "soft_correctness_reward_func")
 
 
+_SHOWN_PER_REWARD = 10  # warnings per reward and process; a reward wrong on every completion must not flood the log
+
+
+def guarded(func: RewardFunc) -> RewardFunc:
+    """``func`` with its output checked on every call, so that a reward's mistake never crashes a run.
+
+    TRL adds ``None`` ("cannot judge", skipped) as NaN and takes ``nansum`` over rewards, so a NaN or an
+    infinity returned by a reward would poison (inf) or silently drop a sample. Each value that is not ``None``,
+    a finite ``int``/``float`` (``bool`` counts as 0/1) becomes ``None`` with a warning naming the reward and the
+    completion's index; a result that is not a list of one value per completion becomes all ``None``, with a
+    warning. An exception still propagates (a bug to fix, not a judgement). Linear in the number of completions.
+
+    Args:
+        func: a reward in TRL's contract.
+
+    Returns:
+        A reward with ``func``'s ``__name__`` and attributes, returning ``list[float | None]``.
+    """
+    shown = [0]
+
+    def warn(message: str) -> None:
+        shown[0] += 1
+        if shown[0] <= _SHOWN_PER_REWARD:
+            log.warning(f"reward {func.__name__}: {message}" + ("" if shown[0] < _SHOWN_PER_REWARD else
+                                                               " (further such warnings of this reward not shown)"))
+
+    @functools.wraps(func)
+    def checked(*args: Any, **kwargs: Any) -> list[float | None]:
+        n = len(kwargs.get("completions") or (args[1] if len(args) > 1 else ()))
+        out = func(*args, **kwargs)
+        if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Sequence) or len(out) != n:
+            size = len(out) if isinstance(out, Sequence) else type(out).__name__
+            warn(f"returned {size} for {n} completions (it must return a list of one number or None per "
+                 "completion): treated as 'cannot judge' for all of them")
+            return [None] * n
+        values: list[float | None] = []
+        for i, value in enumerate(out):
+            if value is None:
+                values.append(None)
+            elif isinstance(value, (int, float)) and math.isfinite(value):
+                values.append(float(value))
+            else:
+                warn(f"returned {value!r} for completion {i}, which is not a finite number: treated as 'cannot "
+                     "judge' (return None for that on purpose)")
+                values.append(None)
+        return values
+
+    return checked
+
+
+def probe(rewards: RewardSet, rows: Sequence[Mapping[str, Any]], completions: Sequence[str]) -> None:
+    """Call every reward once as TRL will (keyword arguments, the rows' dataset columns), before any model loads.
+
+    Args:
+        rewards: the rewards to check.
+        rows: a few dataset rows (dicts with ``prompt`` and the columns the rewards read).
+        completions: one completion text per row (e.g. the gold answer in the answer format).
+
+    Raises:
+        ValueError: a reward raised, or did not return a list of one number (or ``None``) per completion; the
+            message names the reward and what it returned. (NaN and infinity pass here: :func:`guarded` skips them
+            during training, with a warning.)
+    """
+    n = len(rows)
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"} if rows else {}
+    chats = [[{"role": "assistant", "content": text}] for text in completions]
+    for reward in rewards.rewards:
+        try:
+            out = reward.func(prompts=[row["prompt"] for row in rows], completions=chats, completion_ids=[[]] * n,
+                              **columns)
+        except Exception as e:  # noqa: BLE001 - reported with the reward's name
+            raise ValueError(f"reward {reward.name} raised {type(e).__name__}: {e} when called as TRL calls it "
+                             f"({reward.name}(prompts=..., completions=[[{{'role': 'assistant', 'content': ...}}]], "
+                             f"{', '.join(columns)}=..., **kwargs)); fix it before training") from None
+        good = isinstance(out, Sequence) and not isinstance(out, (str, bytes)) and len(out) == n and all(
+            v is None or isinstance(v, (int, float)) for v in out)
+        if not good:  # NaN and inf are numbers: the trainer's guard (guarded) skips them with a warning
+            raise ValueError(f"reward {reward.name} returned {out!r:.200} for {n} completions: a reward returns a "
+                             "list with one number (or None: cannot judge) per completion")
+
+
 class RewardSet:
     """The rewards a run trains with, and their weights: TRL's ``reward_funcs`` and ``GRPOConfig.reward_weights``.
 
@@ -430,6 +517,11 @@ class RewardSet:
     def funcs(self) -> list[RewardFunc]:
         """The functions, in order (TRL's ``reward_funcs``)."""
         return [r.func for r in self.rewards]
+
+    @property
+    def checked_funcs(self) -> list[RewardFunc]:
+        """The functions with their output checked (:func:`guarded`): what the trainer and evaluation call."""
+        return [guarded(f) for f in self.funcs]
 
     @property
     def names(self) -> list[str]:

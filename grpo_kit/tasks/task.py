@@ -68,6 +68,8 @@ class Task:
         answer_value: ``example -> float | None``, the size of its answer (notebook 01).
         notes: what a tiny policy trained for minutes on a CPU can and cannot show on this task (the demo's
             report says it).
+        warm_xml_share: the share of warm-start targets in the answer format when the task fixes it (``None``:
+            :attr:`grpo_kit.policy.warm_start.WarmStart.xml_share` decides).
     """
 
     name: str
@@ -85,6 +87,7 @@ class Task:
     solution: Callable[[Example], tuple[str, int] | None] | None = None
     answer_value: Callable[[Example], float | None] | None = None
     notes: str = ""
+    warm_xml_share: float | None = None
 
     def load(self, split: str = "test", **kwargs: Any) -> Dataset:
         """Load a split (keyword arguments go to the loader, e.g. ``source=``).

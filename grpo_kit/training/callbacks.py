@@ -29,11 +29,13 @@ from grpo_kit.evaluation.scoring import EvalResult, evaluate
 from grpo_kit.evaluation.stats import mcnemar_exact
 from grpo_kit.evaluation.summary import rule_label
 from grpo_kit.policy.generation import Sampling, TransformersBackend
+from grpo_kit.training.presets import Preset
 
 if TYPE_CHECKING:
     from grpo_kit.tasks import Task
 
-__all__ = ["HeldOutEval", "RunRecords", "StaleWeightsAlarm", "StepPrinter", "reward_hacking", "training_reward"]
+__all__ = ["STALE_METRIC", "HeldOutEval", "RunRecords", "StaleWeightsAlarm", "StepPrinter", "reward_hacking",
+           "stale_weights_alarm", "training_reward"]
 
 log = logging.getLogger(__name__)
 _RULES = ("strict", "flexible")
@@ -142,6 +144,11 @@ class HeldOutEval(TrainerCallback):
         self.previous = self._earlier_result(state.global_step)
         if self.previous is None or self.previous[0] != state.global_step:
             self._evaluate(args, state, model)
+        elif not any("eval/strict_accuracy" in row and row.get("step") == state.global_step
+                     for row in state.log_history):
+            # kept in the folder but not in the restored log (killed after the step-0 evaluation, before the first
+            # checkpoint): log the kept result rather than lose the row or measure it again
+            _log(args, state, self._logs(self.previous[1]))
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.is_main_process and state.global_step % self.every == 0:
@@ -152,7 +159,14 @@ class HeldOutEval(TrainerCallback):
         if self.records is None:
             return None
         kept = [(s, p) for s, p in self.records.heldout_records() if s <= step]
-        return (kept[-1][0], EvalResult.from_jsonl(kept[-1][1], task=self.task)) if kept else None
+        if not kept:
+            return None
+        try:
+            return kept[-1][0], EvalResult.from_jsonl(kept[-1][1], task=self.task)
+        except ValueError as e:  # damaged by hand (the kit writes it whole): measured again, and said
+            log.warning(f"{e}; evaluating step {kept[-1][0]} again instead")
+            kept[-1][1].unlink()
+            return self._earlier_result(step)
 
     def _evaluate(self, args: Any, state: Any, model: Any) -> None:
         start = time.perf_counter()
@@ -161,12 +175,7 @@ class HeldOutEval(TrainerCallback):
         path = self._records_path(state.global_step)
         if path is not None:
             result.to_jsonl(path)
-        logs: dict[str, float] = {}
-        for rule in _RULES:
-            row = result.summary.loc[rule_label(rule)]
-            logs[f"eval/{rule}_accuracy"] = float(row["value"])
-            logs[f"eval/{rule}_accuracy_ci_low"] = float(row["ci_low"])
-            logs[f"eval/{rule}_accuracy_ci_high"] = float(row["ci_high"])
+        logs = self._logs(result)
         logs["eval/seconds"] = time.perf_counter() - start
         if self.previous is not None:
             before_step, before = self.previous
@@ -181,6 +190,17 @@ class HeldOutEval(TrainerCallback):
             logs["eval/reward_hacking_alarm"] = float(bool(findings))
         _log(args, state, logs)
         self.previous = (state.global_step, result)
+
+    @staticmethod
+    def _logs(result: EvalResult) -> dict[str, float]:
+        """The log-history values of one held-out evaluation: each rule's accuracy and its 95% interval."""
+        logs: dict[str, float] = {}
+        for rule in _RULES:
+            row = result.summary.loc[rule_label(rule)]
+            logs[f"eval/{rule}_accuracy"] = float(row["value"])
+            logs[f"eval/{rule}_accuracy_ci_low"] = float(row["ci_low"])
+            logs[f"eval/{rule}_accuracy_ci_high"] = float(row["ci_high"])
+        return logs
 
     def _alarm(self, finding: dict[str, Any]) -> None:
         self.alarms.append(finding)
@@ -200,24 +220,71 @@ def _first_reward(log_history: Sequence[dict[str, Any]]) -> float | None:
     return next((row["reward"] for row in log_history if "reward" in row), None)
 
 
+#: The metric the stale-weights alarm reads (TRL's GRPOTrainer; Unsloth's generated trainer logs the same name).
+STALE_METRIC = "sampling/sampling_logp_difference/mean"
+
+
+def stale_weights_alarm(preset: Preset) -> dict[str, Any]:
+    """Whether :class:`StaleWeightsAlarm` can fire on this recipe's route, and why (``python -m grpo_kit plan``'s
+    ``alarm``).
+
+    TRL logs :data:`STALE_METRIC` only when vLLM generates and ``vllm_importance_sampling_correction`` is on
+    (trl 1.15.0, ``grpo_trainer.py``). TRL's default is on; Unsloth's generated trainer turns it off by default
+    (unsloth 2026.10.7, ``unsloth/models/rl.py``, its GRPOConfig replacements). A preset's ``extra`` may set it.
+
+    Returns:
+        ``{"armed": bool, "metric": str | None, "why": str}``.
+
+    >>> from grpo_kit.training.presets import PRESETS
+    >>> stale_weights_alarm(PRESETS["a100"])["armed"], stale_weights_alarm(PRESETS["multi-gpu-lora"])["armed"]
+    (False, True)
+    """
+    if not (preset.use_vllm or preset.fast_inference):
+        return {"armed": False, "metric": None,
+                "why": "no vLLM: the policy generates its own samples, so they cannot come from stale weights"}
+    correction = preset.extra.get("vllm_importance_sampling_correction", not preset.use_unsloth)
+    if not correction:
+        whose = ("Unsloth's generated GRPO trainer turns vllm_importance_sampling_correction off by default "
+                 "(unsloth/models/rl.py)" if preset.use_unsloth and
+                 "vllm_importance_sampling_correction" not in preset.extra
+                 else "the preset's extra sets vllm_importance_sampling_correction=False")
+        return {"armed": False, "metric": STALE_METRIC,
+                "why": f"{whose}, and the trainer logs {STALE_METRIC} only when it is on: nothing compares vLLM's "
+                       "log-probabilities with the trained policy's. To arm it, set extra "
+                       "vllm_importance_sampling_correction=True (it also reweights the loss by that ratio)"}
+    return {"armed": True, "metric": STALE_METRIC,
+            "why": "vLLM generates with importance-sampling correction on, so the trainer logs the gap every step"}
+
+
 class StaleWeightsAlarm(TrainerCallback):
     """Warn when vLLM's log-probabilities of the sampled tokens drift from the trainer's.
 
-    TRL logs ``sampling/sampling_logp_difference/mean`` (mean absolute per-token gap, in nats) when
-    vLLM generates with importance-sampling correction on. Numerical differences between vLLM's
-    kernels and the trainer's stay well under ``threshold``; a gap above it means vLLM samples from
-    other weights than the policy being trained (a weight sync that did not reach every layer).
+    TRL logs :data:`STALE_METRIC` (mean absolute per-token gap, in nats) when vLLM generates with
+    importance-sampling correction on. Numerical differences between vLLM's kernels and the trainer's stay
+    well under ``threshold``; a gap above it means vLLM samples from other weights than the policy being
+    trained (a weight sync that did not reach every layer). Where the metric is not logged (Unsloth's
+    routes by default: :func:`stale_weights_alarm`), the first logged training step says, once, that the
+    alarm cannot fire and why.
 
     Args:
         threshold: the mean gap (nats per token) that raises the alarm.
         records: where the alarm is kept (the run folder's ``alarms.jsonl``; ``None``: nowhere).
+        why_unarmed: what to say when the metric is missing (default: read from the trainer's config).
     """
 
-    def __init__(self, threshold: float = 0.1, records: RunRecords | None = None) -> None:
+    def __init__(self, threshold: float = 0.1, records: RunRecords | None = None,
+                 why_unarmed: str | None = None) -> None:
         self.threshold, self.records, self.raised = threshold, records, []
+        self.why_unarmed, self.checked = why_unarmed, False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        gap = (logs or {}).get("sampling/sampling_logp_difference/mean")
+        logs = logs or {}
+        gap = logs.get(STALE_METRIC)
+        if not self.checked and "reward" in logs:  # the first logged training step
+            self.checked = True
+            if gap is None:
+                log.warning(f"the stale-weights alarm is NOT armed on this run: {self.why_unarmed or _unarmed(args)}. "
+                            "Nothing checks that vLLM generates from the weights being trained (trl #2698, #5312).")
         if gap is None or gap <= self.threshold:
             return
         finding = {"kind": "stale_vllm_weights", "step": state.global_step, "mean_logp_gap": gap,
@@ -229,6 +296,17 @@ class StaleWeightsAlarm(TrainerCallback):
                     "(trl #2698, #5312).")
         if self.records is not None:
             self.records.append_alarm(finding)
+
+
+def _unarmed(args: Any) -> str:
+    """Why the trainer with these arguments logs no :data:`STALE_METRIC`, as far as its config says."""
+    if getattr(args, "vllm_importance_sampling_correction", True) is False:
+        unsloth = getattr(type(args), "_unsloth_patched_rl_config", False)
+        return ("vllm_importance_sampling_correction is off in this trainer's config"
+                + (" (Unsloth's generated GRPO trainer turns it off by default: unsloth/models/rl.py)" if unsloth
+                   else "") + f", and {STALE_METRIC} is logged only when it is on; set extra "
+                "vllm_importance_sampling_correction=True to arm the alarm")
+    return f"the trainer logged no {STALE_METRIC}"
 
 
 class StepPrinter(TrainerCallback):

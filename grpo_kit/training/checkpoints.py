@@ -54,12 +54,25 @@ def checkpoints(folder: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def _dcp_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a torch.distributed.checkpoint save: its ``.metadata`` and at least one ``.distcp``."""
+    return (folder / ".metadata").is_file() and any(folder.glob("*.distcp"))
+
+
 def is_complete(checkpoint: str | Path) -> bool:
     """Whether a checkpoint folder holds everything a resume needs.
 
     Complete means: ``trainer_state.json`` parses and names the folder's step, and the weights
-    (full model or adapter), the optimizer and the scheduler are there. DeepSpeed keeps its
-    optimizer in ``global_step<N>/`` instead of ``optimizer.pt``.
+    (full model or adapter), the optimizer and the scheduler are there. Where each launch keeps them:
+
+    - one process, DDP: ``model.safetensors`` / ``adapter_model.safetensors`` (or ``pytorch_model.bin``),
+      ``optimizer.pt``;
+    - DeepSpeed: weights and optimizer both in ``global_step<N>/``;
+    - FSDP with ``FULL_STATE_DICT``: ``pytorch_model_fsdp.bin`` and ``optimizer.bin``; ``LOCAL_STATE_DICT``: one
+      ``pytorch_model_fsdp_0_rank<r>.bin`` and ``optimizer_0_rank<r>.bin`` per process; ``SHARDED_STATE_DICT``
+      (configs/accelerate/fsdp2.yaml): ``pytorch_model_fsdp_0/`` and ``optimizer_0/``, each a
+      torch.distributed.checkpoint folder (``.metadata`` plus ``__<rank>_0.distcp`` files), as accelerate 1.15's
+      ``save_fsdp_model`` / ``save_fsdp_optimizer`` write them (accelerate/utils/fsdp_utils.py).
     """
     checkpoint, step = Path(checkpoint), checkpoint_step(checkpoint)
     try:
@@ -68,8 +81,13 @@ def is_complete(checkpoint: str | Path) -> bool:
         return False
     if step is None or state.get("global_step") != step:
         return False
-    has_optimizer = (checkpoint / "optimizer.pt").is_file() or any(checkpoint.glob("global_step*"))
-    has_weights = any((checkpoint / name).is_file() for name in _WEIGHTS) or any(checkpoint.glob("global_step*"))
+    deepspeed = any(checkpoint.glob("global_step*"))
+    has_optimizer = (deepspeed or (checkpoint / "optimizer.pt").is_file()
+                     or any(p.is_file() for p in checkpoint.glob("optimizer*.bin"))
+                     or any(_dcp_folder(p) for p in checkpoint.glob("optimizer_*") if p.is_dir()))
+    has_weights = (deepspeed or any((checkpoint / name).is_file() for name in _WEIGHTS)
+                   or any(p.is_file() for p in checkpoint.glob("pytorch_model_fsdp*.bin"))
+                   or any(_dcp_folder(p) for p in checkpoint.glob("pytorch_model_fsdp_*") if p.is_dir()))
     return has_weights and has_optimizer and (checkpoint / "scheduler.pt").is_file()
 
 
@@ -81,12 +99,14 @@ def latest_complete(folder: str | Path) -> Path | None:
     return None
 
 
-def run_identity(preset: Preset, task: str, model: str, rewards: RewardSet) -> dict[str, Any]:
+def run_identity(preset: Preset, task: str, model: str, rewards: RewardSet,
+                 data: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a run trains, as JSON-able values: the preset's fields (less those a resumed run may change,
-    :data:`grpo_kit.training.presets.RESUMABLE_FIELDS`), the task, the model and the rewards with their weights."""
+    :data:`grpo_kit.training.presets.RESUMABLE_FIELDS`), the task, the model, the rewards with their weights and
+    how its training questions were chosen (``data``: ``train_size`` and ``seed``)."""
     fields = {k: v for k, v in dataclasses.asdict(preset).items() if k not in RESUMABLE_FIELDS}
     return json.loads(json.dumps({"preset": fields, "task": task, "model": model,
-                                  "rewards": dict(zip(rewards.names, rewards.weights))}, default=str))
+                                  "rewards": dict(zip(rewards.names, rewards.weights)), **(data or {})}, default=str))
 
 
 def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: str | Path) -> None:
@@ -101,7 +121,7 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
         ValueError: they differ; the message lists each difference (recorded -> now).
     """
     differences = []
-    for key in ("task", "model", "rewards"):
+    for key in ("task", "model", "rewards", "train_size", "seed"):
         if recorded.get(key) != current.get(key):
             differences.append(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}")
     before, now = recorded.get("preset", {}), current.get("preset", {})

@@ -9,6 +9,7 @@ columns against the rewards) and says, for each problem, which value to change a
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,9 +18,10 @@ from typing import Any
 
 from grpo_kit.tasks import RewardSet
 from grpo_kit.tasks.rewards import column_problem
+from grpo_kit.training.algorithms import ALGORITHM_FIELDS, check_algorithm
 from grpo_kit.training.presets import Preset
 
-__all__ = ["RULES", "Rule", "check_settings"]
+__all__ = ["KNOWN_LORA_TARGETS", "RULES", "Rule", "check_settings"]
 
 
 def _count(minimum: int) -> Callable[[Any], bool]:
@@ -57,7 +59,8 @@ RULES: tuple[Rule, ...] = (
     Rule("max_completion_length", _count(1), "a whole number of tokens >= 1"),
     Rule("max_prompt_tokens", _count(1), "a whole number of tokens >= 1"),
     Rule("max_seq_length", _count(2), "a whole number of tokens >= 2"),
-    Rule("temperature", _real(0, 100, low_open=True), "a number > 0 (GRPO samples; 1.0 is TRL's default)"),
+    # below about 0.01 the logits / temperature overflow to inf and the first step's loss is NaN
+    Rule("temperature", _real(0.01, 100), "a number in [0.01, 100] (GRPO samples; 1.0 is TRL's default)"),
     Rule("lora_rank", lambda v: v is None or _count(1)(v), "None (full fine-tuning) or a whole number >= 1"),
     Rule("lora_alpha", _real(0, 1e6, low_open=True), "a number > 0 (usually the rank or twice it)"),
     Rule("gpu_memory_utilization", _real(0, 1, low_open=True), "a share in (0, 1]"),
@@ -67,20 +70,63 @@ RULES: tuple[Rule, ...] = (
     Rule("max_grad_norm", _real(0, 1e9, low_open=True), "a number > 0"),
     Rule("adam_beta1", _real(0, 1, high_open=True), "a number in [0, 1)"),
     Rule("adam_beta2", _real(0, 1, high_open=True), "a number in [0, 1)"),
-    Rule("seed", _count(0), "a whole number >= 0"),
+    Rule("seed", lambda v: _count(0)(v) and v < 2 ** 32, "a whole number in 0 .. 2**32 - 1 (numpy's seed range)"),
     Rule("vllm_mode", lambda v: v in ("colocate", "server"), "'colocate' or 'server'"),
     Rule("vllm_server_port", lambda v: _count(1)(v) and v < 65536, "a TCP port in 1..65535"),
 )
 
 
-def _grpo_config_fields(preset: Preset) -> set[str] | None:
-    """``GRPOConfig``'s field names, or ``None`` where importing TRL now would come before Unsloth on a GPU
-    (Unsloth must patch TRL first; :func:`grpo_kit.training.build_grpo_config` checks the keys then)."""
-    if preset.use_unsloth and "unsloth" not in sys.modules and "trl" not in sys.modules:
+def _named_choices(preset: Preset) -> list[tuple[str, Any, list[str]]]:
+    """The fields the kit passes to transformers by name, with the names transformers accepts
+    (``OptimizerNames``, ``SchedulerType``, the reporting integrations): a wrong name would fail only once
+    the trainer is built, after the model loaded."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+    from transformers.trainer_utils import SchedulerType
+    from transformers.training_args import OptimizerNames
+
+    reports = ["none", "all", *INTEGRATION_TO_CALLBACK]
+    given = preset.report_to.split(",") if isinstance(preset.report_to, str) else preset.report_to
+    return [("optim", preset.optim, [o.value for o in OptimizerNames]),
+            ("lr_scheduler_type", preset.lr_scheduler_type, [t.value for t in SchedulerType]),
+            *[("report_to", r.strip(), reports) for r in given]]
+
+
+#: Names of the linear layers LoRA can target in the architectures the kit trains (Llama, Qwen2, Mistral, Gemma,
+#: Phi-3, GPT-2 style, Falcon) and ``lm_head``/``embed_tokens``; PEFT's shorthand "all-linear" too.
+KNOWN_LORA_TARGETS = frozenset({
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "qkv_proj", "gate_up_proj",
+    "c_attn", "c_proj", "c_fc", "query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h", "fc1", "fc2",
+    "W_pack", "lm_head", "embed_tokens"})
+
+
+def _target_problem(targets: Any) -> str | None:
+    if targets == "all-linear":
+        return None
+    if isinstance(targets, str):
+        return (f"lora_target_modules = {targets!r}: a single name is read by PEFT as a regular expression or "
+                "'all-linear'; give a list, e.g. --set lora_target_modules='(\"q_proj\", \"v_proj\")', or "
+                "'all-linear'")
+    unknown = [t for t in targets if t not in KNOWN_LORA_TARGETS]
+    if not targets or unknown:
+        return (f"lora_target_modules holds {unknown or 'nothing'}, not a layer name of the architectures the kit "
+                f"trains: choose from {', '.join(sorted(KNOWN_LORA_TARGETS))}, or 'all-linear'")
+    return None
+
+
+def _before_unsloth(preset: Preset) -> bool:
+    """Whether importing transformers or TRL now would come before Unsloth on a GPU, where Unsloth must patch
+    them first: those checks then wait for the trainer (:func:`grpo_kit.training.trainer.build_grpo_config`)."""
+    if preset.use_unsloth and "unsloth" not in sys.modules and "transformers" not in sys.modules:
         import torch
 
-        if torch.cuda.is_available():
-            return None
+        return torch.cuda.is_available()
+    return False
+
+
+def _grpo_config_fields(preset: Preset) -> set[str] | None:
+    """``GRPOConfig``'s field names, or ``None`` before Unsloth on a GPU (:func:`_before_unsloth`)."""
+    if _before_unsloth(preset):
+        return None
     from trl import GRPOConfig
 
     return {f.name for f in dataclasses.fields(GRPOConfig)}
@@ -106,12 +152,21 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
             (:func:`grpo_kit.tasks.rewards.column_problem`); GPU routes that cannot work
             (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without Unsloth,
             ``use_vllm`` with Unsloth, TRL's colocated vLLM on a CPU, 4-bit loading without Unsloth,
-            Unsloth on more than one process).
+            Unsloth on more than one process); algorithm settings TRL would reject or never compute
+            (:func:`grpo_kit.training.algorithms.check_algorithm`).
     """
     for rule in RULES:
         value = getattr(preset, rule.field)
         if not rule.test(value):
             raise ValueError(f"{rule.field} = {value!r} cannot work: set it to {rule.expect}")
+    for name, value, allowed in [] if _before_unsloth(preset) else _named_choices(preset):
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=3)
+            raise ValueError(f"{name} = {value!r} is not a name transformers knows"
+                             + (f" (did you mean {', '.join(close)}?)" if close else "")
+                             + f": choose from {', '.join(allowed)}")
+    if problem := _target_problem(preset.lora_target_modules):
+        raise ValueError(problem)
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
                          "fast_inference=False (Unsloth, generation without vLLM), or use_unsloth=False with "
@@ -131,6 +186,11 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
                          "CPU with use_vllm=False")
     if preset.load_in_4bit and not preset.use_unsloth:
         raise ValueError("load_in_4bit is Unsloth's QLoRA loader: set use_unsloth=True, or load_in_4bit=False")
+    doubled = sorted(set(preset.extra) & {*ALGORITHM_FIELDS, "temperature"})
+    if doubled:
+        raise ValueError(f"extra sets {doubled}, which are the preset's own fields (the run folder records those): "
+                         f"set them as fields, e.g. --set {doubled[0]}=...")
+    check_algorithm(preset)
     generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     if generation_batch % preset.num_generations:
         raise ValueError(

@@ -9,13 +9,16 @@ rejects every value that would fail late or train nothing, before anything loads
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_kit.policy.devices import Gpu, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading
+from grpo_kit.training.algorithms import get_algorithm
 
-__all__ = ["PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device"]
+__all__ = ["PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device", "read_value",
+           "variant", "with_algorithm"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,8 @@ class Preset:
     load_in_4bit: bool = False
     fast_inference: bool = False  # Unsloth only: vLLM colocated with shared weights (LoRA only)
     use_vllm: bool = False  # plain transformers path: TRL's own vLLM
-    vllm_mode: str = "colocate"  # with use_vllm: "colocate" (same GPU) or "server" (`trl vllm-serve`)
-    vllm_server_host: str = "127.0.0.1"  # vllm_mode="server": where `trl vllm-serve` listens
+    vllm_mode: str = "colocate"  # with use_vllm: "colocate" (same GPU) or "server" (vLLM's own `vllm serve`)
+    vllm_server_host: str = "127.0.0.1"  # vllm_mode="server": where the vLLM server listens
     vllm_server_port: int = 8000
     lora_rank: int | None = 32
     lora_alpha: int = 32
@@ -59,7 +62,19 @@ class Preset:
     optim: str = "paged_adamw_8bit"
     max_grad_norm: float = 0.1
     temperature: float = 1.0
+    # The algorithm (grpo_kit.training.algorithms): its name and every GRPOConfig field it sets. Defaults are trl
+    # 1.15/1.16's; each preset below sets them all through its named variant.
+    algorithm: str = "trl_default"
+    loss_type: str = "dapo"
     beta: float = 0.0
+    scale_rewards: str = "group"
+    importance_sampling_level: str = "token"
+    epsilon: float = 0.2
+    epsilon_high: float | None = 0.2  # TRL's None means "= epsilon"; written out (see algorithms._bundle)
+    num_iterations: int = 1
+    mask_truncated_completions: bool = False
+    top_entropy_quantile: float = 1.0
+    use_bias_correction_kl: bool = True
     logging_steps: int = 1
     save_steps: int = 25
     save_total_limit: int | None = 3  # checkpoints kept (the newest); None keeps all
@@ -70,6 +85,20 @@ class Preset:
     seed: int = 3407
     report_to: str = "none"  # "wandb" to log there (see grpo_kit.tracking.setup_wandb)
     extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, passed as is
+
+    @property
+    def vllm_max_model_len(self) -> int:
+        """vLLM's context length for this recipe, in tokens: the longest prompt kept plus the completion budget.
+
+        TRL passes ``GRPOConfig.vllm_max_model_length`` to its colocated engine; left unset, vLLM takes the
+        model's own maximum (131,072 tokens for Llama-3.1-8B, whose KV cache is 128 KiB a token in bfloat16:
+        16 GiB for one such sequence), and refuses to start when its memory share cannot hold one. A server
+        (``vllm_mode="server"``) takes it as ``--max-model-len``.
+
+        >>> PRESETS["multi-gpu-lora"].vllm_max_model_len
+        512
+        """
+        return self.max_prompt_tokens + self.max_completion_length
 
     @property
     def loading(self) -> Loading:
@@ -84,6 +113,27 @@ class Preset:
 RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "logging_steps", "report_to",
                               "description"})
 
+def variant(name: str) -> dict[str, Any]:
+    """Preset fields of a named algorithm (:data:`grpo_kit.training.algorithms.ALGORITHMS`): its name and every field.
+
+    >>> variant("dapo")["epsilon_high"]
+    0.28
+    """
+    return {"algorithm": name, **get_algorithm(name).fields}
+
+
+def with_algorithm(preset: Preset, name: str) -> Preset:
+    """``preset`` running the named algorithm instead of its own (every algorithm field replaced).
+
+    Raises:
+        ValueError: an unknown name (:func:`grpo_kit.training.algorithms.get_algorithm`).
+
+    >>> with_algorithm(PRESETS["a100"], "gspo").importance_sampling_level
+    'sequence'
+    """
+    return dataclasses.replace(preset, **variant(name))
+
+
 PRESETS: dict[str, Preset] = {
     "a100": Preset(
         name="a100",
@@ -91,7 +141,9 @@ PRESETS: dict[str, Preset] = {
         # "meta-llama/Llama-3.1-8B-Instruct" (pass model=..., with a Hub token).
         model="unsloth/Meta-Llama-3.1-8B-Instruct",
         description=("The blog post's recipe on one A100 40/80 GB: Llama-3.1-8B-Instruct, Unsloth 4-bit LoRA rank "
-                     "32 with colocated vLLM generation, num_generations 8, 250 steps."),
+                     "32 with colocated vLLM generation, num_generations 8, 250 steps; GRPO as trl 0.15 ran it for "
+                     "the Unsloth notebook of early 2025 (beta 0.04, per-sequence loss averaging, sampling at "
+                     "temperature 0.9)."),
         use_unsloth=True,
         load_in_4bit=True,
         fast_inference=True,
@@ -105,6 +157,11 @@ PRESETS: dict[str, Preset] = {
         gradient_accumulation_steps=2,
         max_steps=250,
         save_steps=25,
+        # trl 0.15.2 sampled at 0.9 and scored log-probabilities undivided by the temperature; trl 1.15 divides by
+        # `temperature`, so the sampling temperature goes to generation_kwargs and the scoring one stays 1.0.
+        temperature=1.0,
+        **variant("grpo"),
+        extra={"generation_kwargs": {"temperature": 0.9}},
     ),
     "colab-t4": Preset(
         name="colab-t4",
@@ -127,6 +184,7 @@ PRESETS: dict[str, Preset] = {
         bf16=False,
         save_steps=25,
         extra={"fp16": True},
+        **variant("trl_default"),
     ),
     "full-80gb": Preset(
         name="full-80gb",
@@ -147,6 +205,7 @@ PRESETS: dict[str, Preset] = {
         optim="adamw_torch",
         max_grad_norm=1.0,
         save_steps=25,
+        **variant("trl_default"),
     ),
     "multi-gpu-lora": Preset(
         name="multi-gpu-lora",
@@ -163,13 +222,14 @@ PRESETS: dict[str, Preset] = {
         gradient_accumulation_steps=1,
         optim="adamw_torch",
         save_steps=25,
+        **variant("trl_default"),
     ),
     "multi-gpu-full": Preset(
         name="multi-gpu-full",
         model="meta-llama/Llama-3.1-8B-Instruct",
         description=("Full fine-tuning on several GPUs with DeepSpeed ZeRO-3 (configs/accelerate/zero3.yaml); "
-                     "generation on a separate GPU running `trl vllm-serve` (vllm_mode='server', host and port "
-                     "as settings)."),
+                     "generation on a separate GPU running vLLM's server (vllm_mode='server', host and port as "
+                     "settings; `python -m grpo_kit plan --preset multi-gpu-full` prints its command)."),
         lora_rank=None,
         use_vllm=True,
         vllm_mode="server",
@@ -180,6 +240,7 @@ PRESETS: dict[str, Preset] = {
         optim="adamw_torch",
         max_grad_norm=1.0,
         save_steps=25,
+        **variant("trl_default"),
     ),
     "cpu-tiny": Preset(
         name="cpu-tiny",
@@ -206,6 +267,7 @@ PRESETS: dict[str, Preset] = {
         use_cpu=True,
         gradient_checkpointing=False,
         seed=0,
+        **variant("trl_default"),
     ),
 }
 
@@ -229,7 +291,7 @@ def device_preset() -> str:
     return preset_for_device(first_gpu())
 
 
-def get_preset(name: str | Preset | None, **overrides: Any) -> Preset:
+def get_preset(name: str | Preset | None, /, **overrides: Any) -> Preset:
     """Return a preset by name with fields replaced by ``overrides``.
 
     Args:
@@ -253,10 +315,90 @@ def get_preset(name: str | Preset | None, **overrides: Any) -> Preset:
         raise ValueError("max_prompt_length is gone from TRL's GRPOConfig (removed in 0.28; passing it is a "
                          "TypeError): set max_prompt_tokens instead, and the kit drops longer prompts "
                          "from the dataset")
-    fields = {f.name for f in dataclasses.fields(Preset)}
-    unknown = sorted(set(overrides) - fields)
+    types = {f.name: f.type for f in dataclasses.fields(Preset)}
+    if "reward_weights" in overrides or "rewards" in overrides:
+        raise ValueError("rewards and their weights belong to the run, not the preset: give them with --rewards "
+                         "NAME=WEIGHT (notebook 03: rewards = {name: weight})")
+    unknown = sorted(set(overrides) - set(types))
     if unknown:
-        raise ValueError(f"unknown preset field(s) {unknown}: choose from {sorted(fields)}")
-    if isinstance(overrides.get("lora_target_modules"), list):
-        overrides["lora_target_modules"] = tuple(overrides["lora_target_modules"])
-    return dataclasses.replace(preset, **overrides)
+        close = sorted({c for u in unknown for c in difflib.get_close_matches(u, types, n=2)})
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(f"unknown preset field(s) {unknown}{hint}: choose from {', '.join(sorted(types))}")
+    if "name" in overrides and overrides["name"] != preset.name:
+        raise ValueError("name is the preset's own name: choose a recipe with --preset (python -m grpo_kit presets "
+                         "lists them) and change its fields, not its name")
+    typed = {name: read_value(name, value, types[name]) for name, value in overrides.items()}
+    return dataclasses.replace(preset, **typed)
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "y", "on"), ("false", "0", "no", "n", "off")
+
+
+def read_value(field: str, value: Any, kind: str) -> Any:
+    """``value`` as the preset field ``field`` of type ``kind`` holds it (the dataclass annotation, e.g.
+    ``"int | None"``): text from the command line is read as written, never by Python's truthiness.
+
+    Booleans accept ``True``/``False``, 1/0 and the words true/false, yes/no, on/off (any case); whole numbers
+    accept ints and whole floats (``1e3``); ``None`` (or the text ``none``, except in a text field, where it is
+    the text) only where the field admits it.
+
+    Raises:
+        ValueError: the value cannot be read as that type; the message names the field and what it takes.
+
+    >>> read_value("bf16", "false", "bool"), read_value("max_steps", 1e3, "int")
+    (False, 1000)
+    >>> read_value("lora_rank", "none", "int | None") is None
+    True
+    """
+    base, optional = kind.removesuffix(" | None"), kind.endswith(" | None")
+    said_none = isinstance(value, str) and value.strip().lower() in ("none", "null")
+    if value is None or (said_none and base != "str"):  # the text "none" is a str field's value (report_to)
+        if optional:
+            return None
+        raise ValueError(f"{field} cannot be None: give a {base}")
+    text = value.strip().lower() if isinstance(value, str) else None
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ValueError(f"{field} = {value!r} is not a boolean: write true/false (also yes/no, on/off, 1/0)")
+    if base == "int":
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value) if any(c in text for c in ".e") else int(text, 10)
+            except ValueError:
+                number = None
+        if isinstance(number, float) and number.is_integer() and abs(number) < 2 ** 63:
+            number = int(number)
+        if isinstance(number, int) and not isinstance(number, bool):
+            return number
+        raise ValueError(f"{field} = {value!r} is not a whole number: give one such as 25")
+    if base == "float":
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return float(number)
+        raise ValueError(f"{field} = {value!r} is not a number: give one such as 1e-5")
+    if base == "str":
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"{field} = {value!r} is not text: give a name, e.g. {field}=...")
+    if base.startswith("tuple"):
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        if isinstance(value, str):
+            return value  # "all-linear" and other single names: checks.py says which are allowed
+        raise ValueError(f"{field} = {value!r}: give a list of names, e.g. {field}='(\"q_proj\", \"v_proj\")'")
+    if base.startswith("dict"):
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return value
+        raise ValueError(f"{field} = {value!r}: give a dict of GRPOConfig fields, e.g. {field}='{{\"top_p\": 0.9}}'")
+    return value

@@ -9,6 +9,7 @@ evaluation, the run folder) is :func:`grpo_kit.runs.train.train`.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from grpo_kit.policy.devices import Launch
 from grpo_kit.policy.warm_start import quiet_progress
 from grpo_kit.tasks import RewardSet
+from grpo_kit.training.algorithms import ALGORITHM_FIELDS
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import Preset, get_preset
 
@@ -24,6 +26,7 @@ __all__ = [
     "build_trainer",
     "check_trains_as_asked",
     "grpo_config",
+    "grpo_config_kwargs",
     "is_unsloth_trainer",
     "quiet_progress",
     "save_policy",
@@ -61,9 +64,30 @@ def grpo_config(p: Preset, output_dir: str, rewards: RewardSet) -> Any:
 
     Raises:
         ValueError: ``GRPOConfig`` refused a key of the preset's ``extra``.
+        RuntimeError: the config holds other algorithm fields than the preset (Unsloth's config rewrites some).
     """
     from trl import GRPOConfig
 
+    kwargs = grpo_config_kwargs(p, output_dir, rewards)
+    try:
+        config = GRPOConfig(**kwargs)
+    except TypeError as e:  # an unknown key in `extra` (checked earlier where TRL could be imported)
+        raise ValueError(f"GRPOConfig refused the settings ({e}): check the keys of the preset's extra") from None
+    # Unsloth's generated GRPOConfig rewrites some algorithm fields by loss_type (unsloth/models/rl.py): the run folder
+    # records the preset's values, so a config that runs other ones is refused rather than trained.
+    changed = {k: (getattr(p, k), getattr(config, k)) for k in ALGORITHM_FIELDS if getattr(config, k) != getattr(p, k)}
+    if changed:
+        raise RuntimeError(f"{type(config).__name__} changed the algorithm's fields (asked -> got): {changed}; the "
+                           "run would not train what its run folder records. Set those fields to the values shown")
+    return config
+
+
+def grpo_config_kwargs(p: Preset, output_dir: str, rewards: RewardSet) -> dict[str, Any]:
+    """The keyword arguments :func:`grpo_config` passes to TRL's ``GRPOConfig`` (plain values; no TRL import).
+
+    Fields not given keep TRL's defaults, or on an Unsloth route the defaults of Unsloth's generated config
+    (:func:`grpo_kit.training.plan.algorithm` says what they amount to).
+    """
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
         learning_rate=p.learning_rate,
@@ -85,7 +109,7 @@ def grpo_config(p: Preset, output_dir: str, rewards: RewardSet) -> Any:
         save_total_limit=p.save_total_limit,
         max_grad_norm=p.max_grad_norm,
         temperature=p.temperature,
-        beta=p.beta,
+        **{name: getattr(p, name) for name in ALGORITHM_FIELDS},
         bf16=p.bf16,
         use_cpu=p.use_cpu,
         gradient_checkpointing=p.gradient_checkpointing,
@@ -96,14 +120,13 @@ def grpo_config(p: Preset, output_dir: str, rewards: RewardSet) -> Any:
     if p.use_vllm:
         kwargs.update(use_vllm=True, vllm_mode=p.vllm_mode)
         if p.vllm_mode == "colocate":
-            kwargs.update(vllm_gpu_memory_utilization=p.gpu_memory_utilization)
+            # unset, vLLM takes the model's maximum and may not fit its share (Preset.vllm_max_model_len)
+            kwargs.update(vllm_gpu_memory_utilization=p.gpu_memory_utilization,
+                          vllm_max_model_length=p.vllm_max_model_len)
         else:
             kwargs.update(vllm_server_host=p.vllm_server_host, vllm_server_port=p.vllm_server_port)
     kwargs.update(p.extra)
-    try:
-        return GRPOConfig(**kwargs)
-    except TypeError as e:  # an unknown key in `extra` (checked earlier where TRL could be imported)
-        raise ValueError(f"GRPOConfig refused the settings ({e}): check the keys of the preset's extra") from None
+    return kwargs
 
 
 def is_unsloth_trainer(trainer_class: type) -> bool:
@@ -175,7 +198,7 @@ def build_trainer(
 
         peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules),
                                  task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_set.funcs, args=config, train_dataset=train_dataset,
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_set.checked_funcs, args=config, train_dataset=train_dataset,
                           processing_class=tokenizer, peft_config=peft_config, callbacks=list(callbacks))
     check_trains_as_asked(trainer.model, p)
     return trainer
@@ -206,10 +229,46 @@ def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
     """Save the trained policy and its tokenizer: the LoRA adapter for a peft model, else the full model.
 
     :func:`grpo_kit.policy.loading.load_policy` loads either kind back. Under several processes every
-    process must call this (the weights may be sharded); only the main one writes. Returns the folder.
+    process must call this (the weights may be sharded); only the main one writes. Under FSDP the
+    weights are gathered into one full state dict first, whatever the checkpoints' state-dict type. The folder is
+    written whole or not at all: into ``<path>.partial`` first, then renamed over ``path``.
+
+    Returns:
+        the folder.
+
+    Raises:
+        RuntimeError: the main process finds no weights in the folder after saving (``path`` is left as it was).
     """
     path = Path(path)
-    trainer.save_model(str(path))
-    if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(str(path))
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None) if getattr(trainer, "is_fsdp_enabled", False) \
+        else None
+    if plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type):
+        # transformers 5.17's save_model gathers the weights under FSDP only with FULL_STATE_DICT (trainer.py,
+        # save_model): with SHARDED_STATE_DICT (configs/accelerate/fsdp2.yaml) it would write no weights at all.
+        # Checkpoints stay sharded; the final model is gathered.
+        plugin.set_state_dict_type("FULL_STATE_DICT")
+    partial, main = path.with_name(path.name + ".partial"), trainer.accelerator.is_main_process
+    if main and partial.exists():
+        shutil.rmtree(partial)  # a save killed half-way
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(partial))
+    if main:
+        tokenizer.save_pretrained(str(partial))
+        if not any((partial / name).is_file() for name in _SAVED_WEIGHTS):
+            raise RuntimeError(f"the trainer saved no weights into {partial} (found: "
+                               f"{sorted(p.name for p in partial.iterdir()) if partial.is_dir() else 'nothing'}): "
+                               "the trained policy would be lost; the newest checkpoint in the run folder still "
+                               "holds it")
+        old = path.with_name(path.name + ".old")
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            path.rename(old)
+        partial.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
     return path
+
+
+#: What a saved policy holds its weights in (one file, or the index of a sharded save).
+_SAVED_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors",
+                  "pytorch_model.bin", "pytorch_model.bin.index.json", "adapter_model.bin")

@@ -92,6 +92,10 @@ def test_adamw_at_the_presets_learning_rate_needs_float32_master_weights():
 def test_full_finetuning_loads_float32_master_weights_on_a_gpu(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(grpo_kit.policy.source, "load_policy",
                         lambda name, **kwargs: calls.append(kwargs) or (None, None))
     full = get_preset("full-80gb")
@@ -246,6 +250,7 @@ def test_the_default_preset_follows_the_card(monkeypatch, capsys, card, bf16, pr
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: card)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda index=0: types.SimpleNamespace(name=card, total_memory=16 * 2**30))
@@ -319,3 +324,30 @@ def test_every_preset_has_one_route_for_before_and_after(name, fast_inference):
     assert route in grpo_kit.policy.routes.EVAL_ROUTES
     assert route == ("unsloth-vllm" if fast_inference else "unsloth") if preset.use_unsloth else route == \
         "transformers"
+
+
+def test_the_vllm_route_merges_again_when_the_adapter_changed(tiny_policy_files, tmp_path):
+    """Issue 18: model-merged/ was reused after the adapter trained on (its weights' hash did not change)."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+
+    from grpo_kit.policy.loading import load_policy
+    from grpo_kit.policy.routes import _checkpoint_for_vllm
+
+    model, tokenizer = load_policy(tiny_policy_files)
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    trained = tmp_path / "model"
+    model.save_pretrained(trained)
+    tokenizer.save_pretrained(trained)
+    source = PolicySource.of(str(tiny_policy_files), get_task("gsm8k"))
+    merged = Path(_checkpoint_for_vllm(source, trained, adapter=True))
+    first = load_file(merged / "model.safetensors")
+    assert Path(_checkpoint_for_vllm(source, trained, adapter=True)) == merged  # unchanged adapter: reused
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)
+    model.save_pretrained(trained)  # the run trained on
+    second = load_file(Path(_checkpoint_for_vllm(source, trained, adapter=True)) / "model.safetensors")
+    assert any(not torch.equal(first[k], second[k]) for k in first)
+    assert not (tmp_path / "model-merged.partial").exists()

@@ -162,3 +162,114 @@ def test_an_interrupted_checkpoint_is_skipped_on_resume(tmp_path):
     assert latest_complete(folder).name == "checkpoint-4"
     (torn / "trainer_state.json").write_text('{"global_step": 6, "log_hist')  # cut mid-write
     assert latest_complete(folder).name == "checkpoint-4"
+
+
+# --- issue 18: a finished run stays finished; a resume never goes backwards or starts over silently -------------
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    return copy
+
+
+def test_resuming_a_finished_run_trains_nothing_and_a_shorter_one_is_refused(uninterrupted, tiny_policy_files,
+                                                                             tmp_path, capsys):
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    history, weights = (run_dir / "log_history.json").read_bytes(), (run_dir / "model" / "model.safetensors").read_bytes()
+    assert json.loads((run_dir / "finished.json").read_text())["step"] == 6
+    assert main(_train_args(tiny_policy_files, run_dir, "--resume")) == 0
+    assert "finished at step 6 of 6: nothing to train" in capsys.readouterr().err
+    assert (run_dir / "log_history.json").read_bytes() == history  # no step 7
+    assert (run_dir / "model" / "model.safetensors").read_bytes() == weights
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args[args.index("--max-steps") + 1] = "4"
+    assert main(args) == 2
+    assert "has trained 6 steps, more than --max-steps 4: a run cannot be shortened" in capsys.readouterr().err
+
+
+def test_a_run_killed_during_its_final_save_finishes_it_on_resume_without_another_step(uninterrupted,
+                                                                                       tiny_policy_files, tmp_path):
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    (run_dir / "finished.json").unlink()
+    (run_dir / "model" / "config.json").write_text("")  # torn by the kill
+    (run_dir / "log_history.json").unlink()
+    result = _train(_train_args(tiny_policy_files, run_dir, "--resume"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "checkpoint-6 is the last step: finishing the save of the model, without training" in result.stderr
+    assert "step 7" not in result.stderr
+    assert sorted(_rewards_by_step(json.loads((run_dir / "log_history.json").read_text()))) == [1, 2, 3, 4, 5, 6]
+    a = load_file(run_dir / "model" / "model.safetensors")
+    b = load_file(run_dir / "checkpoints" / "checkpoint-6" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((run_dir / "model" / "config.json").read_text())["model_type"]
+    assert json.loads((run_dir / "finished.json").read_text())["step"] == 6
+
+
+def test_a_resume_with_other_training_questions_is_refused(uninterrupted, tiny_policy_files, capsys):
+    run_dir, _ = uninterrupted
+    for option, value, recorded in (("--train-size", "16", "train_size: 32 -> 16"), ("--seed", "5", "seed: 0 -> 5")):
+        args = _train_args(tiny_policy_files, run_dir, "--resume")
+        if option in args:
+            args[args.index(option) + 1] = value
+        else:
+            args += [option, value]
+        assert main(args) == 2
+        assert recorded in capsys.readouterr().err
+
+
+def test_checkpoints_that_are_all_damaged_are_refused_not_restarted_from_step_0(uninterrupted, tiny_policy_files,
+                                                                                tmp_path, capsys):
+    import shutil
+
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    (run_dir / "finished.json").unlink()
+    for ckpt in checkpoints(run_dir / "checkpoints")[:-1]:
+        shutil.rmtree(ckpt)
+    (run_dir / "checkpoints" / "checkpoint-6" / "trainer_state.json").write_text('{"global_st')
+    assert main(_train_args(tiny_policy_files, run_dir, "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "none is complete (checkpoint-6" in err and "would start over from step 0" in err
+
+
+def test_the_step_0_evaluation_survives_a_kill_before_the_first_checkpoint(uninterrupted, tiny_policy_files,
+                                                                           tmp_path):
+    import shutil
+
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    step0 = [row for row in json.loads((run_dir / "log_history.json").read_text()) if row.get("step") == 0][0]
+    for name in ("checkpoints", "model"):
+        shutil.rmtree(run_dir / name)
+    for name in ("log_history.json", "finished.json"):
+        (run_dir / name).unlink()
+    for path in (run_dir / "heldout").glob("step-*.jsonl"):
+        if path.name != "step-000000.jsonl":
+            path.unlink()
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args[args.index("--max-steps") + 1] = "2"
+    result = _train(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    history = json.loads((run_dir / "log_history.json").read_text())
+    rows = [row for row in history if "eval/strict_accuracy" in row]
+    assert [row["step"] for row in rows] == [0, 2]
+    assert rows[0]["eval/flexible_accuracy"] == step0["eval/flexible_accuracy"]
+
+
+def test_a_reward_returning_none_nan_or_inf_does_not_crash_a_run(tiny_policy_files, tmp_path):
+    (tmp_path / "odd_rewards.py").write_text(
+        "import math\n"
+        "def odd_reward(completions, **kwargs):\n"
+        "    return [[None, math.nan, math.inf, 1.0][i % 4] for i in range(len(completions))]\n")
+    args = _train_args(tiny_policy_files, tmp_path / "run")
+    args = args[:args.index("--rewards") + 1] + ["odd_rewards:odd_reward"] + args[args.index("--rewards") + 2:]
+    args[args.index("--max-steps") + 1] = "1"
+    args = args[:args.index("--eval-steps")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "reward odd_reward: returned nan for completion 1, which is not a finite number" in result.stderr
+    assert "returned inf for completion 2" in result.stderr
+    assert "[grpo_kit] step 1/1: reward" in result.stderr

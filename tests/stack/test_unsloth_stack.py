@@ -21,7 +21,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from grpo_kit.tasks import RewardSet, get_task  # noqa: E402
-from grpo_kit.training.presets import PRESETS, get_preset  # noqa: E402
+from grpo_kit.training.algorithms import ALGORITHMS  # noqa: E402
+from grpo_kit.training.presets import PRESETS, get_preset, with_algorithm  # noqa: E402
 from grpo_kit.training.trainer import build_grpo_config, build_trainer, is_unsloth_trainer  # noqa: E402
 
 from .conftest import length_reward  # noqa: E402
@@ -89,6 +90,18 @@ def test_every_presets_config_builds_under_unsloths_config(name, tmp_path):
     assert config.reward_weights == [1.0] * len(GSM8K.rewards)
 
 
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_builds_under_unsloths_config_with_trl_1_15(name, tmp_path):
+    preset = with_algorithm(_cpu(PRESETS["a100"]), name)
+    if name == "vespo":  # with vLLM, TRL's trainer takes VESPO only with a token-level correction: refused before
+        with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
+            build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
+        preset = get_preset(preset, extra={**preset.extra, "vllm_importance_sampling_mode": "token_truncate"})
+    config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
+    for field, value in ALGORITHMS[name].fields.items():
+        assert getattr(config, field) == value, (name, field)
+
+
 def test_the_presets_values_reach_unsloths_trainer(tiny_policy, gsm8k_train_small, tmp_path):
     model, tokenizer = tiny_policy
     preset = get_preset(_cpu(PRESETS["a100"]), use_cpu=True, gradient_checkpointing=False)
@@ -99,7 +112,10 @@ def test_the_presets_values_reach_unsloths_trainer(tiny_policy, gsm8k_train_smal
     args = trainer.args
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.num_generations,
             args.max_completion_length, args.learning_rate, args.optim, args.temperature, args.beta) == \
-        (8, 2, 8, 256, 5e-6, "paged_adamw_8bit", 1.0, 0.0)
+        (8, 2, 8, 256, 5e-6, "paged_adamw_8bit", 1.0, 0.04)
+    # GRPO as trl 0.15 ran it (the blog post's notebook): per-sequence averaging, k3 KL, sampling at 0.9
+    assert (args.loss_type, args.scale_rewards, args.use_bias_correction_kl, args.generation_kwargs) == \
+        ("grpo", "group", False, {"temperature": 0.9})
     assert args.reward_weights == [1.0, 2.0, 0.0] and args.lr_scheduler_type == "cosine"
     assert [f.__name__ for f in trainer.reward_funcs] == list(mix)
 
@@ -163,3 +179,16 @@ def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):
 
     with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
         load_unsloth_policy(str(tiny_policy_files))
+
+
+def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_path):
+    """Issue 23, defect 4: Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False
+    (unsloth/models/rl.py), so TRL never logs the gap; the kit's plan says the alarm is not armed on that route."""
+    from grpo_kit.training.callbacks import stale_weights_alarm
+
+    config = build_grpo_config(_cpu(PRESETS["a100"]), str(tmp_path), GSM8K.reward_set())
+    assert config.vllm_importance_sampling_correction is False
+    assert stale_weights_alarm(PRESETS["a100"])["armed"] is False
+    armed = get_preset(PRESETS["a100"], extra={"vllm_importance_sampling_correction": True})
+    assert build_grpo_config(_cpu(armed), str(tmp_path), GSM8K.reward_set()).vllm_importance_sampling_correction
+    assert stale_weights_alarm(armed)["armed"] is True

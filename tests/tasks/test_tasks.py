@@ -46,7 +46,7 @@ def test_math_verify_timeout_counts_as_wrong_and_the_worker_recovers():
 
 
 def test_tasks_by_name():
-    assert set(TASKS) == {"gsm8k", "countdown", "math500"}
+    assert set(TASKS) == {"gsm8k", "countdown", "math500", "sum3"}
     for task in TASKS.values():
         assert all(name in BUILTIN_REWARDS for name in (*task.rewards, *task.metrics))  # every name is built in
         assert task.reward_set().names == list(task.rewards) and task.reward_set().weights == [1.0] * len(task.rewards)
@@ -124,3 +124,20 @@ def test_before_after_plot_tolerates_rounding_outside_the_interval():
     table = pd.DataFrame([{"metric": "Countdown reward", "before": 0.1, "before_low": 0.1 + 1e-17,
                            "before_high": 0.1, "after": 0.3, "after_low": 0.2, "after_high": 0.3 - 1e-17, "max": 1.0}])
     plt.close(plot_before_after(table))
+
+
+def test_sum3_splits_are_disjoint_and_its_warm_start_shows_both_styles_in_the_answer_format():
+    from grpo_kit.tasks.answer_format import render
+
+    task = TASKS["sum3"]
+    train, test = task.load("train"), task.load("test")
+    assert len(train) == 1400 and len(test) == 300
+    triple = lambda row: (row["a"], row["b"], row["c"])  # noqa: E731
+    assert not {triple(r) for r in train} & {triple(r) for r in test}
+    assert task.warm_xml_share == 1.0
+    worked, sloppy = (next(r for r in train if r["style"] == s and r["a"] + r["b"] + r["c"] >= 10)
+                      for s in ("worked", "sloppy"))
+    good, bad = render(*task.demonstration(worked, "equations")), render(*task.demonstration(sloppy, "equations"))
+    assert task.rules["strict"].correct(task.rules["strict"].extract(good), worked)
+    assert not task.rules["flexible"].correct(task.rules["flexible"].extract(bad), sloppy)  # drops the carry
+    assert task.rules["strict"].extract("the sum is 12") is None and task.rules["flexible"].extract("is 12") == "12"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
@@ -43,20 +42,6 @@ def test_training_reward_windows():
     history = [{"step": s, "reward": float(s)} for s in range(1, 11)] + [{"step": 10, "eval/strict_accuracy": 0.5}]
     assert training_reward(history, 0, 5) == 3.0 and training_reward(history, 5, 10) == 8.0
     assert training_reward(history, 10, 20) is None
-
-
-@pytest.fixture
-def kit_log_on_stderr():
-    """The kit's log on standard error, as the command line configures it; the logger is restored afterwards."""
-    from grpo_kit.system.logs import configure_logging
-
-    logger = logging.getLogger("grpo_kit")
-    level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
-    configure_logging()
-    yield
-    logger.handlers[:] = handlers
-    logger.propagate = propagate
-    logger.setLevel(level)
 
 
 def test_stale_weights_alarm_reads_trls_logprob_gap(tmp_path, capsys, kit_log_on_stderr):

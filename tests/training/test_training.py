@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
@@ -14,20 +12,6 @@ from grpo_kit.training.presets import PRESETS, get_preset
 from grpo_kit.training.trainer import build_grpo_config, build_trainer
 
 GSM8K = get_task("gsm8k")
-
-
-@pytest.fixture
-def kit_log_on_stderr():
-    """The kit's log on standard error, as the command line configures it; the logger is restored afterwards."""
-    from grpo_kit.system.logs import configure_logging
-
-    logger = logging.getLogger("grpo_kit")
-    level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
-    configure_logging()
-    yield
-    logger.handlers[:] = handlers
-    logger.propagate = propagate
-    logger.setLevel(level)
 
 
 def test_a100_preset_is_the_blog_posts_recipe(tmp_path):
@@ -55,7 +39,7 @@ def test_overrides_reach_grpo_config(tmp_path):
     assert config.max_steps == 7
     assert config.reward_weights == [1, 2, 3, 4, 5, 6]
     assert config.use_cpu
-    with pytest.raises(ValueError, match="unknown preset field"):  # the weights are the rewards', not the preset's
+    with pytest.raises(ValueError, match="rewards and their weights belong to the run"):
         build_grpo_config("cpu-tiny", str(tmp_path), GSM8K.reward_set(), reward_weights=[1, 2, 3, 4, 5, 6])
 
 

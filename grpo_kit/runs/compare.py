@@ -1,0 +1,178 @@
+"""Several trained runs in one paired table: ``python -m grpo_kit compare RUN_DIR RUN_DIR [...]`` and notebook 05.
+
+Each run folder holds its baseline (notebook 02 / ``eval --before``), its training (``train_settings.json``) and its
+evaluation after training (notebook 04 / ``eval``). Runs compare only when they were measured as one experiment: the
+same questions, base model and weights, task, prompt, decoding and evaluation route in every ``eval_settings.json``
+(and the same baseline records); otherwise :func:`compare_runs` refuses, naming what differs. The settings that
+differ between the runs' trainings (algorithm, rewards, learning rate, ...) are listed above the table, so the table
+says what was varied. The statistics are :func:`grpo_kit.evaluation.compare.compare_runs_results`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
+from grpo_kit.evaluation.scoring import EvalResult
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.system.files import write_text
+from grpo_kit.tasks import get_task
+
+__all__ = ["BASELINE_KEYS", "RunsReport", "compare_runs", "differing_settings"]
+
+#: What a shared baseline means: these ``eval_settings.json`` entries are equal in every run folder.
+BASELINE_KEYS = (("task", "task"), ("slice", "question slice"), ("seed", "slice seed"), ("questions", "questions"),
+                 ("base_model", "base model"), ("base_fingerprint", "base weights"),
+                 ("system_prompt", "system prompt"), ("max_new_tokens", "completion budget"),
+                 ("samples", "sampled completions"), ("temperature", "sampling temperature"),
+                 ("route", "evaluation route"), ("warm", "tiny policy's warm start"),
+                 ("tiny_spec", "tiny policy's shape"))
+
+
+@dataclass
+class RunsReport:
+    """:func:`compare_runs`'s result: the comparison, the settings that differ, and the markdown report.
+
+    Attributes:
+        comparison: the tables (:class:`grpo_kit.evaluation.compare.RunsComparison`).
+        differences: ``{setting: {run name: value}}`` for each training setting that differs between runs.
+        markdown: the report (settings that differ, both tables).
+        chart: the chart's path, when ``out_dir`` was given.
+    """
+
+    comparison: RunsComparison
+    differences: dict[str, dict[str, Any]]
+    markdown: str
+    chart: Path | None = None
+
+
+def _flat(settings: dict[str, Any]) -> dict[str, Any]:
+    """A ``train_settings.json`` as ``setting -> value``: the preset's fields, the algorithm's, the rewards, the size."""
+    identity = settings.get("identity", {})
+    flat = {k: v for k, v in identity.get("preset", {}).items() if k not in ("description", "name")}
+    flat["preset"] = identity.get("preset", {}).get("name")
+    flat.update({f"reward {name}": weight for name, weight in identity.get("rewards", {}).items()})
+    if "algorithm" in settings:
+        flat["algorithm"] = settings["algorithm"]["name"]
+        flat.update(settings["algorithm"]["fields"])
+    flat["train questions"] = settings.get("train_questions")
+    flat["max_steps"] = settings.get("max_steps")
+    return flat
+
+
+def differing_settings(trained: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The training settings whose values are not the same in every run.
+
+    Args:
+        trained: ``{run name: its train_settings.json}``.
+
+    Returns:
+        ``{setting: {run name: value}}``, a reward a run does not use shown as ``None``.
+
+    >>> differing_settings({"a": {"identity": {"preset": {"beta": 0.0, "seed": 0}}},
+    ...                     "b": {"identity": {"preset": {"beta": 0.04, "seed": 0}}}})
+    {'beta': {'a': 0.0, 'b': 0.04}}
+    """
+    flat = {name: _flat(settings) for name, settings in trained.items()}
+    keys = list(dict.fromkeys(k for values in flat.values() for k in values))
+    out = {}
+    for key in keys:
+        values = {name: values.get(key) for name, values in flat.items()}
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1:
+            out[key] = values
+    return out
+
+
+def _names(folders: Sequence[RunFolder]) -> list[str]:
+    names = [f.path.name for f in folders]
+    return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
+
+
+def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None, names: Sequence[str] | None = None,
+                 seed: int = 0) -> RunsReport:
+    """Compare trained runs that share one baseline: one table of metrics, one of paired tests (Holm-adjusted).
+
+    Args:
+        run_dirs: two or more run folders (one is allowed: it is then only measured against the baseline), each
+            evaluated after training (``trained.jsonl``).
+        out_dir: where to write ``runs_comparison.md``, ``runs_metrics.csv``, ``runs_pairs.csv`` and
+            ``runs_comparison.png`` (nothing written when ``None``).
+        names: the runs' names in the tables (default the folders' names).
+        seed: the bootstrap's seed.
+
+    Returns:
+        :class:`RunsReport`.
+
+    Raises:
+        FileNotFoundError: a run folder lacks its baseline, training or evaluation after training (the message names
+            the step to run).
+        ValueError: the runs do not share a baseline (the message names each setting that differs, with each run's
+            value); the same folder given twice; ``names`` of the wrong length.
+    """
+    folders = [RunFolder(d) for d in run_dirs]
+    if not folders:
+        raise ValueError("give at least one run folder (python -m grpo_kit compare RUN_DIR RUN_DIR ...)")
+    if len({f.path.resolve() for f in folders}) != len(folders):
+        raise ValueError("the same run folder is given twice: compare different runs")
+    names = list(names) if names is not None else _names(folders)
+    if len(names) != len(folders) or len(set(names)) != len(names):
+        raise ValueError(f"give one distinct name per run folder: {len(folders)} folders, names {names}")
+    evaluated = {n: f.read_json(f.eval_settings, "02_baseline_eval (or python -m grpo_kit eval --before)")
+                 for n, f in zip(names, folders)}
+    trained = {n: f.read_json(f.train_settings, "03_train_grpo (or python -m grpo_kit train)")
+               for n, f in zip(names, folders)}
+    first = names[0]
+    problems = []
+    for key, label in BASELINE_KEYS:
+        values = {n: evaluated[n].get(key) for n in names}
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
+    task = get_task(evaluated[first]["task"]) if not problems else None
+    if not problems:
+        baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, "02_baseline_eval"), task=task)
+                     for n, f in zip(names, folders)}
+        reference = [(r["id"], r["completion"]) for r in baselines[first].records]
+        for n in names[1:]:
+            if [(r["id"], r["completion"]) for r in baselines[n].records] != reference:
+                problems.append(f"baseline records: {n}'s baseline.jsonl holds other questions or completions than "
+                                f"{first}'s")
+    if problems:
+        raise ValueError("these runs do not share one baseline, so a paired table would pair different things:\n  "
+                         + "\n  ".join(problems) + "\nMeasure every run's baseline with the same settings (notebook "
+                         "02 / python -m grpo_kit eval --before), e.g. by copying one run folder's baseline files "
+                         "(eval_settings.json, baseline*.jsonl) into the others before training.")
+    afters = {n: EvalResult.from_jsonl(f.require(f.trained, "04_post_training_eval (or python -m grpo_kit eval)"),
+                                       task=task) for n, f in zip(names, folders)}
+    comparison = compare_runs_results(baselines[first], afters, seed=seed)
+    differences = differing_settings(trained)
+    lines = [f"# {len(names)} runs against their shared baseline", "",
+             f"{task.name}: {comparison.questions} questions, greedy, paired by question id. Values with 95% bootstrap "
+             "intervals over questions; differences with paired intervals; exact McNemar tests on the flips, "
+             f"p-values adjusted by Holm over the {len(comparison.pairs) // max(1, comparison.pairs['key'].nunique())} "
+             "comparisons of each metric.", "", "## Settings that differ", ""]
+    if differences:
+        lines += ["| setting | " + " | ".join(names) + " |", "|:--|" + "--:|" * len(names)]
+        lines += [f"| {key} | " + " | ".join(str(values[n]) for n in names) + " |"
+                  for key, values in differences.items()]
+    else:
+        lines.append("None: the runs trained with the same settings (a repeat, e.g. to see seed-to-seed spread).")
+    lines += ["", "## Results", "", runs_markdown(comparison), ""]
+    markdown = "\n".join(lines)
+    chart = None
+    if out_dir is not None:
+        import matplotlib.pyplot as plt
+
+        from grpo_kit.evaluation.plots import plot_runs
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "runs_comparison.md", markdown)
+        write_text(out / "runs_metrics.csv", comparison.metrics.to_csv(index=False))
+        write_text(out / "runs_pairs.csv", comparison.pairs.to_csv(index=False))
+        chart = out / "runs_comparison.png"
+        plt.close(plot_runs(comparison.metrics, chart, title=f"{task.name}: runs against their shared baseline"))
+    return RunsReport(comparison=comparison, differences=differences, markdown=markdown, chart=chart)

@@ -1,0 +1,132 @@
+"""Sum of three digits: a seeded synthetic task on which the reward decides what GRPO teaches.
+
+Every question asks for ``a+b+c`` with single digits ``a, b, c`` (1000 triples); a seeded shuffle puts 700 in
+the train split and the other 300 in the test split, so held-out questions are triples never trained on. It
+exists to show on a CPU the effect reinforcement learning with verifiable rewards is known for: raising pass@1
+towards pass@k by choosing, among the ways the policy already answers, the one that is right.
+
+Its warm start (:attr:`Task.demonstration`) shows every train triple twice, in the answer format both times: once
+with the working (``a+b=s1`` then ``s1+c=s``), once as a one-line "sloppy" answer that drops the carry
+(``a+b+c=`` the ones digit of the sum, wrong whenever the sum is 10 or more). The warm-started tiny policy then
+answers greedily in either style, right a fraction of the time, and right much more often among 8 samples. A
+correctness reward pays for the worked style; a format-only reward set pays both styles alike.
+
+Rules: ``strict`` is the number inside ``<answer>`` of a completion in the strict layout, ``flexible`` the last
+number anywhere (the same as GSM8K's), compared with the gold sum as integers.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_xml_answer, strictly
+from grpo_kit.tasks.data import build_prompt
+from grpo_kit.tasks.numbers import last_number, normalize_number
+from grpo_kit.tasks.task import Example, ExtractionRule, Task
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+__all__ = ["SUM3", "TRAIN_TRIPLES", "load_sum3", "sloppy", "triples", "worked"]
+
+#: Triples in the train split (the rest, 1000 - 700, are the test split).
+TRAIN_TRIPLES = 700
+PHRASE = "What is {a}+{b}+{c}?"
+
+
+def triples(seed: int = 0) -> dict[str, list[tuple[int, int, int]]]:
+    """Every triple of digits, shuffled with ``seed`` and split: ``{"train": 700, "test": 300}``, disjoint.
+
+    >>> split = triples()
+    >>> len(split["train"]), len(split["test"]), len(set(split["train"]) & set(split["test"]))
+    (700, 300, 0)
+    """
+    every = [(a, b, c) for a in range(10) for b in range(10) for c in range(10)]
+    random.Random(seed).shuffle(every)
+    return {"train": every[:TRAIN_TRIPLES], "test": every[TRAIN_TRIPLES:]}
+
+
+def worked(a: int, b: int, c: int) -> tuple[str, str]:
+    """The worked demonstration ``(reasoning, answer)``: two additions, then the sum.
+
+    >>> worked(7, 8, 9)
+    ('7+8=15\\n15+9=24', '24')
+    """
+    return f"{a}+{b}={a + b}\n{a + b}+{c}={a + b + c}", str(a + b + c)
+
+
+def sloppy(a: int, b: int, c: int) -> tuple[str, str]:
+    """The sloppy demonstration: one line that keeps only the ones digit of the sum (right only below 10).
+
+    >>> sloppy(7, 8, 9)
+    ('7+8+9=4', '4')
+    """
+    ones = (a + b + c) % 10
+    return f"{a}+{b}+{c}={ones}", str(ones)
+
+
+def _row(a: int, b: int, c: int, style: str) -> dict[str, Any]:
+    question = PHRASE.format(a=a, b=b, c=c)
+    return {"question": question, "answer": str(a + b + c), "a": a, "b": b, "c": c, "style": style,
+            "prompt": build_prompt(question, SYSTEM_PROMPT)}
+
+
+def load_sum3(split: str = "test", seed: int = 0) -> Dataset:
+    """The split as a ``datasets.Dataset``: ``question``, ``answer`` (the sum, the column the correctness rewards
+    read), ``a``, ``b``, ``c``, ``style`` (the warm start's demonstration of the row) and ``prompt``. The train split
+    holds each of its 700 triples twice, once per ``style`` (``"worked"``, ``"sloppy"``); the test split each of
+    its 300 once (``style`` ``"worked"``, unused).
+
+    Raises:
+        ValueError: an unknown split.
+    """
+    from datasets import Dataset
+
+    if split not in ("train", "test"):
+        raise ValueError(f"sum3 has the splits 'train' and 'test', not {split!r}")
+    chosen = triples(seed)[split]
+    styles = ("worked", "sloppy") if split == "train" else ("worked",)
+    return Dataset.from_list([_row(a, b, c, style) for a, b, c in chosen for style in styles])
+
+
+_strict = strictly(lambda text: normalize_number(extract_xml_answer(text)))
+
+
+def _flexible(text: str) -> str | None:
+    return last_number(text)
+
+
+def _right(answer: str, example: Example) -> bool:
+    return answer == str(example["answer"])
+
+
+def _demonstration(example: Example, style: str = "equations") -> tuple[str, str]:  # noqa: ARG001
+    args = (example["a"], example["b"], example["c"])
+    return sloppy(*args) if example["style"] == "sloppy" else worked(*args)
+
+
+def _texts(dataset: Dataset) -> list[str]:
+    texts = [SYSTEM_PROMPT] * 50 + list(dataset["question"])
+    return texts + [line for row in dataset for line in _demonstration(row)[0].splitlines()]
+
+
+SUM3 = Task(
+    name="sum3",
+    description="a+b+c over digits (synthetic, seeded): the reward decides between a worked and a sloppy answer",
+    loader=load_sum3,
+    splits=("train", "test"),
+    rewards=("xmlcount_reward_func", "strict_format_reward_func", "correctness_reward_func"),
+    metrics=("correctness_reward_func", "int_reward_func", "strict_format_reward_func", "xmlcount_reward_func"),
+    rules={"strict": ExtractionRule(_strict, _right), "flexible": ExtractionRule(_flexible, _right)},
+    headline="flexible_correct",
+    gold=lambda example: str(example["answer"]),
+    demonstration=_demonstration,
+    texts=_texts,
+    answer_value=lambda example: float(example["answer"]),
+    warm_xml_share=1.0,
+    notes=("The warm start taught two ways to answer, both in the answer format: the worked one (two additions) and "
+           "a sloppy one that drops the carry. Greedy decoding picks either; among 8 samples one is often worked and "
+           "right. A correctness reward pays for the worked style, a format-only reward set pays both alike: only "
+           "the first should raise flexible accuracy, and format metrics cannot tell them apart."),
+)

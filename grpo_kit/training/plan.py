@@ -1,0 +1,371 @@
+"""What a launch would do, without loading a model or needing a GPU: ``python -m grpo_kit plan``.
+
+:func:`make_plan` answers, for a preset (or a run folder to resume) on a card of :data:`grpo_kit.policy.devices.CARDS`
+or this machine's GPUs, and a launch (one process, DDP, ZeRO-2/3, FSDP2): the route, the algorithm the
+``GRPOConfig`` fields amount to (:func:`algorithm`), the ``GRPOConfig`` arguments, each process's placement, vLLM's
+settings, the per-GPU memory estimate (:func:`grpo_kit.training.memory.estimate_memory`), whether the stale-weights
+alarm can fire, the checkpoint a resume starts from, and the problems, each with its remedy. :func:`preflight` runs
+the same checks for ``train`` (from :meth:`grpo_kit.runs.spec.RunSpec.resolve`) before anything loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.policy.devices import Gpu, Launch, card, gpus, placement
+from grpo_kit.policy.shapes import model_shape
+from grpo_kit.tasks import RewardSet
+from grpo_kit.training.algorithms import algorithm_settings
+from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, latest_complete
+from grpo_kit.training.memory import LAUNCHES, estimate_memory, vllm_max_model_len
+from grpo_kit.training.presets import PRESETS, Preset, get_preset
+
+__all__ = ["SKIP_ESTIMATE", "Problem", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
+           "preset_of_run", "route_of"]
+
+
+#: Set to ``1`` to train although the memory estimate says the run does not fit (:func:`preflight`).
+SKIP_ESTIMATE = "GRPO_KIT_SKIP_MEMORY_ESTIMATE"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing that would go wrong, with its remedy; ``fatal`` ones would end the run."""
+
+    text: str
+    fatal: bool = True
+    kind: str = ""
+
+    def line(self) -> str:
+        """The problem as one line (``FATAL:`` first when it would end the run)."""
+        return ("FATAL: " if self.fatal else "") + self.text
+
+
+def route_of(preset: Preset) -> str:
+    """``"unsloth"``, ``"transformers+peft"`` (LoRA without Unsloth) or ``"transformers"`` (full fine-tuning).
+
+    >>> route_of(PRESETS["a100"]), route_of(PRESETS["multi-gpu-lora"]), route_of(PRESETS["full-80gb"])
+    ('unsloth', 'transformers+peft', 'transformers')
+    """
+    if preset.use_unsloth:
+        return "unsloth"
+    return "transformers" if preset.lora_rank is None else "transformers+peft"
+
+
+def algorithm(preset: Preset) -> dict[str, Any]:
+    """The algorithm a launch runs, as the recipes state it, and what its route adds.
+
+    The named variant and every algorithm field (:func:`grpo_kit.training.algorithms.algorithm_settings`, what the
+    run folder records), plus whether vLLM's importance-sampling correction applies: TRL turns it on for vLLM
+    generation (``vllm_importance_sampling_correction=True``), Unsloth's generated config turns it off (unsloth
+    2026.10.7, ``unsloth/models/rl.py``), and without vLLM there is nothing to correct.
+
+    Returns:
+        ``{"name", "paper", "fields", "overridden", "vllm_importance_sampling_correction": bool,
+        "temperature": float, "summary": str}``.
+
+    >>> algorithm(PRESETS["a100"])["summary"]
+    'grpo: loss_type grpo, KL beta 0.04, advantages scaled per group; no vLLM importance-sampling correction'
+    """
+    recorded = algorithm_settings(preset)
+    f = recorded["fields"]
+    correction = bool(preset.use_vllm or preset.fast_inference) and \
+        bool(preset.extra.get("vllm_importance_sampling_correction", not preset.use_unsloth))
+    summary = (f"{recorded['name']}: loss_type {f['loss_type']}, "
+               f"{'KL beta ' + format(f['beta'], 'g') if f['beta'] else 'no KL'}, advantages scaled per "
+               f"{f['scale_rewards']}"
+               + (f", {f['importance_sampling_level']}-level importance ratio"
+                  if f["importance_sampling_level"] != "token" else "")
+               + ("; vLLM importance-sampling correction" if correction else
+                  "; no vLLM importance-sampling correction"))
+    return {**recorded, "vllm_importance_sampling_correction": correction, "temperature": preset.temperature,
+            "summary": summary}
+
+
+def launch_of(kind: str, processes: int, rank: int = 0) -> Launch:
+    """The :class:`grpo_kit.policy.devices.Launch` one process of an ``accelerate launch`` of ``kind`` sees.
+
+    Raises:
+        ValueError: an unknown ``kind`` (one of :data:`grpo_kit.training.memory.LAUNCHES`).
+    """
+    if kind not in LAUNCHES:
+        raise ValueError(f"unknown launch {kind!r}: choose from {', '.join(LAUNCHES)}")
+    n = 1 if kind == "single" else processes
+    return Launch(world_size=n, rank=rank, local_rank=rank, fsdp=kind == "fsdp2",
+                  zero_stage={"zero2": 2, "zero3": 3}.get(kind))
+
+
+def preset_of_run(run_dir: str | Path, **overrides: Any) -> tuple[Preset, str | None]:
+    """The preset and model a run folder was trained with (its ``train_settings.json``), with ``overrides``.
+
+    Raises:
+        FileNotFoundError: the folder has no ``train_settings.json``.
+    """
+    settings = Path(run_dir) / "train_settings.json"
+    if not settings.is_file():
+        raise FileNotFoundError(f"{settings} does not exist: plan a new run with --preset instead")
+    recorded = json.loads(settings.read_text(encoding="utf-8"))
+    identity = recorded["identity"]
+    fields = dict(identity["preset"])
+    if "max_steps" in recorded:  # the run's length as last trained; --max-steps extends it
+        overrides = {"max_steps": recorded["max_steps"], **overrides}
+    base = PRESETS.get(fields.get("name", ""), PRESETS["cpu-tiny"])
+    known = {f.name for f in dataclasses.fields(Preset)}
+    fields = {k: v for k, v in fields.items() if k in known}
+    if isinstance(fields.get("lora_target_modules"), list):
+        fields["lora_target_modules"] = tuple(fields["lora_target_modules"])
+    preset = get_preset(dataclasses.replace(base, **fields), **overrides)
+    model = identity.get("model")
+    return preset, None if model is None or str(model).startswith("tiny:") else model
+
+
+def _resume(run_dir: Path) -> tuple[str | None, str]:
+    """The checkpoint a resume would start from and why (or why none)."""
+    folder = run_dir / "checkpoints"
+    found = latest_complete(folder)
+    every = checkpoints(folder)
+    if found is not None:
+        skipped = [p.name for p in every if checkpoint_step(p) > checkpoint_step(found) and not is_complete(p)]
+        newer = f"; newer but incomplete: {', '.join(skipped)}" if skipped else ""
+        return str(found), f"the newest complete checkpoint{newer}"
+    if every:
+        return None, (f"no complete checkpoint in {folder} ({', '.join(p.name for p in every)} are incomplete: no "
+                      "readable trainer_state.json, weights, optimizer or scheduler): training would start at step 0")
+    return None, f"no checkpoint in {folder}: training would start at step 0"
+
+
+def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
+              model: str | None) -> list[Problem]:
+    """The problems of running ``preset`` on ``gpu`` (``None``: no GPU) under ``kind`` with ``processes``."""
+    from grpo_kit.training.checks import check_settings
+
+    found = []
+    try:
+        check_settings(preset, _no_rewards(), num_processes=processes)
+    except ValueError as e:
+        found.append(Problem(str(e), kind="settings"))
+    if gpu is None:
+        if not preset.use_cpu:
+            found.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
+                                 "CARD to plan for a card (a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb), or "
+                                 "use preset cpu-tiny on a CPU", kind="no_gpu"))
+        return found
+    if preset.use_cpu:
+        found.append(Problem(f"preset {preset.name!r} runs on the CPU (use_cpu=True) although a GPU is there",
+                             fatal=False))
+    if preset.bf16 and not gpu.bf16:
+        found.append(Problem(f"preset {preset.name!r} computes in bfloat16 (bf16=True) and {gpu.name} has none "
+                             "(compute capability below 8.0): use preset colab-t4, or --set bf16=False --set "
+                             "\"extra={'fp16': True}\"", kind="bf16"))
+    if kind in ("zero3", "fsdp2") and preset.lora_rank is not None:
+        found.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_rank {preset.lora_rank}) "
+                             "does not need: use --launch ddp (configs/accelerate/ddp.yaml)", fatal=False))
+    if kind == "single" and processes > 1:
+        found.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch ddp "
+                             "(or zero2/zero3/fsdp2) to train on each", fatal=False))
+    if memory is None:
+        if model is not None:  # the kit's tiny policy needs no estimate
+            found.append(Problem(f"no memory estimate: no config.json for {model!r} here (the kit ships its "
+                                 "presets' models'; pass a local folder)", fatal=False, kind="memory"))
+        return found
+    if not memory["fits"]:
+        parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
+        found.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
+                             f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
+                             "gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on more GPUs)",
+                             kind="memory"))
+    room = memory.get("kv_cache_room")
+    if room is not None and room < memory["kv_cache_needed"]:
+        found.append(Problem(f"vLLM will not start: its share (gpu_memory_utilization {preset.gpu_memory_utilization:g}"
+                             f" of {memory['available']:g} GiB) leaves {room:g} GiB after its weights, less than one "
+                             f"{vllm_max_model_len(preset)}-token sequence's KV cache ({memory['kv_cache_needed']:g} "
+                             "GiB): raise gpu_memory_utilization or lower extra vllm_max_model_length", kind="vllm"))
+    return found
+
+
+def _loader(preset: Preset) -> str:
+    """How the policy loads: through Unsloth (its own placement and dtype), or transformers (+ peft)."""
+    if preset.use_unsloth:
+        return "unsloth, " + ("4-bit NF4 base" if preset.load_in_4bit else "16-bit base") + \
+            (", colocated vLLM sharing the weights" if preset.fast_inference else "")
+    return "transformers" + (" + peft LoRA" if preset.lora_rank is not None else "")
+
+
+def _no_rewards() -> RewardSet:
+    """The rewards do not change the plan's checks: the default task's stand in."""
+    from grpo_kit.tasks import DEFAULT_TASK, get_task
+
+    return get_task(DEFAULT_TASK).reward_set()
+
+
+def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
+              processes: int | None = None, launch: str = "single", run_dir: str | Path | None = None,
+              resume: bool = False, model: str | None = None) -> dict[str, Any]:
+    """What a launch would do (the JSON of ``python -m grpo_kit plan``), computed without loading a model.
+
+    Args:
+        preset: a preset name or :class:`grpo_kit.training.presets.Preset`; with ``run_dir`` and ``resume``, the
+            run folder's recorded preset is used instead.
+        overrides: preset fields to replace (``--set``; with ``resume`` only ``max_steps`` and the like).
+        device: a card of :data:`grpo_kit.policy.devices.CARDS`; ``None``: this machine's first GPU (or none).
+        processes: training processes, one GPU each (``--gpus``); default 1 for ``single``, else the GPUs here
+            (8, as configs/accelerate/*.yaml, with ``device`` or without GPUs).
+        launch: one of :data:`grpo_kit.training.memory.LAUNCHES`.
+        run_dir, resume: the run folder, and whether to plan resuming it.
+        model: a Hub id or folder instead of the preset's model.
+
+    Returns:
+        ``{"route", "model", "algorithm", "grpo_config", "processes", "vllm", "memory", "alarm", "resume_from",
+        "resume_why", "problems", "fatal"}`` (see README, "Plan a launch"). ``problems`` are lines; ``fatal`` says
+        whether one would end the run.
+
+    Raises:
+        ValueError: an unknown preset, field or launch.
+        FileNotFoundError: ``resume`` with a run folder that has no ``train_settings.json``.
+    """
+    from grpo_kit.training.callbacks import stale_weights_alarm
+    from grpo_kit.training.trainer import grpo_config_kwargs
+
+    overrides = dict(overrides or {})
+    if resume and run_dir is not None:
+        p, recorded_model = preset_of_run(run_dir, **overrides)
+        model = model or recorded_model
+    else:
+        p = get_preset(preset if preset is not None else "cpu-tiny", **overrides)
+    model = model if model is not None else p.model
+    problems: list[Problem] = []
+    gpu: Gpu | None
+    if device is not None:
+        try:
+            gpu = card(device)
+        except ValueError as e:
+            gpu = None
+            problems.append(Problem(str(e), kind="card"))
+        here = 8
+    else:
+        found = gpus()
+        gpu, here = (found[0] if found else None), (len(found) or 8)
+    n = processes if processes is not None else (1 if launch == "single" else here)
+    if n < 1:
+        raise ValueError(f"--gpus must be at least 1, got {n}")
+    launches = [launch_of(launch, n, rank) for rank in range(1 if launch == "single" else n)]
+    shape = memory = None
+    if model is not None and gpu is not None:
+        try:
+            shape = model_shape(model)
+        except (LookupError, ValueError):
+            shape = None
+    if shape is not None and gpu is not None:
+        memory = estimate_memory(p, shape, gpu, launch, n)
+    if not any(q.kind == "card" for q in problems):
+        problems += _problems(p, gpu, launch, n, memory, model)
+    rewards = _no_rewards()
+    output = str(Path(run_dir or "runs/run") / "checkpoints")
+    vllm = None
+    if p.fast_inference or p.use_vllm:
+        mode = "colocate" if p.fast_inference else p.vllm_mode
+        vllm = {"mode": mode, "engine": "unsloth" if p.fast_inference else "trl",
+                "max_model_len": vllm_max_model_len(p) if mode == "colocate" else p.vllm_max_model_len,
+                "gpu_memory_utilization": p.gpu_memory_utilization if mode == "colocate" else None}
+        if mode == "server":
+            from grpo_kit.policy.vllm import server_command
+
+            vllm["command"] = server_command(model or "<model>", p.vllm_server_host, p.vllm_server_port,
+                                             p.vllm_max_model_len)
+            vllm["why_no_share"] = ("the server runs on a GPU of its own, started by you: vLLM serve's own "
+                                    "--gpu-memory-utilization (0.9 by default) applies there")
+    resume_from, resume_why = (None, "not resuming (pass --run-dir RUN --resume)")
+    if resume and run_dir is not None:
+        resume_from, resume_why = _resume(Path(run_dir))
+    return {
+        "preset": p.name,
+        "route": route_of(p),
+        "model": model if model is not None else "the kit's tiny policy",
+        "algorithm": algorithm(p),
+        "grpo_config": grpo_config_kwargs(p, output, rewards),
+        "processes": [{"rank": la.rank, **placement(p.lora_rank is None, la, gpu), "loader": _loader(p)}
+                      for la in launches],
+        "device": None if gpu is None else dataclasses.asdict(gpu),
+        "launch": launch,
+        "vllm": vllm,
+        "memory": memory,
+        "alarm": stale_weights_alarm(p),
+        "resume_from": resume_from,
+        "resume_why": resume_why,
+        "problems": [q.line() for q in problems],
+        "fatal": any(q.fatal for q in problems),
+    }
+
+
+def preflight(preset: Preset, launch: Launch, model: str | None) -> None:
+    """The plan's checks for ``train``, on this machine, before anything loads (no transformers or TRL import).
+
+    Checks this machine's GPU against the preset (bfloat16, the memory estimate, vLLM's share) for the launch's
+    processes; on a machine without a GPU it checks nothing (loading says so). The memory checks rest on an
+    estimate: with the environment variable :data:`SKIP_ESTIMATE` set to ``1`` only bfloat16 is checked. Called
+    by :meth:`grpo_kit.runs.spec.RunSpec.resolve`.
+
+    Raises:
+        ValueError: a problem that would end the run (each line with its remedy).
+    """
+    found = gpus()
+    if not found or preset.use_cpu:
+        return
+    kind = "single" if launch.world_size == 1 else (
+        "fsdp2" if launch.fsdp else {2: "zero2", 3: "zero3"}.get(launch.zero_stage or 0, "ddp"))
+    memory = None
+    if model is not None:
+        try:
+            memory = estimate_memory(preset, model_shape(model), found[0], kind, launch.world_size)
+        except (LookupError, ValueError):
+            memory = None
+    kinds = ("bf16",) if os.environ.get(SKIP_ESTIMATE) == "1" else ("bf16", "memory", "vllm")
+    fatal = [q for q in _problems(preset, found[0], kind, launch.world_size, memory, model)
+             if q.fatal and q.kind in kinds]
+    if fatal:
+        estimates = any(q.kind != "bf16" for q in fatal)
+        raise ValueError("this run would fail on " + found[0].name + ":\n  " + "\n  ".join(q.text for q in fatal)
+                         + "\n(`python -m grpo_kit plan` shows the whole plan"
+                         + (f"; the memory figures are estimates: {SKIP_ESTIMATE}=1 trains anyway)" if estimates
+                            else ")"))
+
+
+def format_plan(plan: dict[str, Any]) -> str:
+    """The plan of :func:`make_plan` as text for a terminal (``python -m grpo_kit plan`` without ``--json``)."""
+    device = plan["device"]
+    where = "no GPU" if device is None else \
+        f"{device['name']} ({device['memory_gib']:g} GiB, bfloat16 {'yes' if device['bf16'] else 'no'})"
+    lines = [f"preset {plan['preset']}: route {plan['route']}, model {plan['model']}",
+             f"algorithm: {plan['algorithm']['summary']}",
+             f"device: {where}; launch {plan['launch']}, {len(plan['processes'])} process(es)"]
+    for process in plan["processes"][:2]:
+        lines.append(f"  rank {process['rank']}: dtype {process['dtype']}, device_map {process['device_map']}")
+    if len(plan["processes"]) > 2:
+        lines.append(f"  ... and {len(plan['processes']) - 2} more, each on its own GPU")
+    vllm = plan["vllm"]
+    if vllm is None:
+        lines.append("vLLM: none (the policy generates with transformers)")
+    else:
+        share = vllm["gpu_memory_utilization"]
+        lines.append(f"vLLM: {vllm['mode']} ({vllm['engine']}), max_model_len {vllm['max_model_len']}"
+                     + (f", gpu_memory_utilization {share:g}" if share is not None else ""))
+        if "command" in vllm:
+            lines.append(f"  start it first, on a GPU of its own: {vllm['command']}")
+    memory = plan["memory"]
+    if memory is None:
+        lines.append("memory: no estimate")
+    else:
+        parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items())
+        lines.append(f"memory per GPU (estimate, GiB): {parts}; needed {memory['needed']:g} of "
+                     f"{memory['available']:g}: {'fits' if memory['fits'] else 'DOES NOT FIT'}")
+    alarm = plan["alarm"]
+    lines.append(f"stale-weights alarm: {'armed' if alarm['armed'] else 'NOT armed'} ({alarm['why']})")
+    lines.append(f"resume from: {plan['resume_from'] or 'nothing'} ({plan['resume_why']})")
+    lines.append("GRPOConfig: " + ", ".join(f"{k}={v!r}" for k, v in plan["grpo_config"].items()))
+    lines += ["problems:"] + [f"  {p}" for p in plan["problems"]] if plan["problems"] else ["problems: none"]
+    return "\n".join(lines)

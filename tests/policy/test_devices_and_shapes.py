@@ -1,0 +1,233 @@
+"""Where the weights go on a faked GPU and launch, the vLLM server's health probe, one LoRA request per Unsloth
+backend, and the shipped model shapes (issue 23; issue 21's shapes on the meta device)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import types
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from grpo_kit.policy import devices
+from grpo_kit.policy.devices import Launch, placement
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """torch.cuda as a machine with GPUs would report it: count, names, memory, bfloat16 support."""
+    import torch
+
+    def install(count=2, name="NVIDIA A100-SXM4-80GB", memory_gib=79.2, bf16=True):
+        props = types.SimpleNamespace(name=name, total_memory=int(memory_gib * 2**30))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+
+    return install
+
+
+def test_ddp_puts_each_process_on_its_own_gpu_not_device_map_auto(fake_cuda, monkeypatch):
+    """Defect 2: accelerate 1.15 refuses device_map='auto' in any distributed mode."""
+    fake_cuda(count=2)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert placement() == {"dtype": "bfloat16", "device_map": {"": 1}}
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert placement()["device_map"] == {"": 0}
+
+
+@pytest.mark.parametrize("env", [{"ACCELERATE_USE_FSDP": "true"},
+                                 {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}])
+def test_sharded_launches_leave_placement_to_the_engine(fake_cuda, monkeypatch, env):
+    fake_cuda(count=4)
+    for key, value in {"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "2", **env}.items():
+        monkeypatch.setenv(key, value)
+    assert placement(trains_all_weights=True) == {"dtype": "float32", "device_map": None}
+
+
+def test_zero2_is_a_replica_per_gpu(fake_cuda, monkeypatch):
+    fake_cuda(count=2)
+    for key, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "ACCELERATE_USE_DEEPSPEED": "true",
+                       "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    assert placement()["device_map"] == {"": 0}
+
+
+def test_one_process_may_spread_over_the_gpus(fake_cuda, monkeypatch):
+    fake_cuda(count=2)
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ACCELERATE_USE_FSDP", "ACCELERATE_DEEPSPEED_ZERO_STAGE"):
+        monkeypatch.delenv(key, raising=False)
+    assert placement() == {"dtype": "bfloat16", "device_map": "auto"}
+
+
+def test_a_card_without_bfloat16_gets_float16_not_bfloat16(fake_cuda):
+    """Defect 5: a T4 or V100 has no bfloat16."""
+    fake_cuda(count=1, name="Tesla T4", memory_gib=14.7, bf16=False)
+    gpu = devices.first_gpu()
+    assert (gpu.name, round(gpu.memory_gib, 1), gpu.bf16) == ("Tesla T4", 14.7, False)
+    assert placement(launch=Launch())["dtype"] == "float16"
+    assert placement(trains_all_weights=True, launch=Launch())["dtype"] == "float32"
+
+
+def test_the_card_table():
+    from grpo_kit.policy.devices import CARDS, card
+
+    assert set(CARDS) >= {"a100-40gb", "a100-80gb", "h100-80gb", "l4-24gb", "t4-16gb"}
+    assert [name for name, gpu in CARDS.items() if not gpu.bf16] == ["t4-16gb"]
+    assert card("a100-40gb").memory_gib < card("a100-80gb").memory_gib
+    with pytest.raises(ValueError, match="unknown card 'v100'.*t4-16gb"):
+        card("v100")
+
+
+class _OnlyHealth(BaseHTTPRequestHandler):
+    """A vLLM server as far as the probe is concerned: 200 at /health, 404 anywhere else (also /health/)."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_server_probe_asks_where_vllm_and_trl_ask():
+    """Defect 6: trl 1.15's client probes /health; vLLM's server does not answer /health/."""
+    from grpo_kit.policy.vllm import check_vllm_server
+
+    server = HTTPServer(("127.0.0.1", 0), _OnlyHealth)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        check_vllm_server("127.0.0.1", server.server_address[1], timeout_s=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_absent_server_is_told_the_command_trl_1_15_runs():
+    import socket
+
+    from grpo_kit.policy.vllm import check_vllm_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionError) as e:
+        check_vllm_server("127.0.0.1", port, timeout_s=1, model="m", max_model_len=512)
+    message = str(e.value)
+    assert "trl vllm-serve" not in message
+    assert "VLLM_SERVER_DEV_MODE=1 vllm serve m" in message and "--max-model-len 512" in message
+    assert """--weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1""" \
+        in message
+
+
+class _FakeUnslothModel:
+    """fast_generate and load_lora as Unsloth's model has them; load_lora hands out a new id each call."""
+
+    def __init__(self):
+        self.loads, self.requests = 0, []
+        self.config = types.SimpleNamespace(_name_or_path="fake")
+
+    def load_lora(self, path):
+        self.loads += 1
+        return f"lora-{self.loads}"
+
+    def fast_generate(self, requests, sampling_params=None, lora_request=None):
+        self.requests.append(lora_request)
+        output = types.SimpleNamespace(text="x", token_ids=[1], finish_reason="stop")
+        return [types.SimpleNamespace(outputs=[output]) for _ in requests]
+
+
+class _Tokenizer:
+    def apply_chat_template(self, prompt, add_generation_prompt=True, tokenize=False):
+        return str(prompt)
+
+    def __call__(self, texts, add_special_tokens=False):
+        return {"input_ids": [[1, 2] for _ in texts]}
+
+
+def test_the_unsloth_backend_loads_its_adapter_once(monkeypatch, tmp_path):
+    """Defect 7: one LoRA request for the backend's life, not a new adapter id per generate call."""
+    from grpo_kit.policy.generation import Sampling
+    from grpo_kit.policy.vllm import UnslothVLLMBackend
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
+    model = _FakeUnslothModel()
+    backend = UnslothVLLMBackend(model, _Tokenizer(), lora_path=tmp_path, chunk_size=1)
+    for _ in range(3):
+        backend.generate([[{"role": "user", "content": "1+1"}], [{"role": "user", "content": "2+2"}]],
+                         Sampling(temperature=0.0, max_new_tokens=4))
+    assert model.loads == 1 and set(model.requests) == {"lora-1"}
+    base = _FakeUnslothModel()
+    UnslothVLLMBackend(base, _Tokenizer()).generate([[{"role": "user", "content": "1"}]], Sampling(temperature=0.0))
+    assert base.loads == 0 and base.requests == [None]
+
+
+# The published sizes: Meta's Llama 3.1 model card; Qwen's Qwen2.5 model cards (total, without embeddings).
+PUBLISHED = {"meta-llama/Llama-3.1-8B-Instruct": (8.03e9, None), "Qwen/Qwen2.5-1.5B-Instruct": (1.54e9, 1.31e9),
+             "Qwen/Qwen2.5-3B-Instruct": (3.09e9, 2.77e9)}
+
+
+@pytest.mark.parametrize("model", sorted(PUBLISHED))
+def test_the_shipped_shapes_build_on_meta_at_the_published_sizes(model):
+    import torch
+
+    from grpo_kit.policy.shapes import build_on_meta, model_shape
+
+    shape = model_shape(model)
+    built = build_on_meta(model)
+    tensors = list(built.parameters())
+    assert all(t.device == torch.device("meta") for t in tensors)
+    counted = built.num_parameters()
+    assert counted == shape.parameters  # the arithmetic agrees with transformers' own model, tensor by tensor
+    total, without_embeddings = PUBLISHED[model]
+    assert abs(counted - total) / total < 0.005
+    if without_embeddings is not None:
+        body = counted - shape.vocab_size * shape.hidden_size
+        assert abs(body - without_embeddings) / without_embeddings < 0.005
+    lora = sum(t.numel() for name, t in built.named_parameters() if name.endswith(("q_proj.weight",)))
+    assert lora == shape.num_layers * shape.hidden_size * shape.num_heads * shape.head_dim
+
+
+def test_llama_3_1_8b_kv_cache_and_context():
+    from grpo_kit.policy.shapes import model_shape
+
+    shape = model_shape("unsloth/Meta-Llama-3.1-8B-Instruct")
+    assert shape.kv_bytes_per_token() == 128 * 1024 and shape.max_positions == 131072
+    assert shape.lora_parameters(32, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")) \
+        == 83_886_080  # 32 layers x 32 x (4096+4096 + 4096+1024 + 4096+1024 + 4096+4096 + 3 x (4096+14336))
+
+
+def test_an_unknown_model_says_how_to_give_its_config(tmp_path):
+    from grpo_kit.policy.shapes import model_shape
+
+    with pytest.raises(LookupError, match="no config.json for 'nobody/none'"):
+        model_shape("nobody/none")
+    (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": 8}')
+    with pytest.raises(ValueError, match="Llama-family"):
+        model_shape(tmp_path)
+
+
+@pytest.mark.skipif(not os.environ.get("GRPO_KIT_DEEPSPEED"), reason="DeepSpeed lives in .deepspeed (make test)")
+def test_zero3_loading_makes_transformers_load_partitioned_while_kept():
+    """Defect 2, ZeRO-3: transformers loads each process's shard only when DeepSpeed's config is live before
+    from_pretrained; the kit makes it so (and only under ZeRO-3)."""
+    code = ("from grpo_kit.policy.devices import Launch, zero3_loading\n"
+            "from transformers.integrations import is_deepspeed_zero3_enabled\n"
+            "assert zero3_loading(Launch(world_size=2, zero_stage=2)) is None and not is_deepspeed_zero3_enabled()\n"
+            "kept = zero3_loading(Launch(world_size=2, zero_stage=3))\n"
+            "assert is_deepspeed_zero3_enabled()\n"
+            "del kept\nimport gc; gc.collect()\nassert not is_deepspeed_zero3_enabled()\nprint('ok')\n")
+    env = {**os.environ, "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["GRPO_KIT_DEEPSPEED"]])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

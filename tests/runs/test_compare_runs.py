@@ -1,0 +1,131 @@
+"""Several trained runs in one paired table: metrics with intervals, every comparison with flips, exact McNemar
+and Holm-adjusted p-values, the settings that differ, and refusals when the runs do not share a baseline.
+
+The run folders are written here from scored completions (no model): what is tested is the pairing and the
+statistics, which the notebooks' and demo's real runs then use.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from grpo_kit.evaluation.compare import compare_runs_results
+from grpo_kit.evaluation.scoring import EvalResult, score
+from grpo_kit.evaluation.stats import mcnemar_exact
+from grpo_kit.runs.compare import compare_runs
+from grpo_kit.tasks import get_task
+from grpo_kit.tasks.answer_format import render
+from grpo_kit.tasks.data import take_slice
+
+N = 60
+
+
+@pytest.fixture(scope="module")
+def questions():
+    return list(take_slice(get_task("gsm8k").load("test"), n=N, seed=0))
+
+
+def completions(questions, right, seed):
+    """One greedy completion per question: right (gold answer in the strict layout) for the chosen share."""
+    rng = random.Random(seed)
+    return [[render("work", q["answer"]) if rng.random() < right else render("work", "-1")] for q in questions]
+
+
+def _from_records(records, task):
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return EvalResult.from_jsonl(path, task=task)
+
+
+def write_run(folder, questions, baseline_seed, right, seed, preset=None, settings=None):
+    folder.mkdir(parents=True)
+    eval_settings = {"task": "gsm8k", "slice": {"n": N}, "seed": 0, "questions": N, "base_model": "tiny",
+                     "base_fingerprint": "abc", "system_prompt": "S", "max_new_tokens": 64, "samples": 0,
+                     "temperature": 0.7, "route": "transformers", "warm": None, "tiny_spec": None, **(settings or {})}
+    (folder / "eval_settings.json").write_text(json.dumps(eval_settings))
+    task = get_task("gsm8k")
+    for name, (share, s) in {"baseline.jsonl": (0.3, baseline_seed), "trained.jsonl": (right, seed)}.items():
+        records = score(questions, completions(questions, share, s), task=task)
+        (folder / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    preset = {"name": "cpu-tiny", "learning_rate": 3e-5, "beta": 0.0, **(preset or {})}
+    (folder / "train_settings.json").write_text(json.dumps({
+        "identity": {"preset": preset, "rewards": {"correctness_reward_func": 1.0}}, "train_questions": 100,
+        "max_steps": 10, "algorithm": {"name": "trl_default", "paper": "p", "fields": {"beta": preset["beta"]},
+                                       "overridden": []}}))
+    return folder
+
+
+def test_three_runs_give_one_paired_table_with_holm_adjusted_p_values(tmp_path, questions):
+    dirs = [write_run(tmp_path / "a", questions, 0, 0.9, 1, preset={"learning_rate": 1e-5}),
+            write_run(tmp_path / "b", questions, 0, 0.35, 2, preset={"beta": 0.04}),
+            write_run(tmp_path / "c", questions, 0, 0.3, 0)]  # c's trained records equal the baseline's
+    report = compare_runs(dirs, out_dir=tmp_path / "out")
+    pairs = report.comparison.pairs
+    headline = pairs[pairs["key"] == "strict_correct"]
+    assert [(r["a"], r["b"]) for r in headline.to_dict("records")] == [
+        ("baseline", "a"), ("baseline", "b"), ("baseline", "c"), ("a", "b"), ("a", "c"), ("b", "c")]
+    for r in headline.to_dict("records"):
+        assert r["mcnemar_p"] == pytest.approx(mcnemar_exact(r["wrong_to_right"], r["right_to_wrong"]))
+        assert r["mcnemar_p"] <= r["holm_p"] <= 1
+    smallest = headline.sort_values("mcnemar_p").iloc[0]
+    assert smallest["holm_p"] == pytest.approx(min(1.0, 6 * smallest["mcnemar_p"]))  # Holm's first step: m * p
+    base_c = headline[(headline["a"] == "baseline") & (headline["b"] == "c")].iloc[0]
+    assert (base_c["wrong_to_right"], base_c["right_to_wrong"], base_c["mcnemar_p"]) == (0, 0, 1.0)
+    base_a = headline[(headline["a"] == "baseline") & (headline["b"] == "a")].iloc[0]
+    assert base_a["delta"] > 0.4 and base_a["delta_low"] > 0 and base_a["holm_p"] < 0.01
+    assert set(report.differences) == {"learning_rate", "beta"}
+    assert report.differences["beta"] == {"a": 0.0, "b": 0.04, "c": 0.0}
+    text = report.markdown
+    assert text.index("## Settings that differ") < text.index("| comparison |")
+    assert "| baseline -> a | Strict accuracy |" in text and "Holm p" in text
+    for name in ("runs_comparison.md", "runs_metrics.csv", "runs_pairs.csv", "runs_comparison.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    metrics = report.comparison.metrics
+    row = metrics[(metrics["run"] == "a") & (metrics["key"] == "strict_correct")].iloc[0]
+    assert row["low"] <= row["value"] <= row["high"]
+
+
+def test_runs_whose_baselines_differ_are_refused_naming_what_differs(tmp_path, questions):
+    a = write_run(tmp_path / "a", questions, 0, 0.9, 1)
+    b = write_run(tmp_path / "b", questions, 0, 0.5, 2, settings={"base_fingerprint": "other", "max_new_tokens": 32})
+    with pytest.raises(ValueError, match=r"(?s)base weights \(base_fingerprint\): a 'abc', b 'other'.*"
+                                         r"completion budget"):
+        compare_runs([a, b])
+    c = write_run(tmp_path / "c", questions, 5, 0.5, 2)  # same settings, but another baseline
+    with pytest.raises(ValueError, match="baseline records: c's baseline.jsonl"):
+        compare_runs([a, c])
+    with pytest.raises(ValueError, match="given twice"):
+        compare_runs([a, a])
+
+
+def test_a_run_not_yet_evaluated_after_training_names_the_step(tmp_path, questions):
+    a = write_run(tmp_path / "a", questions, 0, 0.9, 1)
+    b = write_run(tmp_path / "b", questions, 0, 0.5, 2)
+    (b / "trained.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="04_post_training_eval"):
+        compare_runs([a, b])
+
+
+def test_compare_cli_prints_the_table(tmp_path, questions, capsys):
+    from grpo_kit.cli import main
+
+    a = write_run(tmp_path / "a", questions, 0, 0.9, 1)
+    b = write_run(tmp_path / "b", questions, 0, 0.5, 2, preset={"beta": 0.04})
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "| beta | 0.0 | 0.04 |" in out and "| a -> b |" in out
+    assert (tmp_path / "cmp" / "runs_comparison.png").is_file()
+
+
+def test_results_of_other_questions_are_refused_naming_the_run(questions):
+    task = get_task("gsm8k")
+    baseline = _from_records(score(questions, completions(questions, 0.3, 0), task=task), task)
+    other = _from_records(score(questions[:-1], completions(questions[:-1], 0.3, 0), task=task), task)
+    with pytest.raises(ValueError, match="run 'short': before and after are not the same questions"):
+        compare_runs_results(baseline, {"short": other})

@@ -1,0 +1,256 @@
+"""What a hostile user does to a run folder does not lose a run or leave it stuck (issue 18): one writer per folder,
+damaged files named with what to do, values read as written, and everything refused before a model loads.
+
+Each test reproduces one numbered failure of the issue; the costly ones (training and resuming) are in
+test_train_runs.py, beside the run they copy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grpo_kit.cli import main
+from grpo_kit.policy.warm_start import TinyPolicy, WarmStart
+from grpo_kit.runs.folder import RunFolder, RunFolderBusy
+from grpo_kit.tasks import get_task
+from grpo_kit.tasks.countdown import safe_eval
+from grpo_kit.tasks.rewards import RewardSet, guarded, probe
+from grpo_kit.training.presets import get_preset, read_value
+
+ROOT = Path(__file__).resolve().parents[2]
+GSM8K = get_task("gsm8k")
+
+
+# --- 4. one writer per run folder -------------------------------------------------------------------------------
+
+
+def _hold_lock(folder: Path) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from grpo_kit.runs.folder import RunFolder
+        with RunFolder({str(folder)!r}).lock("train"):
+            print("holding", flush=True)
+            time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert holder.stdout.readline().strip() == "holding"
+    return holder
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path, capsys):
+    holder = _hold_lock(tmp_path / "run")
+    try:
+        with pytest.raises(RunFolderBusy, match=f"being written by process {holder.pid} on .* \\(train, since "):
+            with RunFolder(tmp_path / "run").lock("eval"):
+                pass
+        assert main(["train", "--preset", "cpu-tiny", "--run-dir", str(tmp_path / "run"), "--max-steps", "1",
+                     "--cache-dir", str(tmp_path / "cache")]) == 2
+        assert f"process {holder.pid}" in capsys.readouterr().err
+        assert not (tmp_path / "run" / "train_settings.json").exists()  # nothing written by the second
+    finally:
+        holder.kill()  # SIGKILL: the holder cannot clean up
+        holder.wait()
+    with RunFolder(tmp_path / "run").lock("train") as run:  # the OS released the dead process's lock
+        assert json.loads(run.lock_holder.read_text())["command"] == "train"
+
+
+def test_the_lock_is_reentrant_in_one_process(tmp_path):
+    run = RunFolder(tmp_path)
+    with run.lock("demo"), run.lock("train"):
+        assert json.loads(run.lock_holder.read_text())["command"] == "demo"
+    assert not run.lock_holder.exists()
+
+
+# --- 5 and 10-11. values read as written; everything refused before a model loads --------------------------------
+
+
+@pytest.mark.parametrize("text, value", [("false", False), ("False", False), ("no", False), ("0", False),
+                                         ("TRUE", True), ("yes", True), ("1", True), (True, True), (0, False)])
+def test_booleans_are_read_as_written(text, value):
+    assert read_value("bf16", text, "bool") is value
+    assert get_preset("cpu-tiny", gradient_checkpointing=text).gradient_checkpointing is value
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("bf16", "maybe", "bf16 = 'maybe' is not a boolean"),
+    ("max_steps", "2.5", "is not a whole number"),
+    ("learning_rate", "fast", "is not a number"),
+    ("lora_rank", "None", None),
+    ("seed", None, "seed cannot be None"),
+])
+def test_set_values_are_typed(field, value, message):
+    if message is None:
+        assert getattr(get_preset("a100", **{field: value}), field) is None
+    else:
+        with pytest.raises(ValueError, match=message):
+            get_preset("a100", **{field: value})
+
+
+def _module(tmp_path: Path, name: str, source: str) -> str:
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    return name
+
+
+@pytest.mark.parametrize("module, source, target, message", [
+    ("rw_list", "LIST = [1, 2]\n", "LIST", "'rw_list' has a list, not a function, named 'LIST'"),
+    ("rw_raises", "raise RuntimeError('no GPU here')\n", "f", "importing 'rw_raises' failed with RuntimeError: no GPU"),
+    ("rw_syntax", "def f(:\n", "f", "importing 'rw_syntax' failed with SyntaxError"),
+    ("rw_exits", "import sys\nsys.exit(3)\n", "f", "importing 'rw_exits' failed with SystemExit: 3"),
+    ("rw_signature", "def f(x):\n    return [1.0]\n", "f", "reward f cannot take completions=..."),
+    ("rw_strings", "def f(completions, **kw):\n    return ['1'] * len(completions)\n", "f",
+     "reward f returned ['1', '1'] for 2 completions"),
+    ("rw_short", "def f(completions, **kw):\n    return [1.0]\n", "f", "reward f returned [1.0] for 2 completions"),
+    ("rw_bug", "def f(completions, **kw):\n    return [1 / 0]\n", "f", "reward f raised ZeroDivisionError"),
+])
+def test_a_users_reward_module_is_checked_before_anything_loads(module, source, target, message, tmp_path,
+                                                                monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _module(tmp_path, module, source)
+    code = main(["train", "--preset", "cpu-tiny", "--run-dir", str(tmp_path / "run"), "--cache-dir",
+                 str(tmp_path / "cache"), "--rewards", f"{module}:{target}"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert "Traceback" not in err and not (tmp_path / "cache").exists()  # no model was built
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--set", "name=x"], "name is the preset's own name"),
+    (["train", "--set", "extra=5"], "extra = 5: give a dict of GRPOConfig fields"),
+    (["train", "--set", "reward_weights=5"], "give them with --rewards NAME=WEIGHT"),
+    (["train", "--rewards", ":"], "write module:function"),
+    (["train", "--set", "optim=bogus"], "optim = 'bogus' is not a name transformers knows"),
+    (["train", "--set", "lr_scheduler_type=bogus"], "lr_scheduler_type = 'bogus' is not a name"),
+    (["train", "--set", "report_to=bogus"], "report_to = 'bogus' is not a name"),
+    (["train", "--set", "lora_target_modules=bogus"], "a single name is read by PEFT as a regular expression"),
+    (["train", "--set", "lora_target_modules=('q_proj', 'bogus')"], "lora_target_modules holds ['bogus']"),
+    (["train", "--model", "/nonexistent"], "neither an existing folder nor a Hub id"),
+    (["train", "--set", "temperature=1e-320"], "temperature = 1e-320 cannot work"),
+    (["train", "--set", "seed=99999999999999999999"], "seed = 99999999999999999999 cannot work"),
+    (["train", "--set", "use_unsloth=true"], "tiny offline policy loads through transformers, never Unsloth"),
+    (["eval", "--before", "--preset", "a100"], "use_unsloth needs an NVIDIA GPU"),
+    (["eval", "--before", "--task", "math500"], "task 'math500' has none: give a model"),
+    (["eval", "--samples", "4"], "--samples only apply to eval --before"),
+    (["eval", "--task", "countdown", "--preset", "a100"], "--preset, --task only apply to eval --before"),
+    (["demo", "--name", "../escape"], "must be one folder name"),
+    (["demo", "--name", "/tmp/elsewhere"], "must be one folder name"),
+])
+def test_bad_arguments_are_refused_before_anything_loads(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if args[0] in ("train", "eval"):
+        args = [*args, "--run-dir", str(tmp_path / "run")]
+    if args[0] == "train" or "--before" in args:
+        args += ["--cache-dir", str(tmp_path / "cache")]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
+
+
+def test_the_unsloth_route_on_a_cpu_is_refused_not_recorded(monkeypatch, tmp_path):
+    from grpo_kit.runs.spec import RunSpec
+
+    monkeypatch.delenv("UNSLOTH_ALLOW_CPU", raising=False)
+    (tmp_path / "model").mkdir()
+    with pytest.raises(ValueError, match="use_unsloth needs an NVIDIA GPU"):
+        RunSpec.resolve("a100", model=tmp_path / "model", run_dir=tmp_path / "run")
+
+
+# --- 6. rewards: None is "cannot judge"; NaN, inf, wrong lengths and types never crash a run -----------------------
+
+
+def test_a_guarded_reward_turns_what_trl_cannot_use_into_none_with_a_warning(caplog):
+    def odd(completions, **kwargs):
+        return [1, None, math.nan, -math.inf, "0.5", True]
+
+    with caplog.at_level("WARNING", logger="grpo_kit"):
+        values = guarded(odd)(completions=["a"] * 6)
+    assert values == [1.0, None, None, None, None, 1.0]
+    assert "reward odd: returned nan for completion 2" in caplog.text and "completion 3" in caplog.text
+    assert guarded(odd).__name__ == "odd"
+
+    def short(completions, **kwargs):
+        return [1.0]
+
+    with caplog.at_level("WARNING", logger="grpo_kit"):
+        assert guarded(short)(completions=["a", "b"]) == [None, None]
+    assert "returned 1 for 2 completions" in caplog.text
+
+
+def test_the_probe_calls_each_reward_as_trl_does():
+    rows = [GSM8K.load("train")[i] for i in range(2)]
+    probe(GSM8K.reward_set(), rows, ["<answer>1</answer>"] * 2)  # the built-ins pass
+
+    def broken(prompts, completions, answer, **kwargs):
+        return [float(a) for a in answer] + [0.0]
+
+    with pytest.raises(ValueError, match="reward broken returned"):
+        probe(RewardSet([broken]), rows, ["x", "y"])
+
+
+# --- 3, 8. caches and run files: trusted only when whole; damage named with what to do ----------------------------
+
+
+def test_a_warm_start_cache_torn_while_saving_is_not_trusted(tmp_path):
+    tiny = TinyPolicy(GSM8K, WarmStart(steps=1), cache_dir=str(tmp_path))
+    tiny.folder.mkdir(parents=True)
+    (tiny.folder / "config.json").write_text("")  # killed while saving
+    assert not tiny.cached
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("eval_settings.json", '{"task": "gsm8k", "sl', "eval_settings.json is damaged"),
+    ("eval_settings.json", '{"task": "gsm8k"}', "is damaged or was edited (no route"),
+    ("train_settings.json", "[]", "train_settings.json is damaged or was edited"),
+])
+def test_damaged_settings_name_the_file_and_what_to_rerun(name, content, message, tmp_path, capsys):
+    run = RunFolder(tmp_path / "run")
+    good = {"eval_settings.json": {"task": "gsm8k", "slice": {"n": 4}, "seed": 0, "max_new_tokens": 8, "samples": 0,
+                                   "temperature": 0.7, "preset": "cpu-tiny", "route": "transformers",
+                                   "base_model": "m", "system_prompt": "s"},
+            "train_settings.json": {"identity": {}, "base_model": "m", "task": "gsm8k", "system_prompt": "s"}}
+    for file, data in good.items():
+        (run.path / file).write_text(json.dumps(data))
+    (run.path / name).write_text(content)
+    assert main(["eval", "--run-dir", str(run.path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "run " in err and "Traceback" not in err
+
+
+def test_eval_of_a_training_that_did_not_finish_says_so(tmp_path, capsys):
+    run = RunFolder(tmp_path / "run")
+    settings = {"task": "gsm8k", "slice": {"n": 4}, "seed": 0, "max_new_tokens": 8, "samples": 0, "temperature": 0.7,
+                "preset": "cpu-tiny", "route": "transformers", "base_model": "m", "system_prompt": "s"}
+    run.write_json(run.eval_settings, settings)
+    run.write_json(run.train_settings, {"identity": {}, "base_model": "m", "task": "gsm8k", "system_prompt": "s"})
+    (run.model).mkdir()
+    (run.model / "config.json").write_text("")
+    assert main(["eval", "--run-dir", str(run.path)]) == 2
+    assert "training in" in (err := capsys.readouterr().err) and "has not finished" in err and "--resume" in err
+
+
+def test_a_held_out_record_damaged_by_hand_is_measured_again(tmp_path, caplog):
+    from grpo_kit.training.callbacks import HeldOutEval
+
+    run = RunFolder(tmp_path)
+    run.heldout.mkdir()
+    run.heldout_record(4).write_text('{"id": "a", "comp')
+    callback = HeldOutEval.__new__(HeldOutEval)
+    callback.records, callback.task = run, GSM8K
+    with caplog.at_level("WARNING", logger="grpo_kit"):
+        assert callback._earlier_result(4) is None
+    assert "evaluating step 4 again" in caplog.text and not run.heldout_record(4).exists()
+
+
+# --- 12. Countdown reads only plain decimals ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["0xa + 1", "0o12", "1_0 + 2", "1e1", "2j"])
+def test_countdown_refuses_numbers_python_would_read_another_way(text):
+    with pytest.raises(ValueError, match="plain decimal numbers"):
+        safe_eval(text)

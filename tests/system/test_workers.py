@@ -1,0 +1,93 @@
+"""The kit's child-process protocol (grpo_kit.system.workers): results, streams, errors, and children that die with
+their parent (issue 18: the math-verify worker kept computing 81 s after its parent was SIGKILLed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_kit.system.workers import Worker, WorkerError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def add(a, b=0):
+    return a + b
+
+
+def count(n):
+    yield from range(n)
+
+
+def fail():
+    raise KeyError("boom")
+
+
+def spin():
+    while True:
+        pass
+
+
+def test_calls_take_lists_as_arguments_and_dicts_as_keywords():
+    with Worker(f"{__name__}:add") as worker:
+        assert worker.call([2, 3]) == 5
+        assert worker.call({"a": 2, "b": 5}) == 7
+        assert worker.call(4) == 4
+
+
+def test_a_stream_yields_every_item_even_when_they_arrive_together():
+    # 2000 small lines reach the pipe in bursts: a buffered readline after select() would hold some and hang
+    with Worker(f"{__name__}:count") as worker:
+        assert list(worker.stream(2000)) == list(range(2000))
+        assert list(worker.stream(3)) == [0, 1, 2]  # the worker serves on after a stream
+
+
+def test_a_handler_error_is_raised_with_its_traceback_and_the_worker_lives_on():
+    with Worker(f"{__name__}:fail") as worker:
+        with pytest.raises(WorkerError, match="KeyError: 'boom'"):
+            worker.call()
+        assert worker.running
+
+
+def test_a_request_past_its_timeout_kills_the_child():
+    worker = Worker(f"{__name__}:spin")
+    with pytest.raises(TimeoutError):
+        worker.call(timeout_s=1)
+    assert not worker.running
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
+        return f.read().split(") ")[1][0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_math_verify_child_dies_when_its_parent_is_sigkilled():
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        from grpo_kit.tasks.math_verify import MathVerifier
+        verifier = MathVerifier(timeout_s=5)
+        print(verifier("1/2", "0.5"), flush=True)
+        print(verifier.worker._process.pid, flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert parent.stdout.readline().strip() in ("True", "False")
+    child = int(parent.stdout.readline())
+    assert _alive(child)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the worker outlived its SIGKILLed parent"

@@ -1,0 +1,243 @@
+"""The GPU routes' defects of issue 23, each on a CPU with what a GPU would report faked, and `plan`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import types
+
+import pytest
+
+from grpo_kit.tasks import get_task
+from grpo_kit.training.presets import PRESETS, get_preset
+
+REWARDS = get_task("gsm8k").reward_set()
+
+
+@pytest.mark.parametrize("name", ["multi-gpu-lora", "full-80gb"])
+def test_trls_colocated_vllm_gets_the_recipes_context_length(name):
+    """Defect 1: unset, vLLM takes the model's 131,072 tokens and does not fit 0.3 of an 80 GB card."""
+    from grpo_kit.training.trainer import grpo_config_kwargs
+
+    preset = PRESETS[name]
+    kwargs = grpo_config_kwargs(preset, "out", REWARDS)
+    assert kwargs["vllm_max_model_length"] == preset.max_prompt_tokens + preset.max_completion_length
+
+
+def test_without_a_context_length_the_plan_says_vllm_will_not_start():
+    from grpo_kit.training.plan import make_plan
+
+    unset = make_plan("multi-gpu-lora", {"extra": {"vllm_max_model_length": 131072}}, device="a100-80gb",
+                      launch="ddp", processes=8)
+    assert unset["fatal"] and any("vLLM will not start" in line for line in unset["problems"])
+    assert unset["memory"]["kv_cache_needed"] == 16.0  # 131,072 tokens x 128 KiB
+    fixed = make_plan("multi-gpu-lora", device="a100-80gb", launch="ddp", processes=8)
+    assert not fixed["fatal"] and fixed["vllm"]["max_model_len"] == 512
+    assert fixed["memory"]["parts"]["vllm_weights"] == pytest.approx(14.96, abs=0.01)  # vLLM's bf16 copy of 8.03B
+
+
+def _fsdp_checkpoint(folder, step, optimizer=True, weights=True):
+    """A checkpoint as transformers 5.17 + accelerate 1.15 write it under FSDP with SHARDED_STATE_DICT."""
+    checkpoint = folder / f"checkpoint-{step}"
+    checkpoint.mkdir(parents=True)
+    for name, wanted in (("pytorch_model_fsdp_0", weights), ("optimizer_0", optimizer)):
+        if wanted:
+            (checkpoint / name).mkdir()
+            (checkpoint / name / ".metadata").write_bytes(b"m")
+            for rank in range(2):
+                (checkpoint / name / f"__{rank}_0.distcp").write_bytes(b"d")
+    for name in ("scheduler.pt", "rng_state_0.pth", "rng_state_1.pth"):
+        (checkpoint / name).write_bytes(b"x")
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return checkpoint
+
+
+def test_an_fsdp_sharded_checkpoint_is_complete_and_resumed_from(tmp_path):
+    """Defect 3: the sharded layout counts; a half-written one does not."""
+    from grpo_kit.training.checkpoints import is_complete, latest_complete
+
+    folder = tmp_path / "checkpoints"
+    _fsdp_checkpoint(folder, 25)
+    newest = _fsdp_checkpoint(folder, 50)
+    torn = _fsdp_checkpoint(folder, 75, optimizer=False)
+    (newest.parent / "checkpoint-100").mkdir()
+    ((newest.parent / "checkpoint-100") / "pytorch_model_fsdp_0").mkdir()  # killed before .metadata was written
+    assert is_complete(newest) and not is_complete(torn)
+    assert latest_complete(folder) == newest
+    for weights, optimizer in (("pytorch_model_fsdp.bin", "optimizer.bin"),  # FULL_STATE_DICT
+                               ("pytorch_model_fsdp_0_rank0.bin", "optimizer_0_rank0.bin")):  # LOCAL_STATE_DICT
+        other = folder / "other" / "checkpoint-5"
+        other.mkdir(parents=True, exist_ok=True)
+        for name in (weights, optimizer, "scheduler.pt"):
+            (other / name).write_bytes(b"x")
+        (other / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
+        assert is_complete(other)
+        for name in (weights, optimizer):
+            (other / name).unlink()
+
+
+class _Plugin:
+    def __init__(self, kind):
+        self.state_dict_type = kind
+
+    def set_state_dict_type(self, kind):
+        self.state_dict_type = kind
+
+
+class _FsdpTrainer:
+    """save_model as transformers 5.17 does it under FSDP: it writes weights only with FULL_STATE_DICT."""
+
+    def __init__(self, kind):
+        self.is_fsdp_enabled = True
+        self.accelerator = types.SimpleNamespace(state=types.SimpleNamespace(fsdp_plugin=_Plugin(kind)),
+                                                 is_main_process=True, wait_for_everyone=lambda: None)
+
+    def save_model(self, path):
+        if "FULL_STATE_DICT" in str(self.accelerator.state.fsdp_plugin.state_dict_type):
+            from pathlib import Path
+
+            Path(path).mkdir(parents=True, exist_ok=True)
+            (Path(path) / "model.safetensors").write_bytes(b"w")
+
+
+class _Tokenizer:
+    def save_pretrained(self, path):
+        pass
+
+
+def test_the_final_save_under_fsdp_sharded_writes_the_weights(tmp_path):
+    """Defect 3: the final model is gathered into one full state dict."""
+    from grpo_kit.training.trainer import save_policy
+
+    path = save_policy(_FsdpTrainer("StateDictType.SHARDED_STATE_DICT"), _Tokenizer(), tmp_path / "model")
+    assert (path / "model.safetensors").is_file()
+
+
+def test_a_save_that_wrote_no_weights_is_an_error(tmp_path):
+    from grpo_kit.training.trainer import save_policy
+
+    trainer = _FsdpTrainer("SHARDED_STATE_DICT")
+    trainer.accelerator.state.fsdp_plugin.set_state_dict_type = lambda kind: None  # as if the switch did nothing
+    (tmp_path / "model").mkdir()
+    with pytest.raises(RuntimeError, match="saved no weights"):
+        save_policy(trainer, _Tokenizer(), tmp_path / "model")
+
+
+def test_the_stale_weights_alarm_says_at_the_first_step_that_it_is_not_armed(caplog):
+    """Defect 4: on Unsloth's routes the metric is never logged; the run's log says so, once."""
+    from grpo_kit.training.callbacks import STALE_METRIC, StaleWeightsAlarm, stale_weights_alarm
+
+    why = stale_weights_alarm(PRESETS["a100"])
+    assert not why["armed"] and "unsloth/models/rl.py" in why["why"]
+    alarm = StaleWeightsAlarm(why_unarmed=why["why"])
+    state = types.SimpleNamespace(global_step=1)
+    with caplog.at_level(logging.WARNING, logger="grpo_kit"):
+        alarm.on_log(None, state, None, logs={"reward": 0.5})
+        alarm.on_log(None, state, None, logs={"reward": 0.6})
+    unarmed = [r for r in caplog.records if "NOT armed" in r.getMessage()]
+    assert len(unarmed) == 1 and "vllm_importance_sampling_correction" in unarmed[0].getMessage()
+    caplog.clear()
+    unsloths_config = type("UnslothGRPOConfig", (), {"_unsloth_patched_rl_config": True})()
+    unsloths_config.vllm_importance_sampling_correction = False
+    with caplog.at_level(logging.WARNING, logger="grpo_kit"):
+        StaleWeightsAlarm().on_log(unsloths_config, state, None, logs={"reward": 0.5})
+    assert "Unsloth's generated GRPO trainer turns it off" in caplog.records[0].getMessage()
+    caplog.clear()
+    armed = StaleWeightsAlarm()
+    with caplog.at_level(logging.WARNING, logger="grpo_kit"):
+        armed.on_log(None, state, None, logs={"reward": 0.5, STALE_METRIC: 0.01})
+    assert not caplog.records and not armed.raised
+
+
+def test_the_algorithm_the_fields_amount_to():
+    from grpo_kit.training.plan import algorithm
+
+    faithful = algorithm(PRESETS["a100"])  # the blog post's notebook: trl 0.15's GRPO (issue 20)
+    assert (faithful["name"], faithful["fields"]["loss_type"], faithful["fields"]["beta"]) == ("grpo", "grpo", 0.04)
+    assert not faithful["vllm_importance_sampling_correction"]  # Unsloth's config turns it off
+    changed = algorithm(get_preset("a100", beta=0.0))
+    assert changed["overridden"] == ["beta"] and "no KL" in changed["summary"]
+    assert algorithm(PRESETS["multi-gpu-lora"])["vllm_importance_sampling_correction"]
+
+
+PLAN_KEYS = {"route", "model", "algorithm", "grpo_config", "processes", "vllm", "memory", "alarm", "resume_from",
+             "problems"}
+
+
+def _plan(capsys, *argv):
+    from grpo_kit.cli import main
+
+    code = main(["plan", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_plan_json_for_each_route_on_a_cpu(capsys):
+    code, a100 = _plan(capsys, "--preset", "a100", "--device", "a100-40gb")
+    assert code == 0 and PLAN_KEYS <= set(a100)
+    assert a100["route"] == "unsloth" and a100["vllm"]["mode"] == "colocate" and not a100["alarm"]["armed"]
+    memory = a100["memory"]
+    assert memory["estimate"] and set(memory["parts"]) >= {"weights", "trainable", "optimizer", "vllm_weights",
+                                                           "kv_cache", "activations"}
+    assert memory["needed"] == pytest.approx(sum(memory["parts"].values()), abs=0.05) and memory["fits"]
+    assert a100["grpo_config"]["optim"] == "paged_adamw_8bit" and a100["processes"][0]["rank"] == 0
+    code, ddp = _plan(capsys, "--preset", "multi-gpu-lora", "--device", "h100-80gb", "--launch", "ddp", "--gpus", "4")
+    assert code == 0 and ddp["route"] == "transformers+peft"
+    assert [p["device_map"] for p in ddp["processes"]] == [{"": r} for r in range(4)]
+    code, zero3 = _plan(capsys, "--preset", "multi-gpu-full", "--device", "h100-80gb", "--launch", "zero3",
+                        "--gpus", "7")
+    assert code == 0 and zero3["route"] == "transformers" and zero3["vllm"]["mode"] == "server"
+    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in zero3["vllm"]["command"]
+    assert [p["device_map"] for p in zero3["processes"]] == [None] * 7
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--preset", "a100", "--device", "t4-16gb"], "bfloat16"),
+    (["--preset", "a100", "--device", "v100-16gb"], "unknown card"),
+    (["--preset", "full-80gb", "--device", "l4-24gb"], "does not fit"),
+])
+def test_plan_exits_2_on_what_would_end_the_run(capsys, argv, says):
+    code, plan = _plan(capsys, *argv)
+    assert code == 2 and any(says in line and line.startswith("FATAL") for line in plan["problems"])
+
+
+def test_plan_for_a_resume_names_the_checkpoint(tmp_path, capsys):
+    from grpo_kit.training.checkpoints import run_identity
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    identity = run_identity(PRESETS["multi-gpu-full"], "gsm8k", "meta-llama/Llama-3.1-8B-Instruct", REWARDS)
+    (run / "train_settings.json").write_text(json.dumps({"identity": identity, "max_steps": 300}))
+    code, nothing = _plan(capsys, "--run-dir", str(run), "--resume", "--device", "h100-80gb")
+    assert nothing["resume_from"] is None and "step 0" in nothing["resume_why"]
+    assert nothing["grpo_config"]["max_steps"] == 300  # as the run folder recorded it
+    _fsdp_checkpoint(run / "checkpoints", 9)
+    newest = _fsdp_checkpoint(run / "checkpoints", 50)
+    _fsdp_checkpoint(run / "checkpoints", 100, weights=False)
+    code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--max-steps", "350", "--device", "h100-80gb",
+                       "--launch", "fsdp2", "--gpus", "8")
+    assert plan["resume_from"] == str(newest) and plan["resume_why"].endswith("newer but incomplete: checkpoint-100")
+    assert plan["grpo_config"]["max_steps"] == 350 and plan["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_plan_text_and_a_cpu_without_device(capsys):
+    from grpo_kit.cli import main
+
+    assert main(["plan", "--preset", "cpu-tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "route transformers" in out and "problems: none" in out
+    assert main(["plan", "--preset", "a100"]) == 2  # no GPU here, and no --device
+
+
+def test_train_runs_the_plans_checks_before_loading(monkeypatch, tmp_path):
+    """`train` on a T4 with a bfloat16 preset fails in RunSpec.resolve, before any model loads."""
+    import torch
+
+    from grpo_kit.runs.spec import RunSpec
+
+    props = types.SimpleNamespace(name="Tesla T4", total_memory=int(14.7 * 2**30))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    with pytest.raises(ValueError, match="would fail on Tesla T4:\n  preset 'multi-gpu-lora' computes in bfloat16"):
+        RunSpec.resolve("multi-gpu-lora", run_dir=tmp_path / "run")
