@@ -135,12 +135,16 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
 
     Raises:
         FileNotFoundError: no run folder, no trained model in it, or no ``train_settings.json``.
+        ValueError: training has not finished (no ``finished.json``).
     """
     if not Path(run_dir).is_dir():
         raise FileNotFoundError(f"no run folder at {run_dir}: give the folder a train run wrote (it holds model/ "
                                 "and train_settings.json)")
     run = RunFolder(run_dir)
     run.require(run.model, "python -m grpo_kit train (or notebook 03)")
+    if run.finished_step() is None:
+        raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be half-written): "
+                         "run python -m grpo_kit train with --resume to finish it, then export")
     return run, run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
 
 
@@ -446,8 +450,9 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         ValueError: a bad format, quant or question count (before any model loads).
         ExportRefused: the export failed its check (kept in ``<out>.refused``).
         FileNotFoundError: no run folder or trained model; llama.cpp not built (GGUF).
+        grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder (training it).
     """
-    from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, QUANT_TYPES, convert_to_gguf, quantize_gguf
+    from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, QUANT_TYPES
 
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -465,6 +470,14 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         _converter()
         import_llama_cpp()
     run, settings = _run(run_dir)
+    with run.lock("export"):  # no training rewrites model/ while it is exported
+        return _export(run, settings, format, quant, out, questions, push_to_hub, private, threshold)
+
+
+def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, out: str | Path | None,
+            questions: int, push_to_hub: str | None, private: bool, threshold: float | None) -> tuple[Path, Verification]:
+    from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
+
     out = Path(out) if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}")
     folder = out.with_name(out.name + ".partial")
     if folder.exists():

@@ -177,6 +177,11 @@ def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, mon
         export(full_run, "gguf", quant="q3_z")
     with pytest.raises(FileNotFoundError, match="no run folder"):
         export(tmp_path / "nowhere")
+    unfinished = tmp_path / "unfinished"  # killed while saving model/: no finished.json
+    shutil.copytree(full_run, unfinished, ignore=shutil.ignore_patterns("checkpoints", "export"))
+    (unfinished / "finished.json").unlink()
+    with pytest.raises(ValueError, match="has not finished"):
+        export(unfinished)
     with pytest.raises(ValueError, match="owner/name"):
         export(full_run, push_to_hub="not a repo")
     with pytest.raises(ValueError, match="threshold must be a share"):
