@@ -125,6 +125,13 @@ SUM3 = Task(
     texts=_texts,
     answer_value=lambda example: float(example["answer"]),
     warm_xml_share=1.0,
+    compare_rewards={
+        # Both pay the answer format; only the first pays for the right sum (the blog post's weights: 2 for it).
+        "format-only": {"xmlcount_reward_func": 1.0, "strict_format_reward_func": 1.0, "int_reward_func": 1.0,
+                        "correctness_reward_func": 0.0},  # weight 0: logged, not trained on
+        "correctness": {"xmlcount_reward_func": 1.0, "strict_format_reward_func": 1.0,
+                        "correctness_reward_func": 2.0},
+    },
     notes=("The warm start taught two ways to answer, both in the answer format: the worked one (two additions) and "
            "a sloppy one that drops the carry. Greedy decoding picks either; among 8 samples one is often worked and "
            "right. A correctness reward pays for the worked style, a format-only reward set pays both alike: only "
