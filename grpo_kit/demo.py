@@ -214,7 +214,7 @@ class CompareDemoConfig:
     samples: int = 8
     sample_temperature: float = 0.7
     eval_batch_size: int = 100
-    warm: WarmStart = WarmStart(steps=500, batch_size=32)
+    warm: WarmStart = WarmStart(steps=600, batch_size=32)
     spec: TinyPolicySpec = TinyPolicySpec()
     variants: tuple[str, ...] | None = None  # which of the task's compare_rewards (None: all, in order)
     seed: int = 0

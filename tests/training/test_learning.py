@@ -98,3 +98,22 @@ def test_a_reward_that_pays_for_length_destroys_accuracy_and_rings_the_alarm(add
     assert alarm["mcnemar_p"] < 0.05 and alarm["right_to_wrong"] > alarm["wrong_to_right"]
     assert any(row.get("eval/reward_hacking_alarm") == 1.0 for row in evals)
     assert (tmp_path / "run" / "alarms.jsonl").is_file()
+
+
+@pytest.mark.slow
+def test_a_correctness_reward_raises_held_out_accuracy_where_a_format_only_reward_does_not(tmp_path):
+    """The compare demo's experiment (README, "A reward that changes what is learned"): sum3's warm-started policy
+    answers in a worked style (right) or a sloppy one (wrong when the sum carries); two reward sets, one budget.
+    The warm start is cached in the kit's cache folder, shared with `python -m grpo_kit compare-demo`."""
+    from grpo_kit.demo import CompareDemoConfig, run_compare_demo
+
+    result = run_compare_demo(CompareDemoConfig(runs_dir=str(tmp_path), samples=0, progress=False))
+    pairs = result["report"].comparison.pairs
+    flexible = pairs[pairs["key"] == "flexible_correct"].set_index(["a", "b"])
+    correctness, format_only = flexible.loc[("baseline", "correctness")], flexible.loc[("baseline", "format-only")]
+    head_to_head = flexible.loc[("format-only", "correctness")]
+    print(flexible[["a_value", "b_value", "wrong_to_right", "right_to_wrong", "mcnemar_p", "holm_p"]].to_string())
+    assert 0.1 <= correctness["a_value"] <= 0.7  # the policy is right some of the time, greedily
+    assert correctness["delta"] >= 0.1 and correctness["mcnemar_p"] < 0.01
+    assert not (format_only["delta"] > 0 and format_only["mcnemar_p"] < 0.01)  # paying the format teaches no sums
+    assert head_to_head["delta"] > 0 and head_to_head["holm_p"] < 0.05
