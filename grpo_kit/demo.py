@@ -204,7 +204,7 @@ class CompareDemoConfig:
     runs_dir: str = "runs"
     cache_dir: str = DEFAULT_CACHE_DIR
     eval_size: int = 300
-    grpo_steps: int = 40
+    grpo_steps: int = 60
     learning_rate: float = 1e-4
     num_generations: int = 8
     completions_per_step: int = 32  # per_device_train_batch_size: prompts per step = this / num_generations
@@ -214,7 +214,7 @@ class CompareDemoConfig:
     samples: int = 8
     sample_temperature: float = 0.7
     eval_batch_size: int = 100
-    warm: WarmStart = WarmStart(steps=600, batch_size=32)
+    warm: WarmStart = WarmStart(steps=1000, batch_size=32)
     spec: TinyPolicySpec = TinyPolicySpec()
     variants: tuple[str, ...] | None = None  # which of the task's compare_rewards (None: all, in order)
     seed: int = 0
