@@ -302,7 +302,8 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
         with folder.lock("compare demo"):
             _fresh(folder)
             for path in (folder.baseline, folder.baseline_sampled, folder.eval_settings, folder.trained,
-                         folder.trained_sampled, folder.generations):
+                         folder.trained_sampled, folder.generations, folder.report, folder.comparison,
+                         folder.before_after, folder.log_history, folder.curves):
                 path.unlink(missing_ok=True)
     specs = {name: RunSpec.resolve(preset, task, rewards=rewards, run_dir=folders[name].path, seed=config.seed,
                                    warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir,
