@@ -1,5 +1,5 @@
-"""Command line: ``python -m grpo_kit demo | train | eval | compare | presets | algorithms | plan | doctor`` (also
-``grpo-kit ...``).
+"""Command line: ``python -m grpo_kit demo | train | eval | compare | compare-demo | export | verify-export | plan |
+doctor | presets | algorithms`` (also ``grpo-kit ...``).
 
 - ``demo``: the offline before/after pipeline on a CPU (warm start, measure, train, measure, report).
 - ``train``: GRPO into a run folder, with checkpoints, ``--resume`` and held-out accuracy; the same
@@ -8,6 +8,12 @@
 - ``eval``: ``--before`` measures the starting policy (notebook 02); without it, the run folder's trained
   model on the same questions and the before/after report (notebook 04).
 - ``compare``: several trained runs that share a baseline in one paired table, Holm-adjusted (notebook 05).
+- ``compare-demo``: the offline experiment where the reward set decides what GRPO teaches: one warm start, one
+  baseline, one run per reward set, one paired table (notebook 05's steps).
+- ``export`` / ``verify-export``: the trained policy merged or as GGUF, verified against the run before it is
+  called done, with a model card; optionally uploaded to the Hub.
+- ``plan`` / ``doctor``: what a launch would do, without loading a model or needing a GPU; the installed stack.
+- ``presets`` / ``algorithms``: the recipes and the named GRPO variants.
 
 Every argument is checked before any model or tokenizer loads. Results (tables, the report) go to
 standard output; what the kit is doing goes to the ``grpo_kit`` logger, shown on standard error.
@@ -320,6 +326,22 @@ def _algorithms(args: argparse.Namespace) -> int:  # noqa: ARG001
     return 0
 
 
+def _compare_demo(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from grpo_kit.demo import CompareDemoConfig, run_compare_demo
+
+    defaults = CompareDemoConfig()
+    config = CompareDemoConfig(name=args.name, task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir,
+                               eval_size=args.eval_size, samples=args.samples, grpo_steps=args.steps,
+                               learning_rate=args.learning_rate,
+                               warm=dataclasses.replace(defaults.warm, steps=args.warm_steps),
+                               variants=tuple(args.variants) if args.variants else None, seed=args.seed)
+    _quiet_library_bars()
+    run_compare_demo(config)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from grpo_kit.demo import DemoConfig
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
@@ -465,6 +487,31 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--record", action="store_true", help="write verification.json into the export (lets "
                      "--push-to-hub upload a verified export made elsewhere)")
     ver.set_defaults(func=_verify_export)
+
+    from grpo_kit.demo import CompareDemoConfig, compare_tasks
+
+    compare_defaults = CompareDemoConfig()
+    compare_demo = sub.add_parser("compare-demo", help="one warm start and baseline, one GRPO run per reward set, one "
+                                  "paired table (offline, CPU)")
+    compare_demo.add_argument("--task", default=compare_defaults.task_name, choices=compare_tasks(),
+                              help="a task that names reward sets to compare")
+    compare_demo.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                              help="which of the task's reward sets (default all)")
+    compare_demo.add_argument("--name", default=None, help="folder under --runs-dir (default compare-<task>)")
+    compare_demo.add_argument("--runs-dir", default=compare_defaults.runs_dir)
+    compare_demo.add_argument("--cache-dir", default=compare_defaults.cache_dir,
+                              help="where the warm-started policy is cached")
+    compare_demo.add_argument("--eval-size", type=_positive, default=compare_defaults.eval_size,
+                              help="held-out test questions")
+    compare_demo.add_argument("--samples", type=_nonnegative, default=compare_defaults.samples,
+                              help="sampled completions per question for avg@k / pass@k (0: greedy only)")
+    compare_demo.add_argument("--steps", type=_positive, default=compare_defaults.grpo_steps,
+                              help="GRPO optimiser steps of each run")
+    compare_demo.add_argument("--learning-rate", type=float, default=compare_defaults.learning_rate)
+    compare_demo.add_argument("--warm-steps", type=_positive, default=compare_defaults.warm.steps,
+                              help="supervised warm-start steps")
+    compare_demo.add_argument("--seed", type=_nonnegative, default=compare_defaults.seed)
+    compare_demo.set_defaults(func=_compare_demo)
     return parser
 
 

@@ -29,7 +29,7 @@ from grpo_kit.system.files import write_text
 from grpo_kit.tasks import DEFAULT_TASK, TASKS, get_task
 from grpo_kit.training.presets import get_preset
 
-__all__ = ["DemoConfig", "run_demo"]
+__all__ = ["CompareDemoConfig", "DemoConfig", "compare_tasks", "run_compare_demo", "run_demo"]
 
 log = logging.getLogger(__name__)
 
@@ -185,3 +185,204 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
             "before_sampled": measured.before_sampled, "after_sampled": measured.after_sampled,
             "log_history": trained.log_history, "wall": wall}
 
+
+
+@dataclass(frozen=True)
+class CompareDemoConfig:
+    """Settings of the compare demo: several reward sets trained from one warm start, against one baseline.
+
+    Defaults are the experiment in README ("A reward that changes what is learned"): the task's
+    :attr:`grpo_kit.tasks.Task.compare_rewards`, each trained for ``grpo_steps`` on the same budget, every run
+    evaluated greedily (and with ``samples`` samples) on the same ``eval_size`` held-out questions.
+
+    Raises:
+        ValueError: a name that is not one folder name.
+    """
+
+    name: str | None = None  # default compare-<task>
+    task: str | None = None  # a task with compare_rewards (None: the first, compare_tasks()[0])
+    runs_dir: str = "runs"
+    cache_dir: str = DEFAULT_CACHE_DIR
+    eval_size: int = 300
+    grpo_steps: int = 60
+    learning_rate: float = 1e-4
+    num_generations: int = 8
+    completions_per_step: int = 32  # per_device_train_batch_size: prompts per step = this / num_generations
+    max_completion_length: int = 40
+    temperature: float = 1.0  # of GRPO's sampled groups
+    eval_max_new_tokens: int = 40
+    samples: int = 8
+    sample_temperature: float = 0.7
+    eval_batch_size: int = 100
+    warm: WarmStart = WarmStart(steps=1000, batch_size=32)
+    spec: TinyPolicySpec = TinyPolicySpec()
+    variants: tuple[str, ...] | None = None  # which of the task's compare_rewards (None: all, in order)
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        name = self.folder_name
+        if name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+            raise ValueError(f"the compare demo's name {name!r} must be one folder name (it goes under runs_dir "
+                             f"{self.runs_dir!r}): no '/', '..' or absolute path")
+
+    @property
+    def folder_name(self) -> str:
+        """The folder under ``runs_dir``: ``name``, default ``compare-<task>``."""
+        return self.name if self.name is not None else f"compare-{self.task_name}"
+
+    def preset_fields(self) -> dict[str, Any]:
+        """The ``cpu-tiny`` preset fields every variant trains with (notebook 05 uses them on the tiny policy)."""
+        return {"max_steps": self.grpo_steps, "seed": self.seed, "learning_rate": self.learning_rate,
+                "num_generations": self.num_generations, "per_device_train_batch_size": self.completions_per_step,
+                "max_completion_length": self.max_completion_length, "temperature": self.temperature,
+                "save_steps": self.grpo_steps}
+
+    @property
+    def task_name(self) -> str:
+        """``task``, default the first of :func:`compare_tasks`."""
+        return self.task if self.task is not None else compare_tasks()[0]
+
+
+def compare_tasks() -> list[str]:
+    """The tasks whose :attr:`grpo_kit.tasks.Task.compare_rewards` the compare demo can train, in registry order."""
+    return [name for name, t in TASKS.items() if t.compare_rewards and t.trains and t.demonstration is not None]
+
+
+def _variants(config: CompareDemoConfig, task: Any) -> dict[str, Any]:
+    """The reward sets to train, by name, checked before anything loads."""
+    sets = task.compare_reward_sets()
+    if not sets or task.name not in compare_tasks():
+        raise ValueError(f"task {task.name!r} names no reward sets to compare, or cannot warm-start the tiny policy: "
+                         "choose one of " + ", ".join(compare_tasks()))
+    chosen = list(sets) if config.variants is None else list(config.variants)
+    unknown = [v for v in chosen if v not in sets]
+    if unknown or len(chosen) != len(set(chosen)) or not chosen:
+        raise ValueError(f"variants {chosen} of task {task.name!r}: give distinct names among {', '.join(sets)}")
+    return {v: sets[v] for v in chosen}
+
+
+def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[str, Any]:
+    """Train several reward sets from one warm-started tiny policy against one baseline, and compare them.
+
+    The same steps as notebook 05 (and ``eval --before``, ``train``, ``eval``, ``compare`` on the command line):
+    the baseline is measured once (:func:`grpo_kit.runs.measure.measure_before`) and shared by every run folder
+    (:func:`grpo_kit.runs.compare.share_baseline`); each variant trains from the same cached weights with the same
+    preset, seed and budget and is evaluated on the same questions (:func:`grpo_kit.runs.measure.measure_after`);
+    :func:`grpo_kit.runs.compare.compare_runs` gives the paired table with Holm-adjusted exact McNemar tests.
+
+    Args:
+        config: :class:`CompareDemoConfig`.
+
+    Returns:
+        ``{"root": Path, "report": RunsReport, "measured": {variant: Measured}, "wall": {step: seconds}}``;
+        ``runs/<name>/`` holds one run folder per variant, ``report.md`` and the comparison's tables and chart.
+
+    Raises:
+        ValueError: bad settings (checked before any model is built): a task without reward sets to compare,
+            an unknown variant, a bad preset value.
+        grpo_kit.runs.folder.RunFolderBusy: another process is writing one of the run folders.
+    """
+    import torch
+
+    from grpo_kit.evaluation.summary import sampled_metrics
+    from grpo_kit.runs.compare import compare_runs, share_baseline
+
+    total_start = time.perf_counter()
+    task = get_task(config.task_name)
+    variants = _variants(config, task)
+    preset = get_preset("cpu-tiny", **config.preset_fields())
+    plan = EvalPlan(task=task, preset=preset, slice={"n": config.eval_size}, seed=config.seed,
+                    max_new_tokens=config.eval_max_new_tokens, samples=config.samples,
+                    temperature=config.sample_temperature, batch_size=config.eval_batch_size, backend="transformers",
+                    warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir)
+    root = Path(config.runs_dir) / config.folder_name
+    folders = {name: RunFolder(root / name) for name in variants}
+    for folder in folders.values():  # a fresh experiment: what an earlier one trained or measured goes
+        with folder.lock("compare demo"):
+            _fresh(folder)
+            for path in (folder.baseline, folder.baseline_sampled, folder.eval_settings, folder.trained,
+                         folder.trained_sampled, folder.generations, folder.report, folder.comparison,
+                         folder.before_after, folder.log_history, folder.curves):
+                path.unlink(missing_ok=True)
+    specs = {name: RunSpec.resolve(preset, task, rewards=rewards, run_dir=folders[name].path, seed=config.seed,
+                                   warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir,
+                                   progress="bar" if config.progress else "none")
+             for name, rewards in variants.items()}  # every setting, before any model is built
+    plan.questions()
+    wall: dict[str, float] = {}
+
+    log.info(f"warm start of the tiny policy (cached in {plan.source.tiny.folder})")
+    start = time.perf_counter()
+    model, tokenizer, cached = warm_started_tiny_policy(plan.source.tiny, progress=config.progress)
+    wall["warm start"] = time.perf_counter() - start
+
+    first = next(iter(folders.values()))
+    log.info(f"baseline on {config.eval_size} {task.name} test questions (greedy + {config.samples} samples each), "
+             f"shared by {', '.join(folders)}")
+    start = time.perf_counter()
+    backend = TransformersBackend(model, tokenizer, batch_size=config.eval_batch_size, progress=config.progress)
+    backend.route = "transformers"
+    measure_before(plan, first, backend)
+    share_baseline(first, list(folders.values()))
+    wall["baseline evaluation"] = time.perf_counter() - start
+
+    measured = {}
+    for name, spec in specs.items():
+        log.info(f"{name}: GRPO for {preset.max_steps} steps with {spec.rewards}")
+        start = time.perf_counter()
+        torch.manual_seed(config.seed)
+        fresh, _ = load_policy(str(plan.source.tiny.folder), dtype="float32")  # every variant starts from the cache
+        trained = train(spec, policy=(fresh, tokenizer))
+        wall[f"{name}: GRPO training"] = time.perf_counter() - start
+        start = time.perf_counter()
+        after = TransformersBackend(trained.trainer.model, tokenizer, batch_size=config.eval_batch_size,
+                                    progress=config.progress)
+        after.route = "transformers"
+        measured[name] = measure_after(spec.folder, backend=after)
+        wall[f"{name}: evaluation after GRPO"] = time.perf_counter() - start
+    report = compare_runs([f.path for f in folders.values()], out_dir=root, seed=config.seed)
+    wall["total"] = time.perf_counter() - total_start
+
+    sampled = []
+    if config.samples:
+        label = f"pass@{config.samples} (flexible)"
+        rows = {"baseline": next(iter(measured.values())).before_sampled,
+                **{name: m.after_sampled for name, m in measured.items()}}
+        sampled = ["## Sampled", "", f"{config.samples} samples per question at temperature "
+                   f"{config.sample_temperature}; 95% bootstrap intervals over questions.", "",
+                   "| metric | " + " | ".join(rows) + " |", "|:--|" + "--:|" * len(rows)]
+        tables = {name: sampled_metrics(result.records, seed=config.seed) for name, result in rows.items()}
+        for metric in (f"avg@{config.samples} (flexible)", label):
+            sampled.append(f"| {metric} | " + " | ".join(
+                f"{t.loc[metric, 'value']:.3f} [{t.loc[metric, 'ci_low']:.3f}, {t.loc[metric, 'ci_high']:.3f}]"
+                for t in tables.values()) + " |")
+        sampled.append("")
+    settings = {
+        "task": task.name,
+        "variants (reward sets)": "; ".join(f"{name}: {spec.rewards}" for name, spec in specs.items()),
+        "GRPO steps (each variant)": preset.max_steps,
+        "prompts x completions per step": f"{preset.per_device_train_batch_size // preset.num_generations} x "
+                                          f"{preset.num_generations}",
+        "learning rate": preset.learning_rate,
+        "temperature (training)": preset.temperature,
+        "max completion length (tokens)": preset.max_completion_length,
+        "algorithm": preset.algorithm,
+        "warm start": (f"{config.warm.steps} SFT steps x {config.warm.batch_size}, learning rate "
+                       f"{config.warm.learning_rate}" + (" (loaded from cache)" if cached else "")),
+        "evaluation": (f"{config.eval_size} held-out test questions; greedy, and {config.samples} samples at "
+                       f"temperature {config.sample_temperature}; at most {config.eval_max_new_tokens} new tokens"),
+        "seed": config.seed,
+    }
+    text = "\n".join([
+        f"# grpo_kit compare demo: {config.folder_name}", "", task.notes, "",
+        report.markdown.split("\n", 1)[1].strip(), "", *sampled, "## Settings", "",
+        *[f"- {k}: {v}" for k, v in settings.items()], "", "## Wall time", "",
+        *[f"- {k}: {v:.0f} s" for k, v in wall.items()], "",
+        "Each variant's folder holds its own report.md (before/after, sampled metrics, training curves); "
+        "`runs_comparison.md`, `runs_metrics.csv`, `runs_pairs.csv` and `runs_comparison.png` are the comparison.",
+        ""])
+    write_text(root / "report.md", text)
+    print("\n" + text.split("## Settings")[0].strip() + "\n", flush=True)
+    log.info(f"wrote {root}/ (report.md, one run folder per variant, the comparison) in {wall['total']:.0f} s")
+    return {"root": root, "report": report, "measured": measured, "wall": wall}

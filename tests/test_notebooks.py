@@ -1,7 +1,8 @@
-"""The four notebooks run headless, in order, on the CPU preset; committed copies carry no outputs."""
+"""The notebooks run headless on the CPU preset (01-04 in order, 05 on its own); committed copies carry no outputs."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -10,9 +11,10 @@ import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 ORDER = ["01_explore.ipynb", "02_baseline_eval.ipynb", "03_train_grpo.ipynb", "04_post_training_eval.ipynb"]
+COMPARE = "05_compare_runs.ipynb"
 
 
-@pytest.mark.parametrize("name", ORDER)
+@pytest.mark.parametrize("name", [*ORDER, COMPARE])
 def test_committed_notebooks_carry_no_outputs(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     for cell in nb.cells:
@@ -45,7 +47,6 @@ EXECUTED = NOTEBOOKS.parent / "runs" / "notebooks-cpu"
 @pytest.mark.parametrize("task", ["gsm8k", "countdown"])
 def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
     import json
-    import shutil
 
     import papermill
 
@@ -86,3 +87,35 @@ def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
     logged = {k for row in json.loads((run / "log_history.json").read_text()) for k in row}
     if task == "countdown":
         assert {"rewards/countdown_reward_func/mean", "rewards/xmlcount_reward_func/mean"} <= logged
+
+
+@pytest.mark.slow
+def test_compare_notebook_trains_two_variants_on_one_baseline(tmp_path):
+    import papermill
+
+    executed = EXECUTED / "compare"
+    shutil.rmtree(executed, ignore_errors=True)
+    executed.mkdir(parents=True)
+    run_dir = executed / "runs"
+    out = executed / COMPARE
+    start = time.perf_counter()
+    papermill.execute_notebook(
+        str(NOTEBOOKS / COMPARE), str(out), cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
+        parameters=dict(task="sum3", preset="cpu-tiny", run_dir=str(run_dir), warm_start_steps=6, max_steps=2,
+                        eval_size=8, max_new_tokens=16, batch_size=8, samples=2,
+                        preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16}))
+    print(f"notebook 05 wall time: {time.perf_counter() - start:.1f} s")
+    _check_outputs(out)
+    variants = ["format-only", "correctness"]  # the sum3 task's reward sets, in order
+    for name in variants:
+        assert {"baseline.jsonl", "baseline_sampled.jsonl", "eval_settings.json", "trained.jsonl", "model",
+                "report.md"} <= {p.name for p in (run_dir / name).iterdir()}
+    assert (run_dir / "format-only" / "baseline.jsonl").read_text() == \
+        (run_dir / "correctness" / "baseline.jsonl").read_text()  # one baseline, shared
+    assert {"runs_comparison.md", "runs_pairs.csv", "runs_comparison.png"} <= \
+        {p.name for p in (run_dir / "comparison").iterdir()}
+    cells = nbformat.read(out, as_version=4).cells
+    shown = "".join(str(o.get("data", {})) for c in cells for o in c.get("outputs", []))
+    assert "baseline -> format-only" in shown and "baseline -> correctness" in shown
+    assert "format-only -> correctness" in shown and "Holm" in shown
+    assert "reward correctness_reward_func" in shown  # the settings that differ: its weight, 0 against 2

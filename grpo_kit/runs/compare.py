@@ -22,7 +22,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
-__all__ = ["BASELINE_KEYS", "RunsReport", "compare_runs", "differing_settings"]
+__all__ = ["BASELINE_KEYS", "RunsReport", "compare_runs", "differing_settings", "share_baseline"]
 
 #: What a shared baseline means: these ``eval_settings.json`` entries are equal in every run folder.
 BASELINE_KEYS = (("task", "task"), ("slice", "question slice"), ("seed", "slice seed"), ("questions", "questions"),
@@ -48,6 +48,42 @@ class RunsReport:
     differences: dict[str, dict[str, Any]]
     markdown: str
     chart: Path | None = None
+
+
+def share_baseline(source: str | Path | RunFolder, targets: Sequence[str | Path | RunFolder]) -> list[RunFolder]:
+    """Give other run folders the baseline measured in ``source``, so every run is compared on one baseline.
+
+    Copies ``eval_settings.json``, ``baseline.jsonl`` and (when measured) ``baseline_sampled.jsonl``, each file whole
+    or not at all, ``eval_settings.json`` last (as :func:`grpo_kit.runs.measure.measure_before` writes it). The targets
+    then train from the baseline's policy (notebook 03 / ``python -m grpo_kit train``) and are evaluated after training
+    (notebook 04 / ``python -m grpo_kit eval``) on exactly its questions and decoding; :func:`compare_runs` pairs them.
+
+    Args:
+        source: a run folder whose baseline has finished (``eval_settings.json`` written).
+        targets: run folders to receive it (created if missing); ``source`` itself is skipped.
+
+    Returns:
+        The target :class:`grpo_kit.runs.folder.RunFolder` objects.
+
+    Raises:
+        FileNotFoundError: ``source`` has no finished baseline (the message names the step to run).
+        grpo_kit.runs.folder.RunFolderBusy: another process is writing a target folder.
+    """
+    source = source if isinstance(source, RunFolder) else RunFolder(source)
+    source.require(source.eval_settings, "02_baseline_eval (or python -m grpo_kit eval --before)")
+    files = [source.baseline, source.baseline_sampled, source.eval_settings]
+    folders = []
+    for target in targets:
+        folder = target if isinstance(target, RunFolder) else RunFolder(target)
+        folders.append(folder)
+        if folder.path.resolve() == source.path.resolve():
+            continue
+        with folder.lock("share the baseline"):
+            folder.baseline_sampled.unlink(missing_ok=True)  # a sampled baseline the source does not have
+            for path in files:
+                if path.is_file():
+                    write_text(folder.path / path.name, path.read_text(encoding="utf-8"))
+    return folders
 
 
 def _flat(settings: dict[str, Any]) -> dict[str, Any]:

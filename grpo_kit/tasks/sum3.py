@@ -5,11 +5,16 @@ the train split and the other 300 in the test split, so held-out questions are t
 exists to show on a CPU the effect reinforcement learning with verifiable rewards is known for: raising pass@1
 towards pass@k by choosing, among the ways the policy already answers, the one that is right.
 
-Its warm start (:attr:`Task.demonstration`) shows every train triple twice, in the answer format both times: once
-with the working (``a+b=s1`` then ``s1+c=s``), once as a one-line "sloppy" answer that drops the carry
-(``a+b+c=`` the ones digit of the sum, wrong whenever the sum is 10 or more). The warm-started tiny policy then
-answers greedily in either style, right a fraction of the time, and right much more often among 8 samples. A
-correctness reward pays for the worked style; a format-only reward set pays both styles alike.
+Its warm start (:attr:`Task.demonstration`) shows every train triple three times, in the answer format each time:
+once with the working (``a+b=s1`` then ``s1+c=s``), twice as a one-line "sloppy" answer that drops the carry
+(``a+b+c=`` the ones digit of the sum, wrong whenever the sum is 10 or more, and a guess on unseen triples). The
+warm-started tiny policy then starts most answers the sloppy way, so greedy decoding is sloppy and mostly wrong
+with a margin (at one worked answer per sloppy one, greedy sat on a knife edge that any drift in training tipped
+over), while among 8 samples one is usually worked and right. A correctness reward pays for the worked style; a
+format-only reward set pays both styles alike.
+
+The system prompt is one short line (``SYSTEM``), not the blog post's: the prompt is most of each sequence the
+tiny policy trains on, and a short one halves the warm start's and GRPO's time on a CPU.
 
 Rules: ``strict`` is the number inside ``<answer>`` of a completion in the strict layout, ``flexible`` the last
 number anywhere (the same as GSM8K's), compared with the gold sum as integers.
@@ -20,7 +25,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_xml_answer, strictly
+from grpo_kit.tasks.answer_format import extract_xml_answer, strictly
 from grpo_kit.tasks.data import build_prompt
 from grpo_kit.tasks.numbers import last_number, normalize_number
 from grpo_kit.tasks.task import Example, ExtractionRule, Task
@@ -28,11 +33,14 @@ from grpo_kit.tasks.task import Example, ExtractionRule, Task
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["SUM3", "TRAIN_TRIPLES", "load_sum3", "sloppy", "triples", "worked"]
+__all__ = ["SLOPPY_PER_WORKED", "SUM3", "SYSTEM", "TRAIN_TRIPLES", "load_sum3", "sloppy", "triples", "worked"]
 
 #: Triples in the train split (the rest, 1000 - 700, are the test split).
 TRAIN_TRIPLES = 700
 PHRASE = "What is {a}+{b}+{c}?"
+SYSTEM = "Reply with <reasoning> and <answer> tags."
+#: Sloppy demonstrations per worked one in the train split (the warm start's mix of the two styles).
+SLOPPY_PER_WORKED = 2
 
 
 def triples(seed: int = 0) -> dict[str, list[tuple[int, int, int]]]:
@@ -69,14 +77,14 @@ def sloppy(a: int, b: int, c: int) -> tuple[str, str]:
 def _row(a: int, b: int, c: int, style: str) -> dict[str, Any]:
     question = PHRASE.format(a=a, b=b, c=c)
     return {"question": question, "answer": str(a + b + c), "a": a, "b": b, "c": c, "style": style,
-            "prompt": build_prompt(question, SYSTEM_PROMPT)}
+            "prompt": build_prompt(question, SYSTEM)}
 
 
 def load_sum3(split: str = "test", seed: int = 0) -> Dataset:
     """The split as a ``datasets.Dataset``: ``question``, ``answer`` (the sum, the column the correctness rewards
     read), ``a``, ``b``, ``c``, ``style`` (the warm start's demonstration of the row) and ``prompt``. The train split
-    holds each of its 700 triples twice, once per ``style`` (``"worked"``, ``"sloppy"``); the test split each of
-    its 300 once (``style`` ``"worked"``, unused).
+    holds each of its 700 triples once with ``style`` ``"worked"`` and :data:`SLOPPY_PER_WORKED` times ``"sloppy"``;
+    the test split each of its 300 once (``style`` ``"worked"``, unused).
 
     Raises:
         ValueError: an unknown split.
@@ -86,7 +94,7 @@ def load_sum3(split: str = "test", seed: int = 0) -> Dataset:
     if split not in ("train", "test"):
         raise ValueError(f"sum3 has the splits 'train' and 'test', not {split!r}")
     chosen = triples(seed)[split]
-    styles = ("worked", "sloppy") if split == "train" else ("worked",)
+    styles = ("worked",) + ("sloppy",) * SLOPPY_PER_WORKED if split == "train" else ("worked",)
     return Dataset.from_list([_row(a, b, c, style) for a, b, c in chosen for style in styles])
 
 
@@ -107,7 +115,7 @@ def _demonstration(example: Example, style: str = "equations") -> tuple[str, str
 
 
 def _texts(dataset: Dataset) -> list[str]:
-    texts = [SYSTEM_PROMPT] * 50 + list(dataset["question"])
+    texts = [SYSTEM] * 50 + list(dataset["question"])
     return texts + [line for row in dataset for line in _demonstration(row)[0].splitlines()]
 
 
@@ -125,8 +133,16 @@ SUM3 = Task(
     texts=_texts,
     answer_value=lambda example: float(example["answer"]),
     warm_xml_share=1.0,
+    compare_rewards={
+        # Both pay the answer format; only the first pays for the right sum (the blog post's weights: 2 for it).
+        "format-only": {"xmlcount_reward_func": 1.0, "strict_format_reward_func": 1.0, "int_reward_func": 1.0,
+                        "correctness_reward_func": 0.0},  # weight 0: logged, not trained on
+        "correctness": {"xmlcount_reward_func": 1.0, "strict_format_reward_func": 1.0,
+                        "correctness_reward_func": 2.0},
+    },
     notes=("The warm start taught two ways to answer, both in the answer format: the worked one (two additions) and "
-           "a sloppy one that drops the carry. Greedy decoding picks either; among 8 samples one is often worked and "
-           "right. A correctness reward pays for the worked style, a format-only reward set pays both alike: only "
-           "the first should raise flexible accuracy, and format metrics cannot tell them apart."),
+           "a sloppy one that drops the carry, shown twice as often. Greedy decoding starts the sloppy way; among 8 "
+           "samples one is usually worked and right. A correctness reward pays for the worked style, a format-only "
+           "reward set pays both alike: only the first should raise flexible accuracy, and format metrics cannot "
+           "tell them apart."),
 )

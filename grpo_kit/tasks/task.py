@@ -14,7 +14,7 @@ gain in format is never mistaken for a gain in solving.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grpo_kit.tasks.answer_format import extract_xml_answer
@@ -70,6 +70,9 @@ class Task:
             report says it).
         warm_xml_share: the share of warm-start targets in the answer format when the task fixes it (``None``:
             :attr:`grpo_kit.policy.warm_start.WarmStart.xml_share` decides).
+        compare_rewards: named reward sets (``{name: {reward name: weight}}``) that the compare demo
+            (:func:`grpo_kit.demo.run_compare_demo`) trains, each from the same warm start and against one
+            baseline; empty: the task has no such experiment.
     """
 
     name: str
@@ -88,6 +91,7 @@ class Task:
     answer_value: Callable[[Example], float | None] | None = None
     notes: str = ""
     warm_xml_share: float | None = None
+    compare_rewards: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def load(self, split: str = "test", **kwargs: Any) -> Dataset:
         """Load a split (keyword arguments go to the loader, e.g. ``source=``).
@@ -108,6 +112,10 @@ class Task:
     def reward_set(self) -> RewardSet:
         """The training rewards, weight 1 each."""
         return RewardSet(list(self.rewards))
+
+    def compare_reward_sets(self) -> dict[str, RewardSet]:
+        """:attr:`compare_rewards` as :class:`grpo_kit.tasks.RewardSet` objects, in order."""
+        return {name: RewardSet(dict(weights)) for name, weights in self.compare_rewards.items()}
 
     def metric_rewards(self) -> list[Reward]:
         """The rewards its evaluation table shows, in order."""

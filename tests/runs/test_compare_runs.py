@@ -129,3 +129,37 @@ def test_results_of_other_questions_are_refused_naming_the_run(questions):
     other = _from_records(score(questions[:-1], completions(questions[:-1], 0.3, 0), task=task), task)
     with pytest.raises(ValueError, match="run 'short': before and after are not the same questions"):
         compare_runs_results(baseline, {"short": other})
+
+
+def test_a_shared_baseline_lets_runs_compare_and_a_missing_one_names_the_step(tmp_path, questions):
+    from grpo_kit.runs.compare import share_baseline
+
+    a = write_run(tmp_path / "a", questions, 0, 0.9, 1)
+    b = write_run(tmp_path / "b", questions, 7, 0.5, 2)  # its own baseline: refused until it shares a's
+    (b / "baseline_sampled.jsonl").write_text("stale\n")  # a sampled baseline a does not have
+    with pytest.raises(ValueError, match="baseline records"):
+        compare_runs([a, b])
+    folders = share_baseline(a, [a, b, tmp_path / "c"])
+    assert [f.path for f in folders] == [a, b, tmp_path / "c"]
+    for name in ("baseline.jsonl", "eval_settings.json"):
+        assert (b / name).read_bytes() == (a / name).read_bytes() == (tmp_path / "c" / name).read_bytes()
+    assert not (b / "baseline_sampled.jsonl").exists()
+    assert compare_runs([a, b]).comparison.questions == N
+    with pytest.raises(FileNotFoundError, match="02_baseline_eval"):
+        share_baseline(tmp_path / "empty", [b])
+
+
+def test_the_compare_demo_refuses_bad_input_before_any_model_loads(tmp_path):
+    from grpo_kit.cli import main
+    from grpo_kit.demo import CompareDemoConfig, compare_tasks, run_compare_demo
+
+    assert compare_tasks() and all(get_task(t).compare_rewards for t in compare_tasks())
+    assert "gsm8k" not in compare_tasks()
+    with pytest.raises(ValueError, match="names no reward sets to compare"):
+        run_compare_demo(CompareDemoConfig(task="gsm8k", runs_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="give distinct names among"):
+        run_compare_demo(CompareDemoConfig(variants=("nope",), runs_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="one folder name"):
+        CompareDemoConfig(name="../x")
+    assert main(["compare-demo", "--task", "gsm8k"]) == 2  # argparse refuses a task without reward sets
+    assert not list(tmp_path.iterdir())  # nothing was written

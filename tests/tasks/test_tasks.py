@@ -131,7 +131,8 @@ def test_sum3_splits_are_disjoint_and_its_warm_start_shows_both_styles_in_the_an
 
     task = TASKS["sum3"]
     train, test = task.load("train"), task.load("test")
-    assert len(train) == 1400 and len(test) == 300
+    assert len(train) == 2100 and len(test) == 300
+    assert [r["style"] for r in train][:3] == ["worked", "sloppy", "sloppy"]
     triple = lambda row: (row["a"], row["b"], row["c"])  # noqa: E731
     assert not {triple(r) for r in train} & {triple(r) for r in test}
     assert task.warm_xml_share == 1.0
