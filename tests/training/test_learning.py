@@ -6,9 +6,8 @@ a few dozen steps. Here the warm start sees every
 single-digit sum; GRPO trains on 70% of the (a, b) pairs; strict accuracy (strict format and
 correct answer) is measured greedily on the other 30%, before and after, with an exact McNemar
 test on the per-question flips. The same policy, paid for length instead, loses its sums while its
-reward rises, and the run's held-out evaluation raises the reward-hacking alarm. And the choice of
-reward decides what is learned: on sum3 a correctness reward raises held-out accuracy (choosing, among
-the ways the policy answers, the right one), a format-only reward set on the same budget does not.
+reward rises, and the run's held-out evaluation raises the reward-hacking alarm.
+(The choice of reward deciding what is learned: test_reward_choice.py.)
 """
 
 from __future__ import annotations
@@ -100,28 +99,3 @@ def test_a_reward_that_pays_for_length_destroys_accuracy_and_rings_the_alarm(add
     assert alarm["mcnemar_p"] < 0.05 and alarm["right_to_wrong"] > alarm["wrong_to_right"]
     assert any(row.get("eval/reward_hacking_alarm") == 1.0 for row in evals)
     assert (tmp_path / "run" / "alarms.jsonl").is_file()
-
-
-@pytest.mark.slow
-def test_a_correctness_reward_raises_held_out_accuracy_where_a_format_only_reward_does_not(tmp_path):
-    """The compare demo's experiment (README, "A reward that changes what is learned"): sum3's warm-started policy
-    answers in a worked style (right) or a sloppy one (wrong when the sum carries, a guess on unseen triples); two
-    reward sets, one budget, 300 held-out questions. The warm start is cached in the kit's cache folder (shared
-    with `python -m grpo_kit compare-demo`): about 4 minutes on two quiet cores the first time, then loaded."""
-    from grpo_kit.demo import CompareDemoConfig, run_compare_demo
-    from grpo_kit.evaluation.summary import sampled_metrics
-
-    result = run_compare_demo(CompareDemoConfig(runs_dir=str(tmp_path), progress=False))
-    pairs = result["report"].comparison.pairs
-    flexible = pairs[pairs["key"] == "flexible_correct"].set_index(["a", "b"])
-    correctness, format_only = flexible.loc[("baseline", "correctness")], flexible.loc[("baseline", "format-only")]
-    head_to_head = flexible.loc[("format-only", "correctness")]
-    sampled = sampled_metrics(result["measured"]["correctness"].before_sampled.records)
-    pass_at_8 = sampled.loc["pass@8 (flexible)", "value"]
-    print(flexible[["a_value", "b_value", "wrong_to_right", "right_to_wrong", "mcnemar_p", "holm_p"]].to_string())
-    print(f"baseline pass@8 (flexible) {pass_at_8:.3f}; wall {result['wall']}")
-    assert 0 < correctness["a_value"] <= 0.2  # greedy: right some of the time
-    assert pass_at_8 >= 0.5 and pass_at_8 >= 3 * correctness["a_value"]  # and much more often among 8 samples
-    assert correctness["delta"] >= 0.3 and correctness["mcnemar_p"] < 0.01
-    assert not (format_only["delta"] > 0 and format_only["mcnemar_p"] < 0.01)  # paying the format teaches no sums
-    assert head_to_head["delta"] >= 0.3 and head_to_head["holm_p"] < 0.01
