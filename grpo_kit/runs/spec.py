@@ -21,7 +21,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.rewards import probe
-from grpo_kit.training.checkpoints import check_same_run, checkpoint_step, checkpoints, latest_complete, run_identity
+from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import Preset, get_preset, with_algorithm
@@ -153,7 +153,7 @@ class RunSpec:
             raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
                              "(notebook 03: resume = True) to continue that run, or choose a new run folder")
         if resume:
-            _check_resumable(folder, found, preset.max_steps)
+            resume_point(folder.checkpoints, preset.max_steps, folder.finished_step())
         spec = cls(preset=preset, task=task, rewards=reward_set, policy=policy, folder=folder, launch=launch,
                    resume=resume, train_size=train_size, eval_steps=eval_steps, eval_size=eval_size,
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, train_split=train_split)
@@ -167,21 +167,3 @@ class RunSpec:
         return run_identity(self.preset, self.task.name, self.policy.name, self.rewards,
                             {"train_size": self.train_size, "seed": self.seed})
 
-
-def _check_resumable(folder: RunFolder, found: Path | None, max_steps: int) -> None:
-    """Refuse a resume that would go backwards, or silently start over.
-
-    Raises:
-        ValueError: the run finished (or has a checkpoint) past ``max_steps``; checkpoints exist but none is complete
-            (a resume would start from step 0); each message says what to do.
-    """
-    finished = folder.finished_step()
-    done = max(finished or 0, checkpoint_step(found) if found is not None else 0)
-    if done > max_steps:
-        raise ValueError(f"{folder.path} has trained {done} steps, more than --max-steps {max_steps}: a run cannot be "
-                         f"shortened. Resume with --max-steps {done} or more, or train a new run folder")
-    if found is None and (broken := checkpoints(folder.checkpoints)):
-        raise ValueError(f"{folder.path} holds checkpoints but none is complete ({', '.join(p.name for p in broken)}: "
-                         "trainer_state.json, the weights, optimizer.pt or scheduler.pt missing or unreadable), so a "
-                         "resume would start over from step 0. Delete them (rm -r "
-                         f"{folder.checkpoints}) to start over, or restore a complete checkpoint")

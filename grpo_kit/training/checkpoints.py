@@ -28,7 +28,7 @@ from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Preset
 
 __all__ = ["check_same_run", "checkpoint_step", "checkpoints", "continue_schedule", "is_complete", "latest_complete",
-           "run_identity", "schedule_on_resume"]
+           "resume_point", "run_identity", "schedule_on_resume"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
@@ -97,6 +97,34 @@ def latest_complete(folder: str | Path) -> Path | None:
         if is_complete(checkpoint):
             return checkpoint
     return None
+
+
+def resume_point(folder: str | Path, max_steps: int, finished_step: int | None = None) -> Path | None:
+    """The checkpoint a ``--resume`` starts from (``None``: step 0, there being no checkpoint), refusing a resume
+    that would go backwards or silently start over.
+
+    Args:
+        folder: the run's ``checkpoints/`` folder.
+        max_steps: the steps the resumed run is asked to reach.
+        finished_step: the step the run finished at, when it did (the run folder's ``finished.json``).
+
+    Raises:
+        ValueError: the run has trained past ``max_steps`` (a run cannot be shortened); checkpoints exist but none
+            is complete (a resume would start over from step 0); each message says what to do.
+    """
+    folder = Path(folder)
+    found = latest_complete(folder)
+    done = max(finished_step or 0, checkpoint_step(found) if found is not None else 0)
+    if done > max_steps:
+        raise ValueError(f"{folder.parent} has trained {done} steps, more than --max-steps {max_steps}: a run cannot "
+                         f"be shortened. Resume with --max-steps {done} or more, or train a new run folder")
+    if found is None and (broken := checkpoints(folder)):
+        names = ", ".join(p.name for p in broken)
+        raise ValueError(f"{folder.parent} holds checkpoints but none is complete ({names}: trainer_state.json,"
+                         " the weights, optimizer.pt or scheduler.pt missing or unreadable), so a "
+                         f"resume would start over from step 0. Delete them (rm -r {folder}) to start over, or "
+                         "restore a complete checkpoint")
+    return found
 
 
 def run_identity(preset: Preset, task: str, model: str, rewards: RewardSet,

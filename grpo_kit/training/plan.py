@@ -21,7 +21,7 @@ from grpo_kit.policy.devices import Gpu, Launch, card, gpus, placement
 from grpo_kit.policy.shapes import model_shape
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import algorithm_settings
-from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, latest_complete
+from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
 from grpo_kit.training.memory import LAUNCHES, estimate_memory, vllm_max_model_len
 from grpo_kit.training.presets import PRESETS, Preset, get_preset
 
@@ -124,19 +124,26 @@ def preset_of_run(run_dir: str | Path, **overrides: Any) -> tuple[Preset, str | 
     return preset, None if model is None or str(model).startswith("tiny:") else model
 
 
-def _resume(run_dir: Path) -> tuple[str | None, str]:
-    """The checkpoint a resume would start from and why (or why none)."""
+def _resume(run_dir: Path, max_steps: int) -> tuple[str | None, str, Problem | None]:
+    """The checkpoint a resume would start from and why (or why none), as ``train --resume`` decides it
+    (:func:`grpo_kit.training.checkpoints.resume_point`); a resume ``train`` would refuse is a fatal problem."""
     folder = run_dir / "checkpoints"
-    found = latest_complete(folder)
-    every = checkpoints(folder)
-    if found is not None:
-        skipped = [p.name for p in every if checkpoint_step(p) > checkpoint_step(found) and not is_complete(p)]
-        newer = f"; newer but incomplete: {', '.join(skipped)}" if skipped else ""
-        return str(found), f"the newest complete checkpoint{newer}"
-    if every:
-        return None, (f"no complete checkpoint in {folder} ({', '.join(p.name for p in every)} are incomplete: no "
-                      "readable trainer_state.json, weights, optimizer or scheduler): training would start at step 0")
-    return None, f"no checkpoint in {folder}: training would start at step 0"
+    try:
+        finished = json.loads((run_dir / "finished.json").read_text(encoding="utf-8"))["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        finished = None  # not finished (train names a damaged finished.json itself)
+    try:
+        found = resume_point(folder, max_steps, finished)
+    except ValueError as e:
+        return None, str(e), Problem(str(e), kind="resume")
+    if found is None:
+        return None, f"no checkpoint in {folder}: training would start at step 0", None
+    if finished == max_steps:
+        return str(found), f"the run finished at step {finished}: train --resume trains nothing", None
+    skipped = [p.name for p in checkpoints(folder)
+               if checkpoint_step(p) > checkpoint_step(found) and not is_complete(p)]
+    newer = f"; newer but incomplete: {', '.join(skipped)}" if skipped else ""
+    return str(found), f"the newest complete checkpoint{newer}", None
 
 
 def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
@@ -281,7 +288,8 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
                                     "--gpu-memory-utilization (0.9 by default) applies there")
     resume_from, resume_why = (None, "not resuming (pass --run-dir RUN --resume)")
     if resume and run_dir is not None:
-        resume_from, resume_why = _resume(Path(run_dir))
+        resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)
+        problems += [refused] if refused is not None else []
     return {
         "preset": p.name,
         "route": route_of(p),

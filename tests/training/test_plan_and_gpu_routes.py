@@ -219,6 +219,27 @@ def test_plan_for_a_resume_names_the_checkpoint(tmp_path, capsys):
     assert plan["grpo_config"]["max_steps"] == 350 and plan["model"] == "meta-llama/Llama-3.1-8B-Instruct"
 
 
+def test_plan_refuses_the_resumes_train_refuses(tmp_path, capsys):
+    """plan and train --resume decide a resume by one rule (checkpoints.resume_point): no silent restart from
+    step 0 when every checkpoint is damaged, no shortening of a run."""
+    from grpo_kit.training.checkpoints import run_identity
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    identity = run_identity(PRESETS["multi-gpu-full"], "gsm8k", "meta-llama/Llama-3.1-8B-Instruct", REWARDS)
+    (run / "train_settings.json").write_text(json.dumps({"identity": identity, "max_steps": 300}))
+    _fsdp_checkpoint(run / "checkpoints", 100, weights=False)
+    code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--device", "h100-80gb")
+    assert code == 2 and plan["resume_from"] is None
+    assert any(line.startswith("FATAL") and "none is complete (checkpoint-100" in line for line in plan["problems"])
+    newest = _fsdp_checkpoint(run / "checkpoints", 300)
+    (run / "finished.json").write_text(json.dumps({"step": 300}))
+    code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--device", "h100-80gb")
+    assert plan["resume_from"] == str(newest) and "trains nothing" in plan["resume_why"]
+    code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--max-steps", "200", "--device", "h100-80gb")
+    assert code == 2 and any("a run cannot be shortened" in line for line in plan["problems"])
+
+
 def test_plan_text_and_a_cpu_without_device(capsys):
     from grpo_kit.cli import main
 
