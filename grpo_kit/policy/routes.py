@@ -26,7 +26,7 @@ from grpo_kit.policy.devices import cuda_available
 from grpo_kit.policy.loading import Loading
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.vllm import vllm_usable
-from grpo_kit.system.files import write_json
+from grpo_kit.system.files import sha256_file, write_json
 
 __all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "vllm_memory_share"]
 
@@ -213,8 +213,5 @@ def _files_digest(folder: Path) -> str:
     """SHA-256 over the names and bytes of the files in ``folder`` (an adapter: a few MB to a few hundred)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode())
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        digest.update(f"{path.relative_to(folder)}:{sha256_file(path)}\n".encode())
     return digest.hexdigest()

@@ -22,7 +22,6 @@ every file, so an upload can tell it is the checked artefact) and a model card (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.runs.folder import RunFolder
-from grpo_kit.system.files import write_json, write_text
+from grpo_kit.system.files import sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification", "check_repo_id",
            "export", "model_card", "push_to_hub", "verification_record", "verify_export"]
@@ -117,17 +116,9 @@ class Verification:
                 f"--- export ---\n{d['export']}")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _file_hashes(folder: Path) -> dict[str, str]:
     skip = {"README.md", "verification.json"}
-    return {p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name not in skip}
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name not in skip}
 
 
 def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
@@ -333,7 +324,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     difference = None if first is None else {"question": before[first]["question"],
                                              "trained": before[first]["completion"],
                                              "export": after[first]["completion"]}
-    files = _file_hashes(export) if export.is_dir() else {export.name: _sha256(export)}
+    files = _file_hashes(export) if export.is_dir() else {export.name: sha256_file(export)}
     return Verification(export=str(export), kind=kind, dtype=dtype, questions=n, identical=sum(same),
                         agreement=sum(agree) / n, accuracy_trained=acc_before, accuracy_export=acc_after, mcnemar_p=p,
                         rule=rule, passed=passed, weights=weights, first_difference=difference, files=files)

@@ -10,6 +10,7 @@ when read and never glued to the next one.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "read_jsonl", "replaced", "write_json", "write_jsonl", "write_text"]
+__all__ = ["append_jsonl", "read_jsonl", "replaced", "sha256_file", "write_json", "write_jsonl", "write_text"]
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -110,3 +111,12 @@ def read_jsonl(path: str | Path, skip_torn: bool = True) -> list[Any]:
                 if not skip_torn:
                     raise ValueError(f"{path}:{number} is not a JSON line ({e}): the file is damaged") from None
     return rows
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, hex, read in 1 MiB blocks (model weights do not fit in memory twice)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
