@@ -162,8 +162,6 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None) -> dict[
         ValueError: the slice is out of range, or the preset's route cannot run here, before any model loads.
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
-    from grpo_kit.policy.routes import eval_route, load_eval_backend
-
     questions = plan.questions()
     source = plan.source
     if plan.preset.use_unsloth and backend is None and (problem := unsloth_problem(source.tiny is not None)):
@@ -194,8 +192,9 @@ def _measure_before(plan: EvalPlan, run: RunFolder, backend: Any, questions: Any
     return results
 
 
-def _records(run: RunFolder, path: Path, plan: EvalPlan) -> EvalResult:
-    """A baseline file of the run, checked whole: readable, and the questions ``eval_settings.json`` describes.
+def _records(run: RunFolder, path: Path, plan: EvalPlan, expected: int) -> EvalResult:
+    """A baseline file of the run, checked whole (before any model loads): readable, and the ``expected`` number of
+    questions ``eval_settings.json`` describes.
 
     Raises:
         ValueError: the file is damaged or holds other questions than the plan's slice (the message names it).
@@ -204,9 +203,9 @@ def _records(run: RunFolder, path: Path, plan: EvalPlan) -> EvalResult:
         result = EvalResult.from_jsonl(run.require(path, _BASELINE), task=plan.task)
     except ValueError as e:
         raise ValueError(f"{e}. Delete {path} and {run.eval_settings.name} and run {_BASELINE} again") from None
-    expected = len(plan.questions())
-    if len({r["id"] for r in result.records}) != expected:
-        raise ValueError(f"{path} holds {len({r['id'] for r in result.records})} questions where "
+    found = len({r["id"] for r in result.records})
+    if found != expected:
+        raise ValueError(f"{path} holds {found} questions where "
                          f"{run.eval_settings.name} describes {expected}: the file was edited or cut short. Delete "
                          f"both and run {_BASELINE} again")
     return result
@@ -285,7 +284,9 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run {_BASELINE} "
                          "again") from None
-    before = _records(run, run.baseline, plan)
+    questions = plan.questions()
+    before = _records(run, run.baseline, plan, len(questions))
+    before_sampled = _records(run, run.baseline_sampled, plan, len(questions)) if plan.samples > 0 else None
     if backend is None:
         from grpo_kit.policy.routes import load_eval_backend
 
@@ -296,15 +297,13 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
         raise ValueError(f"the baseline was generated through {evaluated['route']!r} and the trained model would go "
                          f"through {route!r}: evaluate both through one route (install what the baseline used, or "
                          "re-run the baseline)")
-    questions = plan.questions()
     after = evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed, task=plan.task)
     after.to_jsonl(run.trained)
-    before_sampled = after_sampled = None
+    after_sampled = None
     if plan.samples > 0:
         after_sampled = evaluate(backend, questions, plan.sampled(), cache=run.generations, seed=plan.seed,
                                  task=plan.task)
         after_sampled.to_jsonl(run.trained_sampled)
-        before_sampled = _records(run, run.baseline_sampled, plan)
     table = compare(before, after, seed=plan.seed)
     write_text(run.comparison, table.to_csv(index=False))
     import matplotlib.pyplot as plt
