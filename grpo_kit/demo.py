@@ -191,7 +191,7 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
 class CompareDemoConfig:
     """Settings of the compare demo: several reward sets trained from one warm start, against one baseline.
 
-    Defaults are the experiment in README ("A reward that changes what is learned"): the task's
+    Defaults are the experiment in docs/tutorials/compare-runs.md ("a reward that changes what is learned"): the task's
     :attr:`grpo_kit.tasks.Task.compare_rewards`, each trained for ``grpo_steps`` on the same budget, every run
     evaluated greedily (and with ``samples`` samples) on the same ``eval_size`` held-out questions.
 

@@ -228,7 +228,7 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
 
     Returns:
         ``{"route", "model", "algorithm", "grpo_config", "processes", "vllm", "memory", "alarm", "resume_from",
-        "resume_why", "problems", "fatal"}`` (see README, "Plan a launch"). ``problems`` are lines; ``fatal`` says
+        "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md). ``problems`` are lines; ``fatal`` says
         whether one would end the run.
 
     Raises:
