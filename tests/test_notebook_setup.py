@@ -50,7 +50,7 @@ def test_a_cuda_12_build_of_the_pinned_torch_installed_first_is_checked_as_such(
 def test_an_unreachable_repository_is_named(nothing_installed, monkeypatch):
     monkeypatch.setattr(notebook, "_reachable", lambda url, timeout_s=15.0: False)
     with pytest.raises(RuntimeError, match="cannot read https://example.org/fork/raw/dev/requirements.txt: set "
-                                           "`repository`"):
+                                           "REPOSITORY"):
         notebook.install_stack("https://example.org/fork", "dev", driver=lambda: "580.82.07")
     assert nothing_installed == []
 
@@ -73,22 +73,22 @@ def test_the_driver_table():
     assert "needs >= 570.26" in notebook.driver_problem("565.57.01", "12.8")
 
 
-def test_every_notebook_installs_from_its_repository_parameter():
+def test_every_notebook_installs_from_the_repository_its_install_cell_names():
     for path in NOTEBOOKS:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        parameters = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
-        assert "repository = " in "".join(parameters["source"]), path.name
-        install = next(c for c in cells if "install_stack" in "".join(c["source"]))
+        install = next(c for c in cells if "REPOSITORY, BRANCH = " in "".join(c["source"]))
         source = "".join(install["source"])
-        assert "install_stack(repository, branch)" in source and "ls-remote" in source, path.name
+        call = "install_explore" if path.name.startswith("01_") else "install_stack"  # 01 needs no GPU stack
+        assert f"{call}(REPOSITORY, BRANCH)" in source and "ls-remote" in source, path.name
 
 
 def test_the_install_cell_refuses_an_unreachable_repository_in_one_line(tmp_path):
     """The cell's own check, run where grpo_kit is not importable (as on a fresh runtime)."""
     cells = json.loads(NOTEBOOKS[0].read_text(encoding="utf-8"))["cells"]
-    source = "".join(next(c for c in cells if "install_stack" in "".join(c["source"]))["source"])
+    source = "".join(next(c for c in cells if "REPOSITORY, BRANCH = " in "".join(c["source"]))["source"])
+    line = next(line for line in source.splitlines() if line.startswith("REPOSITORY, BRANCH = "))
     script = tmp_path / "cell.py"
-    script.write_text(f"repository = {str(tmp_path / 'missing')!r}\nbranch = 'main'\n" + source)
+    script.write_text(source.replace(line, f"REPOSITORY, BRANCH = {str(tmp_path / 'missing')!r}, 'main'"))
     out = subprocess.run([sys.executable, "-S", str(script)], capture_output=True, text=True, cwd=tmp_path,
                          env={"PATH": "/usr/bin:/bin", "GIT_TERMINAL_PROMPT": "0"}, timeout=60)
     assert out.returncode != 0 and "cannot reach branch 'main' of" in out.stderr
@@ -116,3 +116,47 @@ def test_the_doctor_reports_each_reading(monkeypatch):
     assert "Tesla T4" in notebook.format_doctor(report)
     bf16 = notebook.doctor("a100", driver=lambda: "580.82.07")
     assert any("bfloat16" in p for p in bf16["problems"])
+
+
+def test_notebook_01_installs_only_its_own_pins_and_no_gpu_stack(monkeypatch):
+    requirements = (Path(__file__).resolve().parents[1] / "requirements.txt").read_text(encoding="utf-8")
+    calls = []
+    monkeypatch.setattr(notebook.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(notebook, "_read", lambda url, timeout_s=15.0: requirements)
+    monkeypatch.setattr(notebook.subprocess, "check_call", lambda argv: calls.append(argv))
+    assert notebook.install_explore("https://example.org/kit")
+    installed = calls[0][calls[0].index("-q") + 1:]
+    assert sorted(p.split("==")[0] for p in installed) == sorted(notebook.EXPLORE_PACKAGES)
+    assert all("==" in p for p in installed) and not any(p.startswith(("torch", "unsloth", "vllm")) for p in installed)
+    monkeypatch.setattr(notebook, "_read", lambda url, timeout_s=15.0: None)
+    with pytest.raises(RuntimeError, match="set REPOSITORY"):
+        notebook.install_explore("https://example.org/kit")
+
+
+def test_the_cpu_demo_switch():
+    assert notebook.cpu_demo_settings(False) is None and notebook.cpu_demo_settings(None) is None
+    assert notebook.cpu_demo_settings(True) == notebook.CpuDemo()
+    assert notebook.cpu_demo_settings({"eval_size": 8, "batch_size": 4}).batch_size == 4
+    with pytest.raises(ValueError, match="cpu_demo has no setting 'eval_sise': it takes True, False or a dict of"):
+        notebook.cpu_demo_settings({"eval_sise": 8})
+    with pytest.raises(ValueError, match="set it to True, False or a dict"):
+        notebook.cpu_demo_settings("yes")
+    assert notebook.gpu_check("a100", cpu_demo={"preset_overrides": {"max_steps": 3}}).name == "cpu-tiny"
+    assert notebook.gpu_check(None, cpu_demo={"preset_overrides": {"max_steps": 3}}).max_steps == 3
+
+
+@pytest.mark.parametrize("questions, chosen", [(0.5, {"fraction": 0.5}), (40, {"n": 40}), (1.0, {"fraction": 1.0})])
+def test_the_baseline_plan_reads_a_share_or_a_number_of_questions(tmp_path, questions, chosen):
+    plan, run = notebook.plan_baseline("gsm8k", notebook.gpu_check("cpu-tiny"), eval_questions=questions,
+                                       run_dir=str(tmp_path / "run"), use_drive=False)
+    assert plan.slice == chosen and run.path == tmp_path / "run"
+    demo, _ = notebook.plan_baseline("gsm8k", notebook.gpu_check("cpu-tiny"), eval_questions=questions,
+                                     run_dir=str(tmp_path / "run"), use_drive=False, cpu_demo={"eval_size": 12})
+    assert demo.slice == {"n": 12} and demo.max_new_tokens == notebook.CpuDemo().max_new_tokens
+
+
+@pytest.mark.parametrize("questions", [0, -3, 1.5, "half", True])
+def test_a_bad_share_of_questions_is_refused_in_one_line(tmp_path, questions):
+    with pytest.raises(ValueError, match="eval_questions = .*: set a share of the test split in \\(0, 1\\]"):
+        notebook.plan_baseline("gsm8k", notebook.gpu_check("cpu-tiny"), eval_questions=questions,
+                               run_dir=str(tmp_path / "run"), use_drive=False)
