@@ -133,7 +133,7 @@ def pins(requirements: str, names: Any) -> list[str]:
     """The lines of a requirements file that pin one of ``names`` (distribution names, case and ``-``/``_``
     insensitive), in the file's order.
 
-    >>> pins("torch==2.13.0\n# a comment\nscikit_learn==1.9.1\npandas==3.1.1", ["scikit-learn", "pandas"])
+    >>> pins("torch==2.13.0\\n# a comment\\nscikit_learn==1.9.1\\npandas==3.1.1", ["scikit-learn", "pandas"])
     ['scikit_learn==1.9.1', 'pandas==3.1.1']
     """
     import re
