@@ -463,6 +463,13 @@ def _parser() -> argparse.ArgumentParser:
                                            "GPU memory against a preset")
     doctor.add_argument("--preset", default=None, help="a preset name (default: the one that fits this machine)")
     doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.add_argument("--install-plan", action="store_true",
+                        help="what an install would put beside this runtime's torch (or --torch/--driver's): the "
+                             "packages, whether torch is kept, which vLLM; exit 2 when no GPU route exists")
+    doctor.add_argument("--torch", default=None, metavar="VERSION",
+                        help="with --install-plan: a runtime's torch.__version__ (e.g. 2.11.0+cu128), not this one's")
+    doctor.add_argument("--driver", default=None, metavar="VERSION",
+                        help="with --install-plan: an NVIDIA driver version (e.g. 570.172.08) instead of nvidia-smi's")
     doctor.set_defaults(func=_doctor)
 
     exp = sub.add_parser("export", help="the run's trained policy merged (safetensors) or as GGUF, verified against it "
@@ -543,8 +550,24 @@ def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: print the report; exit 2 when something would stop the preset here."""
     import json
 
-    from grpo_kit.notebook import doctor, format_doctor
+    from grpo_kit.notebook import doctor, format_doctor, nvidia_driver
 
+    if args.install_plan:
+        import importlib.metadata
+
+        from grpo_kit.system.install import install_plan
+
+        torch = args.torch
+        if torch is None:
+            try:
+                torch = importlib.metadata.version("torch")
+            except importlib.metadata.PackageNotFoundError:
+                torch = None
+        plan = install_plan(torch, args.driver or nvidia_driver())
+        print(json.dumps(plan.to_json(), indent=1) if args.json else plan.describe())
+        return 2 if plan.fatal else 0
+    if args.torch or args.driver:
+        raise ValueError("--torch and --driver describe a runtime for --install-plan: add --install-plan")
     report = doctor(args.preset)
     print(json.dumps(report, indent=1, default=str) if args.json else format_doctor(report))
     return 2 if report["problems"] else 0

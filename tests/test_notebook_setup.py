@@ -16,61 +16,87 @@ from grpo_kit import notebook
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-@pytest.fixture
-def nothing_installed(monkeypatch):
-    """A fresh Colab runtime as install_stack sees it: the stack missing, the repository reachable, pip recorded."""
-    calls = []
-    monkeypatch.setattr(notebook.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(notebook, "_reachable", lambda url, timeout_s=15.0: True, raising=False)
-    monkeypatch.setattr(notebook.subprocess, "check_call", lambda argv: calls.append(argv))
-    return calls
+class FakeRuntime:
+    """A Colab runtime as install_stack sees it: versions on disk and live in the kernel, pip recorded (and what
+    it would leave installed)."""
+
+    def __init__(self, monkeypatch, disk, live=None, installs=None):
+        self.disk, self.live, self.calls = dict(disk), dict(live or {}), []
+        self.installs = installs  # {name: version} pip leaves; None: exactly what was asked
+        monkeypatch.setattr(notebook, "_disk_version", lambda name: self.disk.get(name))
+        monkeypatch.setattr(notebook, "_live_version", lambda name: self.live.get(name))
+        monkeypatch.setattr(notebook.subprocess, "check_call", self.pip)
+
+    def pip(self, argv):
+        self.calls.append(argv)
+        asked = [a for a in argv[argv.index("-q") + 1:] if "==" in a]
+        self.disk.update(dict(a.split("==") for a in asked) if self.installs is None else self.installs)
 
 
-@pytest.mark.parametrize("driver, says", [
-    ("550.54.15", "NVIDIA driver 550.54.15 found, torch 2.13.0 (CUDA 13.0) needs >= 580.65.06"),
-    (None, "no NVIDIA driver found"),
-])
-def test_an_old_or_missing_driver_is_refused_before_anything_downloads(nothing_installed, driver, says):
-    with pytest.raises(RuntimeError, match=says.replace("(", r"\(").replace(")", r"\)")) as e:
-        notebook.install_stack(driver=lambda: driver)
+KIT = {requirement.split("==")[0]: requirement.split("==")[1] for requirement in
+       __import__("grpo_kit.system.install", fromlist=["x"]).install_table()["kit"]}
+
+
+def test_an_old_driver_is_refused_before_anything_downloads(monkeypatch):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.13.0+cu130"})
+    says = "NVIDIA driver 550.54.15 found, this runtime's torch 2.13.0+cu130 (CUDA 13.0) needs >= 580.65.06"
+    with pytest.raises(RuntimeError, match=says.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")) as e:
+        notebook.install_stack(driver=lambda: "550.54.15")
     assert "\n" not in str(e.value)  # one line
-    assert nothing_installed == []
+    assert runtime.calls == []
 
 
-def test_a_cuda_12_build_of_the_pinned_torch_installed_first_is_checked_as_such(nothing_installed, monkeypatch):
-    """The remedy the refusal gives (torch's CUDA 12.6 build from the PyTorch index) then passes on that driver."""
-    monkeypatch.setattr(notebook, "_disk_version", lambda name: "2.13.0+cu126" if name == "torch" else None)
-    monkeypatch.setattr(notebook, "_live_version", lambda name: None)
-    assert notebook.install_stack("https://example.org/kit", driver=lambda: "565.57.01")
-    monkeypatch.setattr(notebook, "_disk_version", lambda name: "2.11.0+cu128" if name == "torch" else None)
-    with pytest.raises(RuntimeError, match="needs >= 580.65.06"):  # pip would replace it with PyPI's CUDA 13.0 build
-        notebook.install_stack("https://example.org/kit", driver=lambda: "565.57.01")
+def test_without_a_driver_the_cpu_set_is_installed_and_on_a_ready_machine_nothing(monkeypatch, capsys):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.13.0+cpu"})
+    assert notebook.install_stack(driver=lambda: None)
+    assert "No NVIDIA GPU here" in capsys.readouterr().out
+    assert not any(a.startswith("unsloth") for a in runtime.calls[0])
+    assert not notebook.install_stack(driver=lambda: None)  # a clone after `make install`: nothing to do
 
 
-def test_an_unreachable_repository_is_named(nothing_installed, monkeypatch):
-    monkeypatch.setattr(notebook, "_reachable", lambda url, timeout_s=15.0: False)
-    with pytest.raises(RuntimeError, match="cannot read https://example.org/fork/raw/dev/requirements.txt: set "
-                                           "`repository`"):
-        notebook.install_stack("https://example.org/fork", "dev", driver=lambda: "580.82.07")
-    assert nothing_installed == []
+def test_the_runtimes_torch_is_kept_and_every_version_read_back(monkeypatch, capsys):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.11.0+cu128", **KIT})
+    assert notebook.install_stack(driver=lambda: "570.172.08")
+    (argv,) = runtime.calls
+    assert "unsloth==2026.10.7" in argv and not any(a.startswith(("torch==", "vllm==")) for a in argv)
+    constraints = Path(argv[argv.index("-c") + 1]).read_text()
+    assert constraints == "torch==2.11.0+cu128\n"  # pip may not replace it
+    assert argv[argv.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu128"
+    out = capsys.readouterr().out
+    assert "without fast_inference" in out and "no restart needed" in out
+    assert not notebook.install_stack(driver=lambda: "570.172.08")  # a second run: everything is there
+    assert len(runtime.calls) == 1
 
 
-def test_a_replaced_torch_under_a_live_kernel_asks_for_a_restart(nothing_installed, monkeypatch, capsys):
-    monkeypatch.setattr(notebook, "_live_version", lambda name: "2.11.0+cu128")
-    monkeypatch.setattr(notebook, "_disk_version", lambda name: "2.13.0")
-    assert notebook.install_stack("https://example.org/kit", driver=lambda: "580.82.07")
-    assert nothing_installed == [[sys.executable, "-m", "pip", "install", "-q", "-r",
-                                  "https://example.org/kit/raw/main/requirements.txt"]]
+def test_a_version_another_package_changed_is_named(monkeypatch):
+    FakeRuntime(monkeypatch, {"torch": "2.13.0+cu130", **KIT}, installs={"trl": "1.16.0", "torch": "2.14.0"})
+    with pytest.raises(RuntimeError, match=r"trl 1.16.0 \(wanted 1.15.0\).*torch 2.14.0 \(the runtime's "
+                                           r"2.13.0\+cu130 was to stay\)"):
+        notebook.install_stack(driver=lambda: "580.82.07")
+
+
+def test_a_package_replaced_under_a_live_kernel_asks_for_a_restart(monkeypatch, capsys):
+    FakeRuntime(monkeypatch, {"torch": "2.13.0+cu130", "transformers": "5.20.0", **KIT},
+                live={"transformers": "5.20.0"})
+    assert notebook.install_stack(driver=lambda: "580.82.07")
     assert "RESTART the runtime" in capsys.readouterr().out
-    monkeypatch.setattr(notebook, "_live_version", lambda name: None)
-    notebook.install_stack("https://example.org/kit", driver=lambda: "580.82.07")
-    assert "no restart needed" in capsys.readouterr().out
+
+
+def test_notebook_01_installs_only_what_a_cpu_runtime_needs(monkeypatch):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.13.0+cpu"})
+    assert notebook.install_stack(gpu=False, driver=lambda: None)
+    (argv,) = runtime.calls
+    asked = [a.split("==")[0] for a in argv if "==" in a and not a.startswith("torch")]
+    assert "transformers" in asked and "datasets" in asked
+    assert not {"unsloth", "vllm", "trl", "bitsandbytes"} & set(asked)
 
 
 def test_the_driver_table():
-    assert notebook.driver_problem("580.65.06") is None and notebook.driver_problem("590.1") is None
-    assert notebook.driver_problem("575.51.03", "12.9") is None
-    assert "needs >= 570.26" in notebook.driver_problem("565.57.01", "12.8")
+    from grpo_kit.system.install import driver_problem
+
+    assert driver_problem("580.65.06", "13.0", "x") is None and driver_problem("590.1", "13.0", "x") is None
+    assert driver_problem("575.51.03", "12.9", "x") is None
+    assert "needs >= 570.26" in driver_problem("565.57.01", "12.8", "x")
 
 
 def test_every_notebook_installs_from_its_repository_parameter():
@@ -80,7 +106,7 @@ def test_every_notebook_installs_from_its_repository_parameter():
         assert "repository = " in "".join(parameters["source"]), path.name
         install = next(c for c in cells if "install_stack" in "".join(c["source"]))
         source = "".join(install["source"])
-        assert "install_stack(repository, branch)" in source and "ls-remote" in source, path.name
+        assert "install_stack(" in source and "ls-remote" in source, path.name
 
 
 def test_the_install_cell_refuses_an_unreachable_repository_in_one_line(tmp_path):
