@@ -123,11 +123,11 @@ def test_the_install_cell_refuses_an_unreachable_repository_in_one_line(tmp_path
 def test_the_doctor_reports_each_reading(monkeypatch):
     import torch
 
-    props = types.SimpleNamespace(name="Tesla T4", total_memory=int(14.7 * 2**30))
+    props = types.SimpleNamespace(name="Tesla T4", total_memory=int(14.7 * 2**30), major=7, minor=5)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # emulation counts: not read
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (3 * 2**30, int(14.7 * 2**30)))
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     versions = {"torch": ("2.11.0+cu128", "2.13.0"), "unsloth": (None, "2026.10.7")}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpo_kit.policy import devices
-from grpo_kit.policy.devices import Launch, placement
+from grpo_kit.policy.devices import Launch, gpus, placement
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,11 +25,12 @@ def fake_cuda(monkeypatch):
     import torch
 
     def install(count=2, name="NVIDIA A100-SXM4-80GB", memory_gib=79.2, bf16=True):
-        props = types.SimpleNamespace(name=name, total_memory=int(memory_gib * 2**30))
+        props = types.SimpleNamespace(name=name, total_memory=int(memory_gib * 2**30), major=8 if bf16 else 7,
+                                      minor=0 if bf16 else 5)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # counts emulation: not read
 
     return install
 
@@ -231,3 +232,15 @@ def test_zero3_loading_makes_transformers_load_partitioned_while_kept():
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["GRPO_KIT_DEEPSPEED"]])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_bfloat16_is_read_from_the_compute_capability_not_from_torchs_emulation_answer(fake_cuda):
+    """A T4 (7.5) answers yes to torch.cuda.is_bf16_supported() (it counts emulation: torch/cuda/__init__.py,
+    including_emulation=True); the kit reads compute capability >= 8.0, so preset None is colab-t4 there."""
+    from grpo_kit.training.presets import device_preset, get_preset
+
+    fake_cuda(count=1, name="Tesla T4", memory_gib=14.7, bf16=False)
+    assert gpus()[0].bf16 is False and device_preset() == "colab-t4" and get_preset(None).name == "colab-t4"
+    assert placement(gpu=gpus()[0])["dtype"] == "float16"
+    fake_cuda(count=1, name="NVIDIA A100-SXM4-40GB", memory_gib=39.4, bf16=True)
+    assert device_preset() == "a100"

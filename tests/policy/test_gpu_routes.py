@@ -94,7 +94,8 @@ def test_full_finetuning_loads_float32_master_weights_on_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index: types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * 2**30))
+                        lambda index: types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * 2**30,
+                                                            major=9, minor=0))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(grpo_kit.policy.source, "load_policy",
                         lambda name, **kwargs: calls.append(kwargs) or (None, None))
@@ -251,9 +252,10 @@ def test_the_default_preset_follows_the_card(monkeypatch, capsys, card, bf16, pr
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: card)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # a T4 says yes too (emulation)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index=0: types.SimpleNamespace(name=card, total_memory=16 * 2**30))
+                        lambda index=0: types.SimpleNamespace(name=card, total_memory=16 * 2**30,
+                                                              major=8 if bf16 else 7, minor=0 if bf16 else 5))
     assert preset_for_device(Gpu(card, 16.0, bf16)) == device_preset() == preset
     assert get_preset(None).name == preset
     # the notebooks' GPU check says which preset fits, and resolves it; this process imported transformers long
