@@ -353,3 +353,39 @@ def test_the_vllm_route_merges_again_when_the_adapter_changed(tiny_policy_files,
     second = load_file(Path(_checkpoint_for_vllm(source, trained, adapter=True)) / "model.safetensors")
     assert any(not torch.equal(first[k], second[k]) for k in first)
     assert not (tmp_path / "model-merged.partial").exists()
+
+
+def test_the_base_weights_digest_gathers_zero3_shards_instead_of_hashing_empty_ones(monkeypatch):
+    """Under DeepSpeed ZeRO-3 every process holds an empty tensor per parameter (``ds_id``, ``ds_shape``): the
+    digest gathers each one (deepspeed.zero.GatheredParameters), so two different models differ and a sharded
+    model digests as the same model unsharded."""
+    import contextlib
+
+    from grpo_kit.policy.generation import base_weights_digest
+
+    def model(seed):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+
+    def sharded(full):
+        """The model as ZeRO-3 leaves it on one process: every parameter partitioned away."""
+        copy = model(0)
+        for (name, param), (_, whole) in zip(copy.named_parameters(), full.named_parameters()):
+            param.data = torch.empty(0)
+            param.ds_id, param.ds_shape, param.whole = name, whole.shape, whole.detach().clone()
+        return copy
+
+    @contextlib.contextmanager
+    def gathered(params, modifier_rank=None):
+        for p in params:
+            p.data = p.whole
+        yield
+        for p in params:
+            p.data = torch.empty(0)
+
+    deepspeed = types.ModuleType("deepspeed")
+    deepspeed.zero = types.SimpleNamespace(GatheredParameters=gathered)
+    monkeypatch.setitem(sys.modules, "deepspeed", deepspeed)
+    one, two = model(1), model(2)
+    assert base_weights_digest(sharded(one)) == base_weights_digest(one)
+    assert base_weights_digest(sharded(one)) != base_weights_digest(sharded(two))
