@@ -90,10 +90,11 @@ def test_the_card_table():
 
 
 class _OnlyHealth(BaseHTTPRequestHandler):
-    """A vLLM server as far as the probe is concerned: 200 at /health, 404 anywhere else (also /health/)."""
+    """A vLLM server in dev mode as far as the probe is concerned: 200 at /health and at /get_world_size (a
+    weight-sync route), 404 anywhere else (also /health/)."""
 
     def do_GET(self):  # noqa: N802 - http.server's name
-        self.send_response(200 if self.path == "/health" else 404)
+        self.send_response(200 if self.path in ("/health", "/get_world_size") else 404)
         self.end_headers()
 
     def log_message(self, *args):
@@ -109,6 +110,28 @@ def test_the_server_probe_asks_where_vllm_and_trl_ask():
     thread.start()
     try:
         check_vllm_server("127.0.0.1", server.server_address[1], timeout_s=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _NoDevMode(_OnlyHealth):
+    """vLLM's server started without VLLM_SERVER_DEV_MODE=1: /health answers, the weight-sync routes do not exist."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+
+def test_a_server_without_dev_mode_is_refused_before_the_model_loads():
+    from grpo_kit.policy.vllm import check_vllm_server
+
+    server = HTTPServer(("127.0.0.1", 0), _NoDevMode)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ConnectionError, match=r"answers /health but not /get_world_size \(404\): it was started "
+                                                  r"without VLLM_SERVER_DEV_MODE=1.*VLLM_SERVER_DEV_MODE=1 vllm serve"):
+            check_vllm_server("127.0.0.1", server.server_address[1], timeout_s=5)
     finally:
         server.shutdown()
         server.server_close()
