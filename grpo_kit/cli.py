@@ -443,7 +443,8 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
                                        "resume, problems), without loading a model or needing a GPU")
-    plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets)")
+    plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets); default: the one "
+                      "the notebooks pick for --device (or this machine's GPU): t4-16gb colab-t4, a100-40gb a100")
     plan.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any preset field")
     plan.add_argument("--model", default=None, help="a Hub id or folder instead of the preset's model")
     plan.add_argument("--device", default=None, metavar="CARD",
@@ -530,8 +531,6 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.resume and args.run_dir is None:
         raise ValueError("--resume plans resuming a run folder: pass --run-dir RUN")
-    if not args.resume and args.preset is None:
-        raise ValueError("pass --preset NAME (python -m grpo_kit presets), or --run-dir RUN --resume")
     overrides = parse_sets(args.set)
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps

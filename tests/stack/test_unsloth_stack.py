@@ -197,3 +197,23 @@ def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_
     armed = get_preset(PRESETS["a100"], extra={"vllm_importance_sampling_correction": True})
     assert build_grpo_config(_cpu(armed), str(tmp_path), GSM8K.reward_set()).vllm_importance_sampling_correction
     assert stale_weights_alarm(armed)["armed"] is True
+
+
+def test_plans_unsloth_changes_are_what_the_generated_trainer_does(tmp_path):
+    """`plan` shows the GRPOConfig after Unsloth's changes (grpo_kit.training.plan.unsloth_changes): the generated
+    trainer of the pinned Unsloth holds the same setters, and its config the same default."""
+    from trl import GRPOConfig
+
+    from grpo_kit.training.plan import unsloth_changes
+    from grpo_kit.training.trainer import grpo_config_kwargs
+
+    source = (Path(os.environ.get("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache"))
+              / "UnslothGRPOTrainer.py").read_text()
+    setter = source[source.index("if hasattr(model, 'vllm_engine') and hasattr(args, 'use_vllm'):"):][:2500]
+    for line in ("args.use_vllm = True", "args.top_k = -1", "args.vllm_mode='colocate'"):
+        assert line in setter, line
+    changes = unsloth_changes(PRESETS["a100"], grpo_config_kwargs(PRESETS["a100"], str(tmp_path), GSM8K.reward_set()))
+    assert changes["vllm_importance_sampling_correction"] == (None, GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True).vllm_importance_sampling_correction)
+    assert {field: new for field, (_, new) in changes.items()} == {
+        "vllm_importance_sampling_correction": False, "use_vllm": True, "vllm_mode": "colocate", "top_k": -1}
