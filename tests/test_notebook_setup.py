@@ -142,3 +142,15 @@ def test_the_doctor_reports_each_reading(monkeypatch):
     assert "Tesla T4" in notebook.format_doctor(report)
     bf16 = notebook.doctor("a100", driver=lambda: "580.82.07")
     assert any("bfloat16" in p for p in bf16["problems"])
+
+
+def test_notebook_03_says_which_presets_keep_a_reference_model():
+    """Its introduction said "no reference model (TRL's default beta=0)" while `a100` trains with beta 0.04."""
+    from grpo_kit.training.presets import PRESETS
+
+    cells = json.loads((NOTEBOOKS[0].parent / "03_train_grpo.ipynb").read_text(encoding="utf-8"))["cells"]
+    intro = " ".join("".join(cells[0]["source"]).split())
+    assert "no reference model (TRL's default `beta=0`)" not in intro
+    for name, preset in PRESETS.items():
+        if preset.beta > 0:
+            assert f"`{name}` preset keeps the blog post's {preset.beta:g}" in intro, name
