@@ -86,7 +86,7 @@ def machine() -> dict[str, Any]:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info.update(device=props.name, memory_gib=round(props.total_memory / 2**30, 2),
-                    bf16=torch.cuda.is_bf16_supported())
+                    bf16=(props.major, props.minor) >= (8, 0), compute_capability=f"{props.major}.{props.minor}")
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                  capture_output=True, text=True, timeout=30)

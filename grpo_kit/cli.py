@@ -460,7 +460,8 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
                                        "resume, problems), without loading a model or needing a GPU")
-    plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets)")
+    plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets); default: the one "
+                      "the notebooks pick for --device (or this machine's GPU): t4-16gb colab-t4, a100-40gb a100")
     plan.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any preset field")
     plan.add_argument("--model", default=None, help="a Hub id or folder instead of the preset's model")
     plan.add_argument("--device", default=None, metavar="CARD",
@@ -480,6 +481,13 @@ def _parser() -> argparse.ArgumentParser:
                                            "GPU memory against a preset")
     doctor.add_argument("--preset", default=None, help="a preset name (default: the one that fits this machine)")
     doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.add_argument("--install-plan", action="store_true",
+                        help="what an install would put beside this runtime's torch (or --torch/--driver's): the "
+                             "packages, whether torch is kept, which vLLM; exit 2 when no GPU route exists")
+    doctor.add_argument("--torch", default=None, metavar="VERSION",
+                        help="with --install-plan: a runtime's torch.__version__ (e.g. 2.11.0+cu128), not this one's")
+    doctor.add_argument("--driver", default=None, metavar="VERSION",
+                        help="with --install-plan: an NVIDIA driver version (e.g. 570.172.08) instead of nvidia-smi's")
     doctor.set_defaults(func=_doctor)
 
     exp = sub.add_parser("export", help="the run's trained policy merged (safetensors) or as GGUF, verified against it "
@@ -540,8 +548,6 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.resume and args.run_dir is None:
         raise ValueError("--resume plans resuming a run folder: pass --run-dir RUN")
-    if not args.resume and args.preset is None:
-        raise ValueError("pass --preset NAME (python -m grpo_kit presets), or --run-dir RUN --resume")
     overrides = parse_sets(args.set)
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
@@ -560,8 +566,24 @@ def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: print the report; exit 2 when something would stop the preset here."""
     import json
 
-    from grpo_kit.notebook import doctor, format_doctor
+    from grpo_kit.notebook import doctor, format_doctor, nvidia_driver
 
+    if args.install_plan:
+        import importlib.metadata
+
+        from grpo_kit.system.install import install_plan
+
+        torch = args.torch
+        if torch is None:
+            try:
+                torch = importlib.metadata.version("torch")
+            except importlib.metadata.PackageNotFoundError:
+                torch = None
+        plan = install_plan(torch, args.driver or nvidia_driver())
+        print(json.dumps(plan.to_json(), indent=1) if args.json else plan.describe())
+        return 2 if plan.fatal else 0
+    if args.torch or args.driver:
+        raise ValueError("--torch and --driver describe a runtime for --install-plan: add --install-plan")
     report = doctor(args.preset)
     print(json.dumps(report, indent=1, default=str) if args.json else format_doctor(report))
     return 2 if report["problems"] else 0

@@ -9,7 +9,6 @@ installing the kit itself.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -17,32 +16,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXPLORE_PACKAGES", "MIN_DRIVER", "REPOSITORY", "Comparison", "CpuDemo", "cpu_demo_settings", "doctor",
-           "driver_problem", "export_run", "format_doctor", "gpu_check", "install_explore", "install_stack",
-           "log_to_wandb", "nvidia_driver", "open_run", "pins", "plan_baseline", "plan_comparison", "plan_training",
-           "torch_cuda"]
+__all__ = ["Comparison", "CpuDemo", "cpu_demo_settings", "doctor", "export_run", "format_doctor", "gpu_check",
+           "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline", "plan_comparison",
+           "plan_training"]
 
-#: Where the notebooks install the kit from by default (the ``repository`` parameter of their first cell).
-REPOSITORY = "https://github.com/grpo-kit/grpo_kit"
-#: Packages whose presence means the GPU stack is installed.
-_STACK = ("torch", "transformers", "trl", "peft", "datasets")
-#: What notebook 01 (exploring the data, on a CPU runtime) needs: the distributions of ``requirements.txt`` it
-#: installs (at their pins) and the modules whose presence means they are installed. No torch, no GPU stack: a
-#: tokenizer counts the tokens, scikit-learn draws the map.
-EXPLORE_PACKAGES = ("transformers", "datasets", "pandas", "matplotlib", "scikit-learn", "tqdm")
-_EXPLORE_MODULES = ("transformers", "datasets", "pandas", "matplotlib", "sklearn")
-#: The torch that requirements.txt pins, and the CUDA its PyPI wheel is built for (PyPI's torch 2.13.0 is a
-#: CUDA 13.0 build; the PyTorch index keeps CUDA 12.x builds of it).
-TORCH_PIN, TORCH_CUDA = "2.13.0", "13.0"
-#: The oldest Linux driver each CUDA release runs on (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
-#: Corresponding Driver Versions", the GA release of each).
-MIN_DRIVER = {"13.0": "580.65.06", "12.9": "575.51.03", "12.8": "570.26", "12.6": "560.28.03", "12.4": "550.54.14"}
 #: What the doctor reports, live (imported in this process) and on disk.
 _REPORTED = ("torch", "transformers", "trl", "peft", "accelerate", "vllm", "unsloth", "unsloth_zoo")
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
 def nvidia_driver() -> str | None:
@@ -54,54 +33,6 @@ def nvidia_driver() -> str | None:
         return None
     lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
     return lines[0].strip() if lines else None
-
-
-def driver_problem(driver: str | None, cuda: str = TORCH_CUDA) -> str | None:
-    """One line saying why a torch built for ``cuda`` cannot use this driver (``None``: it can).
-
-    >>> driver_problem("580.82.07") is None
-    True
-    >>> driver_problem("550.54.15").split(":")[0]
-    'NVIDIA driver 550.54.15 found, torch 2.13.0 (CUDA 13.0) needs >= 580.65.06'
-    """
-    needed = MIN_DRIVER.get(cuda)
-    if driver is None:
-        return (f"no NVIDIA driver found (nvidia-smi): the pinned GPU stack (torch {TORCH_PIN}, CUDA {cuda}) needs a "
-                "GPU; on Colab choose Runtime > Change runtime type > GPU, or run the notebooks on a CPU with preset "
-                "cpu-tiny (pip install -r requirements-cpu.txt)")
-    if needed is not None and _version_tuple(driver) < _version_tuple(needed):
-        return (f"NVIDIA driver {driver} found, torch {TORCH_PIN} (CUDA {cuda}) needs >= {needed}: it would run on "
-                "the CPU only. Use a runtime with a newer driver, or install torch's CUDA 12.6 build first "
-                f"(pip install torch=={TORCH_PIN} --index-url https://download.pytorch.org/whl/cu126, driver >= "
-                f"{MIN_DRIVER['12.6']}) and then this cell again")
-    return None
-
-
-def torch_cuda(installed: str | None) -> str:
-    """The CUDA the pinned torch will run on: that of the torch installed, when it is the pinned version (a CUDA
-    12.x build from the PyTorch index, ``2.13.0+cu126``, stays: pip takes it for ``torch==2.13.0``), else that of
-    PyPI's wheel (:data:`TORCH_CUDA`).
-
-    >>> torch_cuda("2.13.0+cu126"), torch_cuda("2.13.0"), torch_cuda("2.11.0+cu128"), torch_cuda(None)
-    ('12.6', '13.0', '13.0', '13.0')
-    """
-    import re
-
-    if installed is None or installed.split("+")[0] != TORCH_PIN:
-        return TORCH_CUDA
-    match = re.search(r"\+cu(\d+)(\d)$", installed)
-    return f"{match.group(1)}.{match.group(2)}" if match else TORCH_CUDA
-
-
-def _reachable(url: str, timeout_s: float = 15.0) -> bool:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def _disk_version(package: str) -> str | None:
@@ -118,95 +49,86 @@ def _live_version(package: str) -> str | None:
     return None if module is None else str(getattr(module, "__version__", "?"))
 
 
-def _read(url: str, timeout_s: float = 15.0) -> str | None:
-    import urllib.error
-    import urllib.request
+def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
+    """Install what the notebooks need beside the runtime's torch, keeping that torch (the notebooks' first cell).
 
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return response.read().decode("utf-8") if response.status == 200 else None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+    With ``gpu`` the plan of :func:`grpo_kit.system.install.install_plan` for this runtime's torch and driver is
+    shown first; where no GPU route exists it stops in one line (driver found, what it needs, what to do) before
+    anything downloads. The plan's packages are installed by pip with torch held at the runtime's version (a
+    constraint: pip refuses rather than replaces it), then every version is read back from what is installed. The
+    kit's other packages (pandas, matplotlib, ...) are installed only where missing, so a runtime's own stay.
+    Without ``gpu`` (notebook 01: a tokenizer and the data) only transformers, datasets and the kit's other
+    packages are installed where missing, on any runtime; so is a runtime without an NVIDIA driver, where the
+    notebooks run the kit's tiny policy on the CPU.
 
-
-def pins(requirements: str, names: Any) -> list[str]:
-    """The lines of a requirements file that pin one of ``names`` (distribution names, case and ``-``/``_``
-    insensitive), in the file's order.
-
-    >>> pins("torch==2.13.0\\n# a comment\\nscikit_learn==1.9.1\\npandas==3.1.1", ["scikit-learn", "pandas"])
-    ['scikit_learn==1.9.1', 'pandas==3.1.1']
-    """
-    import re
-
-    wanted = {re.sub(r"[-_.]+", "-", name).lower() for name in names}
-    lines = [line.split("#")[0].strip() for line in requirements.splitlines()]
-    return [line for line in lines if line and re.sub(r"[-_.]+", "-", re.split(r"[=<>!~\[ ;]", line)[0]).lower()
-            in wanted]
-
-
-def install_explore(repository: str = REPOSITORY, branch: str = "main") -> bool:
-    """Install what notebook 01 needs on a CPU runtime (:data:`EXPLORE_PACKAGES` at ``requirements.txt``'s pins),
-    unless it is installed already: no torch, no GPU stack, no driver check.
-
-    Returns:
-        Whether anything was installed.
-
-    Raises:
-        RuntimeError: ``requirements.txt`` cannot be read (one line saying what to set).
-        subprocess.CalledProcessError: pip failed (its output was shown).
-    """
-    if all(importlib.util.find_spec(name) is not None for name in _EXPLORE_MODULES):
-        return False
-    requirements = f"{repository.rstrip('/')}/raw/{branch}/requirements.txt"
-    text = _read(requirements)
-    if text is None:
-        raise RuntimeError(f"cannot read {requirements}: set REPOSITORY in the notebook's install cell to the "
-                           "kit's git repository (your fork or clone's URL) and BRANCH to one that exists")
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *pins(text, EXPLORE_PACKAGES)])
-    print("What this notebook needs is installed (no GPU stack).")
-    return True
-
-
-def install_stack(repository: str = REPOSITORY, branch: str = "main", driver: Any = nvidia_driver) -> bool:
-    """Install the pinned GPU stack (``requirements.txt`` of ``repository``) unless it is installed already.
-
-    Before downloading anything it checks that ``requirements.txt`` can be reached and that the NVIDIA driver
-    runs the CUDA of the torch it pins (:func:`driver_problem`, :func:`torch_cuda`: PyPI's CUDA 13.0 build, or a
-    CUDA 12.x build of the pinned version installed first); after installing, it says whether the runtime
-    must be restarted: a torch imported in this kernel stays the old one until then (unslothai/notebooks #337
-    shows what replacing torch under a live kernel breaks).
+    Afterwards it says whether the runtime must be restarted: a package imported in this kernel stays the old one
+    until then (unslothai/notebooks #337 shows what replacing packages under a live kernel breaks).
 
     Args:
-        repository: the kit's repository (its ``requirements.txt`` is read from the branch).
-        branch: the branch to read it from.
-        driver: returns the driver's version or ``None`` (default: :func:`nvidia_driver`; tests fake it).
+        gpu: install the GPU stack (Unsloth, TRL, vLLM where one fits, ...); ``False``: only what runs on a CPU.
+        driver: returns the NVIDIA driver's version or ``None`` (default: :func:`nvidia_driver`; tests fake it).
 
     Returns:
         Whether anything was installed.
 
     Raises:
-        RuntimeError: ``requirements.txt`` cannot be reached, or the driver is missing or too old (one line:
-            the driver found, the driver needed, what to do).
+        RuntimeError: no GPU route for this runtime (one line, from the plan's first problem); a version read back
+            after installing differs from the plan's (the packages named).
         subprocess.CalledProcessError: pip failed (its output was shown).
     """
-    if all(importlib.util.find_spec(name) is not None for name in _STACK):
-        return False
-    requirements = f"{repository.rstrip('/')}/raw/{branch}/requirements.txt"
-    if not _reachable(requirements):
-        raise RuntimeError(f"cannot read {requirements}: set REPOSITORY in the notebook's install cell to the "
-                           "kit's git repository (your fork or clone's URL) and BRANCH to one that exists")
-    problem = driver_problem(driver(), torch_cuda(_disk_version("torch")))
-    if problem:
-        raise RuntimeError(problem)
-    live = _live_version("torch")
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-r", requirements])
-    disk = _disk_version("torch")
-    if live is not None and disk is not None and live.split("+")[0] != disk.split("+")[0]:
-        print(f"RESTART the runtime now (Colab: Runtime > Restart session), then run the notebook from the top: this "
-              f"kernel still runs torch {live}, and torch {disk} is now installed.")
+    from grpo_kit.system.install import install_plan, install_table
+
+    table = install_table()
+    kit = [requirement for requirement in table["kit"] if _disk_version(requirement.split("==")[0]) is None]
+    torch = _disk_version("torch")
+    found = driver() if gpu else None
+    if gpu and found is None:
+        print("No NVIDIA GPU here: installing what runs on a CPU (the notebooks then use preset cpu-tiny, the kit's "
+              "tiny policy; on Colab a GPU is Runtime > Change runtime type > GPU).")
+        gpu = False
+    if gpu:
+        plan = install_plan(torch, found)
+        if plan.fatal:
+            raise RuntimeError(plan.problems[0])
+        print(plan.describe())
+        wanted, index = plan.install, plan.extra_index_url
     else:
-        print("The GPU stack is installed; no restart needed.")
+        index = None
+        row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
+        wanted = [f"{name}=={row['packages'][name]}" for name in ("transformers", "datasets")]
+    missing = [r for r in wanted if _disk_version(r.split("==")[0]) != r.split("==")[1]] + kit
+    if not missing:
+        print("Everything the notebook needs is installed; nothing to do.")
+        return False
+    before = {r.split("==")[0]: _live_version(_module_of(r)) for r in missing}
+    command = [sys.executable, "-m", "pip", "install", "-q", *missing] + (["--extra-index-url", index] if index else [])
+    if torch is not None:  # keep the runtime's torch: pip fails instead of replacing it
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
+            constraints.write(f"torch=={torch}\n")
+        command += ["-c", constraints.name]
+    subprocess.check_call(command)
+    wrong = [f"{r.split('==')[0]} {_disk_version(r.split('==')[0])} (wanted {r.split('==')[1]})"
+             for r in wanted if _disk_version(r.split("==")[0]) != r.split("==")[1]]
+    if torch is not None and _disk_version("torch") != torch:
+        wrong.append(f"torch {_disk_version('torch')} (the runtime's {torch} was to stay)")
+    if wrong:
+        raise RuntimeError(f"after installing, {', '.join(wrong)}: another package changed them; install these "
+                           "versions by hand (pip install NAME==VERSION) or start from a fresh runtime")
+    stale = [name for name, live in before.items() if live is not None and live != _disk_version(name)]
+    if stale:
+        print(f"RESTART the runtime now (Colab: Runtime > Restart session), then run the notebook from the top: this "
+              f"kernel still runs the old {', '.join(stale)}.")
+    else:
+        print("Installed; no restart needed.")
     return True
+
+
+def _module_of(requirement: str) -> str:
+    """The module a ``name==version`` requirement installs (``unsloth_zoo``, ``sklearn`` for scikit-learn)."""
+    name = requirement.split("==")[0]
+    return {"scikit-learn": "sklearn", "math-verify": "math_verify"}.get(name, name.replace("-", "_"))
 
 
 def doctor(preset: Any = None, driver: Any = nvidia_driver) -> dict[str, Any]:
@@ -224,6 +146,7 @@ def doctor(preset: Any = None, driver: Any = nvidia_driver) -> dict[str, Any]:
     import torch
 
     from grpo_kit.policy.devices import first_gpu
+    from grpo_kit.system.install import MIN_DRIVER, driver_problem
     from grpo_kit.training.presets import get_preset
 
     versions = {name: {"live": _live_version(name), "disk": _disk_version(name)} for name in _REPORTED}
@@ -236,7 +159,7 @@ def doctor(preset: Any = None, driver: Any = nvidia_driver) -> dict[str, Any]:
     free = torch.cuda.mem_get_info()[0] / 2**30 if gpu is not None else None
     config = get_preset(preset)
     if cuda is not None and found is not None:  # a CUDA build of torch and a driver: do they go together?
-        problem = driver_problem(found, ".".join(cuda.split(".")[:2]))
+        problem = driver_problem(found, ".".join(cuda.split(".")[:2]), f"torch {torch.__version__}")
         if problem:
             problems.append(problem)
     needed = None

@@ -16,76 +16,103 @@ from grpo_kit import notebook
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-@pytest.fixture
-def nothing_installed(monkeypatch):
-    """A fresh Colab runtime as install_stack sees it: the stack missing, the repository reachable, pip recorded."""
-    calls = []
-    monkeypatch.setattr(notebook.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(notebook, "_reachable", lambda url, timeout_s=15.0: True, raising=False)
-    monkeypatch.setattr(notebook.subprocess, "check_call", lambda argv: calls.append(argv))
-    return calls
+class FakeRuntime:
+    """A Colab runtime as install_stack sees it: versions on disk and live in the kernel, pip recorded (and what
+    it would leave installed)."""
+
+    def __init__(self, monkeypatch, disk, live=None, installs=None):
+        self.disk, self.live, self.calls = dict(disk), dict(live or {}), []
+        self.installs = installs  # {name: version} pip leaves; None: exactly what was asked
+        monkeypatch.setattr(notebook, "_disk_version", lambda name: self.disk.get(name))
+        monkeypatch.setattr(notebook, "_live_version", lambda name: self.live.get(name))
+        monkeypatch.setattr(notebook.subprocess, "check_call", self.pip)
+
+    def pip(self, argv):
+        self.calls.append(argv)
+        asked = [a for a in argv[argv.index("-q") + 1:] if "==" in a]
+        self.disk.update(dict(a.split("==") for a in asked) if self.installs is None else self.installs)
 
 
-@pytest.mark.parametrize("driver, says", [
-    ("550.54.15", "NVIDIA driver 550.54.15 found, torch 2.13.0 (CUDA 13.0) needs >= 580.65.06"),
-    (None, "no NVIDIA driver found"),
-])
-def test_an_old_or_missing_driver_is_refused_before_anything_downloads(nothing_installed, driver, says):
-    with pytest.raises(RuntimeError, match=says.replace("(", r"\(").replace(")", r"\)")) as e:
-        notebook.install_stack(driver=lambda: driver)
+KIT = {requirement.split("==")[0]: requirement.split("==")[1] for requirement in
+       __import__("grpo_kit.system.install", fromlist=["x"]).install_table()["kit"]}
+
+
+def test_an_old_driver_is_refused_before_anything_downloads(monkeypatch):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.13.0+cu130"})
+    says = "NVIDIA driver 550.54.15 found, this runtime's torch 2.13.0+cu130 (CUDA 13.0) needs >= 580.65.06"
+    with pytest.raises(RuntimeError, match=says.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")) as e:
+        notebook.install_stack(driver=lambda: "550.54.15")
     assert "\n" not in str(e.value)  # one line
-    assert nothing_installed == []
+    assert runtime.calls == []
 
 
-def test_a_cuda_12_build_of_the_pinned_torch_installed_first_is_checked_as_such(nothing_installed, monkeypatch):
-    """The remedy the refusal gives (torch's CUDA 12.6 build from the PyTorch index) then passes on that driver."""
-    monkeypatch.setattr(notebook, "_disk_version", lambda name: "2.13.0+cu126" if name == "torch" else None)
-    monkeypatch.setattr(notebook, "_live_version", lambda name: None)
-    assert notebook.install_stack("https://example.org/kit", driver=lambda: "565.57.01")
-    monkeypatch.setattr(notebook, "_disk_version", lambda name: "2.11.0+cu128" if name == "torch" else None)
-    with pytest.raises(RuntimeError, match="needs >= 580.65.06"):  # pip would replace it with PyPI's CUDA 13.0 build
-        notebook.install_stack("https://example.org/kit", driver=lambda: "565.57.01")
+def test_without_a_driver_the_cpu_set_is_installed_and_on_a_ready_machine_nothing(monkeypatch, capsys):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.13.0+cpu"})
+    assert notebook.install_stack(driver=lambda: None)
+    assert "No NVIDIA GPU here" in capsys.readouterr().out
+    assert not any(a.startswith("unsloth") for a in runtime.calls[0])
+    assert not notebook.install_stack(driver=lambda: None)  # a clone after `make install`: nothing to do
 
 
-def test_an_unreachable_repository_is_named(nothing_installed, monkeypatch):
-    monkeypatch.setattr(notebook, "_reachable", lambda url, timeout_s=15.0: False)
-    with pytest.raises(RuntimeError, match="cannot read https://example.org/fork/raw/dev/requirements.txt: set "
-                                           "REPOSITORY"):
-        notebook.install_stack("https://example.org/fork", "dev", driver=lambda: "580.82.07")
-    assert nothing_installed == []
+def test_the_runtimes_torch_is_kept_and_every_version_read_back(monkeypatch, capsys):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.11.0+cu128", **KIT})
+    assert notebook.install_stack(driver=lambda: "570.172.08")
+    (argv,) = runtime.calls
+    assert "unsloth==2026.10.7" in argv and not any(a.startswith(("torch==", "vllm==")) for a in argv)
+    constraints = Path(argv[argv.index("-c") + 1]).read_text()
+    assert constraints == "torch==2.11.0+cu128\n"  # pip may not replace it
+    assert argv[argv.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu128"
+    out = capsys.readouterr().out
+    assert "without fast_inference" in out and "no restart needed" in out
+    assert not notebook.install_stack(driver=lambda: "570.172.08")  # a second run: everything is there
+    assert len(runtime.calls) == 1
 
 
-def test_a_replaced_torch_under_a_live_kernel_asks_for_a_restart(nothing_installed, monkeypatch, capsys):
-    monkeypatch.setattr(notebook, "_live_version", lambda name: "2.11.0+cu128")
-    monkeypatch.setattr(notebook, "_disk_version", lambda name: "2.13.0")
-    assert notebook.install_stack("https://example.org/kit", driver=lambda: "580.82.07")
-    assert nothing_installed == [[sys.executable, "-m", "pip", "install", "-q", "-r",
-                                  "https://example.org/kit/raw/main/requirements.txt"]]
+def test_a_version_another_package_changed_is_named(monkeypatch):
+    FakeRuntime(monkeypatch, {"torch": "2.13.0+cu130", **KIT}, installs={"trl": "1.16.0", "torch": "2.14.0"})
+    with pytest.raises(RuntimeError, match=r"trl 1.16.0 \(wanted 1.15.0\).*torch 2.14.0 \(the runtime's "
+                                           r"2.13.0\+cu130 was to stay\)"):
+        notebook.install_stack(driver=lambda: "580.82.07")
+
+
+def test_a_package_replaced_under_a_live_kernel_asks_for_a_restart(monkeypatch, capsys):
+    FakeRuntime(monkeypatch, {"torch": "2.13.0+cu130", "transformers": "5.20.0", **KIT},
+                live={"transformers": "5.20.0"})
+    assert notebook.install_stack(driver=lambda: "580.82.07")
     assert "RESTART the runtime" in capsys.readouterr().out
-    monkeypatch.setattr(notebook, "_live_version", lambda name: None)
-    notebook.install_stack("https://example.org/kit", driver=lambda: "580.82.07")
-    assert "no restart needed" in capsys.readouterr().out
+
+
+def test_notebook_01_installs_only_what_a_cpu_runtime_needs(monkeypatch):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.13.0+cpu"})
+    assert notebook.install_stack(gpu=False, driver=lambda: None)
+    (argv,) = runtime.calls
+    asked = [a.split("==")[0] for a in argv if "==" in a and not a.startswith("torch")]
+    assert "transformers" in asked and "datasets" in asked
+    assert not {"unsloth", "vllm", "trl", "bitsandbytes"} & set(asked)
 
 
 def test_the_driver_table():
-    assert notebook.driver_problem("580.65.06") is None and notebook.driver_problem("590.1") is None
-    assert notebook.driver_problem("575.51.03", "12.9") is None
-    assert "needs >= 570.26" in notebook.driver_problem("565.57.01", "12.8")
+    from grpo_kit.system.install import driver_problem
+
+    assert driver_problem("580.65.06", "13.0", "x") is None and driver_problem("590.1", "13.0", "x") is None
+    assert driver_problem("575.51.03", "12.9", "x") is None
+    assert "needs >= 570.26" in driver_problem("565.57.01", "12.8", "x")
 
 
 def test_every_notebook_installs_from_the_repository_its_install_cell_names():
     for path in NOTEBOOKS:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        install = next(c for c in cells if "REPOSITORY, BRANCH = " in "".join(c["source"]))
+        install = next(c for c in cells if "install_stack" in "".join(c["source"]))
         source = "".join(install["source"])
-        call = "install_explore" if path.name.startswith("01_") else "install_stack"  # 01 needs no GPU stack
-        assert f"{call}(REPOSITORY, BRANCH)" in source and "ls-remote" in source, path.name
+        assert "REPOSITORY, BRANCH = " in source and "ls-remote" in source, path.name
+        call = "install_stack(gpu=False)" if path.name.startswith("01_") else "install_stack()"  # 01: no GPU stack
+        assert call in source, path.name
 
 
 def test_the_install_cell_refuses_an_unreachable_repository_in_one_line(tmp_path):
     """The cell's own check, run where grpo_kit is not importable (as on a fresh runtime)."""
     cells = json.loads(NOTEBOOKS[0].read_text(encoding="utf-8"))["cells"]
-    source = "".join(next(c for c in cells if "REPOSITORY, BRANCH = " in "".join(c["source"]))["source"])
+    source = "".join(next(c for c in cells if "install_stack" in "".join(c["source"]))["source"])
     line = next(line for line in source.splitlines() if line.startswith("REPOSITORY, BRANCH = "))
     script = tmp_path / "cell.py"
     script.write_text(source.replace(line, f"REPOSITORY, BRANCH = {str(tmp_path / 'missing')!r}, 'main'"))
@@ -97,11 +124,11 @@ def test_the_install_cell_refuses_an_unreachable_repository_in_one_line(tmp_path
 def test_the_doctor_reports_each_reading(monkeypatch):
     import torch
 
-    props = types.SimpleNamespace(name="Tesla T4", total_memory=int(14.7 * 2**30))
+    props = types.SimpleNamespace(name="Tesla T4", total_memory=int(14.7 * 2**30), major=7, minor=5)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # emulation counts: not read
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (3 * 2**30, int(14.7 * 2**30)))
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     versions = {"torch": ("2.11.0+cu128", "2.13.0"), "unsloth": (None, "2026.10.7")}
@@ -118,19 +145,16 @@ def test_the_doctor_reports_each_reading(monkeypatch):
     assert any("bfloat16" in p for p in bf16["problems"])
 
 
-def test_notebook_01_installs_only_its_own_pins_and_no_gpu_stack(monkeypatch):
-    requirements = (Path(__file__).resolve().parents[1] / "requirements.txt").read_text(encoding="utf-8")
-    calls = []
-    monkeypatch.setattr(notebook.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(notebook, "_read", lambda url, timeout_s=15.0: requirements)
-    monkeypatch.setattr(notebook.subprocess, "check_call", lambda argv: calls.append(argv))
-    assert notebook.install_explore("https://example.org/kit")
-    installed = calls[0][calls[0].index("-q") + 1:]
-    assert sorted(p.split("==")[0] for p in installed) == sorted(notebook.EXPLORE_PACKAGES)
-    assert all("==" in p for p in installed) and not any(p.startswith(("torch", "unsloth", "vllm")) for p in installed)
-    monkeypatch.setattr(notebook, "_read", lambda url, timeout_s=15.0: None)
-    with pytest.raises(RuntimeError, match="set REPOSITORY"):
-        notebook.install_explore("https://example.org/kit")
+def test_notebook_03_says_which_presets_keep_a_reference_model():
+    """Its introduction said "no reference model (TRL's default beta=0)" while `a100` trains with beta 0.04."""
+    from grpo_kit.training.presets import PRESETS
+
+    cells = json.loads((NOTEBOOKS[0].parent / "03_train_grpo.ipynb").read_text(encoding="utf-8"))["cells"]
+    intro = " ".join("".join(cells[0]["source"]).split())
+    assert "no reference model (TRL's default `beta=0`)" not in intro
+    for name, preset in PRESETS.items():
+        if preset.beta > 0:
+            assert f"`{name}` preset keeps the blog post's {preset.beta:g}" in intro, name
 
 
 def test_the_cpu_demo_switch():

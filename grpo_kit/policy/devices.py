@@ -56,7 +56,8 @@ def unsloth_problem(tiny_policy: bool) -> str | None:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One CUDA device as torch reports it: its name, its memory in GiB and whether it computes in bfloat16."""
+    """One CUDA device as torch reports it: its name, its memory in GiB and whether it computes in bfloat16 in
+    hardware (compute capability 8.0 and above)."""
 
     name: str
     memory_gib: float
@@ -99,8 +100,9 @@ def gpus() -> list[Gpu]:
     found = []
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
-        # is_bf16_supported() answers for the current device; a machine mixes cards rarely, so it stands for all
-        found.append(Gpu(props.name, props.total_memory / 2**30, torch.cuda.is_bf16_supported()))
+        # bfloat16 in hardware from compute capability 8.0 (Ampere). Not torch.cuda.is_bf16_supported(): it also
+        # answers yes where bfloat16 is only emulated (a T4, 7.5: torch/cuda/__init__.py, including_emulation=True)
+        found.append(Gpu(props.name, props.total_memory / 2**30, (props.major, props.minor) >= (8, 0)))
     return found
 
 

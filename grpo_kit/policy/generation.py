@@ -73,15 +73,30 @@ class Backend(Protocol):
 
 def _digest(params: dict[str, Any], strip_peft: bool = False) -> str:
     """16 hex digits of a SHA-256 over the named tensors (each sampled at about 65,536 evenly strided
-    elements: a training step moves all of them), in name order."""
+    elements: a training step moves all of them), in name order.
+
+    A parameter DeepSpeed ZeRO-3 has partitioned holds an empty tensor on every process (its ``ds_id`` marks it;
+    its shape is ``ds_shape``): it is gathered whole, one at a time, for its sample (a collective: every process
+    of the launch hashes, as ``train`` does), so a sharded model digests as the same model unsharded.
+    """
     digest = hashlib.sha256()
     for name in sorted(params):
-        tensor = params[name].detach().reshape(-1)
-        step = max(1, tensor.numel() // 65536)
+        param = params[name]
         key = name.removeprefix("base_model.model.").replace(".base_layer", "") if strip_peft else name
-        digest.update(f"{key}{tuple(params[name].shape)}{params[name].dtype}".encode())
-        digest.update(tensor[::step].float().cpu().numpy().tobytes())
+        digest.update(f"{key}{tuple(getattr(param, 'ds_shape', param.shape))}{param.dtype}".encode())
+        digest.update(_sample(param))
     return digest.hexdigest()[:16]
+
+
+def _sample(param: Any) -> bytes:
+    """About 65,536 evenly strided elements of a parameter, whole even where ZeRO-3 partitioned it."""
+    if hasattr(param, "ds_id"):  # DeepSpeed ZeRO-3 (deepspeed/runtime/zero/partition_parameters.py)
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+            return _sample(param.data)
+    tensor = param.detach().reshape(-1)
+    return tensor[::max(1, tensor.numel() // 65536)].float().cpu().numpy().tobytes()
 
 
 def model_fingerprint(model: Any) -> str:

@@ -287,7 +287,10 @@ def check_vllm_server(host: str, port: int, timeout_s: float = 5.0, model: str =
     """Check that the vLLM server a ``vllm_mode="server"`` run trains against answers on ``host:port``.
 
     It probes ``/health``, as TRL's client does (trl 1.15.0, ``VLLMClient.check_server``); vLLM's server
-    answers there, not at ``/health/``.
+    answers there, not at ``/health/``. Then ``/get_world_size``, the first weight-sync route TRL's client calls
+    (``VLLMClient.init_communicator``): vLLM 0.32 registers those routes only in dev mode
+    (``VLLM_SERVER_DEV_MODE=1``, vllm/entrypoints/launchers/api_server/routers.py), and a server started without it
+    answers ``/health`` but fails the first weight sync, after the model has loaded.
 
     Args:
         host, port: where the server listens.
@@ -295,21 +298,30 @@ def check_vllm_server(host: str, port: int, timeout_s: float = 5.0, model: str =
         model, max_model_len: for the message: the command that starts the server (:func:`server_command`).
 
     Raises:
-        ConnectionError: nothing answers 200 within ``timeout_s`` seconds; the message says how to start it.
+        ConnectionError: nothing answers 200 within ``timeout_s`` seconds, or the server has no weight-sync routes;
+            the message says how to start it.
     """
     import urllib.error
     import urllib.request
 
+    def status(path: str) -> int | str:
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout_s) as response:
+                return response.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except (urllib.error.URLError, OSError) as e:
+            return f"did not answer ({getattr(e, 'reason', e)})"
+
+    command = f"`CUDA_VISIBLE_DEVICES=7 {server_command(model, host, port, max_model_len)}`"
     url = f"http://{host}:{port}/health"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            if response.status == 200:
-                return
-            problem = f"answered HTTP {response.status}"
-    except urllib.error.HTTPError as e:
-        problem = f"answered HTTP {e.code}"
-    except (urllib.error.URLError, OSError) as e:
-        problem = f"did not answer ({getattr(e, 'reason', e)})"
-    raise ConnectionError(f"the vLLM server at {url} {problem}: start it first on a GPU of its own, e.g. "
-                          f"`CUDA_VISIBLE_DEVICES=7 {server_command(model, host, port, max_model_len)}`, "
-                          "or set vllm_server_host / vllm_server_port to where it runs")
+    health = status("/health")
+    if health != 200:
+        problem = health if isinstance(health, str) else f"answered HTTP {health}"
+        raise ConnectionError(f"the vLLM server at {url} {problem}: start it first on a GPU of its own, e.g. "
+                              f"{command}, or set vllm_server_host / vllm_server_port to where it runs")
+    sync = status("/get_world_size")
+    if sync != 200:
+        raise ConnectionError(f"the vLLM server at http://{host}:{port} answers /health but not /get_world_size "
+                              f"({sync}): it was started without VLLM_SERVER_DEV_MODE=1, so TRL cannot sync weights "
+                              f"into it. Restart it as {command}")

@@ -33,8 +33,9 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.system.files import sha256_file, write_json, write_text
 
-__all__ = ["AGREEMENT_THRESHOLDS", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification", "check_repo_id",
-           "export", "model_card", "push_to_hub", "verification_record", "verify_export"]
+__all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
+           "check_repo_id", "export", "model_card", "parameter_count", "push_to_hub", "verification_record",
+           "verify_export"]
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +154,59 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
     return task, rows, int(budget)
 
 
-def _load_trained(run: RunFolder) -> tuple[Any, Any]:
-    """The trained policy as it was saved (an adapter on its base, or the full model), in its saved dtype."""
-    from grpo_kit.policy.loading import load_policy
+def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, bool]:
+    """The trained policy as training and the after-table saw it: ``(model, tokenizer, through_unsloth)``.
 
-    return load_policy(run.model, dtype="auto")
+    A run trained through Unsloth loads through Unsloth again, on its GPU (its 4-bit base where it trained on one:
+    the adapter's base is Unsloth's pre-quantized ``*-bnb-4bit`` repository, unsloth ``models/mapper.py``);
+    others load as saved (an adapter on its base, or the full model), in the saved dtype.
+    """
+    from grpo_kit.policy.loading import Loading, load_policy, load_unsloth_policy
+
+    preset = settings.get("identity", {}).get("preset", {})
+    if preset.get("use_unsloth"):
+        loading = Loading(use_unsloth=True, load_in_4bit=bool(preset.get("load_in_4bit")), fast_inference=False,
+                          lora_rank=preset.get("lora_rank"), max_seq_length=int(preset.get("max_seq_length", 512)))
+        model, tokenizer = load_unsloth_policy(str(run.model), loading)
+        return model, tokenizer, True
+    model, tokenizer = load_policy(run.model, dtype="auto")
+    return model, tokenizer, False
+
+
+def parameter_count(model: Any) -> int:
+    """The model's parameters, counting each bitsandbytes 4-bit weight (two packed in a byte) as two.
+
+    >>> import torch
+    >>> parameter_count(torch.nn.Linear(4, 2))
+    10
+    """
+    return sum(p.numel() * (2 if getattr(p, "quant_state", None) is not None else 1) for p in model.parameters())
+
+
+#: Above this many parameters a quantized GGUF is converted through a 16-bit GGUF, not a float32 one (half the
+#: disk; llama.cpp's quantizer reads either). At or below it float32 keeps the tiny policy's conversion exact.
+F32_GGUF_LIMIT = 1_000_000_000
+
+
+def _check_disk(where: Path, parameters: int, format: str, quant: str | None, float32: bool) -> None:
+    """Refuse an export the disk under ``where`` cannot hold, before writing anything.
+
+    Needed, in bytes: the merged model (4 a parameter in float32, else 2), and for GGUF also the converter's
+    output and, when quantized, the quantizer's (each at most the 16-bit or float32 size).
+
+    Raises:
+        ValueError: less free space than needed (the message gives both, in GB, and what to do).
+    """
+    merged = parameters * (4 if float32 else 2)
+    intermediate = parameters * (4 if parameters <= F32_GGUF_LIMIT else 2)
+    needed = merged if format == "merged" else merged + intermediate * (1 if quant in ("f32", "f16", "bf16") else 2)
+    folder = where
+    while not folder.exists():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if free < needed * 1.05:
+        raise ValueError(f"this {format} export needs about {needed / 1e9:.1f} GB free under {folder}, and "
+                         f"{free / 1e9:.1f} GB are: free some space, or give --out a folder on a larger disk")
 
 
 def _merge(model: Any) -> Any:
@@ -190,12 +239,15 @@ def _reference(run: RunFolder, settings: dict[str, Any], questions: int) -> dict
     from grpo_kit.policy.generation import Sampling, TransformersBackend
 
     task, rows, budget = _heldout(run, settings, questions)
-    model, tokenizer = _load_trained(run)
+    model, tokenizer, unsloth = _load_trained(run, settings)
     sampling = Sampling(temperature=0.0, max_new_tokens=budget)
     result = evaluate(TransformersBackend(model, tokenizer, progress=False), rows, sampling, task=task)
-    merged = _merge(model)
+    # Unsloth merges its own (save_pretrained_merged), into the 16-bit original of a 4-bit base: no merge here
+    merged = None if unsloth else _merge(model)
+    quantized_base = any(getattr(p, "quant_state", None) is not None for p in model.parameters())
     return {"task": task, "rows": rows, "sampling": sampling, "records": result.records, "model": merged,
-            "tokenizer": tokenizer, "dtype": _dtype_name(merged)}
+            "trained": model, "tokenizer": tokenizer, "dtype": None if merged is None else _dtype_name(merged),
+            "parameters": parameter_count(model), "quantized_base": quantized_base}
 
 
 def _compare_weights(export_dir: Path, merged: Any) -> dict[str, Any]:
@@ -288,7 +340,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         model, export_tokenizer = load_policy(export, dtype="auto")
         backend = TransformersBackend(model, export_tokenizer, progress=False)
         kind, dtype = "merged", _dtype_name(model)
-        if dtype == ref["dtype"]:
+        if ref["model"] is not None and dtype == ref["dtype"]:
             weights = _compare_weights(export, ref["model"])
     result = evaluate(backend, ref["rows"], ref["sampling"], task=ref["task"])
     before, after = ref["records"], result.records
@@ -307,7 +359,12 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     n = len(before)
     acc_before, acc_after, p = sum(right_before) / n, sum(right_after) / n, mcnemar_exact(gained, lost)
     quantized = kind == "gguf" and dtype not in IDENTICAL_THRESHOLDS
-    if quantized:
+    if ref.get("quantized_base"):  # trained on a 4-bit base, exported from its 16-bit original: not the same weights
+        need = threshold if threshold is not None else DEFAULT_AGREEMENT
+        rule = (f"flexible answers agree on >= {need:.0%} and flexible accuracy not significantly lower (McNemar p "
+                f">= {_SIGNIFICANT}): the trained policy ran on a 4-bit base, the export on its 16-bit original")
+        passed = sum(agree) / n >= need and not (acc_after < acc_before and p < _SIGNIFICANT)
+    elif quantized:
         need = threshold if threshold is not None else AGREEMENT_THRESHOLDS.get(dtype, DEFAULT_AGREEMENT)
         rule = (f"flexible answers agree on >= {need:.0%} and flexible accuracy not significantly lower "
                 f"(McNemar p >= {_SIGNIFICANT})")
@@ -394,7 +451,16 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
 
 
 def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
-    """Save the trained policy merged: safetensors, base dtype, tokenizer, generation config."""
+    """Save the trained policy merged: safetensors, base dtype, tokenizer, generation config.
+
+    A run trained through Unsloth is saved by Unsloth's own ``save_pretrained_merged(..., save_method=
+    "merged_16bit")`` (unsloth/save.py): for a 4-bit run it merges the adapter into the 16-bit original the
+    ``*-bnb-4bit`` base was made from, where peft's ``merge_and_unload`` would re-quantize into 4-bit weights
+    (peft ``tuners/lora/bnb.py``) that no GGUF converter reads.
+    """
+    if reference["model"] is None:
+        reference["trained"].save_pretrained_merged(str(folder), reference["tokenizer"], save_method="merged_16bit")
+        return folder
     reference["model"].save_pretrained(str(folder), safe_serialization=True)
     reference["tokenizer"].save_pretrained(str(folder))
     return folder
@@ -475,6 +541,7 @@ def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | 
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     reference = _reference(run, settings, questions)
+    _check_disk(folder, reference["parameters"], format, quant, float32=reference["dtype"] == "float32")
     if format == "merged":
         _merged_to(reference, folder)
     else:
@@ -482,8 +549,10 @@ def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | 
         gguf = folder / f"{run.path.name}-{quant}.gguf"
         if quant in CONVERTER_TYPES:
             convert_to_gguf(merged, gguf, quant)
-        else:
-            full = convert_to_gguf(merged, folder / "full-f32.gguf.tmp", "f32")
+        else:  # through float32 only for a small model: an 8B model's float32 GGUF is 32 GB of disk
+            between = "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
+                "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
+            full = convert_to_gguf(merged, folder / f"full-{between}.gguf.tmp", between)
             quantize_gguf(full, gguf, quant)
             full.unlink()
         shutil.rmtree(merged)

@@ -24,9 +24,16 @@ GiB (2**30 bytes) per GPU:
   token per hidden unit: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
   Models", without the attention-score term that flash attention avoids), without it every layer's 34;
   plus float32 logits (4 bytes per token per vocabulary entry).
+- ``sync_gather``: LoRA under ZeRO-3 with vLLM generation: to merge the adapter before each weight sync, TRL
+  gathers the whole model on every process at once (trl 1.15.0, ``trl/generation/vllm_generation.py``,
+  ``_iter_named_params``: "we must gather the full model at once before merging"): the 16-bit weights the other
+  processes hold, about 14 GiB for an 8B model on 8 GPUs. Activations are freed then, so the larger of the two
+  counts, not both.
 - ``overhead``: the CUDA context and the allocator's slack, 1 GiB.
 
-``needed`` is their sum, ``available`` the card's memory, ``fits`` whether the one holds the other.
+``needed`` is their sum (less the smaller of ``activations`` and ``sync_gather``), ``available`` the card's memory,
+``fits`` whether the one holds the other and, with colocated vLLM, whether vLLM's share leaves room for one
+sequence's KV cache (else the engine does not start, whatever the total).
 """
 
 from __future__ import annotations
@@ -68,7 +75,8 @@ def estimate_memory(preset: Preset, shape: ModelShape, gpu: Gpu, launch: str = "
         processes: training processes (one GPU each).
 
     Returns:
-        ``{"estimate": True, "parts": {name: GiB}, "needed": GiB, "available": GiB, "fits": bool,
+        ``{"estimate": True, "parts": {name: GiB}, "needed": GiB, "available": GiB, "fits": bool (the total, and
+        vLLM's KV cache in its share),
         "kv_cache_needed": GiB (one max_model_len sequence; 0 without colocated vLLM), "kv_cache_room": GiB (what
         vLLM's share leaves after its weights; ``None`` without colocated vLLM), "basis": str}``.
 
@@ -131,13 +139,16 @@ def estimate_memory(preset: Preset, shape: ModelShape, gpu: Gpu, launch: str = "
     else:
         per_token = 34 * shape.hidden_size * shape.num_layers
     activations = tokens * (per_token + 4 * shape.vocab_size)
+    sync_gather = total * half * (1 - 1 / n) if (
+        launch == "zero3" and preset.lora_rank is not None and (preset.use_vllm or preset.fast_inference)) else 0.0
     parts = {"weights": weights, "trainable": trainable, "optimizer": optimizer, "vllm_weights": vllm_weights,
-             "kv_cache": kv_cache, "activations": activations}
+             "kv_cache": kv_cache, "activations": activations, "sync_gather": sync_gather}
     parts = {k: round(v / _GIB, 2) for k, v in parts.items()}
     parts["overhead"] = OVERHEAD_GIB
-    needed = round(sum(parts.values()), 2)
+    needed = round(sum(parts.values()) - min(parts["activations"], parts["sync_gather"]), 2)
+    kv_fits = room is None or room >= kv_needed
     return {"estimate": True, "parts": parts, "needed": needed, "available": round(gpu.memory_gib, 2),
-            "fits": needed <= gpu.memory_gib, "kv_cache_needed": round(kv_needed / _GIB, 2),
+            "fits": needed <= gpu.memory_gib and kv_fits, "kv_cache_needed": round(kv_needed / _GIB, 2),
             "kv_cache_room": None if room is None else round(room / _GIB, 2),
             "basis": f"arithmetic from {shape.name}'s config.json ({total / 1e9:.2f}B parameters), "
                      f"{n} process(es), launch {launch}; see grpo_kit/training/memory.py"}

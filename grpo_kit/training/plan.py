@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.devices import Gpu, Launch, card, gpus, placement
+from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus, placement
 from grpo_kit.policy.shapes import model_shape
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
 from grpo_kit.training.memory import LAUNCHES, estimate_memory, vllm_max_model_len
-from grpo_kit.training.presets import PRESETS, Preset, get_preset
+from grpo_kit.training.presets import PRESETS, Preset, get_preset, preset_for_device
 
 __all__ = ["SKIP_ESTIMATE", "Problem", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
-           "preset_of_run", "route_of"]
+           "preset_of_run", "route_of", "unsloth_changes"]
 
 
 #: Set to ``1`` to train although the memory estimate says the run does not fit (:func:`preflight`).
@@ -180,7 +180,7 @@ def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory
             found.append(Problem(f"no memory estimate: no config.json for {model!r} here (the kit ships its "
                                  "presets' models'; pass a local folder)", fatal=False, kind="memory"))
         return found
-    if not memory["fits"]:
+    if memory["needed"] > memory["available"]:
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
         found.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
                              f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
@@ -193,6 +193,41 @@ def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory
                              f"{vllm_max_model_len(preset)}-token sequence's KV cache ({memory['kv_cache_needed']:g} "
                              "GiB): raise gpu_memory_utilization or lower extra vllm_max_model_length", kind="vllm"))
     return found
+
+
+def unsloth_changes(preset: Preset, kwargs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """What Unsloth's generated trainer makes of the ``GRPOConfig`` the kit passes, field by field.
+
+    unsloth 2026.10.7, ``unsloth/models/rl.py``: the generated config defaults
+    ``vllm_importance_sampling_correction`` to ``False`` (the kit passes it only through ``extra``); and where the
+    model carries Unsloth's vLLM engine (``fast_inference``), the generated ``__init__`` sets ``use_vllm = True``,
+    ``vllm_mode = "colocate"`` and turns ``top_k`` 0 (TRL's default, "no top-k") or ``None`` into -1 (vLLM's word
+    for the same), whatever the config said.
+
+    Args:
+        preset: the recipe (only Unsloth routes change anything).
+        kwargs: what the kit passes (:func:`grpo_kit.training.trainer.grpo_config_kwargs`).
+
+    Returns:
+        ``{field: (passed, effective)}`` (``passed`` is ``None`` where the kit leaves TRL's default).
+
+    >>> sorted(unsloth_changes(PRESETS["a100"], {"use_vllm": False}))
+    ['top_k', 'use_vllm', 'vllm_importance_sampling_correction', 'vllm_mode']
+    >>> unsloth_changes(PRESETS["multi-gpu-lora"], {})
+    {}
+    """
+    if not preset.use_unsloth:
+        return {}
+    changes: dict[str, tuple[Any, Any]] = {}
+    if "vllm_importance_sampling_correction" not in kwargs:
+        changes["vllm_importance_sampling_correction"] = (None, False)
+    if preset.fast_inference:
+        for field, effective in (("use_vllm", True), ("vllm_mode", "colocate")):
+            if kwargs.get(field) != effective:
+                changes[field] = (kwargs.get(field), effective)
+        if kwargs.get("top_k") in (None, 0):
+            changes["top_k"] = (kwargs.get("top_k"), -1)
+    return changes
 
 
 def _loader(preset: Preset) -> str:
@@ -227,7 +262,8 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
         model: a Hub id or folder instead of the preset's model.
 
     Returns:
-        ``{"route", "model", "algorithm", "grpo_config", "processes", "vllm", "memory", "alarm", "resume_from",
+        ``{"route", "model", "algorithm", "grpo_config" (as the trainer will hold it: on Unsloth routes after
+        :func:`unsloth_changes`), "unsloth_changes", "processes", "vllm", "memory", "alarm", "resume_from",
         "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md). ``problems`` are lines; ``fatal`` says
         whether one would end the run.
 
@@ -243,7 +279,9 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
         p, recorded_model = preset_of_run(run_dir, **overrides)
         model = model or recorded_model
     else:
-        p = get_preset(preset if preset is not None else "cpu-tiny", **overrides)
+        if preset is None:  # the preset the notebooks pick for this card (preset = None)
+            preset = preset_for_device(card(device) if device in CARDS else (gpus() or [None])[0])
+        p = get_preset(preset, **overrides)
     model = model if model is not None else p.model
     problems: list[Problem] = []
     gpu: Gpu | None
@@ -290,12 +328,15 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
     if resume and run_dir is not None:
         resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)
         problems += [refused] if refused is not None else []
+    passed = grpo_config_kwargs(p, output, rewards)
+    changes = unsloth_changes(p, passed)
     return {
         "preset": p.name,
         "route": route_of(p),
         "model": model if model is not None else "the kit's tiny policy",
         "algorithm": algorithm(p),
-        "grpo_config": grpo_config_kwargs(p, output, rewards),
+        "grpo_config": {**passed, **{field: effective for field, (_, effective) in changes.items()}},
+        "unsloth_changes": {field: {"passed": was, "effective": now} for field, (was, now) in changes.items()},
         "processes": [{"rank": la.rank, **placement(p.lora_rank is None, la, gpu), "loader": _loader(p)}
                       for la in launches],
         "device": None if gpu is None else dataclasses.asdict(gpu),
@@ -369,11 +410,16 @@ def format_plan(plan: dict[str, Any]) -> str:
         lines.append("memory: no estimate")
     else:
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items())
+        verdict = "fits" if memory["fits"] else "DOES NOT FIT" + (
+            "" if memory["needed"] > memory["available"] else " (vLLM's share leaves no room for its KV cache)")
         lines.append(f"memory per GPU (estimate, GiB): {parts}; needed {memory['needed']:g} of "
-                     f"{memory['available']:g}: {'fits' if memory['fits'] else 'DOES NOT FIT'}")
+                     f"{memory['available']:g}: {verdict}")
     alarm = plan["alarm"]
     lines.append(f"stale-weights alarm: {'armed' if alarm['armed'] else 'NOT armed'} ({alarm['why']})")
     lines.append(f"resume from: {plan['resume_from'] or 'nothing'} ({plan['resume_why']})")
     lines.append("GRPOConfig: " + ", ".join(f"{k}={v!r}" for k, v in plan["grpo_config"].items()))
+    if plan["unsloth_changes"]:
+        lines.append("  as Unsloth's generated trainer sets them: " + ", ".join(
+            f"{k} {c['passed']!r} -> {c['effective']!r}" for k, c in plan["unsloth_changes"].items()))
     lines += ["problems:"] + [f"  {p}" for p in plan["problems"]] if plan["problems"] else ["problems: none"]
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpo_kit.policy import devices
-from grpo_kit.policy.devices import Launch, placement
+from grpo_kit.policy.devices import Launch, gpus, placement
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,11 +25,12 @@ def fake_cuda(monkeypatch):
     import torch
 
     def install(count=2, name="NVIDIA A100-SXM4-80GB", memory_gib=79.2, bf16=True):
-        props = types.SimpleNamespace(name=name, total_memory=int(memory_gib * 2**30))
+        props = types.SimpleNamespace(name=name, total_memory=int(memory_gib * 2**30), major=8 if bf16 else 7,
+                                      minor=0 if bf16 else 5)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # counts emulation: not read
 
     return install
 
@@ -89,10 +90,11 @@ def test_the_card_table():
 
 
 class _OnlyHealth(BaseHTTPRequestHandler):
-    """A vLLM server as far as the probe is concerned: 200 at /health, 404 anywhere else (also /health/)."""
+    """A vLLM server in dev mode as far as the probe is concerned: 200 at /health and at /get_world_size (a
+    weight-sync route), 404 anywhere else (also /health/)."""
 
     def do_GET(self):  # noqa: N802 - http.server's name
-        self.send_response(200 if self.path == "/health" else 404)
+        self.send_response(200 if self.path in ("/health", "/get_world_size") else 404)
         self.end_headers()
 
     def log_message(self, *args):
@@ -108,6 +110,28 @@ def test_the_server_probe_asks_where_vllm_and_trl_ask():
     thread.start()
     try:
         check_vllm_server("127.0.0.1", server.server_address[1], timeout_s=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _NoDevMode(_OnlyHealth):
+    """vLLM's server started without VLLM_SERVER_DEV_MODE=1: /health answers, the weight-sync routes do not exist."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+
+def test_a_server_without_dev_mode_is_refused_before_the_model_loads():
+    from grpo_kit.policy.vllm import check_vllm_server
+
+    server = HTTPServer(("127.0.0.1", 0), _NoDevMode)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ConnectionError, match=r"answers /health but not /get_world_size \(404\): it was started "
+                                                  r"without VLLM_SERVER_DEV_MODE=1.*VLLM_SERVER_DEV_MODE=1 vllm serve"):
+            check_vllm_server("127.0.0.1", server.server_address[1], timeout_s=5)
     finally:
         server.shutdown()
         server.server_close()
@@ -231,3 +255,15 @@ def test_zero3_loading_makes_transformers_load_partitioned_while_kept():
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["GRPO_KIT_DEEPSPEED"]])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_bfloat16_is_read_from_the_compute_capability_not_from_torchs_emulation_answer(fake_cuda):
+    """A T4 (7.5) answers yes to torch.cuda.is_bf16_supported() (it counts emulation: torch/cuda/__init__.py,
+    including_emulation=True); the kit reads compute capability >= 8.0, so preset None is colab-t4 there."""
+    from grpo_kit.training.presets import device_preset, get_preset
+
+    fake_cuda(count=1, name="Tesla T4", memory_gib=14.7, bf16=False)
+    assert gpus()[0].bf16 is False and device_preset() == "colab-t4" and get_preset(None).name == "colab-t4"
+    assert placement(gpu=gpus()[0])["dtype"] == "float16"
+    fake_cuda(count=1, name="NVIDIA A100-SXM4-40GB", memory_gib=39.4, bf16=True)
+    assert device_preset() == "a100"

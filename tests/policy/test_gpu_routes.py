@@ -94,7 +94,8 @@ def test_full_finetuning_loads_float32_master_weights_on_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index: types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * 2**30))
+                        lambda index: types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * 2**30,
+                                                            major=9, minor=0))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(grpo_kit.policy.source, "load_policy",
                         lambda name, **kwargs: calls.append(kwargs) or (None, None))
@@ -251,9 +252,10 @@ def test_the_default_preset_follows_the_card(monkeypatch, capsys, card, bf16, pr
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: card)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # a T4 says yes too (emulation)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index=0: types.SimpleNamespace(name=card, total_memory=16 * 2**30))
+                        lambda index=0: types.SimpleNamespace(name=card, total_memory=16 * 2**30,
+                                                              major=8 if bf16 else 7, minor=0 if bf16 else 5))
     assert preset_for_device(Gpu(card, 16.0, bf16)) == device_preset() == preset
     assert get_preset(None).name == preset
     # the notebooks' GPU check says which preset fits, and resolves it; this process imported transformers long
@@ -351,3 +353,39 @@ def test_the_vllm_route_merges_again_when_the_adapter_changed(tiny_policy_files,
     second = load_file(Path(_checkpoint_for_vllm(source, trained, adapter=True)) / "model.safetensors")
     assert any(not torch.equal(first[k], second[k]) for k in first)
     assert not (tmp_path / "model-merged.partial").exists()
+
+
+def test_the_base_weights_digest_gathers_zero3_shards_instead_of_hashing_empty_ones(monkeypatch):
+    """Under DeepSpeed ZeRO-3 every process holds an empty tensor per parameter (``ds_id``, ``ds_shape``): the
+    digest gathers each one (deepspeed.zero.GatheredParameters), so two different models differ and a sharded
+    model digests as the same model unsharded."""
+    import contextlib
+
+    from grpo_kit.policy.generation import base_weights_digest
+
+    def model(seed):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+
+    def sharded(full):
+        """The model as ZeRO-3 leaves it on one process: every parameter partitioned away."""
+        copy = model(0)
+        for (name, param), (_, whole) in zip(copy.named_parameters(), full.named_parameters()):
+            param.data = torch.empty(0)
+            param.ds_id, param.ds_shape, param.whole = name, whole.shape, whole.detach().clone()
+        return copy
+
+    @contextlib.contextmanager
+    def gathered(params, modifier_rank=None):
+        for p in params:
+            p.data = p.whole
+        yield
+        for p in params:
+            p.data = torch.empty(0)
+
+    deepspeed = types.ModuleType("deepspeed")
+    deepspeed.zero = types.SimpleNamespace(GatheredParameters=gathered)
+    monkeypatch.setitem(sys.modules, "deepspeed", deepspeed)
+    one, two = model(1), model(2)
+    assert base_weights_digest(sharded(one)) == base_weights_digest(one)
+    assert base_weights_digest(sharded(one)) != base_weights_digest(sharded(two))

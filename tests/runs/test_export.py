@@ -282,3 +282,69 @@ def test_an_export_that_fails_its_check_is_refused_and_kept_apart(full_run, tmp_
     assert refused.value.verification.weights["differing"] == ["model.norm.weight"]
     assert not (tmp_path / "ship").exists() and (tmp_path / "ship.refused" / "verification.json").is_file()
     assert not (tmp_path / "ship.refused" / "README.md").exists()  # no model card for a refused export
+
+
+def _as_unsloth_4bit_run(lora_run: Path, folder: Path) -> Path:
+    """The LoRA run as an Unsloth QLoRA run records itself (preset use_unsloth, load_in_4bit)."""
+    shutil.copytree(lora_run, folder, ignore=shutil.ignore_patterns("export"))
+    settings = json.loads((folder / "train_settings.json").read_text())
+    settings["identity"]["preset"].update(use_unsloth=True, load_in_4bit=True, lora_rank=4)
+    (folder / "train_settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+def test_a_4bit_unsloth_run_is_merged_by_unsloth_into_the_16bit_original_and_checked_by_its_answers(
+        lora_run, tmp_path, monkeypatch):
+    """The adapter of an Unsloth 4-bit run sits on a `*-bnb-4bit` base; peft's merge_and_unload would re-quantize it
+    (peft tuners/lora/bnb.py). The export loads the run through Unsloth, as the after-table did, and lets Unsloth's
+    save_pretrained_merged(..., "merged_16bit") merge into the 16-bit original; 16-bit weights are not the 4-bit
+    ones the policy ran on, so the check is on its answers. (Unsloth's loader needs CUDA: faked here.)"""
+    import grpo_kit.policy.loading
+    from grpo_kit.policy.loading import load_policy
+
+    run = _as_unsloth_4bit_run(lora_run, tmp_path / "qlora")
+    calls = []
+
+    def load_unsloth_policy(name, loading):
+        calls.append(("load", loading.load_in_4bit, loading.fast_inference))
+        model, tokenizer = load_policy(name, dtype="float32")
+        next(p for n, p in model.named_parameters() if "q_proj.base_layer" in n).quant_state = object()  # "4-bit"
+
+        def save_pretrained_merged(folder, tokenizer, save_method):
+            calls.append(("save_pretrained_merged", save_method))
+            model.merge_and_unload().save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+
+        model.save_pretrained_merged = save_pretrained_merged
+        return model, tokenizer
+
+    monkeypatch.setattr(grpo_kit.policy.loading, "load_unsloth_policy", load_unsloth_policy)
+    out, verification = export(run, "merged", questions=QUESTIONS, out=tmp_path / "merged")
+    assert calls == [("load", True, False), ("save_pretrained_merged", "merged_16bit")]
+    assert "4-bit base" in verification.rule and verification.weights is None and verification.passed
+    assert (out / "config.json").is_file() and verification.agreement == 1.0
+
+
+def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_path, monkeypatch):
+    import grpo_kit.runs.export
+
+    monkeypatch.setattr(grpo_kit.runs.export.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1000))
+    with pytest.raises(ValueError, match=r"this merged export needs about 0.0 GB free under .*, and 0.0 GB are"):
+        export(full_run, "merged", questions=QUESTIONS, out=tmp_path / "x")
+    assert not list((tmp_path / "x.partial").glob("*")) if (tmp_path / "x.partial").exists() else True
+    assert not (tmp_path / "x").exists()
+
+
+@needs_llama
+def test_a_large_models_quantized_gguf_goes_through_16_bits_not_float32(lora_run, tmp_path, monkeypatch):
+    """Above F32_GGUF_LIMIT parameters (1B) an 8B model's float32 GGUF would be 32 GB of disk in between."""
+    import grpo_kit.policy.llama_cpp
+    import grpo_kit.runs.export
+
+    real, outtypes = grpo_kit.policy.llama_cpp.convert_to_gguf, []
+    monkeypatch.setattr(grpo_kit.policy.llama_cpp, "convert_to_gguf",
+                        lambda model_dir, out_file, outtype="f16": outtypes.append(outtype) or real(
+                            model_dir, out_file, outtype))
+    monkeypatch.setattr(grpo_kit.runs.export, "F32_GGUF_LIMIT", 0)
+    export(lora_run, "gguf", quant="q4_k_m", questions=QUESTIONS, out=tmp_path / "gguf")
+    assert outtypes == ["f16"]  # the tiny policy is float32: a 16-bit GGUF, not f32, before the quantizer

@@ -166,6 +166,10 @@ def test_zero3_shards_over_two_processes_resumes_after_a_kill_and_trains_what_dd
     shards = {p.name for p in (run_dir / "checkpoints" / "checkpoint-4" / "global_step4").iterdir()}
     assert {f"zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt" for r in (0, 1) for kind in ("model", "optim")} <= shards
     _assert_trains_like(run_dir, ddp_run[0] / "run")  # the saved model is the gathered, whole policy
+    # the base weights' digest is taken from the gathered shards: the same as the unsharded run's
+    fingerprints = [json.loads((d / "train_settings.json").read_text())["base_fingerprint"]
+                    for d in (run_dir, ddp_run[0] / "run")]
+    assert fingerprints[0] == fingerprints[1]
 
 
 def test_zero2_over_two_processes_trains_what_ddp_trains(ddp_run, tmp_path):
@@ -244,7 +248,7 @@ def test_the_multi_gpu_presets():
 
 class _Health(BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)  # vLLM's server; trl 1.15's client asks there
+        self.send_response(200 if self.path in ("/health", "/get_world_size") else 404)  # vLLM's server; trl 1.15's client asks there
         self.end_headers()
 
     def log_message(self, *args):

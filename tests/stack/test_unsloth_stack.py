@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from grpo_kit.policy.loading import UNSLOTH_PATCHES, import_unsloth
 
+from .conftest import hide_vllm_from_unsloth, length_reward
+
+VLLM_HIDDEN = hide_vllm_from_unsloth()  # on a CPU without AVX-512 Unsloth's vLLM probe would die (conftest.py)
 IMPORTED_BEFORE = [name for name in UNSLOTH_PATCHES if name in sys.modules]
 import_unsloth()  # before anything imports transformers, TRL or peft
 
@@ -24,8 +28,6 @@ from grpo_kit.tasks import RewardSet, get_task  # noqa: E402
 from grpo_kit.training.algorithms import ALGORITHMS  # noqa: E402
 from grpo_kit.training.presets import PRESETS, get_preset, with_algorithm  # noqa: E402
 from grpo_kit.training.trainer import build_grpo_config, build_trainer, is_unsloth_trainer  # noqa: E402
-
-from .conftest import length_reward  # noqa: E402
 
 GSM8K = get_task("gsm8k")
 FORMAT_AND_LENGTH = RewardSet(["strict_format_reward_func", length_reward])
@@ -74,8 +76,11 @@ def test_unsloth_came_first_and_trl_trainer_is_unsloths():
     assert is_unsloth_trainer(GRPOTrainer)
     # Unsloth's generated config subclasses TRL's and takes its name (for pickling); a flag marks it
     assert getattr(GRPOConfig, "_unsloth_patched_rl_config", False)
-    generated = (os.getcwd() + "/unsloth_compiled_cache/UnslothGRPOTrainer.py")
-    assert "if False:" in open(generated).read()  # where TRL's `if peft_config is not None:` stood
+    generated = Path(os.environ.get("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache")) / "UnslothGRPOTrainer.py"
+    assert "if False:" in generated.read_text()  # where TRL's `if peft_config is not None:` stood
+    # where this CPU cannot run vllm._C (conftest.py), Unsloth found no vLLM and loaded none of its kernels
+    if VLLM_HIDDEN:
+        assert sys.modules["vllm"] is None and not any(name.startswith("vllm.") for name in sys.modules)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -192,3 +197,23 @@ def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_
     armed = get_preset(PRESETS["a100"], extra={"vllm_importance_sampling_correction": True})
     assert build_grpo_config(_cpu(armed), str(tmp_path), GSM8K.reward_set()).vllm_importance_sampling_correction
     assert stale_weights_alarm(armed)["armed"] is True
+
+
+def test_plans_unsloth_changes_are_what_the_generated_trainer_does(tmp_path):
+    """`plan` shows the GRPOConfig after Unsloth's changes (grpo_kit.training.plan.unsloth_changes): the generated
+    trainer of the pinned Unsloth holds the same setters, and its config the same default."""
+    from trl import GRPOConfig
+
+    from grpo_kit.training.plan import unsloth_changes
+    from grpo_kit.training.trainer import grpo_config_kwargs
+
+    source = (Path(os.environ.get("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache"))
+              / "UnslothGRPOTrainer.py").read_text()
+    setter = source[source.index("if hasattr(model, 'vllm_engine') and hasattr(args, 'use_vllm'):"):][:2500]
+    for line in ("args.use_vllm = True", "args.top_k = -1", "args.vllm_mode='colocate'"):
+        assert line in setter, line
+    changes = unsloth_changes(PRESETS["a100"], grpo_config_kwargs(PRESETS["a100"], str(tmp_path), GSM8K.reward_set()))
+    assert changes["vllm_importance_sampling_correction"] == (None, GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True).vllm_importance_sampling_correction)
+    assert {field: new for field, (_, new) in changes.items()} == {
+        "vllm_importance_sampling_correction": False, "use_vllm": True, "vllm_mode": "colocate", "top_k": -1}

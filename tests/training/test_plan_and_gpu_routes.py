@@ -255,10 +255,50 @@ def test_train_runs_the_plans_checks_before_loading(monkeypatch, tmp_path):
 
     from grpo_kit.runs.spec import RunSpec
 
-    props = types.SimpleNamespace(name="Tesla T4", total_memory=int(14.7 * 2**30))
+    props = types.SimpleNamespace(name="Tesla T4", total_memory=int(14.7 * 2**30), major=7, minor=5)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # emulation counts: not read
     with pytest.raises(ValueError, match="would fail on Tesla T4:\n  preset 'multi-gpu-lora' computes in bfloat16"):
         RunSpec.resolve("multi-gpu-lora", run_dir=tmp_path / "run")
+
+
+@pytest.mark.parametrize("device, preset", [("t4-16gb", "colab-t4"), ("a100-40gb", "a100"), ("h100-80gb", "a100")])
+def test_plan_without_a_preset_picks_the_one_the_notebooks_pick_for_the_card(capsys, device, preset):
+    code, plan = _plan(capsys, "--device", device)
+    assert plan["preset"] == preset and code == 0
+
+
+def test_plan_shows_the_grpo_config_as_unsloths_generated_trainer_holds_it(capsys):
+    """unsloth/models/rl.py: with fast_inference the trainer's __init__ sets use_vllm, vllm_mode='colocate' and
+    top_k 0 -> -1; its config defaults vllm_importance_sampling_correction to False."""
+    _, a100 = _plan(capsys, "--preset", "a100", "--device", "a100-40gb")
+    config = a100["grpo_config"]
+    assert config["use_vllm"] is True and config["vllm_mode"] == "colocate" and config["top_k"] == -1
+    assert config["vllm_importance_sampling_correction"] is False
+    assert a100["unsloth_changes"]["use_vllm"] == {"passed": None, "effective": True}
+    _, trl = _plan(capsys, "--preset", "multi-gpu-lora", "--device", "h100-80gb", "--launch", "ddp")
+    assert trl["unsloth_changes"] == {} and "top_k" not in trl["grpo_config"]
+
+
+def test_the_memory_verdict_agrees_with_vllms_fatal_problem(capsys):
+    """`plan --preset multi-gpu-lora --device a100-40gb --launch ddp` said "fits" above "FATAL: vLLM will not
+    start": vLLM's share must hold its KV cache for the run to fit."""
+    code, plan = _plan(capsys, "--preset", "multi-gpu-lora", "--device", "a100-40gb", "--launch", "ddp")
+    assert code == 2 and any(line.startswith("FATAL: vLLM will not start") for line in plan["problems"])
+    assert plan["memory"]["fits"] is False and plan["memory"]["needed"] <= plan["memory"]["available"]
+    from grpo_kit.training.plan import format_plan
+
+    assert "DOES NOT FIT (vLLM's share leaves no room for its KV cache)" in format_plan(plan)
+
+
+def test_lora_under_zero3_counts_the_whole_model_trl_gathers_for_each_weight_sync(capsys):
+    """trl/generation/vllm_generation.py gathers the full model on every process to merge the adapter before a
+    sync: for an 8B model on 8 GPUs about 14 GiB (7/8 of its 16-bit weights) held then, not in the ZeRO-3 shard."""
+    _, zero3 = _plan(capsys, "--preset", "multi-gpu-lora", "--device", "h100-80gb", "--launch", "zero3", "--gpus", "8")
+    parts = zero3["memory"]["parts"]
+    assert 12 < parts["sync_gather"] < 16 and parts["weights"] < 3
+    assert zero3["memory"]["needed"] == pytest.approx(sum(parts.values()) - parts["activations"], abs=0.05)
+    _, ddp = _plan(capsys, "--preset", "multi-gpu-lora", "--device", "h100-80gb", "--launch", "ddp", "--gpus", "8")
+    assert ddp["memory"]["parts"]["sync_gather"] == 0

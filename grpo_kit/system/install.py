@@ -1,0 +1,226 @@
+"""The install plan: which packages to put beside the torch a runtime already has, read from a table of package sets
+that resolve together, one row per torch release the kit supports (``install_table.json``, beside this file).
+
+A Colab or Jupyter GPU runtime comes with a torch built for its CUDA and driver. Replacing it costs gigabytes and a
+restart, and a torch built for a newer CUDA than the driver runs is a CPU-only torch. So the plan keeps the
+runtime's torch and installs the row made for it, as Unsloth's own Colab cells do (they choose xformers and vLLM by
+the torch found). Every vLLM release pins one torch (``Requires-Dist: torch==X``) and PyPI's vLLM wheels are built
+for the CUDA of PyPI's torch of that version (vllm 0.32.0's ``_C_stable_libtorch.abi3.so`` links
+``libcudart.so.13``): a runtime whose torch is another version, or the same version built for another CUDA major,
+has no vLLM, and the Unsloth route runs without ``fast_inference`` there (generation through transformers).
+
+``scripts/install_table.py`` writes the table from the packages' own metadata (``pip install --dry-run --no-deps
+--report``: Requires-Dist without downloading wheels). Importing this module imports no third-party package: the
+notebooks' install cell calls it before anything is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MIN_DRIVER", "InstallPlan", "cuda_of", "driver_problem", "install_plan", "install_table",
+           "version_tuple"]
+
+TABLE = Path(__file__).with_name("install_table.json")
+
+#: The oldest Linux driver each CUDA release runs on (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
+#: Corresponding Driver Versions", the GA release of each).
+MIN_DRIVER = {"13.0": "580.65.06", "12.9": "575.51.03", "12.8": "570.26", "12.6": "560.28.03", "12.4": "550.54.14",
+              "12.1": "530.30.02"}
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """The numeric release of a version string, local label dropped.
+
+    >>> version_tuple("2.11.0+cu128"), version_tuple("570.172.08")
+    ((2, 11, 0), (570, 172, 8))
+    """
+    return tuple(int(part) for part in text.split("+")[0].split(".") if part.isdigit())
+
+
+def cuda_of(torch_version: str, default: str | None = None) -> str | None:
+    """The CUDA a torch build runs on, read from its local version label.
+
+    Args:
+        torch_version: ``torch.__version__`` (``"2.11.0+cu128"``, ``"2.13.0+cpu"``, ``"2.13.0"``).
+        default: the CUDA of a build without a label (PyPI's wheel of that version: the table's ``cuda``).
+
+    Returns:
+        ``"12.8"``, ``None`` for a CPU or ROCm build, ``default`` without a label.
+
+    >>> cuda_of("2.11.0+cu128"), cuda_of("2.13.0+cpu"), cuda_of("2.13.0", "13.0"), cuda_of("2.12.1+cu130")
+    ('12.8', None, '13.0', '13.0')
+    """
+    if "+" not in torch_version:
+        return default
+    match = re.fullmatch(r"cu(\d+)(\d)", torch_version.split("+", 1)[1])
+    return f"{int(match.group(1))}.{match.group(2)}" if match else None
+
+
+def driver_problem(driver: str | None, cuda: str, what: str) -> str | None:
+    """One line saying why ``what`` (built for ``cuda``) cannot use this driver; ``None`` when it can.
+
+    >>> driver_problem("580.82.07", "13.0", "torch 2.13.0") is None
+    True
+    >>> driver_problem("570.172.08", "13.0", "vllm 0.32.0")
+    'NVIDIA driver 570.172.08 found, vllm 0.32.0 (CUDA 13.0) needs >= 580.65.06'
+    """
+    if driver is None:
+        return f"no NVIDIA driver found (nvidia-smi), and {what} (CUDA {cuda}) needs one"
+    needed = MIN_DRIVER.get(cuda)
+    if needed is not None and version_tuple(driver) < version_tuple(needed):
+        return f"NVIDIA driver {driver} found, {what} (CUDA {cuda}) needs >= {needed}"
+    return None
+
+
+@lru_cache(maxsize=1)
+def install_table() -> dict[str, Any]:
+    """The shipped table (``install_table.json``): ``{"pinned": torch minor of requirements.txt, "rows": [...],
+    "kit": [name==version, ...]}``; each row ``{"torch_minor", "torch", "cuda", "vllm", "vllm_torch", "vllm_cuda",
+    "xformers", "packages": {name: version}, "problems": [...], "requires": {...}}``."""
+    return json.loads(TABLE.read_text(encoding="utf-8"))
+
+
+@dataclass
+class InstallPlan:
+    """What an install does on a runtime: ``python -m grpo_kit doctor --install-plan``.
+
+    Attributes:
+        torch: the runtime's torch (``None``: none installed).
+        cuda: the CUDA the kept (or installed) torch runs on.
+        driver: the NVIDIA driver found.
+        keep_torch: the runtime's torch stays; ``False`` when none is installed (the row's torch is installed).
+        install: ``name==version`` of every package pip installs (torch among them only when not kept).
+        vllm: the vLLM version installed, or ``None`` (the Unsloth route then runs without ``fast_inference``).
+        extra_index_url: PyTorch's index for a torch built for another CUDA than PyPI's (``.../whl/cu128``), so
+            xformers and torchvision resolve to builds for that CUDA, as Unsloth's own install command does
+            (``unsloth/_auto_install.py``); ``None`` for PyPI's builds.
+        problems: one line each; with ``fatal`` the first says why no route exists and what to do.
+        fatal: no GPU route exists for this runtime (the CLI exits 2, the notebook cell stops before downloading).
+    """
+
+    torch: str | None
+    cuda: str | None
+    driver: str | None
+    keep_torch: bool
+    install: list[str] = field(default_factory=list)
+    vllm: str | None = None
+    extra_index_url: str | None = None
+    problems: list[str] = field(default_factory=list)
+    fatal: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as one JSON object (the fields above)."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """The plan as text, a line each."""
+        head = (f"torch {self.torch} (CUDA {self.cuda or 'none'}) is kept" if self.keep_torch
+                else f"torch is installed: {next((p for p in self.install if p.startswith('torch==')), 'none')}")
+        lines = [f"{head}; NVIDIA driver: {self.driver or 'none'}",
+                 f"vLLM: {self.vllm or 'none (the Unsloth route runs without fast_inference)'}",
+                 "install: " + (" ".join(self.install) if self.install else "nothing")
+                 + (f" (also from {self.extra_index_url})" if self.extra_index_url else "")]
+        return "\n".join(lines + [f"problem: {p}" for p in self.problems])
+
+
+def _row_for(minor: str, table: dict[str, Any]) -> dict[str, Any] | None:
+    return next((row for row in table["rows"] if row["torch_minor"] == minor), None)
+
+
+def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | None = None) -> InstallPlan:
+    """The packages to install beside a runtime's torch (or with the pinned one, where there is none).
+
+    Rules, in order:
+
+    1. No NVIDIA driver: no GPU route (fatal).
+    2. No torch: the pinned row (``requirements.txt``'s torch) is installed whole, torch included, when the driver
+       runs its CUDA (fatal otherwise, naming both).
+    3. A torch the table has no row for, or a CPU build: fatal, naming the supported releases.
+    4. A torch whose CUDA the driver cannot run: fatal (the runtime's own torch cannot use the GPU).
+    5. Otherwise torch is kept and the row's packages installed; vLLM only where its pinned torch is this exact
+       release, its CUDA major is this torch's, and the driver runs it; else a problem line says why there is no
+       vLLM and that the Unsloth route runs without ``fast_inference``.
+
+    Args:
+        torch: the runtime's ``torch.__version__`` (``None``: not installed).
+        driver: the NVIDIA driver's version (``nvidia-smi``), ``None`` without one.
+        table: the package table (default: the shipped :func:`install_table`).
+
+    Returns:
+        An :class:`InstallPlan`.
+
+    >>> plan = install_plan("2.13.0+cu130", "580.82.07")
+    >>> plan.keep_torch, plan.vllm, plan.fatal, any(p.startswith("torch==") for p in plan.install)
+    (True, '0.32.0', False, False)
+    >>> install_plan("2.13.0", "535.104.05").problems[0].split(":")[0]
+    "NVIDIA driver 535.104.05 found, this runtime's torch 2.13.0 (CUDA 13.0) needs >= 580.65.06"
+    """
+    table = install_table() if table is None else table
+    supported = ", ".join(row["torch_minor"] for row in table["rows"])
+    if driver is None:
+        return InstallPlan(torch, None, None, keep_torch=torch is not None, fatal=True, problems=[
+            "no NVIDIA driver found (nvidia-smi): the GPU stack needs an NVIDIA GPU. On Colab choose Runtime > "
+            "Change runtime type > GPU; on a CPU use preset cpu-tiny (pip install -r requirements-cpu.txt)"])
+    if torch is None:
+        row = _row_for(table["pinned"], table)
+        problem = driver_problem(driver, row["cuda"], f"torch {row['torch']}")
+        if problem:
+            return InstallPlan(None, row["cuda"], driver, keep_torch=False, fatal=True, problems=[
+                f"{problem}: no torch is installed and the kit's pinned one cannot use this GPU. Use a runtime with "
+                f"a newer driver, or install a torch {supported.replace(', ', '/')} built for your driver's CUDA "
+                "first (PyTorch's index, e.g. --index-url https://download.pytorch.org/whl/cu126) and run this again"])
+        install = [f"torch=={row['torch']}"] + _packages(row, with_vllm=True)
+        return InstallPlan(None, row["cuda"], driver, keep_torch=False, install=install, vllm=row["vllm"])
+    minor = ".".join(torch.split("+")[0].split(".")[:2])
+    row = _row_for(minor, table)
+    if row is None:
+        return InstallPlan(torch, cuda_of(torch), driver, keep_torch=True, fatal=True, problems=[
+            f"torch {torch} is not a release the kit has a package set for ({supported}): install one of those "
+            f"(pip install torch=={_row_for(table['pinned'], table)['torch']}, then restart the runtime), or run on "
+            "a runtime that has one"])
+    cuda = cuda_of(torch, default=row["cuda"])
+    if cuda is None:
+        return InstallPlan(torch, None, driver, keep_torch=True, fatal=True, problems=[
+            f"torch {torch} is a CPU build: install a CUDA build of torch {row['torch']} (PyTorch's index for your "
+            "driver's CUDA), restart the runtime and run this again"])
+    problem = driver_problem(driver, cuda, f"this runtime's torch {torch}")
+    if problem:
+        return InstallPlan(torch, cuda, driver, keep_torch=True, fatal=True, problems=[
+            f"{problem}: torch cannot use the GPU. Install a torch built for an older CUDA (PyTorch's index, e.g. "
+            "--index-url https://download.pytorch.org/whl/cu126) or use a runtime with a newer driver"])
+    problems = list(row["problems"])
+    why_not = _why_no_vllm(row, torch, cuda, driver)
+    if why_not:
+        problems.append(f"{why_not}: the Unsloth route runs without fast_inference here (generation through "
+                        "transformers, several times slower); a runtime matching the vLLM row avoids that")
+    install = _packages(row, with_vllm=why_not is None)
+    index = None if cuda == row["cuda"] else f"https://download.pytorch.org/whl/cu{cuda.replace('.', '')}"
+    return InstallPlan(torch, cuda, driver, keep_torch=True, install=install, vllm=None if why_not else row["vllm"],
+                       extra_index_url=index, problems=problems)
+
+
+def _why_no_vllm(row: dict[str, Any], torch: str, cuda: str, driver: str) -> str | None:
+    if row["vllm"] is None:
+        return f"no vLLM release pins torch {row['torch_minor']}"
+    what = f"vllm {row['vllm']}"
+    if version_tuple(torch) != version_tuple(row["vllm_torch"]):
+        return f"{what} pins torch=={row['vllm_torch']} and this runtime has torch {torch}"
+    if cuda.split(".")[0] != row["vllm_cuda"].split(".")[0]:
+        return (f"{what} is built for CUDA {row['vllm_cuda']} (PyPI's torch {row['vllm_torch']}) and this runtime's "
+                f"torch {torch} for CUDA {cuda}")
+    return driver_problem(driver, row["vllm_cuda"], what)
+
+
+def _packages(row: dict[str, Any], with_vllm: bool) -> list[str]:
+    names = dict(row["packages"])
+    if row.get("xformers"):
+        names["xformers"] = row["xformers"]
+    if with_vllm and row["vllm"]:
+        names["vllm"] = row["vllm"]
+    return [f"{name}=={version}" for name, version in names.items()]

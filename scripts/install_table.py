@@ -1,0 +1,203 @@
+"""Write grpo_kit/system/install_table.json: for each torch release the kit supports, the package set that resolves
+with it, read from the packages' own metadata on the registry (no wheel is downloaded).
+
+    python scripts/install_table.py            # rewrite the table (about 2 minutes: one registry call a version)
+    python scripts/install_table.py --check    # compare the shipped table with the registry; exit 1 on a difference
+
+Each row keeps the torch release, takes the GPU stack's pins from requirements.txt (unsloth, unsloth_zoo, trl,
+transformers, peft, accelerate, datasets, bitsandbytes), the newest vLLM whose ``Requires-Dist`` pins a torch of
+that release, and the newest xformers whose torch requirement admits it; then every Requires-Dist among the row's
+packages is checked (markers read for Linux x86-64, CPython 3.12). A CUDA is read from torch's own requirements
+(``cuda-toolkit[...]==13.0.2`` or ``nvidia-cuda-runtime-cu12==12.8.90``): PyPI's vLLM wheels are built against
+PyPI's torch of the version they pin, so a vLLM's CUDA is that torch's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "grpo_kit" / "system" / "install_table.json"
+#: The torch releases with a row (Colab shipped 2.11 in 2026; 2.14 is the newest Unsloth 2026.10 admits, < 2.15).
+MINORS = ("2.11", "2.12", "2.13", "2.14")
+#: The GPU stack's packages taken from requirements.txt for every row (torch, vllm and xformers are chosen per row).
+STACK = ("unsloth", "unsloth_zoo", "trl", "transformers", "peft", "accelerate", "datasets", "bitsandbytes")
+#: Manylinux tags a Colab or cloud GPU machine (glibc 2.35) installs; pip matches --platform tags exactly.
+PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "linux_x86_64")
+MARKERS = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+           "python_version": "3.12", "python_full_version": "3.12.12", "implementation_name": "cpython",
+           "extra": ""}
+
+
+def fetch(requirements: list[str]) -> dict[str, dict]:
+    """Each requirement's chosen version and Requires-Dist, from one ``pip install --dry-run --no-deps --report``.
+
+    Args:
+        requirements: ``name==version`` or ``name``/specifier strings, at most one per package name.
+
+    Returns:
+        ``{canonical name: {"version": str, "requires_dist": [str, ...]}}``.
+
+    Raises:
+        subprocess.CalledProcessError: pip could not read them (the registry is unreachable or a version is gone).
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "report.json"
+        platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--no-deps",
+                        "--ignore-installed",
+                        "--only-binary=:all:", "--python-version", "3.12", *platforms, "--report", str(report),
+                        *requirements], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        found = json.loads(report.read_text())["install"]
+    return {canonicalize_name(item["metadata"]["name"]): {"version": item["metadata"]["version"],
+                                                         "requires_dist": item["metadata"].get("requires_dist") or []}
+            for item in found}
+
+
+def versions(name: str) -> list[str]:
+    """The registry's versions of ``name``, newest first (``pip index versions``)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name, "--python-version", "3.12",
+                          "--only-binary=:all:", *[a for t in PLATFORMS for a in ("--platform", t)]],
+                         check=True, capture_output=True, text=True).stdout
+    listed = re.search(r"Available versions: (.*)", out).group(1)
+    return [v.strip() for v in listed.split(",") if not Version(v.strip()).is_prerelease]
+
+
+def _requirements(meta: dict) -> list[Requirement]:
+    found = []
+    for line in meta["requires_dist"]:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate(MARKERS):
+            found.append(requirement)
+    return found
+
+
+def torch_pin(meta: dict) -> str | None:
+    """The exact torch a package pins (``torch==X``), or ``None``."""
+    for requirement in _requirements(meta):
+        if canonicalize_name(requirement.name) == "torch":
+            exact = [s.version for s in requirement.specifier if s.operator == "=="]
+            return exact[0] if exact else None
+    return None
+
+
+def torch_cuda(meta: dict) -> str:
+    """The CUDA of PyPI's torch wheel, from its requirements (``cuda-toolkit==13.0.2`` -> ``"13.0"``)."""
+    for requirement in _requirements(meta):
+        name = canonicalize_name(requirement.name)
+        if name in ("cuda-toolkit", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime"):
+            version = next(s.version for s in requirement.specifier if s.operator == "==")
+            return ".".join(version.split(".")[:2])
+    raise ValueError(f"torch {meta['version']} names no CUDA runtime in its requirements")
+
+
+def check_row(metas: dict[str, dict]) -> list[str]:
+    """Every Requires-Dist among the row's packages that the row's versions do not satisfy, a line each."""
+    problems = []
+    for name, meta in metas.items():
+        for requirement in _requirements(meta):
+            other = metas.get(canonicalize_name(requirement.name))
+            if other is not None and not requirement.specifier.contains(other["version"], prereleases=True):
+                problems.append(f"{name} {meta['version']} requires {requirement.name}{requirement.specifier}, the "
+                                f"row has {other['version']}")
+    return problems
+
+
+def derive_row(minor: str, metas: dict[str, dict]) -> dict:
+    """One row of the table from the metadata of its packages (torch, the stack, and vllm/xformers where chosen).
+
+    A vLLM whose requirements the row breaks is dropped, with the reason in ``problems``.
+    """
+    torch_meta = metas["torch"]
+    vllm = metas.get("vllm")
+    problems = check_row(metas)
+    if vllm is not None and any(p.startswith("vllm ") for p in problems):
+        problems = [f"no vLLM: {p}" if p.startswith("vllm ") else p for p in problems]
+        vllm = None
+    requires = {f"{name}=={m['version']}": sorted(str(r) for r in _requirements(m)
+                                                 if canonicalize_name(r.name) in metas)
+                for name, m in sorted(metas.items())}
+    return {"torch_minor": minor, "torch": torch_meta["version"], "cuda": torch_cuda(torch_meta),
+            "vllm": vllm and vllm["version"], "vllm_torch": vllm and torch_pin(vllm),
+            "vllm_cuda": vllm and torch_cuda(torch_meta),
+            "xformers": metas["xformers"]["version"] if "xformers" in metas else None,
+            "packages": {name: metas[canonicalize_name(name)]["version"] for name in STACK},
+            "problems": problems, "requires": requires}
+
+
+def pins() -> dict[str, str]:
+    """``requirements.txt``'s exact pins, ``{name: version}``."""
+    found = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split("==")
+            found[name.strip()] = version.strip()
+    return found
+
+
+def row_metadata(minor: str, pinned: dict[str, str]) -> dict[str, dict]:
+    """The metadata of a row's packages: the newest torch of ``minor`` and the vLLM and xformers chosen for it."""
+    torch_versions = [v for v in versions("torch") if v.startswith(minor + ".")]
+    chosen = None
+    for version in versions("vllm"):
+        meta = fetch([f"vllm=={version}"])["vllm"]
+        pin = torch_pin(meta)
+        if pin and pin.startswith(minor + "."):
+            chosen = meta
+            break
+        if pin and Version(pin) < Version(minor + ".0"):
+            break  # releases go down from here
+    torch_version = torch_pin(chosen) if chosen else torch_versions[0]
+    metas = fetch([f"torch=={torch_version}"] + [f"{name}=={pinned[name]}" for name in STACK])
+    if chosen:
+        metas["vllm"] = chosen
+    for version in versions("xformers"):
+        meta = fetch([f"xformers=={version}"])["xformers"]
+        torch_req = next((r for r in _requirements(meta) if canonicalize_name(r.name) == "torch"), None)
+        if torch_req is None or torch_req.specifier.contains(torch_version):
+            metas["xformers"] = meta
+            break
+    return metas
+
+
+def build_table() -> dict:
+    """The whole table from the registry."""
+    pinned = pins()
+    rows = [derive_row(minor, row_metadata(minor, pinned)) for minor in MINORS]
+    kit = [f"{name}=={version}" for name, version in pinned.items()
+           if name not in STACK and name not in ("torch", "vllm", "xformers")]
+    return {"generated_by": "python scripts/install_table.py", "pinned": ".".join(pinned["torch"].split(".")[:2]),
+            "rows": rows, "kit": kit}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare the shipped table with the registry")
+    args = parser.parse_args()
+    table = build_table()
+    text = json.dumps(table, indent=1) + "\n"
+    if args.check:
+        same = TABLE.read_text() == text
+        print("the shipped table matches the registry" if same else "the shipped table differs: run this script")
+        return 0 if same else 1
+    TABLE.write_text(text)
+    print(f"wrote {TABLE.relative_to(ROOT)}: " + "; ".join(
+        f"torch {r['torch']} (CUDA {r['cuda']}): vllm {r['vllm']}, xformers {r['xformers']}" for r in table["rows"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

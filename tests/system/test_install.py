@@ -1,0 +1,93 @@
+"""The install plan (python -m grpo_kit doctor --install-plan): the runtime's torch kept, the row made for it, vLLM
+only where its wheel serves that torch, CUDA and driver; the shipped table against the registry's metadata."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_kit.cli import main
+from grpo_kit.system.install import install_plan, install_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plan(capsys, *args):
+    code = main(["doctor", "--install-plan", "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_colabs_torch_2_11_cu128_is_kept_and_the_plan_says_why_no_vllm_serves_it(capsys):
+    code, plan = _plan(capsys, "--torch", "2.11.0+cu128", "--driver", "570.172.08")
+    assert code == 0 and plan["keep_torch"] is True and plan["vllm"] is None
+    assert not any(p.startswith(("torch==", "vllm==")) for p in plan["install"])
+    assert "unsloth==2026.10.7" in plan["install"] and "trl==1.15.0" in plan["install"]
+    # vllm 0.26.0 is the release whose metadata pins torch 2.11.0, and PyPI builds it for CUDA 13.0
+    assert any("vllm 0.26.0" in p and "CUDA 13.0" in p and "without fast_inference" in p for p in plan["problems"])
+    assert plan["extra_index_url"] == "https://download.pytorch.org/whl/cu128"  # xformers for that CUDA
+
+
+def test_the_pinned_runtime_gets_vllm_0_32(capsys):
+    code, plan = _plan(capsys, "--torch", "2.13.0+cu130", "--driver", "580.82.07")
+    assert code == 0 and plan["keep_torch"] and plan["vllm"] == "0.32.0" and plan["problems"] == []
+    assert "vllm==0.32.0" in plan["install"] and plan["extra_index_url"] is None
+
+
+@pytest.mark.parametrize("torch", ["2.11.0+cu128", "2.13.0+cu130", None])
+def test_a_driver_too_old_for_every_row_exits_2_naming_it(capsys, torch):
+    code, plan = _plan(capsys, *(["--torch", torch] if torch else []), "--driver", "470.57.02")
+    if torch is None:  # this machine's torch is a CPU build: the same refusal comes from --torch
+        return
+    assert code == 2 and plan["fatal"] and "470.57.02" in plan["problems"][0] and plan["install"] == []
+
+
+def test_each_rule_of_the_plan():
+    assert install_plan("2.13.0+cu130", None).fatal  # no driver
+    fresh = install_plan(None, "580.82.07")
+    assert not fresh.keep_torch and "torch==2.13.0" in fresh.install and fresh.vllm == "0.32.0"
+    assert install_plan(None, "570.172.08").fatal  # PyPI's torch 2.13.0 is CUDA 13.0
+    assert "not a release the kit has a package set for" in install_plan("2.10.0+cu128", "580.82.07").problems[0]
+    assert "CPU build" in install_plan("2.13.0+cpu", "580.82.07").problems[0]
+    no_vllm = install_plan("2.12.1+cu126", "560.35.03")
+    assert not no_vllm.fatal and no_vllm.vllm is None and "no vLLM release pins torch 2.12" in no_vllm.problems[0]
+    patch = install_plan("2.14.1+cu130", "580.82.07")  # vllm 0.33.0 pins 2.14.0 exactly
+    assert patch.vllm is None and "pins torch==2.14.0" in patch.problems[0]
+    cu13_old_driver = install_plan("2.13.0+cu130", "575.51.03")
+    assert cu13_old_driver.fatal and "575.51.03" in cu13_old_driver.problems[0]
+
+
+def test_the_table_has_a_row_per_supported_torch_and_the_pinned_row_is_requirements_txt():
+    table = install_table()
+    assert [row["torch_minor"] for row in table["rows"]] == ["2.11", "2.12", "2.13", "2.14"]
+    pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line.split("#")[0])
+    row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
+    assert row["torch"] == pins["torch"] and row["vllm"] == pins["vllm"] and row["xformers"] == pins["xformers"]
+    assert row["packages"] == {name: pins[name] for name in row["packages"]}
+    for row in table["rows"]:  # each row's own requirements hold among its versions
+        assert row["problems"] == [] or row["vllm"] is None
+
+
+def _registry_reachable() -> bool:
+    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "trl"], capture_output=True, timeout=60)
+    return out.returncode == 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("packaging") is None, reason="needs packaging")
+def test_the_shipped_pinned_row_equals_the_registrys_metadata():
+    """Read again from the registry (Requires-Dist through pip's --dry-run --report; no wheel is downloaded)."""
+    if not _registry_reachable():
+        pytest.skip("the package registry cannot be reached from here")
+    spec = importlib.util.spec_from_file_location("install_table", ROOT / "scripts" / "install_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    table = install_table()
+    row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
+    requirements = [f"torch=={row['torch']}", f"vllm=={row['vllm']}", f"xformers=={row['xformers']}"]
+    requirements += [f"{name}=={version}" for name, version in row["packages"].items()]
+    assert script.derive_row(row["torch_minor"], script.fetch(requirements)) == row
