@@ -30,7 +30,8 @@ def test_demo_writes_the_run_folder_and_caches_the_warm_start(tmp_path):
     history = json.loads((run / "log_history.json").read_text())
     assert any("rewards/strict_format_reward_func/mean" in row for row in history)
     report = (run / "report.md").read_text()
-    for needle in ["| metric", "Hard correctness", "Strict accuracy", "Flexible accuracy", "McNemar", "pass@2 (strict)",
+    for needle in ["| metric", "Hard correctness", "Strict accuracy", "Flexible accuracy", "strict-match and "
+                   "flexible-extract", "McNemar", "pass@2 (strict)",
                    "maj@2 (flexible)", "truncation_rate", "format only", "## Settings", "## Wall times", "## Versions",
                    "cannot do grade-school arithmetic", "trl:"]:
         assert needle in report
