@@ -45,9 +45,9 @@ class DemoConfig:
     cache_dir: str = DEFAULT_CACHE_DIR
     eval_size: int = 200
     train_size: int | None = None  # None: every train question whose prompt fits
-    grpo_steps: int = 100
+    grpo_steps: int = 40  # greedy answers take the format by step 40 (docs/get-started/cpu-demo.md)
     eval_max_new_tokens: int = 64
-    samples: int = 4  # sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)
+    samples: int = 2  # sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)
     sample_temperature: float = 0.7
     eval_batch_size: int = 64
     warm: WarmStart = WarmStart()
