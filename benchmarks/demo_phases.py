@@ -47,6 +47,7 @@ def main() -> int:
     parser.add_argument("--keep", help="clone into this folder and keep it (default: a temporary folder)")
     args = parser.parse_args()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="demo-phases-"))
+    work.mkdir(parents=True, exist_ok=True)
     clone = work / "grpo_kit"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     phases: dict[str, float] = {}
