@@ -276,9 +276,9 @@ def test_the_default_preset_follows_the_card(monkeypatch, capsys, card, bf16, pr
 
 
 def test_notebooks_default_to_the_device_preset_and_drive_on_colab():
-    import nbformat
-
     import inspect
+
+    import nbformat
 
     from grpo_kit import notebook
 
