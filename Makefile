@@ -111,7 +111,7 @@ $(DOCS_STAMP): requirements-docs.txt $(STAMP)
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
 # 6.5 minutes (measured 376 s from a fresh clone). Each test file runs on one process, so a module's expensive fixture (a trained policy,
