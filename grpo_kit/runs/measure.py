@@ -33,7 +33,8 @@ from grpo_kit.tasks.data import system_prompt_of, take_slice
 from grpo_kit.training.algorithms import algorithm_markdown
 from grpo_kit.training.presets import PRESETS, Preset, get_preset
 
-__all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "plan_from_settings"]
+__all__ = ["EvalPlan", "Measured", "check_pairing", "evaluated_with", "measure_after", "measure_before",
+           "plan_from_settings"]
 
 
 @dataclass(frozen=True)
@@ -257,12 +258,15 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
 
     Returns:
         :class:`Measured`; ``trained.jsonl`` (and ``trained_sampled.jsonl``), ``comparison.csv``,
-        ``before_after.png`` and ``report.md`` (:func:`grpo_kit.evaluation.report.report_markdown`) are written.
+        ``before_after.png`` and ``report.md`` (:func:`grpo_kit.evaluation.report.report_markdown`) are written,
+        then ``evaluated.json``: the training step and trained weights' digest they are of (results of an earlier
+        step are stale once the run is trained further: ``RunFolder.stale_results``).
 
     Raises:
         FileNotFoundError: a file of an earlier step is missing (the message names the step).
         ValueError: the trained model's base, task or prompt differs from the baseline's
-            (:func:`check_pairing`); the route changed since the baseline (e.g. vLLM no longer installed).
+            (:func:`check_pairing`); the route changed since the baseline (e.g. vLLM no longer installed); a file of
+            ``model/`` no longer matches what training wrote (``finished.json``).
     """
     with run.lock("eval"):
         return _measure_after(run, batch_size, backend)
@@ -279,11 +283,12 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
                          f"half-written): run {_TRAIN} with --resume to finish it, then evaluate")
+    step, digest = run.finished_step(), run.check_model()  # model/ as training wrote it, else the file is named
     try:
         plan = plan_from_settings(evaluated, batch_size)
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run {_BASELINE} "
-                         "again") from None
+        raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run "
+                         f"{_BASELINE} again") from None
     questions = plan.questions()
     before = _records(run, run.baseline, plan, len(questions))
     before_sampled = _records(run, run.baseline_sampled, plan, len(questions)) if plan.samples > 0 else None
@@ -297,6 +302,7 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
         raise ValueError(f"the baseline was generated through {evaluated['route']!r} and the trained model would go "
                          f"through {route!r}: evaluate both through one route (install what the baseline used, or "
                          "re-run the baseline)")
+    run.evaluated.unlink(missing_ok=True)  # until this evaluation is whole, no result is current
     after = evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed, task=plan.task)
     after.to_jsonl(run.trained)
     after_sampled = None
@@ -316,5 +322,13 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
                         after_sampled=after_sampled, samples=plan.samples, temperature=plan.temperature,
                         alarms=run.read_alarms(), plan=plan)
     measured.algorithm = algorithm_markdown(trained["algorithm"]) if "algorithm" in trained else ""
-    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}", algorithm=measured.algorithm))
+    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}, after training step {step}",
+                                           algorithm=measured.algorithm))
+    run.mark_evaluated(step, digest, evaluated_with(evaluated))  # last: the results above are of this model
     return measured
+
+
+def evaluated_with(settings: dict[str, Any]) -> dict[str, Any]:
+    """The decoding settings of ``eval_settings.json`` that an evaluation after training must share with the baseline
+    (recorded by :meth:`grpo_kit.runs.folder.RunFolder.mark_evaluated`, checked by ``stale_results``)."""
+    return {key: settings.get(key) for key in ("max_new_tokens", "samples", "temperature", "seed", "route")}
