@@ -224,7 +224,7 @@ def _eval(args: argparse.Namespace) -> int:
                         samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
                         backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
                         cache_dir=args.cache_dir)
-        results = measure_before(plan, run)  # checks the slice and the model before anything loads
+        results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
         print(results["greedy"].summary.round(3).to_markdown(), flush=True)
         log.info(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
                  f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
@@ -249,7 +249,7 @@ def _eval(args: argparse.Namespace) -> int:
 _BEFORE_ONLY = {"--preset": "preset", "--task": "task", "--model": "model", "--set": "set", "--eval-size": "eval_size",
                 "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
                 "--temperature": "temperature", "--backend": "backend", "--seed": "seed", "--warm-steps": "warm_steps",
-                "--cache-dir": "cache_dir"}
+                "--cache-dir": "cache_dir", "--replace-baseline": "replace_baseline"}
 
 
 
@@ -403,7 +403,10 @@ def _parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="--before: the baseline (notebook 02); else the trained model and the "
                         "before/after report (notebook 04)")
     ev.add_argument("--run-dir", required=True, help="the run folder")
-    ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan")
+    ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan (the "
+                    "same settings again reuse the baseline; other settings are refused)")
+    ev.add_argument("--replace-baseline", action="store_true", help="--before: replace a baseline measured with "
+                    "other settings, and the evaluation after training and report made against it")
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
     ev.add_argument("--task", default=DEFAULT_TASK, choices=list(TASKS), help="--before: the task")
     ev.add_argument("--model", default=None, help="--before: a Hub id or path instead of the preset's model")
