@@ -290,8 +290,11 @@ class RunFolder:
 
     def mark_evaluated(self, step: int, digest: str | None, settings: dict[str, Any]) -> None:
         """Record what the evaluation after training measured (written last, after its results): the training step,
-        the trained weights' digest and the decoding (``settings``: ``max_new_tokens``, ``samples``, ...)."""
-        write_json(self.evaluated, {"step": step, "model_digest": digest, **settings,
+        the trained weights' digest, the decoding (``settings``: ``max_new_tokens``, ``samples``, ...) and the SHA-256
+        of ``trained.jsonl`` (and ``trained_sampled.jsonl``), so that records replaced afterwards are not taken for
+        these."""
+        files = {p.name: sha256_file(p) for p in (self.trained, self.trained_sampled) if p.is_file()}
+        write_json(self.evaluated, {"step": step, "model_digest": digest, **settings, "files": files,
                                     "evaluated": time.strftime("%Y-%m-%d %H:%M:%S")})
 
     def stale_results(self, settings: dict[str, Any] | None = None) -> str | None:
@@ -321,6 +324,13 @@ class RunFolder:
                     f"(the run was trained further): {again}")
         if record.get("model_digest") != digest:
             return f"{self.path}'s evaluation after training measured other weights than model/ holds now: {again}"
+        for name, recorded in (record.get("files") or {}).items():
+            path = self.path / name
+            if not path.is_file() or sha256_file(path) != recorded:
+                return (f"{path} is not the file the evaluation after training wrote (it was replaced or edited): "
+                        f"{again}")
+        if "files" not in record or self.trained.name not in record["files"]:
+            return f"{self.path}'s evaluation after training does not record its {self.trained.name}: {again}"
         for key, value in (settings or {}).items():
             if key in record and record[key] != value:
                 return (f"{self.path}'s evaluation after training used {key} = {record[key]!r} where the baseline "

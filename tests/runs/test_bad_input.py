@@ -339,3 +339,38 @@ def test_an_unwritable_runs_dir_is_a_clear_error_even_as_root(tmp_path, capsys):
     assert main(["demo", "--runs-dir", str(blocker / "runs"), "--cache-dir", str(tmp_path / "c")]) == 2
     assert "cannot write the run folder" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_a_baseline_is_reused_with_the_same_settings_and_never_replaced_silently(tiny_policy, tmp_path, capsys):
+    import dataclasses
+
+    from grpo_kit.policy.generation import TransformersBackend
+    from grpo_kit.runs.folder import RunFolder
+    from grpo_kit.runs.measure import EvalPlan, measure_before
+    from grpo_kit.tasks import get_task
+
+    class Counting(TransformersBackend):
+        calls = 0
+
+        def generate(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().generate(*args, **kwargs)
+
+    plan = EvalPlan(task=get_task("gsm8k"), preset=get_preset("cpu-tiny"), slice={"n": 4}, max_new_tokens=4)
+    run = RunFolder(tmp_path / "run")
+    backend = Counting(*tiny_policy, progress=False)
+    backend.route = "transformers"
+    first = measure_before(plan, run, backend)
+    baseline, calls = run.baseline.read_bytes(), Counting.calls
+    run.report.write_text("the report made against this baseline")
+    again = measure_before(dataclasses.replace(plan, batch_size=7), run, backend)  # same settings: reused
+    assert Counting.calls == calls and again["greedy"].records == first["greedy"].records
+    with pytest.raises(ValueError, match="task: 'gsm8k' -> 'countdown'.*--replace-baseline"):
+        measure_before(dataclasses.replace(plan, task=get_task("countdown")), run, backend)
+    assert main(["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "3", "--max-new-tokens", "4",
+                 "--run-dir", str(run.path)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a baseline measured with other settings" in err and "slice: {'n': 4} -> {'n': 3}" in err
+    assert "Traceback" not in err and run.baseline.read_bytes() == baseline and run.report.is_file()
+    measure_before(dataclasses.replace(plan, slice={"n": 3}), run, backend, replace=True)  # on purpose
+    assert json.loads(run.eval_settings.read_text())["slice"] == {"n": 3} and not run.report.exists()
