@@ -361,10 +361,11 @@ def test_a_baseline_is_reused_with_the_same_settings_and_never_replaced_silently
     backend = Counting(*tiny_policy, progress=False)
     backend.route = "transformers"
     first = measure_before(plan, run, backend)
-    baseline, calls = run.baseline.read_bytes(), Counting.calls
+    baseline, calls, written = run.baseline.read_bytes(), Counting.calls, run.baseline.stat().st_mtime_ns
     run.report.write_text("the report made against this baseline")
     again = measure_before(dataclasses.replace(plan, batch_size=7), run, backend)  # same settings: reused
     assert Counting.calls == calls and again["greedy"].records == first["greedy"].records
+    assert run.baseline.stat().st_mtime_ns == written  # not measured or written again
     with pytest.raises(ValueError, match="task: 'gsm8k' -> 'countdown'.*--replace-baseline"):
         measure_before(dataclasses.replace(plan, task=get_task("countdown")), run, backend)
     assert main(["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "3", "--max-new-tokens", "4",
