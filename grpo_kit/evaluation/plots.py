@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,11 @@ def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[li
 
     >>> training_curves([{"step": 1, "reward": 0.5, "rewards/f/mean": 0.1}, {"step": 2, "reward": 0.7}])
     {'rewards/f/mean': ([1], [0.1]), 'reward': ([1, 2], [0.5, 0.7])}
+
+    A step whose mean is ``None`` or NaN (no completion could be judged) has no point:
+
+    >>> training_curves([{"step": 1, "rewards/f/mean": None}, {"step": 2, "rewards/f/mean": float("nan")}])
+    {}
     """
     keys = [k for row in log_history for k in row if k.startswith("rewards/") and k.endswith("/mean")]
     held_out = [f"eval/{rule}_accuracy{part}" for rule in ("strict", "flexible")
@@ -32,7 +38,9 @@ def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[li
     keys = list(dict.fromkeys(keys)) + ["reward", "completions/mean_length", *held_out]
     curves = {}
     for key in keys:
-        points = [(row["step"], float(row[key])) for row in log_history if key in row and "step" in row]
+        # A step where no completion could be judged logs None (or NaN): no point there, the curve goes on.
+        points = [(row["step"], float(row[key])) for row in log_history if "step" in row
+                  and isinstance(row.get(key), (int, float)) and math.isfinite(row[key])]
         if points:
             curves[key] = ([s for s, _ in points], [v for _, v in points])
     return curves

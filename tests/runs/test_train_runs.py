@@ -344,3 +344,30 @@ def test_a_resume_whose_checkpoint_does_not_load_changes_nothing_in_the_finished
     result = _train(args)
     assert result.returncode != 0 and "size mismatch" in result.stderr
     assert _snapshot(run_dir) == before and sorted(p.name for p in (run_dir / "heldout").iterdir()) == heldout
+
+
+def test_a_reward_judging_nothing_huge_or_numpy_trains_and_the_run_finishes(tiny_policy_files, tmp_path):
+    """A reward that returns None for every completion (its step mean is None), one returning 1e30 (finite for Python,
+    inf once TRL squares it in float32) and one returning numpy numbers: the run trains, draws its curves and
+    writes finished.json."""
+    (tmp_path / "odd_rewards.py").write_text(
+        "import numpy as np\n"
+        "def judges_nothing(completions, **kwargs):\n"
+        "    return [None] * len(completions)\n"
+        "def huge(completions, **kwargs):\n"
+        "    return [[1e30, 1e300, 1.0][i % 3] for i in range(len(completions))]\n"
+        "def numpy_reward(completions, **kwargs):\n"
+        "    return np.array([len(c[0]['content']) % 3 for c in completions], dtype=np.float32)\n")
+    args = _train_args(tiny_policy_files, tmp_path / "run")
+    args = (args[:args.index("--rewards") + 1] + ["odd_rewards:judges_nothing", "odd_rewards:huge",
+                                                  "odd_rewards:numpy_reward"] + args[args.index("--rewards") + 3:])
+    args[args.index("--max-steps") + 1] = "1"
+    args = args[:args.index("--eval-steps")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "reward huge: returned 1e+30 for completion 0, which is not a finite number within 1e+15" in result.stderr
+    assert "reward numpy_reward" not in result.stderr
+    assert json.loads((tmp_path / "run" / "finished.json").read_text())["step"] == 1
+    assert (tmp_path / "run" / "training_curves.png").is_file()
