@@ -297,7 +297,11 @@ def _export(args: argparse.Namespace) -> int:
 def _verify_export(args: argparse.Namespace) -> int:
     from grpo_kit.runs.export import verification_record, verify_export
 
-    verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
+    try:
+        verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
+    except ImportError as e:  # llama-cpp-python not built
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(verification.summary(), flush=True)
     if args.record:
         print(f"recorded in {verification_record(args.export, verification)}")

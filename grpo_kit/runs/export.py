@@ -155,12 +155,17 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
     from grpo_kit.tasks import get_task
     from grpo_kit.tasks.data import take_slice
 
-    evaluated = json.loads(run.eval_settings.read_text(encoding="utf-8")) if run.eval_settings.is_file() else {}
-    task = get_task(settings["task"])
+    evaluated = run.read_json(run.eval_settings, "eval --before") if run.eval_settings.is_file() else {}
+    budget = (evaluated.get("max_new_tokens") if isinstance(evaluated, dict) else None) or settings.get(
+        "identity", {}).get("preset", {}).get("max_completion_length") or 64
+    seed = evaluated.get("seed", 0) if isinstance(evaluated, dict) else None
+    for name, value, path in (("seed", seed, run.eval_settings), ("max_new_tokens", budget, run.eval_settings)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
+            raise ValueError(f"{path} is damaged or was edited ({name} = {value!r}, not a whole number): restore it, "
+                             "or measure the baseline again in a new run folder (eval --before)")
+    task = get_task(settings.get("task"))
     test = task.load("test")
-    rows = take_slice(test, n=min(questions, len(test)), seed=evaluated.get("seed", 0))
-    budget = evaluated.get("max_new_tokens") or settings.get("identity", {}).get("preset", {}).get(
-        "max_completion_length") or 64
+    rows = take_slice(test, n=min(questions, len(test)), seed=seed)
     return task, rows, int(budget)
 
 
@@ -168,7 +173,13 @@ def _load_trained(run: RunFolder) -> tuple[Any, Any]:
     """The trained policy as it was saved (an adapter on its base, or the full model), in its saved dtype."""
     from grpo_kit.policy.loading import load_policy
 
-    return load_policy(run.model, dtype="auto")
+    try:
+        return load_policy(run.model, dtype="auto")
+    except OSError as e:  # an adapter's base model moved or deleted, a file transformers cannot read
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot load the trained model in {run.model} ({first}): an adapter needs its base model "
+                         "where training found it (adapter_config.json's base_model_name_or_path); put it back "
+                         "there") from None
 
 
 def _merge(model: Any) -> Any:
@@ -277,6 +288,10 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     if gguf is None and not (export / "config.json").is_file():
         raise ValueError(f"{export} is neither a transformers model folder (config.json) nor a .gguf file (or a "
                          "folder holding exactly one)")
+    if gguf is not None:
+        from grpo_kit.policy.llama_cpp import import_llama_cpp
+
+        import_llama_cpp()  # before any model loads: llama.cpp's Python binding must be built (make install-llama)
     run, settings = _run(against)
     ref = reference or _reference(run, settings, questions)
     digest = run.check_model()

@@ -105,13 +105,19 @@ def preset_of_run(run_dir: str | Path, **overrides: Any) -> tuple[Preset, str | 
 
     Raises:
         FileNotFoundError: the folder has no ``train_settings.json``.
+        ValueError: it is not the JSON object train writes (damaged or edited).
     """
     settings = Path(run_dir) / "train_settings.json"
     if not settings.is_file():
         raise FileNotFoundError(f"{settings} does not exist: plan a new run with --preset instead")
-    recorded = json.loads(settings.read_text(encoding="utf-8"))
-    identity = recorded["identity"]
-    fields = dict(identity["preset"])
+    try:
+        recorded = json.loads(settings.read_text(encoding="utf-8"))
+        identity = recorded["identity"]
+        fields = dict(identity["preset"])
+    except (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as e:
+        raise ValueError(f"{settings} is damaged or was edited ({type(e).__name__}: {e}): it is not the record "
+                         "train writes, so the run cannot be planned or resumed; plan a new run folder with "
+                         "--preset") from None
     if "max_steps" in recorded:  # the run's length as last trained; --max-steps extends it
         overrides = {"max_steps": recorded["max_steps"], **overrides}
     base = PRESETS.get(fields.get("name", ""), PRESETS["cpu-tiny"])

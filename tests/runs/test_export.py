@@ -375,3 +375,34 @@ def test_a_model_folder_edited_after_training_is_refused_by_every_reader(edit, f
         err = _no_traceback(capsys)
         assert str(run / "model" / name) in err and "training wrote" in err
     assert not (run / "export").exists()
+
+
+def test_what_a_user_gets_wrong_after_training_ends_in_one_line(full_run, tiny_policy_files, tmp_path, monkeypatch,
+                                                                capsys):
+    import sys
+
+    seeded = tmp_path / "seeded"
+    shutil.copytree(full_run, seeded, ignore=shutil.ignore_patterns("export", "checkpoints"))
+    settings = json.loads((seeded / "eval_settings.json").read_text())
+    (seeded / "eval_settings.json").write_text(json.dumps({**settings, "seed": "abc"}))
+    base = tmp_path / "base"  # an adapter whose base model was moved away after training
+    shutil.copytree(tiny_policy_files, base)
+    moved = _adapter_run(full_run, base, tmp_path / "moved", None)
+    shutil.rmtree(base)
+    planned = tmp_path / "planned"
+    planned.mkdir()
+    (planned / "train_settings.json").write_text("[]")
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # llama-cpp-python not built
+    cases = [(["export", str(seeded), "--questions", "2"], "seed = 'abc', not a whole number"),
+             (["export", str(moved), "--questions", "2"], "cannot load the trained model"),
+             (["verify-export", str(gguf), "--against", str(full_run)], "llama-cpp-python is not installed"),
+             (["plan", "--run-dir", str(planned), "--resume"], "train_settings.json is damaged or was edited"),
+             (["train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--run-dir", str(tmp_path / "t"),
+               "--set", "report_to=tensorboard"], "report_to = 'tensorboard': tensorboard is not installed")]
+    for args, message in cases:
+        assert main(args) == 2, args
+        err = _no_traceback(capsys)
+        assert message in err, err
