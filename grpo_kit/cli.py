@@ -226,6 +226,11 @@ def _eval(args: argparse.Namespace) -> int:
                         cache_dir=args.cache_dir)
         results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
         print(results["greedy"].summary.round(3).to_markdown(), flush=True)
+        if not plan.task.trains:  # an evaluation-only task: nothing to train on it
+            log.info(f"baseline written to {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
+                     "split, so this baseline is a measurement on its own (train on another task, in another run "
+                     "folder)")
+            return 0
         log.info(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
                  f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
         return 0
@@ -264,6 +269,9 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 def _export(args: argparse.Namespace) -> int:
     from grpo_kit.runs.export import ExportRefused, check_repo_id, export
 
+    if args.quant is not None and "gguf" not in args.format:
+        raise ValueError(f"--quant {args.quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the "
+                         "base model's dtype)")
     if args.push_to_hub:  # checked before anything is exported
         check_repo_id(args.push_to_hub)
         if len(args.format) != 1:
@@ -532,6 +540,14 @@ def _plan(args: argparse.Namespace) -> int:
         raise ValueError("--resume plans resuming a run folder: pass --run-dir RUN")
     if not args.resume and args.preset is None:
         raise ValueError("pass --preset NAME (python -m grpo_kit presets), or --run-dir RUN --resume")
+    if args.launch == "single" and args.gpus not in (None, 1):
+        raise ValueError(f"--launch single runs one process, and --gpus {args.gpus} asks for {args.gpus}: choose "
+                         "--launch ddp, zero2, zero3 or fsdp2 for several GPUs, or drop --gpus")
+    if args.model is not None:  # as train checks it, before anything loads
+        from grpo_kit.policy.source import PolicySource
+        from grpo_kit.tasks import get_task
+
+        PolicySource.of(args.model, get_task("gsm8k"))
     overrides = parse_sets(args.set)
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps

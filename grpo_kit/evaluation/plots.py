@@ -9,7 +9,10 @@ from typing import Any
 
 from grpo_kit.system.files import replaced
 
-__all__ = ["plot_before_after", "plot_runs", "plot_training_curves", "training_curves"]
+__all__ = ["MAX_CHART_INCHES", "plot_before_after", "plot_runs", "plot_training_curves", "training_curves"]
+
+#: The widest chart drawn, in inches (1760 px at the 110 dpi charts are saved with).
+MAX_CHART_INCHES = 16
 
 
 def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
@@ -137,7 +140,8 @@ def plot_runs(metrics: Any, path: str | Path | None = None, title: str = "runs a
     labels = list(dict.fromkeys(metrics["metric"]))
     x = np.arange(len(labels))
     width = 0.8 / len(runs)
-    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(labels) * len(runs) / 2 + 4), 3.8))
+    # At most 16 inches wide, whatever the number of runs (12 runs were 80 inches): bars get thinner instead.
+    fig, ax = plt.subplots(figsize=(min(MAX_CHART_INCHES, max(8, 1.2 * len(labels) * len(runs) / 2 + 4)), 3.8))
     for k, run in enumerate(runs):
         rows = metrics[metrics["run"] == run].set_index("metric").loc[labels]
         value = rows["value"] / rows["max"]
@@ -147,7 +151,7 @@ def plot_runs(metrics: Any, path: str | Path | None = None, title: str = "runs a
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("share of maximum (95% CI)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=-(-len(runs) // 8))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return _saved(fig, path)

@@ -141,6 +141,8 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
     run = RunFolder(run_dir)
     run.require(run.model, "python -m grpo_kit train (or notebook 03)")
     if run.finished_step() is None:
+        with run.lock("export"):  # a training still writing it is named (RunFolderBusy), else it was stopped
+            pass
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be "
                          "half-written): run python -m grpo_kit train with --resume to finish it, then export")
     run.check_model()  # model/ as training wrote it, or a ValueError naming the file
@@ -539,7 +541,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     if format == "merged" and quant is not None:
         raise ValueError("a merged export keeps the base model's dtype: --quant is for --format gguf")
-    quant = (quant or "q8_0").lower() if format == "gguf" else None
+    quant = ("q8_0" if quant is None else str(quant).lower()) if format == "gguf" else None
     if quant is not None and quant not in CONVERTER_TYPES + QUANT_TYPES:
         raise ValueError(f"quant must be one of {', '.join(CONVERTER_TYPES + QUANT_TYPES)}, got {quant!r}")
     _check_numbers(questions, threshold)

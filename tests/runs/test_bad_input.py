@@ -375,3 +375,37 @@ def test_a_baseline_is_reused_with_the_same_settings_and_never_replaced_silently
     assert "Traceback" not in err and run.baseline.read_bytes() == baseline and run.report.is_file()
     measure_before(dataclasses.replace(plan, slice={"n": 3}), run, backend, replace=True)  # on purpose
     assert json.loads(run.eval_settings.read_text())["slice"] == {"n": 3} and not run.report.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["export", "{tmp}/run", "--quant", "q8_0"], "add --format gguf"),
+    (["export", "{tmp}/run", "--format", "gguf", "--quant", ""], "quant must be one of"),
+    (["plan", "--preset", "a100", "--launch", "single", "--gpus", "3"], "--launch single runs one process"),
+    (["plan", "--preset", "a100", "--model", "/nonexistent"], "is neither an existing folder nor a Hub id"),
+])
+def test_what_export_and_plan_used_to_ignore_is_refused(args, message, capsys, tmp_path):
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_a_baseline_of_an_evaluation_only_task_does_not_suggest_training(tiny_policy_files, tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="grpo_kit"):
+        assert main(["eval", "--before", "--task", "math500", "--model", str(tiny_policy_files), "--eval-size", "2",
+                     "--max-new-tokens", "4", "--backend", "transformers", "--run-dir", str(tmp_path / "run")]) == 0
+    assert "math500 has no train split" in caplog.text and "grpo_kit train" not in caplog.text
+
+
+def test_a_chart_of_many_runs_stays_readable():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from grpo_kit.evaluation.plots import MAX_CHART_INCHES, plot_runs
+
+    metrics = pd.DataFrame([{"run": f"run-{r}", "metric": f"metric {m}", "value": 0.5, "low": 0.4, "high": 0.6,
+                             "max": 1.0} for r in range(13) for m in range(8)])
+    fig = plot_runs(metrics)
+    assert fig.get_size_inches()[0] <= MAX_CHART_INCHES
+    plt.close(fig)

@@ -406,3 +406,28 @@ def test_what_a_user_gets_wrong_after_training_ends_in_one_line(full_run, tiny_p
         assert main(args) == 2, args
         err = _no_traceback(capsys)
         assert message in err, err
+
+
+def test_export_during_a_training_names_the_process_that_holds_the_run(full_run, tmp_path, capsys):
+    import subprocess
+    import sys
+    import textwrap
+
+    run = tmp_path / "training"
+    shutil.copytree(full_run, run, ignore=shutil.ignore_patterns("export"))
+    (run / "finished.json").unlink()  # a training extending it is under way
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from grpo_kit.runs.folder import RunFolder
+        with RunFolder({str(run)!r}).lock("train"):
+            print("holding", flush=True)
+            time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        assert main(["export", str(run), "--questions", "2"]) == 2
+        err = _no_traceback(capsys)
+        assert f"being written by process {holder.pid}" in err and "(train, since" in err and "--resume" not in err
+    finally:
+        holder.kill()
+        holder.wait()
