@@ -465,7 +465,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb (default: this "
                            "machine's GPUs)")
     plan.add_argument("--gpus", type=_positive, default=None,
-                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs here)")
+                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs "
+                           "here, less one for a vLLM server)")
     plan.add_argument("--launch", default="single", choices=["single", "ddp", "zero2", "zero3", "fsdp2"],
                       help="one process, or accelerate launch with configs/accelerate/<launch>.yaml")
     plan.add_argument("--run-dir", default=None, help="a run folder (with --resume: plan resuming it)")

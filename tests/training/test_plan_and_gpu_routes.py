@@ -262,3 +262,14 @@ def test_train_runs_the_plans_checks_before_loading(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     with pytest.raises(ValueError, match="would fail on Tesla T4:\n  preset 'multi-gpu-lora' computes in bfloat16"):
         RunSpec.resolve("multi-gpu-lora", run_dir=tmp_path / "run")
+
+
+def test_a_vllm_server_keeps_a_gpu_of_its_own(capsys):
+    from grpo_kit.cli import main
+    from grpo_kit.training.plan import make_plan
+
+    default = make_plan("multi-gpu-full", launch="zero3", device="h100-80gb")
+    assert len(default["processes"]) == 7 and not any("vllm_mode='server'" in p for p in default["problems"])
+    assert main(["plan", "--preset", "multi-gpu-full", "--launch", "zero3", "--device", "h100-80gb",
+                 "--gpus", "8"]) == 2
+    assert "8 training process(es) take all 8 GPU(s): train on 7" in capsys.readouterr().out
