@@ -164,6 +164,18 @@ class RunFolder:
             raise ValueError(f"cannot write the run folder {self.path} ({e.strerror or e}): choose a folder you can "
                              "write, e.g. --run-dir runs/<name> under the current directory") from None
 
+    @classmethod
+    def existing(cls, path: str | Path, written_by: str = "notebooks 02-03 (or eval --before and train)") -> RunFolder:
+        """The run folder at ``path``, which a reader (notebook 04, ``compare``) needs to exist: a mistyped path is
+        named, not created empty.
+
+        Raises:
+            FileNotFoundError: no folder at ``path``; the message names it and the steps that write one.
+        """
+        if not Path(path).is_dir():
+            raise FileNotFoundError(f"no run folder at {path}: check the path, or write one with {written_by}")
+        return cls(path)
+
     baseline = property(lambda self: self.path / "baseline.jsonl", doc="records of the evaluation before training")
     trained = property(lambda self: self.path / "trained.jsonl", doc="records of the evaluation after training")
     baseline_sampled = property(lambda self: self.path / "baseline_sampled.jsonl", doc="sampled records, before")
