@@ -257,6 +257,9 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         plt.close(plot_training_curves(log_history, folder.curves,
                                        title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})"))
         folder.mark_finished(trainer.state.global_step)
+        if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
+            log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "
+                        f"is stale: {stale}")
     trainer.accelerator.wait_for_everyone()
     return TrainResult(run=folder, model_dir=model_dir, log_history=log_history, resumed_from=resume_from,
                        alarms=folder.read_alarms(), wall_s=time.perf_counter() - start, trainer=trainer)
