@@ -546,9 +546,9 @@ def _plan(args: argparse.Namespace) -> int:
                          "--launch ddp, zero2, zero3 or fsdp2 for several GPUs, or drop --gpus")
     if args.model is not None:  # as train checks it, before anything loads
         from grpo_kit.policy.source import PolicySource
-        from grpo_kit.tasks import get_task
+        from grpo_kit.tasks import DEFAULT_TASK, get_task
 
-        PolicySource.of(args.model, get_task("gsm8k"))
+        PolicySource.of(args.model, get_task(DEFAULT_TASK))
     overrides = parse_sets(args.set)
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
