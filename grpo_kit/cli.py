@@ -224,8 +224,13 @@ def _eval(args: argparse.Namespace) -> int:
                         samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
                         backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
                         cache_dir=args.cache_dir)
-        results = measure_before(plan, run)  # checks the slice and the model before anything loads
+        results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
         print(results["greedy"].summary.round(3).to_markdown(), flush=True)
+        if not plan.task.trains:  # an evaluation-only task: nothing to train on it
+            log.info(f"baseline written to {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
+                     "split, so this baseline is a measurement on its own (train on another task, in another run "
+                     "folder)")
+            return 0
         log.info(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
                  f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
         return 0
@@ -249,7 +254,7 @@ def _eval(args: argparse.Namespace) -> int:
 _BEFORE_ONLY = {"--preset": "preset", "--task": "task", "--model": "model", "--set": "set", "--eval-size": "eval_size",
                 "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
                 "--temperature": "temperature", "--backend": "backend", "--seed": "seed", "--warm-steps": "warm_steps",
-                "--cache-dir": "cache_dir"}
+                "--cache-dir": "cache_dir", "--replace-baseline": "replace_baseline"}
 
 
 
@@ -264,6 +269,9 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 def _export(args: argparse.Namespace) -> int:
     from grpo_kit.runs.export import ExportRefused, check_repo_id, export
 
+    if args.quant is not None and "gguf" not in args.format:
+        raise ValueError(f"--quant {args.quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the "
+                         "base model's dtype)")
     if args.push_to_hub:  # checked before anything is exported
         check_repo_id(args.push_to_hub)
         if len(args.format) != 1:
@@ -297,7 +305,11 @@ def _export(args: argparse.Namespace) -> int:
 def _verify_export(args: argparse.Namespace) -> int:
     from grpo_kit.runs.export import verification_record, verify_export
 
-    verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
+    try:
+        verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
+    except ImportError as e:  # llama-cpp-python not built
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(verification.summary(), flush=True)
     if args.record:
         print(f"recorded in {verification_record(args.export, verification)}")
@@ -403,7 +415,10 @@ def _parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="--before: the baseline (notebook 02); else the trained model and the "
                         "before/after report (notebook 04)")
     ev.add_argument("--run-dir", required=True, help="the run folder")
-    ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan")
+    ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan (the "
+                    "same settings again reuse the baseline; other settings are refused)")
+    ev.add_argument("--replace-baseline", action="store_true", help="--before: replace a baseline measured with "
+                    "other settings, and the evaluation after training and report made against it")
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
     ev.add_argument("--task", default=DEFAULT_TASK, choices=list(TASKS), help="--before: the task")
     ev.add_argument("--model", default=None, help="--before: a Hub id or path instead of the preset's model")
@@ -451,7 +466,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb (default: this "
                            "machine's GPUs)")
     plan.add_argument("--gpus", type=_positive, default=None,
-                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs here)")
+                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs "
+                           "here, less one for a vLLM server)")
     plan.add_argument("--launch", default="single", choices=["single", "ddp", "zero2", "zero3", "fsdp2"],
                       help="one process, or accelerate launch with configs/accelerate/<launch>.yaml")
     plan.add_argument("--run-dir", default=None, help="a run folder (with --resume: plan resuming it)")
@@ -531,6 +547,14 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.resume and args.run_dir is None:
         raise ValueError("--resume plans resuming a run folder: pass --run-dir RUN")
+    if args.launch == "single" and args.gpus not in (None, 1):
+        raise ValueError(f"--launch single runs one process, and --gpus {args.gpus} asks for {args.gpus}: choose "
+                         "--launch ddp, zero2, zero3 or fsdp2 for several GPUs, or drop --gpus")
+    if args.model is not None:  # as train checks it, before anything loads
+        from grpo_kit.policy.source import PolicySource
+        from grpo_kit.tasks import DEFAULT_TASK, get_task
+
+        PolicySource.of(args.model, get_task(DEFAULT_TASK))
     overrides = parse_sets(args.set)
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps

@@ -160,6 +160,12 @@ class RunSpec:
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
         found = latest_complete(folder.checkpoints)
+        if not resume and (folder.finished.is_file() or folder.model.exists()):
+            finished = folder.finished_step()
+            at = f", finished at step {finished}" if finished is not None else ""
+            raise ValueError(f"{folder.path} holds a trained model ({folder.model.name}/{at}), which training again "
+                             "would replace: pass --resume (notebook 03: resume = True) with a larger --max-steps to "
+                             "train it further, or choose a new run folder")
         if found is not None and not resume:
             raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
                              "(notebook 03: resume = True) to continue that run, or choose a new run folder")

@@ -110,6 +110,18 @@ def _forget_after(folder: RunFolder, step: int) -> None:
     folder.keep_alarms(step)
 
 
+def _OnTrainBegin(action: Any) -> Any:  # noqa: N802 - a class factory (transformers is imported late)
+    """A ``TrainerCallback`` that calls ``action()`` when training begins: after transformers loaded the checkpoint's
+    weights, optimizer and scheduler (``Trainer._prepare_for_training``), before the first step."""
+    from transformers import TrainerCallback
+
+    class OnTrainBegin(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            action()
+
+    return OnTrainBegin()
+
+
 def _finish_save(trainer: Any, checkpoint: Path) -> None:
     """Put the final checkpoint's weights and trainer state into ``trainer`` without training: a run killed while
     saving its model after the last step finishes that save on resume (transformers would train one more step)."""
@@ -186,7 +198,11 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.resume and recorded is not None and recorded.get("base_fingerprint") != fingerprint:
         raise ValueError(f"{folder.path} was trained from weights {recorded.get('base_fingerprint')}, and the policy "
                          f"loaded now is {fingerprint}: resume with the same model (and warm start)")
-    if main:
+    def begin() -> None:
+        """What training changes in the run folder, done once the checkpoint it resumes from has loaded (a resume
+        that fails to load it leaves a finished run as it was)."""
+        if not main:
+            return
         if recorded is None or not spec.resume:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
@@ -201,7 +217,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
         folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
 
-    callbacks: list[Any] = [schedule_on_resume()]
+    callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume()]  # first: before the held-out evaluation
     if spec.eval_steps is not None:
         test = spec.task.load("test")
         callbacks.append(HeldOutEval(spec.task, take_slice(test, n=min(spec.eval_size, len(test)), seed=spec.seed),
@@ -224,6 +240,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         if main:
             log.info(f"{resume_from.name} is the last step: finishing the save of the model, without training")
         _finish_save(trainer, resume_from)
+        begin()
     else:
         if resume_from is not None and main:
             log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
@@ -240,6 +257,9 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         plt.close(plot_training_curves(log_history, folder.curves,
                                        title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})"))
         folder.mark_finished(trainer.state.global_step)
+        if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
+            log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "
+                        f"is stale: {stale}")
     trainer.accelerator.wait_for_everyone()
     return TrainResult(run=folder, model_dir=model_dir, log_history=log_history, resumed_from=resume_from,
                        alarms=folder.read_alarms(), wall_s=time.perf_counter() - start, trainer=trainer)
