@@ -144,11 +144,12 @@ def _quiet_library_bars() -> None:
 def _demo(args: argparse.Namespace) -> int:
     from grpo_kit.demo import DemoConfig, run_demo
     from grpo_kit.policy.warm_start import WarmStart
-    from grpo_kit.tasks import DEFAULT_TASK
+    from grpo_kit.tasks import DEFAULT_TASK, get_task
 
     warm = WarmStart(steps=args.warm_steps, xml_share=args.xml_share)  # bad values raise here
+    name = get_task(args.task).name  # a task file is read and checked here
     config = DemoConfig(
-        name=args.name if args.name is not None else ("demo" if args.task == DEFAULT_TASK else f"demo-{args.task}"),
+        name=args.name if args.name is not None else ("demo" if args.task == DEFAULT_TASK else f"demo-{name}"),
         task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir, eval_size=args.eval_size,
         train_size=args.train_size, grpo_steps=args.steps, samples=args.samples, warm=warm, seed=args.seed,
         resume=args.resume)
@@ -160,6 +161,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _run_spec(args: argparse.Namespace) -> Any:
     """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
     from grpo_kit.runs.spec import RunSpec
+    from grpo_kit.tasks import get_task
     from grpo_kit.training.presets import get_preset, with_algorithm
     from grpo_kit.training.tracking import setup_wandb
 
@@ -170,17 +172,37 @@ def _run_spec(args: argparse.Namespace) -> Any:
     if args.report_to == "wandb":
         overrides["report_to"] = setup_wandb(args.wandb_project)
     rewards = parse_rewards(args.rewards) if args.rewards else None
-    run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{args.task}"
+    task = args.task if args.task is not None else _recorded_task(args.run_dir)
+    run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{get_task(task).name}"
     # the preset, then the named algorithm, then --set (which may change any field of either); built here because
     # the preset's own seed is a field like any other, beside the run's --seed
     preset = get_preset(args.preset)
     if getattr(args, "algorithm", None) is not None:
         preset = with_algorithm(preset, args.algorithm)
     preset = get_preset(preset, **overrides)
-    return RunSpec.resolve(preset, args.task, rewards=rewards, model=args.model, run_dir=run_dir,
+    return RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
                            warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines")
+
+
+def _recorded_task(run_dir: str | None) -> str:
+    """The task a run folder recorded (its training, else its baseline): what ``train`` uses without ``--task``; the
+    kit's default task for a new folder."""
+    import json
+
+    from grpo_kit.tasks import DEFAULT_TASK
+
+    for name in ("train_settings.json", "eval_settings.json"):
+        path = Path(run_dir) / name if run_dir is not None else None
+        if path is not None and path.is_file():
+            try:
+                recorded = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # the run spec reports a damaged file with what to do
+            if isinstance(recorded, dict) and isinstance(recorded.get("task"), str):
+                return recorded["task"]
+    return DEFAULT_TASK
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -354,9 +376,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
-    demo.add_argument("--task", default=defaults.task,
-                      choices=[name for name, t in TASKS.items() if t.trains and t.demonstration is not None],
-                      help="the task to train and evaluate on (grpo_kit.tasks)")
+    demo.add_argument("--task", default=defaults.task, metavar="NAME|PATH.yaml",
+                      help="the task to train and evaluate on: " + ", ".join(
+                          name for name, t in TASKS.items() if t.trains and t.demonstration is not None)
+                      + ", or a task file")
     demo.add_argument("--name", default=None, help="run folder name under --runs-dir (default demo, demo-<task>)")
     demo.add_argument("--runs-dir", default=defaults.runs_dir)
     demo.add_argument("--cache-dir", default=defaults.cache_dir, help="where the warm-started policy is cached")
@@ -375,7 +398,9 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
     train.add_argument("--preset", default=None, choices=list(PRESETS),
                        help="the recipe (default: the one that fits this machine's GPU, cpu-tiny without one)")
-    train.add_argument("--task", default=DEFAULT_TASK, choices=[name for name, t in TASKS.items() if t.trains])
+    train.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
+                       help="the task: " + ", ".join(name for name, t in TASKS.items() if t.trains) + ", or a task "
+                       f"file (default: the task the run folder recorded, else {DEFAULT_TASK})")
     train.add_argument("--model", default=None, help="a Hub id or path instead of the preset's model")
     train.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
                        help="rewards to train with (default the task's): registered names or your own "
@@ -405,7 +430,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--run-dir", required=True, help="the run folder")
     ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan")
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
-    ev.add_argument("--task", default=DEFAULT_TASK, choices=list(TASKS), help="--before: the task")
+    ev.add_argument("--task", default=DEFAULT_TASK, metavar="NAME|PATH.yaml",
+                    help=f"--before: the task: {', '.join(TASKS)}, or a task file")
     ev.add_argument("--model", default=None, help="--before: a Hub id or path instead of the preset's model")
     ev.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="--before: preset fields")
     ev.add_argument("--eval-size", type=_positive, default=None, help="--before: test questions (seeded slice)")

@@ -167,7 +167,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         values = {n: evaluated[n].get(key) for n in names}
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
             problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
-    task = get_task(evaluated[first]["task"]) if not problems else None
+    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest")) if not problems else None
     if not problems:
         baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, "02_baseline_eval"), task=task)
                      for n, f in zip(names, folders)}

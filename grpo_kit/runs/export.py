@@ -145,7 +145,7 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
     from grpo_kit.tasks.data import take_slice
 
     evaluated = json.loads(run.eval_settings.read_text(encoding="utf-8")) if run.eval_settings.is_file() else {}
-    task = get_task(settings["task"])
+    task = get_task(settings["task"], digest=settings.get("task_digest"))
     test = task.load("test")
     rows = take_slice(test, n=min(questions, len(test)), seed=evaluated.get("seed", 0))
     budget = evaluated.get("max_new_tokens") or settings.get("identity", {}).get("preset", {}).get(

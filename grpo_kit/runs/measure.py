@@ -110,12 +110,18 @@ class EvalPlan:
 
     def settings(self) -> dict[str, Any]:
         """The plan as ``eval_settings.json`` records it (:func:`plan_from_settings` reads it back)."""
-        return {"task": self.task.name, "slice": self.slice, "seed": self.seed, "max_new_tokens": self.max_new_tokens,
+        return {"task": self.task.ref, "task_digest": _digest(self.task), "slice": self.slice, "seed": self.seed,
+                "max_new_tokens": self.max_new_tokens,
                 "samples": self.samples, "temperature": self.temperature, "batch_size": self.batch_size,
                 "preset": self.preset.name, "preset_overrides": _overrides(self.preset), "model_override": self.model,
                 "backend": self.backend, "warm": dataclasses.asdict(self.warm) if self.warm else None,
                 "tiny_spec": dataclasses.asdict(self.tiny_spec) if self.tiny_spec else None,
                 "cache_dir": self.cache_dir}
+
+
+def _digest(task: Task) -> dict[str, str] | None:
+    """What a run folder records of a task file's data (``None`` for a task of the kit's own)."""
+    return dict(task.digest) if task.digest is not None else None
 
 
 def _overrides(preset: Preset) -> dict[str, Any]:
@@ -130,7 +136,8 @@ def _overrides(preset: Preset) -> dict[str, Any]:
 def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None) -> EvalPlan:
     """Rebuild notebook 02's :class:`EvalPlan` from its ``eval_settings.json`` (:meth:`EvalPlan.settings`)."""
     preset = get_preset(settings["preset"], **settings.get("preset_overrides", {}))
-    return EvalPlan(task=get_task(settings["task"]), preset=preset, model=settings.get("model_override"),
+    return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest")), preset=preset,
+                    model=settings.get("model_override"),
                     slice=settings["slice"], seed=settings["seed"], max_new_tokens=settings["max_new_tokens"],
                     samples=settings["samples"], temperature=settings["temperature"],
                     batch_size=batch_size or settings.get("batch_size", 32), backend=settings.get("backend"),

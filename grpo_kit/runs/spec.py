@@ -21,6 +21,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.rewards import probe
+from grpo_kit.tasks.task_file import check_digest
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.plan import preflight
@@ -35,6 +36,15 @@ PROGRESS = ("bar", "lines", "none")
 def _whole_or_none(name: str, value: Any) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise ValueError(f"{name} must be a whole number >= 1 (or None), got {value!r}")
+
+
+def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
+    """Refuse a task file whose data changed since the folder's baseline (or, resuming, its training) recorded it."""
+    for path, written_by in ((folder.eval_settings, "eval --before"), (folder.train_settings, "train")):
+        if path.is_file() and (resume or path == folder.eval_settings):
+            recorded = folder.read_json(path, written_by)
+            if isinstance(recorded, dict) and recorded.get("task") == task.ref:
+                check_digest(task, recorded.get("task_digest"), folder.path)
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ class RunSpec:
 
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
+        _check_recorded_data(folder, task, resume)
         found = latest_complete(folder.checkpoints)
         if found is not None and not resume:
             raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
@@ -164,6 +175,6 @@ class RunSpec:
 
     def identity(self) -> dict[str, Any]:
         """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""
-        return run_identity(self.preset, self.task.name, self.policy.name, self.rewards,
+        return run_identity(self.preset, self.task.ref, self.policy.name, self.rewards,
                             {"train_size": self.train_size, "seed": self.seed})
 

@@ -190,7 +190,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         if recorded is None or not spec.resume:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
-                "task": spec.task.name, "system_prompt": system_prompt_of(train_set),
+                "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
+                "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
                 "algorithm": algorithm_settings(preset), "rewards": dict(zip(spec.rewards.names, spec.rewards.weights)),
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})

@@ -25,6 +25,7 @@ __all__ = [
     "drop_long_prompts",
     "local_rows",
     "numbered",
+    "read_rows",
     "system_prompt_of",
     "take_slice",
 ]
@@ -47,11 +48,16 @@ def _read_jsonl(path: Path) -> list[Located]:
     """The non-blank lines of a JSONL file, parsed, each with its ``file:line``.
 
     Raises:
-        ValueError: a line that is not JSON, or the file holds no rows.
+        ValueError: a line that is not UTF-8 or not JSON, or the file holds no rows (the message names the line).
     """
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{line_no} is not UTF-8 text ({e.reason} at byte {e.start}): save the file "
+                                 "as UTF-8") from None
             if line.strip():
                 try:
                     rows.append((f"{path}:{line_no}", json.loads(line)))
@@ -60,6 +66,65 @@ def _read_jsonl(path: Path) -> list[Located]:
     if not rows:
         raise ValueError(f"{path} holds no rows: give a JSONL file with one JSON object per line")
     return rows
+
+
+def _read_csv(path: Path) -> list[Located]:
+    """The rows of a CSV file with a header line, each named ``file:line`` (every value is text).
+
+    Raises:
+        ValueError: the file is not UTF-8 or not CSV, or holds no rows.
+    """
+    import csv
+
+    rows = []
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            for row in reader:
+                rows.append((f"{path}:{reader.line_num}", {k: v for k, v in row.items() if k is not None}))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save the file as UTF-8") from None
+    except csv.Error as e:
+        raise ValueError(f"{path} is not a CSV file: {e}") from None
+    if not rows:
+        raise ValueError(f"{path} holds no rows: give a CSV file with a header line and one row per line")
+    return rows
+
+
+def _read_parquet(path: Path) -> list[Located]:
+    """The rows of a Parquet file, each named ``file row <i>`` (read with pyarrow, which ``datasets`` installs).
+
+    Raises:
+        ValueError: the file is not Parquet, or holds no rows.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not Parquet
+        raise ValueError(f"{path} is not a Parquet file ({type(e).__name__}: {e})") from None
+    return numbered(table.to_pylist(), str(path))
+
+
+#: How each data file is read, by suffix.
+READERS = {".jsonl": _read_jsonl, ".json": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+
+
+def read_rows(path: str | Path) -> list[Located]:
+    """The rows of a JSONL, CSV or Parquet file (by its suffix), each with where it came from.
+
+    Raises:
+        ValueError: no such file, a suffix that is none of ``.jsonl``, ``.csv``, ``.parquet``, a row that cannot be
+            read (the message names the file and line), or no rows.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no data file at {path}")
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise ValueError(f"{path}: data files are JSONL (.jsonl), CSV (.csv) or Parquet (.parquet), not "
+                         f"{path.suffix or 'without a suffix'}")
+    return reader(path)
 
 
 def numbered(rows: list[Any], origin: str) -> list[Located]:
