@@ -48,9 +48,8 @@ def parse_rewards(items: Sequence[str]) -> Any:
     >>> parse_rewards(["correctness_reward_func=2", "xmlcount_reward_func=0"])
     RewardSet({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
     """
-    import importlib
-
     from grpo_kit.tasks import RewardSet
+    from grpo_kit.tasks.rewards import import_reward
 
     rewards, weights = [], []
     for item in (part for entry in items for part in entry.split(",") if part.strip()):
@@ -60,22 +59,7 @@ def parse_rewards(items: Sequence[str]) -> Any:
         except ValueError:
             raise ValueError(f"--rewards {item!r}: the weight after '=' must be a number") from None
         if ":" in name:
-            module, _, function = name.strip().partition(":")
-            if not module or not function:
-                raise ValueError(f"--rewards {name!r}: write module:function, e.g. my_rewards:length_penalty")
-            try:
-                found = importlib.import_module(module)
-            except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                raise ValueError(f"--rewards {name!r}: importing {module!r} failed with {type(e).__name__}: {e}; "
-                                 "fix the module (it must import without side effects) or its name") from None
-            if not callable(getattr(found, function, None)):
-                what = "no attribute" if not hasattr(found, function) else \
-                    f"a {type(getattr(found, function)).__name__}, not a function, named"
-                raise ValueError(f"--rewards {name!r}: {module!r} has {what} {function!r}; give module:function of "
-                                 "a reward function (TRL's contract) importable from the current folder")
-            rewards.append(getattr(found, function))
+            rewards.append(import_reward(name))
         else:
             rewards.append(name)
     return RewardSet(rewards, weights)

@@ -14,13 +14,15 @@ id (:func:`grpo_kit.evaluation.compare.compare`).
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.compare import compare
 from grpo_kit.evaluation.report import BeforeAfter, report_markdown
-from grpo_kit.evaluation.scoring import EvalResult, evaluate
+from grpo_kit.evaluation.scoring import EvalResult, evaluate, with_rewards
 from grpo_kit.policy.devices import unsloth_problem
 from grpo_kit.policy.generation import Sampling, base_weights_digest
 from grpo_kit.policy.source import PolicySource
@@ -32,6 +34,8 @@ from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
 from grpo_kit.training.algorithms import algorithm_markdown
 from grpo_kit.training.presets import PRESETS, Preset, get_preset
+
+log = logging.getLogger(__name__)
 
 __all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "plan_from_settings"]
 
@@ -252,7 +256,8 @@ class Measured(BeforeAfter):
     algorithm: str = ""
 
 
-def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None) -> Measured:
+def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None,
+                  rewards: Sequence[Any] = ()) -> Measured:
     """Evaluate the run folder's trained model on the baseline's questions, route and decoding, and compare.
 
     Args:
@@ -261,6 +266,9 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         batch_size: prompts per ``generate`` call (default the baseline's).
         backend: a ready backend over the trained model (the demo's); default
             :func:`grpo_kit.policy.routes.load_eval_backend` with ``trained=run.model`` through the baseline's route.
+        rewards: reward functions of your own to show beside the task's metrics, before and after (scored on the
+            recorded completions). The run's own rewards that ``train_settings.json`` records as importable
+            (``module:function``) are added without asking; one defined in a notebook is passed here.
 
     Returns:
         :class:`Measured`; ``trained.jsonl`` (and ``trained_sampled.jsonl``), ``comparison.csv``,
@@ -272,28 +280,52 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
             (:func:`check_pairing`); the route changed since the baseline (e.g. vLLM no longer installed).
     """
     with run.lock("eval"):
-        return _measure_after(run, batch_size, backend)
+        return _measure_after(run, batch_size, backend, rewards)
 
 
 _BASELINE = "02_baseline_eval (or python -m grpo_kit eval --before)"
 _TRAIN = "03_train_grpo (or python -m grpo_kit train)"
 
 
-def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Measured:
+def _own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
+    """The run's rewards of its own (not built in) to score before and after: ``given``, then those
+    ``train_settings.json`` records as importable; one that cannot be imported is named in a warning."""
+    from grpo_kit.tasks.rewards import import_reward
+
+    found = {getattr(f, "__name__", str(f)): f for f in given}
+    for name, path in (trained.get("reward_functions") or {}).items():
+        if name in found:
+            continue
+        if path is None:
+            log.warning(f"reward {name} of this run was defined where another process cannot import it (a notebook): "
+                        "pass it as measure_after(..., rewards=[...]) to show it in the tables")
+            continue
+        try:
+            found[name] = import_reward(path, what="train_settings.json reward")
+        except ValueError as e:
+            log.warning(f"{e}: it is left out of the tables")
+    return list(found.values())
+
+
+def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards: Sequence[Any] = ()) -> Measured:
     evaluated = run.read_settings(run.eval_settings, _BASELINE, ("task", "route", "base_model", "system_prompt"))
     trained = run.read_settings(run.train_settings, _TRAIN, ("base_model", "task", "system_prompt"))
     check_pairing(evaluated, trained, run.path)
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
                          f"half-written): run {_TRAIN} with --resume to finish it, then evaluate")
+    get_task(evaluated["task"], digest=evaluated.get("task_digest"))  # changed data is refused, naming the file
     try:
         plan = plan_from_settings(evaluated, batch_size)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run {_BASELINE} "
                          "again") from None
     questions = plan.questions()
-    before = _records(run, run.baseline, plan, len(questions))
-    before_sampled = _records(run, run.baseline_sampled, plan, len(questions)) if plan.samples > 0 else None
+    own = _own_rewards(trained, rewards)
+    examples = list(questions)
+    before = with_rewards(_records(run, run.baseline, plan, len(questions)), examples, own)
+    before_sampled = with_rewards(_records(run, run.baseline_sampled, plan, len(questions)), examples, own) \
+        if plan.samples > 0 else None
     if backend is None:
         from grpo_kit.policy.routes import load_eval_backend
 
@@ -304,12 +336,13 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
         raise ValueError(f"the baseline was generated through {evaluated['route']!r} and the trained model would go "
                          f"through {route!r}: evaluate both through one route (install what the baseline used, or "
                          "re-run the baseline)")
-    after = evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed, task=plan.task)
+    after = with_rewards(evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed,
+                                  task=plan.task), examples, own)
     after.to_jsonl(run.trained)
     after_sampled = None
     if plan.samples > 0:
-        after_sampled = evaluate(backend, questions, plan.sampled(), cache=run.generations, seed=plan.seed,
-                                 task=plan.task)
+        after_sampled = with_rewards(evaluate(backend, questions, plan.sampled(), cache=run.generations,
+                                              seed=plan.seed, task=plan.task), examples, own)
         after_sampled.to_jsonl(run.trained_sampled)
     table = compare(before, after, seed=plan.seed)
     write_text(run.comparison, table.to_csv(index=False))

@@ -34,6 +34,7 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
+from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, latest_complete, schedule_on_resume
 
@@ -193,6 +194,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
                 "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
                 "algorithm": algorithm_settings(preset), "rewards": dict(zip(spec.rewards.names, spec.rewards.weights)),
+                "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
+                                     if r.name not in BUILTIN_REWARDS},
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:

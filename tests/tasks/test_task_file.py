@@ -90,7 +90,8 @@ def test_choice_answers_read_one_letter_among_the_options():
     assert kind.flexible("no letter here") is None
     assert kind.gold("b") == "B" and kind.gold("D") is None
     reward = BUILTIN_REWARDS["choice_correctness_reward_func"]
-    assert reward(completions=["<answer>(B)</answer>", "<answer>C</answer>", "Because"], answer=["B"] * 3) == [1.0, 0.0, 0.0]
+    assert reward(completions=["<answer>(B)</answer>", "<answer>C</answer>", "Because"],
+                  answer=["B"] * 3) == [1.0, 0.0, 0.0]
 
 
 def test_math_answers_are_checked_with_math_verify():
