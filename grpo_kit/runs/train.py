@@ -197,6 +197,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
                                      if r.name not in BUILTIN_REWARDS},
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
+                "heldout": ({"split": "validation", "carved_from": "train", "questions": len(spec.validation),
+                             "seed": spec.seed} if spec.validation is not None else None),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
             folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
@@ -207,14 +209,14 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
 
     callbacks: list[Any] = [schedule_on_resume()]
     if spec.eval_steps is not None:
-        test = spec.task.load("test")
-        callbacks.append(HeldOutEval(spec.task, take_slice(test, n=min(spec.eval_size, len(test)), seed=spec.seed),
-                                     tokenizer, spec.eval_steps, folder, is_main_process=main,
+        callbacks.append(HeldOutEval(spec.task, spec.validation, tokenizer, spec.eval_steps, folder,
+                                     is_main_process=main, split=f"validation (from {spec.task.name} train)",
                                      max_new_tokens=spec.eval_max_new_tokens or preset.max_completion_length))
     if preset.use_vllm or preset.fast_inference:
         callbacks.append(StaleWeightsAlarm(records=folder if main else None))
     if spec.progress == "lines" and main:
-        callbacks.append(StepPrinter())
+        callbacks.append(StepPrinter(f"{len(spec.validation)} validation questions held out of the {spec.task.name} "
+                                     "train split" if spec.validation is not None else ""))
     trainer = build_trainer(model, tokenizer, train_set, preset, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
     if spec.progress == "bar":
@@ -242,7 +244,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         from grpo_kit.evaluation.plots import plot_training_curves
 
         plt.close(plot_training_curves(log_history, folder.curves,
-                                       title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})"))
+                                       title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
+                                       heldout="validation"))
         folder.mark_finished(trainer.state.global_step)
     trainer.accelerator.wait_for_everyone()
     return TrainResult(run=folder, model_dir=model_dir, log_history=log_history, resumed_from=resume_from,

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Located",
     "build_prompt",
+    "carve_validation",
     "check_rows",
     "drop_long_prompts",
     "local_rows",
@@ -206,6 +207,48 @@ def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = 
 
     order = np.random.default_rng(seed).permutation(len(dataset))[:n]
     return dataset.select(order.tolist())
+
+
+def carve_validation(dataset: Dataset, n: int, seed: int = 0) -> tuple[Dataset, Dataset]:
+    """Hold ``n`` questions of a train split out for measuring accuracy during training: a seeded choice of distinct
+    questions, one row each, and the train rows without any of them (a question written more than once, as in a
+    task whose warm start shows it in several styles, leaves training whole).
+
+    Model selection on this curve then never looks at a test question: the before/after table alone uses the test
+    split.
+
+    Args:
+        dataset: the train split (a ``question`` column, else ``prompt``, tells questions apart).
+        n: validation questions, at most one fewer than the distinct questions.
+        seed: seed of the choice (``numpy.random.default_rng``).
+
+    Returns:
+        ``(train rows left, validation rows)``.
+
+    Raises:
+        ValueError: ``n`` below 1 or leaving no question to train on.
+
+    >>> from datasets import Dataset
+    >>> ds = Dataset.from_dict({"question": ["a", "b", "a", "c", "d"], "style": [1, 1, 2, 1, 1]})
+    >>> train, validation = carve_validation(ds, 2, seed=0)
+    >>> sorted(validation["question"]), sorted(set(train["question"]) & set(validation["question"]))
+    (['a', 'c'], [])
+    """
+    import numpy as np
+
+    column = "question" if "question" in dataset.column_names else "prompt"
+    keys = [json.dumps(q, sort_keys=True) if not isinstance(q, str) else q for q in dataset[column]]
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    distinct = list(first)
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n < len(distinct):
+        raise ValueError(f"validation_size must be between 1 and {len(distinct) - 1} (the train split's distinct "
+                         f"questions less one), got {n!r}")
+    order = np.random.default_rng(seed).permutation(len(distinct))[:n]
+    held = {distinct[i] for i in order}
+    validation = dataset.select([first[distinct[i]] for i in order])
+    return dataset.select([i for i, key in enumerate(keys) if key not in held]), validation
 
 
 def drop_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_tokens: int) -> Dataset:
