@@ -1,5 +1,5 @@
-"""Command line: ``python -m grpo_kit demo | train | eval | compare | compare-demo | export | verify-export | plan |
-doctor | presets | algorithms`` (also ``grpo-kit ...``).
+"""Command line: ``python -m grpo_kit demo | train | eval | reward-check | compare | compare-demo | export |
+verify-export | plan | doctor | presets | algorithms`` (also ``grpo-kit ...``).
 
 - ``demo``: the offline before/after pipeline on a CPU (warm start, measure, train, measure, report).
 - ``train``: GRPO into a run folder, with checkpoints, ``--resume`` and held-out accuracy; the same
@@ -7,6 +7,8 @@ doctor | presets | algorithms`` (also ``grpo-kit ...``).
   train`` runs on every process.
 - ``eval``: ``--before`` measures the starting policy (notebook 02); without it, the run folder's trained
   model on the same questions and the before/after report (notebook 04).
+- ``reward-check``: before training, whether a reward set can teach: per reward and for the weighted total, from the
+  baseline's sampled completions (notebook 02's last cell).
 - ``compare``: several trained runs that share a baseline in one paired table, Holm-adjusted (notebook 05).
 - ``compare-demo``: the offline experiment where the reward set decides what GRPO teaches: one warm start, one
   baseline, one run per reward set, one paired table (notebook 05's steps).
@@ -198,8 +200,9 @@ def _train(args: argparse.Namespace) -> int:
     if spec.launch.is_main:
         log.info(f"train: preset {spec.preset.name}, task {spec.task.name}, rewards {spec.rewards}, "
                  f"{spec.preset.max_steps} steps, checkpoints every {spec.preset.save_steps} into "
-                 f"{spec.folder.checkpoints}" + (f", held-out accuracy every {spec.eval_steps} steps on "
-                                                 f"{spec.eval_size} questions" if spec.eval_steps else ""))
+                 f"{spec.folder.checkpoints}" + (f", validation accuracy every {spec.eval_steps} steps on "
+                                                 f"{spec.eval_size} questions held out of the train split"
+                                                 if spec.eval_steps else ""))
     result = train(spec)
     if result.already_finished:
         return 0
@@ -323,6 +326,16 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reward_check(args: argparse.Namespace) -> int:
+    import json
+
+    from grpo_kit.runs.reward_check import reward_check
+
+    check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
+    print(json.dumps(check.to_json(), indent=1) if args.json else check.markdown(), flush=True)
+    return 0
+
+
 def _algorithms(args: argparse.Namespace) -> int:  # noqa: ARG001
     from grpo_kit.training.algorithms import ALGORITHMS
 
@@ -396,7 +409,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     train.add_argument("--eval-steps", type=_positive, default=None,
                        help="measure held-out greedy accuracy every N steps (and at the start)")
-    train.add_argument("--eval-size", type=_positive, default=100, help="held-out test questions (seeded slice)")
+    train.add_argument("--eval-size", type=_positive, default=None,
+                       help="validation questions held out of the train split for --eval-steps (seeded; default the "
+                       "task file's validation_size, else 100 or a fifth of the train split)")
     train.add_argument("--eval-max-new-tokens", type=_positive, default=None,
                        help="held-out completion budget (default the preset's max_completion_length)")
     train.add_argument("--train-size", type=_positive, default=None, help="train questions (seeded slice)")
@@ -450,6 +465,15 @@ def _parser() -> argparse.ArgumentParser:
                          "the first run folder)")
     compare.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
     compare.set_defaults(func=_compare)
+
+    check = sub.add_parser("reward-check", help="before training: from the baseline's sampled completions, whether a "
+                           "reward set can teach (zero-variance share, correlation with correctness), per reward")
+    check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder measured with eval --before --samples k")
+    check.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
+                       help="the reward set to check (default the task's): built-in names or your own "
+                       "module:function, as train --rewards")
+    check.add_argument("--json", action="store_true", help="print the check as one JSON object")
+    check.set_defaults(func=_reward_check)
 
     plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
                                        "resume, problems), without loading a model or needing a GPU")
