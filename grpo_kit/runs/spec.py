@@ -43,7 +43,10 @@ def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
     """Refuse a task file whose data changed since the folder's baseline (or, resuming, its training) recorded it."""
     for path, written_by in ((folder.eval_settings, "eval --before"), (folder.train_settings, "train")):
         if path.is_file() and (resume or path == folder.eval_settings):
-            recorded = folder.read_json(path, written_by)
+            try:
+                recorded = folder.read_json(path, written_by)
+            except ValueError:  # damaged: the step that reads it says so, with what to do
+                continue
             if isinstance(recorded, dict) and recorded.get("task") == task.ref:
                 check_digest(task, recorded.get("task_digest"), folder.path)
 
