@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
-from grpo_kit.evaluation.scoring import EvalResult
+from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.measure import own_rewards, plan_from_settings
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
@@ -183,7 +184,11 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
                          "(eval_settings.json, baseline*.jsonl) into the others before training.")
     afters = {n: EvalResult.from_jsonl(f.require(f.trained, "04_post_training_eval (or python -m grpo_kit eval)"),
                                        task=task) for n, f in zip(names, folders)}
-    comparison = compare_runs_results(baselines[first], afters, seed=seed)
+    own = {getattr(f, "__name__", ""): f for n in names for f in own_rewards(trained[n], ())}
+    baseline = baselines[first]
+    if own:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
+        baseline = with_rewards(baseline, list(plan_from_settings(evaluated[first]).questions()), list(own.values()))
+    comparison = compare_runs_results(baseline, afters, seed=seed)
     differences = differing_settings(trained)
     lines = [f"# {len(names)} runs against their shared baseline", "",
              f"{task.name}: {comparison.questions} questions, greedy, paired by question id. Values with 95% bootstrap "

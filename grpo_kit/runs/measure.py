@@ -37,7 +37,8 @@ from grpo_kit.training.presets import PRESETS, Preset, get_preset
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "plan_from_settings"]
+__all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "own_rewards",
+           "plan_from_settings"]
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,7 @@ _BASELINE = "02_baseline_eval (or python -m grpo_kit eval --before)"
 _TRAIN = "03_train_grpo (or python -m grpo_kit train)"
 
 
-def _own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
+def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
     """The run's rewards of its own (not built in) to score before and after: ``given``, then those
     ``train_settings.json`` records as importable; one that cannot be imported is named in a warning."""
     from grpo_kit.tasks.rewards import import_reward
@@ -321,7 +322,7 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards
         raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run {_BASELINE} "
                          "again") from None
     questions = plan.questions()
-    own = _own_rewards(trained, rewards)
+    own = own_rewards(trained, rewards)
     examples = list(questions)
     before = with_rewards(_records(run, run.baseline, plan, len(questions)), examples, own)
     before_sampled = with_rewards(_records(run, run.baseline_sampled, plan, len(questions)), examples, own) \

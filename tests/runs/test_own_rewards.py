@@ -78,3 +78,6 @@ def test_a_users_reward_from_the_command_line_shows_in_the_before_after_table(tm
     report = (run / "report.md").read_text()
     assert "short_answer" in report and "polite" in report
     assert "short_answer" not in BUILTIN_REWARDS
+    # the runs' table scores the shared baseline with the run's own rewards too
+    assert main(["compare", str(run), "--out", str(tmp_path / "cmp")]) == 0
+    assert "polite" in (tmp_path / "cmp" / "runs_comparison.md").read_text()
