@@ -200,7 +200,9 @@ def load_task(path: str | Path) -> Task:
         The task: its ``name`` (default the file's stem), the splits given, rows with ``question``, ``answer`` (the
         gold in the type's canonical form), ``prompt``, ``solution`` when named, and the row's other fields; the
         answer type's rules, metrics and correctness reward (default rewards: XML count 1, strict format 1,
-        correctness 2); :attr:`~grpo_kit.tasks.Task.ref` is the file's absolute path.
+        correctness 2); two reward sets to compare (notebook 05): ``correctness``, the task's set, and
+        ``format-only``, the same with the correctness reward at weight 0 (logged, not trained on);
+        :attr:`~grpo_kit.tasks.Task.ref` is the file's absolute path.
 
     Raises:
         ValueError: before anything else loads, naming the file and the line or field: no such file; not UTF-8 or
@@ -251,6 +253,11 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict
           digest: dict[str, str]) -> Task:
     solution = bool(data.get("solution"))
     system_prompt = data.get("system_prompt", SYSTEM_PROMPT)
+    weights_of = dict(zip(rewards, weights or (1.0,) * len(rewards)))
+    compare: dict[str, dict[str, float]] = {}
+    if weights_of.get(kind.reward) and any(w for n, w in weights_of.items() if n != kind.reward):
+        # the task's own set against the same set with its correctness logged but not trained on (notebook 05)
+        compare = {"format-only": {**weights_of, kind.reward: 0.0}, "correctness": weights_of}
 
     def loader(split: str = "test", **kwargs: Any) -> Any:
         from datasets import Dataset
@@ -295,6 +302,7 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict
                + ("worked solutions" if solution else "answers alone (no solution field)") +
                "; on a CPU it can show the answer format being learned more than solving."),
         validation_size=validation_size,
+        compare_rewards=compare,
         file=str(path),
         digest=digest,
     )
