@@ -30,8 +30,8 @@ from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answe
 from grpo_kit.tasks.numbers import last_number, normalize_number, parse_number
 from grpo_kit.tasks.rewards import builtin, describe, golds, texts
 
-__all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "AnswerType", "choice_correctness_reward_func", "choice_letter",
-           "gold_number", "last_boxed", "normalize_text", "text_correctness_reward_func"]
+__all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "AnswerType", "answer_type", "choice_correctness_reward_func",
+           "choice_letter", "gold_number", "last_boxed", "normalize_text", "text_correctness_reward_func"]
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _SPACES = re.compile(r"\s+")
