@@ -235,3 +235,19 @@ def test_eval_before_then_after_on_the_example_with_the_tiny_policy(tmp_path, ca
     assert main(["train", "--run-dir", str(run), "--preset", "cpu-tiny", "--max-steps", "1", *tiny]) == 2
     err = capsys.readouterr().err
     assert "test.jsonl changed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_csv_and_parquet_data_files_load_like_jsonl(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "train.csv").write_text('q,a\n"Capital of Peru, please?",Lima\nCapital of Chad?,N\'Djamena\n',
+                                        encoding="utf-8")
+    pq.write_table(pa.Table.from_pylist([{"q": "Capital of Mali?", "a": "Bamako"}]), tmp_path / "test.parquet")
+    (tmp_path / "task.yaml").write_text("train: train.csv\ntest: test.parquet\nquestion: q\nanswer: a\n"
+                                        "answer_type: text\n", encoding="utf-8")
+    task = load_task(tmp_path / "task.yaml")
+    assert task.load("train")["question"] == ["Capital of Peru, please?", "Capital of Chad?"]
+    assert task.load("test")["answer"] == ["Bamako"] and task.name == "task"
+    (tmp_path / "train.csv").write_text("q,a\nCapital of Peru?,\n", encoding="utf-8")
+    assert f"{tmp_path / 'train.csv'}:2: 'a' is ''" in _error(tmp_path / "task.yaml")
