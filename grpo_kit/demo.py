@@ -229,7 +229,7 @@ class CompareDemoConfig:
     @property
     def folder_name(self) -> str:
         """The folder under ``runs_dir``: ``name``, default ``compare-<task>``."""
-        return self.name if self.name is not None else f"compare-{self.task_name}"
+        return self.name if self.name is not None else f"compare-{get_task(self.task_name).name}"
 
     def preset_fields(self) -> dict[str, Any]:
         """The ``cpu-tiny`` preset fields every variant trains with (notebook 05 uses them on the tiny policy)."""

@@ -50,11 +50,12 @@ def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[li
 
 
 def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path | None = None,
-                         title: str = "GRPO training") -> Any:
+                         title: str = "GRPO training", heldout: str = "held-out") -> Any:
     """Draw one small panel per curve of :func:`training_curves`; save a PNG when ``path`` is given.
 
     Held-out strict and flexible accuracy, when logged, get a panel each with their 95% interval
-    as a band, beside the reward curves.
+    as a band, beside the reward curves; ``heldout`` names their split in the panel titles (``"validation"``:
+    questions held out of the train split).
 
     Returns:
         The ``matplotlib.figure.Figure``.
@@ -79,7 +80,7 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
             ax.fill_between(low[0], low[1], high[1], alpha=0.25)  # the 95% interval
             ax.set_ylim(-0.02, 1.02)
         name = key.removeprefix("rewards/").removesuffix("/mean")
-        ax.set_title(f"held-out {name.removeprefix('eval/')} (95% CI)" if key in intervals else name, fontsize=9)
+        ax.set_title(f"{heldout} {name.removeprefix('eval/')} (95% CI)" if key in intervals else name, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
-from grpo_kit.evaluation.scoring import EvalResult
+from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.runs.folder import RunFolder
-from grpo_kit.runs.measure import evaluated_with
+from grpo_kit.runs.measure import evaluated_with, own_rewards, plan_from_settings
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
@@ -187,7 +187,7 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
         values = {n: evaluated[n].get(key) for n in names}
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
             problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
-    task = get_task(evaluated[first]["task"]) if not problems else None
+    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest")) if not problems else None
     if not problems:
         baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, "02_baseline_eval"), task=task)
                      for n, f in zip(names, folders)}
@@ -214,7 +214,11 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
                              "training repeated exactly), so their results are the same: compare different runs")
         digests[digest] = n
     afters = {n: EvalResult.from_jsonl(f.trained, task=task) for n, f in zip(names, folders)}
-    comparison = compare_runs_results(baselines[first], afters, seed=seed)
+    own = {getattr(f, "__name__", ""): f for n in names for f in own_rewards(trained[n], ())}
+    baseline = baselines[first]
+    if own:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
+        baseline = with_rewards(baseline, list(plan_from_settings(evaluated[first]).questions()), list(own.values()))
+    comparison = compare_runs_results(baseline, afters, seed=seed)
     differences = differing_settings(trained)
     lines = [f"# {len(names)} runs against their shared baseline", "",
              f"{task.name}: {comparison.questions} questions, greedy, paired by question id. Values with 95% bootstrap "

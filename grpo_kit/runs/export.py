@@ -165,7 +165,7 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
             raise ValueError(f"{path} is damaged or was edited ({name} = {value!r}, not a whole number): restore it, "
                              "or measure the baseline again in a new run folder (eval --before)")
-    task = get_task(settings.get("task"))
+    task = get_task(settings.get("task"), digest=settings.get("task_digest"))
     test = task.load("test")
     rows = take_slice(test, n=min(questions, len(test)), seed=seed)
     return task, rows, int(budget)

@@ -34,6 +34,7 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
+from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, latest_complete, schedule_on_resume
 
@@ -206,9 +207,14 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         if recorded is None or not spec.resume:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
-                "task": spec.task.name, "system_prompt": system_prompt_of(train_set),
+                "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
+                "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
                 "algorithm": algorithm_settings(preset), "rewards": dict(zip(spec.rewards.names, spec.rewards.weights)),
+                "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
+                                     if r.name not in BUILTIN_REWARDS},
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
+                "heldout": ({"split": "validation", "carved_from": "train", "questions": len(spec.validation),
+                             "seed": spec.seed} if spec.validation is not None else None),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
             folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
@@ -219,14 +225,14 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
 
     callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume()]  # first: before the held-out evaluation
     if spec.eval_steps is not None:
-        test = spec.task.load("test")
-        callbacks.append(HeldOutEval(spec.task, take_slice(test, n=min(spec.eval_size, len(test)), seed=spec.seed),
-                                     tokenizer, spec.eval_steps, folder, is_main_process=main,
+        callbacks.append(HeldOutEval(spec.task, spec.validation, tokenizer, spec.eval_steps, folder,
+                                     is_main_process=main, split=f"validation (from {spec.task.name} train)",
                                      max_new_tokens=spec.eval_max_new_tokens or preset.max_completion_length))
     if preset.use_vllm or preset.fast_inference:
         callbacks.append(StaleWeightsAlarm(records=folder if main else None))
     if spec.progress == "lines" and main:
-        callbacks.append(StepPrinter())
+        callbacks.append(StepPrinter(f"{len(spec.validation)} validation questions held out of the {spec.task.name} "
+                                     "train split" if spec.validation is not None else ""))
     trainer = build_trainer(model, tokenizer, train_set, preset, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
     if spec.progress == "bar":
@@ -255,7 +261,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         from grpo_kit.evaluation.plots import plot_training_curves
 
         plt.close(plot_training_curves(log_history, folder.curves,
-                                       title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})"))
+                                       title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
+                                       heldout="validation"))
         folder.mark_finished(trainer.state.global_step)
         if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
             log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "

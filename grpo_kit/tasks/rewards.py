@@ -64,8 +64,10 @@ __all__ = [
     "golds",
     "as_values",
     "guarded",
+    "import_reward",
     "int_reward_func",
     "probe",
+    "reward_path",
     "soft_correctness_reward_func",
     "soft_format_reward_func",
     "strict_format_reward_func",
@@ -487,6 +489,55 @@ def probe(rewards: RewardSet, rows: Sequence[Mapping[str, Any]], completions: Se
         if not good:  # NaN and inf are numbers: the trainer's guard (guarded) skips them with a warning
             raise ValueError(f"reward {reward.name} returned {out!r:.200} for {n} completions: a reward returns a "
                              "list with one number (or None: cannot judge) per completion")
+
+
+def reward_path(func: RewardFunc) -> str | None:
+    """``module:function`` of a reward of your own that another process can import again (what a run folder
+    records); ``None`` for a built-in reward, or a function defined in a notebook or inside another function.
+
+    >>> from grpo_kit.tasks.rewards import reward_path, texts
+    >>> reward_path(texts), reward_path(correctness_reward_func) is None
+    ('grpo_kit.tasks.rewards:texts', True)
+    """
+    name = getattr(func, "__name__", None)
+    if name in BUILTIN_REWARDS and BUILTIN_REWARDS[name] is func:
+        return None
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+def import_reward(path: str, what: str = "--rewards") -> RewardFunc:
+    """The reward function ``module:function`` names, imported (from the current folder too).
+
+    Raises:
+        ValueError: a malformed path, a module that cannot be imported (whatever it raised, ``SystemExit``
+            included), or a name that is not a function; the message starts with ``what``.
+    """
+    import importlib
+    import sys
+
+    module, _, function = path.strip().partition(":")
+    if not module or not function:
+        raise ValueError(f"{what} {path!r}: write module:function, e.g. my_rewards:length_penalty")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # python -m puts the current folder first; a console script does not
+    try:
+        found: Any = importlib.import_module(module)
+    except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise ValueError(f"{what} {path!r}: importing {module!r} failed with {type(e).__name__}: {e}; fix the module "
+                         "(it must import without side effects) or its name") from None
+    missing = object()
+    for part in function.split("."):
+        found = getattr(found, part, missing)
+    if not callable(found):
+        kind = "no attribute" if found is missing else f"a {type(found).__name__}, not a function, named"
+        raise ValueError(f"{what} {path!r}: {module!r} has {kind} {function!r}; give module:function of a reward "
+                         "function (TRL's contract) importable from the current folder")
+    return found
 
 
 class RewardSet:

@@ -196,7 +196,7 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
         ValueError: they differ; the message lists each difference (recorded -> now).
     """
     differences = []
-    for key in ("task", "model", "rewards", "train_size", "seed"):
+    for key in ("task", "model", "rewards", "train_size", "seed", "validation_size"):
         if recorded.get(key) != current.get(key):
             differences.append(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}")
     before, now = recorded.get("preset", {}), current.get("preset", {})
