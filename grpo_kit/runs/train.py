@@ -35,7 +35,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
-from grpo_kit.training.checkpoints import checkpoint_step, latest_complete, schedule_on_resume
+from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
 
 __all__ = ["TrainResult", "model_card", "package_versions", "train"]
 
@@ -217,7 +217,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
         folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
 
-    callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume()]  # first: before the held-out evaluation
+    callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume(),  # first: before the held-out evaluation
+                            fingerprint_on_save()]
     if spec.eval_steps is not None:
         test = spec.task.load("test")
         callbacks.append(HeldOutEval(spec.task, take_slice(test, n=min(spec.eval_size, len(test)), seed=spec.seed),
