@@ -236,11 +236,11 @@ def _eval(args: argparse.Namespace) -> int:
         results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
         print(results["greedy"].summary.round(3).to_markdown(), flush=True)
         if not plan.task.trains:  # an evaluation-only task: nothing to train on it
-            log.info(f"baseline written to {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
+            log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
                      "split, so this baseline is a measurement on its own (train on another task, in another run "
                      "folder)")
             return 0
-        log.info(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
+        log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
                  f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
         return 0
     defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])

@@ -36,7 +36,7 @@ from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
-from grpo_kit.training.checkpoints import checkpoint_step, latest_complete, schedule_on_resume
+from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
 
 __all__ = ["TrainResult", "model_card", "package_versions", "train"]
 
@@ -223,7 +223,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
         folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
 
-    callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume()]  # first: before the held-out evaluation
+    callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume(),  # first: before the held-out evaluation
+                            fingerprint_on_save()]
     if spec.eval_steps is not None:
         callbacks.append(HeldOutEval(spec.task, spec.validation, tokenizer, spec.eval_steps, folder,
                                      is_main_process=main, split=f"validation (from {spec.task.name} train)",

@@ -27,8 +27,9 @@ from typing import Any
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Preset
 
-__all__ = ["check_same_run", "checkpoint_step", "checkpoints", "continue_schedule", "is_complete", "latest_complete",
-           "readable", "resume_point", "run_identity", "schedule_on_resume"]
+__all__ = ["FINGERPRINT", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints", "continue_schedule",
+           "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point", "run_identity",
+           "schedule_on_resume", "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
@@ -130,6 +131,64 @@ def is_complete(checkpoint: str | Path) -> bool:
     return has_weights and has_optimizer and (checkpoint / "scheduler.pt").is_file()
 
 
+#: Written into each checkpoint once transformers saved it: the SHA-256 of its weight files
+#: (:func:`fingerprint_on_save`).
+FINGERPRINT = "weights_sha256.json"
+
+
+def weights_fingerprint(checkpoint: str | Path) -> dict[str, str]:
+    """The SHA-256 of a checkpoint's weight files (model or adapter, and the shards an index names), by file name;
+    empty for a DeepSpeed or FSDP checkpoint, whose weights live in folders of their own."""
+    from grpo_kit.system.files import sha256_file
+
+    checkpoint = Path(checkpoint)
+    names = {name for name in _WEIGHTS if (checkpoint / name).is_file()}
+    for index in [name for name in names if name.endswith(".index.json")]:
+        try:
+            names |= set(json.loads((checkpoint / index).read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return {name: sha256_file(checkpoint / name) for name in sorted(names) if (checkpoint / name).is_file()}
+
+
+def check_fingerprint(checkpoint: str | Path) -> None:
+    """Refuse a checkpoint whose weights are not the ones training saved (its :data:`FINGERPRINT`); one saved
+    without a fingerprint (by an older kit, or killed before it was written) is not checked.
+
+    Raises:
+        ValueError: a weight file was replaced, edited or removed; the message names it.
+    """
+    checkpoint = Path(checkpoint)
+    try:
+        recorded = json.loads((checkpoint / FINGERPRINT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(recorded, dict):
+        return
+    now = weights_fingerprint(checkpoint)
+    for name, digest in sorted(recorded.items()):
+        if now.get(name) != digest:
+            raise ValueError(f"{checkpoint / name} is not the file training saved (its SHA-256 differs from the one "
+                             f"{FINGERPRINT} records, or it is gone): restore it, or delete {checkpoint} to resume "
+                             "from an earlier checkpoint")
+
+
+def fingerprint_on_save() -> Any:
+    """A ``TrainerCallback`` that writes each checkpoint's :data:`FINGERPRINT` once transformers saved it (main
+    process), so that a resume can tell the weights are the ones training wrote (:func:`check_fingerprint`)."""
+    from transformers import TrainerCallback
+
+    from grpo_kit.system.files import write_json
+
+    class FingerprintOnSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                write_json(folder / FINGERPRINT, weights_fingerprint(folder))
+
+    return FingerprintOnSave()
+
+
 def latest_complete(folder: str | Path) -> Path | None:
     """The newest complete checkpoint in ``folder`` (see :func:`is_complete`), or ``None``."""
     for checkpoint in reversed(checkpoints(folder)):
@@ -150,8 +209,9 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
     Raises:
         ValueError: the run has trained past ``max_steps`` (a run cannot be shortened); checkpoints exist but none
             is complete (a resume would start over from step 0); a finished run asked for more steps has no complete
-            checkpoint of its last step (pruned or damaged: it would be trained again from an earlier step); each
-            message says what to do.
+            checkpoint of its last step (pruned or damaged: it would be trained again from an earlier step); the
+            checkpoint's weights are not the ones training saved (:func:`check_fingerprint`); each message says what
+            to do.
     """
     folder = Path(folder)
     found = latest_complete(folder)
@@ -166,6 +226,8 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
                          " the weights, optimizer.pt or scheduler.pt missing or unreadable), so a "
                          f"resume would start over from step 0. Delete them (rm -r {folder}) to start over, or "
                          "restore a complete checkpoint")
+    if found is not None:
+        check_fingerprint(found)
     if finished_step is not None and max_steps > finished_step and reached < finished_step:
         raise ValueError(f"{folder.parent} finished at step {finished_step}, but no complete checkpoint of that step "
                          f"is left in {folder} ({'newest complete: ' + found.name if found else 'none complete'}), so "

@@ -331,12 +331,16 @@ def test_a_resume_whose_checkpoint_does_not_load_changes_nothing_in_the_finished
     finished.json, max_steps and the held-out records are as they were."""
     from safetensors.torch import save_file
 
+    from grpo_kit.training.checkpoints import FINGERPRINT, weights_fingerprint
+
     run_dir = _copy(uninterrupted[0], tmp_path)
     weights = run_dir / "checkpoints" / "checkpoint-6" / "model.safetensors"
     tensors = load_file(weights)
     name = next(iter(tensors))
     tensors[name] = torch.zeros(3, 5)
     save_file(tensors, weights, metadata={"format": "pt"})
+    fingerprint = weights.parent / FINGERPRINT  # as if training had saved these weights: the load is what fails
+    fingerprint.write_text(json.dumps(weights_fingerprint(weights.parent)))
     before = _snapshot(run_dir)
     heldout = sorted(p.name for p in (run_dir / "heldout").iterdir())
     args = _train_args(tiny_policy_files, run_dir, "--resume")
@@ -371,3 +375,23 @@ def test_a_reward_judging_nothing_huge_or_numpy_trains_and_the_run_finishes(tiny
     assert "reward numpy_reward" not in result.stderr
     assert json.loads((tmp_path / "run" / "finished.json").read_text())["step"] == 1
     assert (tmp_path / "run" / "training_curves.png").is_file()
+
+
+def test_a_checkpoint_whose_weights_were_replaced_is_refused_naming_the_file(uninterrupted, tiny_policy_files,
+                                                                              tmp_path, capsys):
+    """Whole weights (header and size right) that are not the ones training saved: another checkpoint's."""
+    import shutil
+
+    from grpo_kit.training.checkpoints import FINGERPRINT
+
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    newest = run_dir / "checkpoints" / "checkpoint-6"
+    assert json.loads((newest / FINGERPRINT).read_text())["model.safetensors"]
+    shutil.copy(run_dir / "checkpoints" / "checkpoint-4" / "model.safetensors", newest / "model.safetensors")
+    before = _snapshot(run_dir)
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args[args.index("--max-steps") + 1] = "8"
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{newest / 'model.safetensors'} is not the file training saved" in err and "Traceback" not in err
+    assert _snapshot(run_dir) == before
