@@ -1,5 +1,5 @@
-"""Command line: ``python -m grpo_kit demo | train | eval | compare | compare-demo | export | verify-export | plan |
-doctor | presets | algorithms`` (also ``grpo-kit ...``).
+"""Command line: ``python -m grpo_kit demo | train | eval | reward-check | compare | compare-demo | export |
+verify-export | plan | doctor | presets | algorithms`` (also ``grpo-kit ...``).
 
 - ``demo``: the offline before/after pipeline on a CPU (warm start, measure, train, measure, report).
 - ``train``: GRPO into a run folder, with checkpoints, ``--resume`` and held-out accuracy; the same
@@ -7,6 +7,8 @@ doctor | presets | algorithms`` (also ``grpo-kit ...``).
   train`` runs on every process.
 - ``eval``: ``--before`` measures the starting policy (notebook 02); without it, the run folder's trained
   model on the same questions and the before/after report (notebook 04).
+- ``reward-check``: before training, whether a reward set can teach: per reward and for the weighted total, from the
+  baseline's sampled completions (notebook 02's last cell).
 - ``compare``: several trained runs that share a baseline in one paired table, Holm-adjusted (notebook 05).
 - ``compare-demo``: the offline experiment where the reward set decides what GRPO teaches: one warm start, one
   baseline, one run per reward set, one paired table (notebook 05's steps).
@@ -48,9 +50,8 @@ def parse_rewards(items: Sequence[str]) -> Any:
     >>> parse_rewards(["correctness_reward_func=2", "xmlcount_reward_func=0"])
     RewardSet({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
     """
-    import importlib
-
     from grpo_kit.tasks import RewardSet
+    from grpo_kit.tasks.rewards import import_reward
 
     rewards, weights = [], []
     for item in (part for entry in items for part in entry.split(",") if part.strip()):
@@ -60,22 +61,7 @@ def parse_rewards(items: Sequence[str]) -> Any:
         except ValueError:
             raise ValueError(f"--rewards {item!r}: the weight after '=' must be a number") from None
         if ":" in name:
-            module, _, function = name.strip().partition(":")
-            if not module or not function:
-                raise ValueError(f"--rewards {name!r}: write module:function, e.g. my_rewards:length_penalty")
-            try:
-                found = importlib.import_module(module)
-            except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                raise ValueError(f"--rewards {name!r}: importing {module!r} failed with {type(e).__name__}: {e}; "
-                                 "fix the module (it must import without side effects) or its name") from None
-            if not callable(getattr(found, function, None)):
-                what = "no attribute" if not hasattr(found, function) else \
-                    f"a {type(getattr(found, function)).__name__}, not a function, named"
-                raise ValueError(f"--rewards {name!r}: {module!r} has {what} {function!r}; give module:function of "
-                                 "a reward function (TRL's contract) importable from the current folder")
-            rewards.append(getattr(found, function))
+            rewards.append(import_reward(name))
         else:
             rewards.append(name)
     return RewardSet(rewards, weights)
@@ -144,11 +130,12 @@ def _quiet_library_bars() -> None:
 def _demo(args: argparse.Namespace) -> int:
     from grpo_kit.demo import DemoConfig, run_demo
     from grpo_kit.policy.warm_start import WarmStart
-    from grpo_kit.tasks import DEFAULT_TASK
+    from grpo_kit.tasks import DEFAULT_TASK, get_task
 
     warm = WarmStart(steps=args.warm_steps, xml_share=args.xml_share)  # bad values raise here
+    name = get_task(args.task).name  # a task file is read and checked here
     config = DemoConfig(
-        name=args.name if args.name is not None else ("demo" if args.task == DEFAULT_TASK else f"demo-{args.task}"),
+        name=args.name if args.name is not None else ("demo" if args.task == DEFAULT_TASK else f"demo-{name}"),
         task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir, eval_size=args.eval_size,
         train_size=args.train_size, grpo_steps=args.steps, samples=args.samples, warm=warm, seed=args.seed,
         resume=args.resume)
@@ -160,6 +147,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _run_spec(args: argparse.Namespace) -> Any:
     """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
     from grpo_kit.runs.spec import RunSpec
+    from grpo_kit.tasks import get_task
     from grpo_kit.training.presets import get_preset, with_algorithm
     from grpo_kit.training.tracking import setup_wandb
 
@@ -170,17 +158,37 @@ def _run_spec(args: argparse.Namespace) -> Any:
     if args.report_to == "wandb":
         overrides["report_to"] = setup_wandb(args.wandb_project)
     rewards = parse_rewards(args.rewards) if args.rewards else None
-    run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{args.task}"
+    task = args.task if args.task is not None else _recorded_task(args.run_dir)
+    run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{get_task(task).name}"
     # the preset, then the named algorithm, then --set (which may change any field of either); built here because
     # the preset's own seed is a field like any other, beside the run's --seed
     preset = get_preset(args.preset)
     if getattr(args, "algorithm", None) is not None:
         preset = with_algorithm(preset, args.algorithm)
     preset = get_preset(preset, **overrides)
-    return RunSpec.resolve(preset, args.task, rewards=rewards, model=args.model, run_dir=run_dir,
+    return RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
                            warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines")
+
+
+def _recorded_task(run_dir: str | None) -> str:
+    """The task a run folder recorded (its training, else its baseline): what ``train`` uses without ``--task``; the
+    kit's default task for a new folder."""
+    import json
+
+    from grpo_kit.tasks import DEFAULT_TASK
+
+    for name in ("train_settings.json", "eval_settings.json"):
+        path = Path(run_dir) / name if run_dir is not None else None
+        if path is not None and path.is_file():
+            try:
+                recorded = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # the run spec reports a damaged file with what to do
+            if isinstance(recorded, dict) and isinstance(recorded.get("task"), str):
+                return recorded["task"]
+    return DEFAULT_TASK
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -192,8 +200,9 @@ def _train(args: argparse.Namespace) -> int:
     if spec.launch.is_main:
         log.info(f"train: preset {spec.preset.name}, task {spec.task.name}, rewards {spec.rewards}, "
                  f"{spec.preset.max_steps} steps, checkpoints every {spec.preset.save_steps} into "
-                 f"{spec.folder.checkpoints}" + (f", held-out accuracy every {spec.eval_steps} steps on "
-                                                 f"{spec.eval_size} questions" if spec.eval_steps else ""))
+                 f"{spec.folder.checkpoints}" + (f", validation accuracy every {spec.eval_steps} steps on "
+                                                 f"{spec.eval_size} questions held out of the train split"
+                                                 if spec.eval_steps else ""))
     result = train(spec)
     if result.already_finished:
         return 0
@@ -224,9 +233,14 @@ def _eval(args: argparse.Namespace) -> int:
                         samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
                         backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
                         cache_dir=args.cache_dir)
-        results = measure_before(plan, run)  # checks the slice and the model before anything loads
+        results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
         print(results["greedy"].summary.round(3).to_markdown(), flush=True)
-        log.info(f"baseline written to {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
+        if not plan.task.trains:  # an evaluation-only task: nothing to train on it
+            log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
+                     "split, so this baseline is a measurement on its own (train on another task, in another run "
+                     "folder)")
+            return 0
+        log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
                  f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
         return 0
     defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
@@ -249,7 +263,7 @@ def _eval(args: argparse.Namespace) -> int:
 _BEFORE_ONLY = {"--preset": "preset", "--task": "task", "--model": "model", "--set": "set", "--eval-size": "eval_size",
                 "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
                 "--temperature": "temperature", "--backend": "backend", "--seed": "seed", "--warm-steps": "warm_steps",
-                "--cache-dir": "cache_dir"}
+                "--cache-dir": "cache_dir", "--replace-baseline": "replace_baseline"}
 
 
 
@@ -281,6 +295,9 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 def _export(args: argparse.Namespace) -> int:
     from grpo_kit.runs.export import ExportRefused, check_repo_id, export
 
+    if args.quant is not None and "gguf" not in args.format:
+        raise ValueError(f"--quant {args.quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the "
+                         "base model's dtype)")
     if args.push_to_hub:  # checked before anything is exported
         check_repo_id(args.push_to_hub)
         if len(args.format) != 1:
@@ -314,7 +331,11 @@ def _export(args: argparse.Namespace) -> int:
 def _verify_export(args: argparse.Namespace) -> int:
     from grpo_kit.runs.export import verification_record, verify_export
 
-    verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
+    try:
+        verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
+    except ImportError as e:  # llama-cpp-python not built
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(verification.summary(), flush=True)
     if args.record:
         print(f"recorded in {verification_record(args.export, verification)}")
@@ -331,6 +352,16 @@ def _compare(args: argparse.Namespace) -> int:
     report = compare_runs(args.run_dirs, out_dir=out, names=args.names, seed=args.seed)
     print(report.markdown, flush=True)
     log.info(f"wrote {out}/ (runs_comparison.md, runs_metrics.csv, runs_pairs.csv, runs_comparison.png)")
+    return 0
+
+
+def _reward_check(args: argparse.Namespace) -> int:
+    import json
+
+    from grpo_kit.runs.reward_check import reward_check
+
+    check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
+    print(json.dumps(check.to_json(), indent=1) if args.json else check.markdown(), flush=True)
     return 0
 
 
@@ -371,9 +402,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
-    demo.add_argument("--task", default=defaults.task,
-                      choices=[name for name, t in TASKS.items() if t.trains and t.demonstration is not None],
-                      help="the task to train and evaluate on (grpo_kit.tasks)")
+    demo.add_argument("--task", default=defaults.task, metavar="NAME|PATH.yaml",
+                      help="the task to train and evaluate on: " + ", ".join(
+                          name for name, t in TASKS.items() if t.trains and t.demonstration is not None)
+                      + ", or a task file")
     demo.add_argument("--name", default=None, help="run folder name under --runs-dir (default demo, demo-<task>)")
     demo.add_argument("--runs-dir", default=defaults.runs_dir)
     demo.add_argument("--cache-dir", default=defaults.cache_dir, help="where the warm-started policy is cached")
@@ -392,7 +424,9 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
     train.add_argument("--preset", default=None, choices=list(PRESETS),
                        help="the recipe (default: the one that fits this machine's GPU, cpu-tiny without one)")
-    train.add_argument("--task", default=DEFAULT_TASK, choices=[name for name, t in TASKS.items() if t.trains])
+    train.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
+                       help="the task: " + ", ".join(name for name, t in TASKS.items() if t.trains) + ", or a task "
+                       f"file (default: the task the run folder recorded, else {DEFAULT_TASK})")
     train.add_argument("--model", default=None, help="a Hub id or path instead of the preset's model")
     train.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
                        help="rewards to train with (default the task's): registered names or your own "
@@ -404,7 +438,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     train.add_argument("--eval-steps", type=_positive, default=None,
                        help="measure held-out greedy accuracy every N steps (and at the start)")
-    train.add_argument("--eval-size", type=_positive, default=100, help="held-out test questions (seeded slice)")
+    train.add_argument("--eval-size", type=_positive, default=None,
+                       help="validation questions held out of the train split for --eval-steps (seeded; default the "
+                       "task file's validation_size, else 100 or a fifth of the train split)")
     train.add_argument("--eval-max-new-tokens", type=_positive, default=None,
                        help="held-out completion budget (default the preset's max_completion_length)")
     train.add_argument("--train-size", type=_positive, default=None, help="train questions (seeded slice)")
@@ -420,9 +456,13 @@ def _parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="--before: the baseline (notebook 02); else the trained model and the "
                         "before/after report (notebook 04)")
     ev.add_argument("--run-dir", required=True, help="the run folder")
-    ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan")
+    ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan (the "
+                    "same settings again reuse the baseline; other settings are refused)")
+    ev.add_argument("--replace-baseline", action="store_true", help="--before: replace a baseline measured with "
+                    "other settings, and the evaluation after training and report made against it")
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
-    ev.add_argument("--task", default=DEFAULT_TASK, choices=list(TASKS), help="--before: the task")
+    ev.add_argument("--task", default=DEFAULT_TASK, metavar="NAME|PATH.yaml",
+                    help=f"--before: the task: {', '.join(TASKS)}, or a task file")
     ev.add_argument("--model", default=None, help="--before: a Hub id or path instead of the preset's model")
     ev.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="--before: preset fields")
     ev.add_argument("--eval-size", type=_positive, default=None, help="--before: test questions (seeded slice)")
@@ -458,6 +498,15 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
     compare.set_defaults(func=_compare)
 
+    check = sub.add_parser("reward-check", help="before training: from the baseline's sampled completions, whether a "
+                           "reward set can teach (zero-variance share, correlation with correctness), per reward")
+    check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder measured with eval --before --samples k")
+    check.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
+                       help="the reward set to check (default the task's): built-in names or your own "
+                       "module:function, as train --rewards")
+    check.add_argument("--json", action="store_true", help="print the check as one JSON object")
+    check.set_defaults(func=_reward_check)
+
     plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
                                        "resume, problems), without loading a model or needing a GPU")
     plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets); default: the one "
@@ -468,7 +517,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb (default: this "
                            "machine's GPUs)")
     plan.add_argument("--gpus", type=_positive, default=None,
-                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs here)")
+                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs "
+                           "here, less one for a vLLM server)")
     plan.add_argument("--launch", default="single", choices=["single", "ddp", "zero2", "zero3", "fsdp2"],
                       help="one process, or accelerate launch with configs/accelerate/<launch>.yaml")
     plan.add_argument("--run-dir", default=None, help="a run folder (with --resume: plan resuming it)")
@@ -548,6 +598,14 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.resume and args.run_dir is None:
         raise ValueError("--resume plans resuming a run folder: pass --run-dir RUN")
+    if args.launch == "single" and args.gpus not in (None, 1):
+        raise ValueError(f"--launch single runs one process, and --gpus {args.gpus} asks for {args.gpus}: choose "
+                         "--launch ddp, zero2, zero3 or fsdp2 for several GPUs, or drop --gpus")
+    if args.model is not None:  # as train checks it, before anything loads
+        from grpo_kit.policy.source import PolicySource
+        from grpo_kit.tasks import DEFAULT_TASK, get_task
+
+        PolicySource.of(args.model, get_task(DEFAULT_TASK))
     overrides = parse_sets(args.set)
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps

@@ -109,8 +109,8 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
     import torch
 
     run_dir = run.path
-    if not config.resume and (run_dir / "checkpoints").is_dir():
-        _fresh(run)
+    if not config.resume and any(p.exists() for p in (run.checkpoints, run.model, run.finished)):
+        _fresh(run)  # the demo starts afresh: what an earlier demo trained here goes
     spec = RunSpec.resolve(preset, task, run_dir=run_dir, resume=config.resume, train_size=config.train_size,
                            seed=config.seed, warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir,
                            progress="bar" if config.progress else "none")  # every setting, before any model is built
@@ -129,7 +129,7 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
     start = time.perf_counter()
     backend = TransformersBackend(model, tokenizer, batch_size=config.eval_batch_size, progress=config.progress)
     backend.route = "transformers"
-    before = measure_before(plan, run, backend)
+    before = measure_before(plan, run, backend, replace=True)  # the demo starts afresh
     wall["baseline evaluation"] = time.perf_counter() - start
     print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
 
@@ -230,7 +230,7 @@ class CompareDemoConfig:
     @property
     def folder_name(self) -> str:
         """The folder under ``runs_dir``: ``name``, default ``compare-<task>``."""
-        return self.name if self.name is not None else f"compare-{self.task_name}"
+        return self.name if self.name is not None else f"compare-{get_task(self.task_name).name}"
 
     def preset_fields(self) -> dict[str, Any]:
         """The ``cpu-tiny`` preset fields every variant trains with (notebook 05 uses them on the tiny policy)."""

@@ -375,7 +375,7 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
 
 def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = None, algorithm: str | None = None,
                   rewards: Any = None, max_steps: int | None = None, resume: bool = False,
-                  eval_steps: int | None = None, eval_size: int = 100, wandb_project: str | None = None,
+                  eval_steps: int | None = None, eval_size: int | None = None, wandb_project: str | None = None,
                   cpu_demo: Any = False, seed: int = 0, use_drive: bool | None = None) -> Any:
     """Notebook 03's run, resolved and checked before anything loads (:meth:`grpo_kit.runs.spec.RunSpec.resolve`),
     and said in two lines: the algorithm, and the steps and checkpoints.
@@ -390,8 +390,8 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
             on); ``None``: the task's.
         max_steps: GRPO steps (``None``: the preset's).
         resume: continue from the newest complete checkpoint (with a larger ``max_steps``, extend a finished run).
-        eval_steps: held-out greedy accuracy every N steps on ``eval_size`` questions, with the reward-hacking
-            alarm (``None``: off).
+        eval_steps: greedy accuracy every N steps on ``eval_size`` validation questions held out of the train split
+            (``None``: the task's ``validation_size``, else up to 100), with the reward-hacking alarm (``None``: off).
         wandb_project: log to wandb (:func:`grpo_kit.training.tracking.setup_wandb`; ``None``: no wandb).
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``train_size`` and warm start apply.
         seed: seeds the training and the held-out slice.
@@ -429,12 +429,12 @@ def open_run(run_dir: str, use_drive: bool | None = None) -> tuple[Any, Any]:
         ``(run, plan)``: the :class:`grpo_kit.runs.folder.RunFolder` and its :class:`grpo_kit.runs.measure.EvalPlan`.
 
     Raises:
-        RuntimeError / ValueError: no finished baseline in the folder (the message names the notebook to run).
+        RuntimeError / ValueError: no such folder, or no finished baseline in it (the message names what to run).
     """
     from grpo_kit.runs.folder import RunFolder, resolve_run_dir
     from grpo_kit.runs.measure import plan_from_settings
 
-    run = RunFolder(resolve_run_dir(run_dir, use_drive))
+    run = RunFolder.existing(resolve_run_dir(run_dir, use_drive))  # a mistyped run_dir is named, not created
     plan = plan_from_settings(run.read_json(run.eval_settings, written_by="02_baseline_eval"))
     gpu_check(plan.preset)
     print(f"run folder {run.path}: task {plan.task.name}")

@@ -23,3 +23,12 @@ def test_every_page_the_nav_names_exists_and_the_shared_pages_are_in_it():
     assert {"concepts/run-folder.md", "tutorials/your-own-data.md", "get-started/install.md"} <= set(pages)
     missing = [page for page in pages if not (ROOT / "docs" / page).is_file()]
     assert not missing, missing
+
+
+def test_the_api_reference_lists_every_module():
+    """The reference pages name their modules (``::: grpo_kit.x.y``): a new module must be added to one."""
+    listed = set(re.findall(r"^::: ([\w.]+)$", "\n".join(
+        p.read_text(encoding="utf-8") for p in (ROOT / "docs" / "reference").glob("*.md")), re.M))
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "grpo_kit").rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py") and "shipped" not in p.parts}
+    assert not modules - listed, sorted(modules - listed)

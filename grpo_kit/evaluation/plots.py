@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.system.files import replaced
 
-__all__ = ["plot_before_after", "plot_runs", "plot_training_curves", "training_curves"]
+__all__ = ["MAX_CHART_INCHES", "plot_before_after", "plot_runs", "plot_training_curves", "training_curves"]
+
+#: The widest chart drawn, in inches (1760 px at the 110 dpi charts are saved with).
+MAX_CHART_INCHES = 16
 
 
 def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
@@ -25,6 +29,11 @@ def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[li
 
     >>> training_curves([{"step": 1, "reward": 0.5, "rewards/f/mean": 0.1}, {"step": 2, "reward": 0.7}])
     {'rewards/f/mean': ([1], [0.1]), 'reward': ([1, 2], [0.5, 0.7])}
+
+    A step whose mean is ``None`` or NaN (no completion could be judged) has no point:
+
+    >>> training_curves([{"step": 1, "rewards/f/mean": None}, {"step": 2, "rewards/f/mean": float("nan")}])
+    {}
     """
     keys = [k for row in log_history for k in row if k.startswith("rewards/") and k.endswith("/mean")]
     held_out = [f"eval/{rule}_accuracy{part}" for rule in ("strict", "flexible")
@@ -32,18 +41,21 @@ def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[li
     keys = list(dict.fromkeys(keys)) + ["reward", "completions/mean_length", *held_out]
     curves = {}
     for key in keys:
-        points = [(row["step"], float(row[key])) for row in log_history if key in row and "step" in row]
+        # A step where no completion could be judged logs None (or NaN): no point there, the curve goes on.
+        points = [(row["step"], float(row[key])) for row in log_history if "step" in row
+                  and isinstance(row.get(key), (int, float)) and math.isfinite(row[key])]
         if points:
             curves[key] = ([s for s, _ in points], [v for _, v in points])
     return curves
 
 
 def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path | None = None,
-                         title: str = "GRPO training") -> Any:
+                         title: str = "GRPO training", heldout: str = "held-out") -> Any:
     """Draw one small panel per curve of :func:`training_curves`; save a PNG when ``path`` is given.
 
     Held-out strict and flexible accuracy, when logged, get a panel each with their 95% interval
-    as a band, beside the reward curves.
+    as a band, beside the reward curves; ``heldout`` names their split in the panel titles (``"validation"``:
+    questions held out of the train split).
 
     Returns:
         The ``matplotlib.figure.Figure``.
@@ -68,7 +80,7 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
             ax.fill_between(low[0], low[1], high[1], alpha=0.25)  # the 95% interval
             ax.set_ylim(-0.02, 1.02)
         name = key.removeprefix("rewards/").removesuffix("/mean")
-        ax.set_title(f"held-out {name.removeprefix('eval/')} (95% CI)" if key in intervals else name, fontsize=9)
+        ax.set_title(f"{heldout} {name.removeprefix('eval/')} (95% CI)" if key in intervals else name, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
@@ -129,7 +141,8 @@ def plot_runs(metrics: Any, path: str | Path | None = None, title: str = "runs a
     labels = list(dict.fromkeys(metrics["metric"]))
     x = np.arange(len(labels))
     width = 0.8 / len(runs)
-    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(labels) * len(runs) / 2 + 4), 3.8))
+    # At most 16 inches wide, whatever the number of runs (12 runs were 80 inches): bars get thinner instead.
+    fig, ax = plt.subplots(figsize=(min(MAX_CHART_INCHES, max(8, 1.2 * len(labels) * len(runs) / 2 + 4)), 3.8))
     for k, run in enumerate(runs):
         rows = metrics[metrics["run"] == run].set_index("metric").loc[labels]
         value = rows["value"] / rows["max"]
@@ -139,7 +152,7 @@ def plot_runs(metrics: Any, path: str | Path | None = None, title: str = "runs a
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("share of maximum (95% CI)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=-(-len(runs) // 8))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return _saved(fig, path)

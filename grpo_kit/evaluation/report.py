@@ -47,7 +47,7 @@ def alarms_markdown(alarms: list[dict[str, Any]]) -> str:
     for a in alarms:
         if a.get("kind") == "reward_hacking":
             lines.append(f"- **Reward hacking** at step {a['step']}: training reward {a['reward_before']:.3f} -> "
-                         f"{a['reward_after']:.3f} while held-out {a['rule']} accuracy fell "
+                         f"{a['reward_after']:.3f} while {a.get('split', 'held-out')} {a['rule']} accuracy fell "
                          f"{a['accuracy_before']:.3f} -> {a['accuracy_after']:.3f} ({a['right_to_wrong']} "
                          f"right->wrong, {a['wrong_to_right']} wrong->right, McNemar p = {a['mcnemar_p']:.2g})")
         else:

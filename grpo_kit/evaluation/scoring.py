@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from grpo_kit.policy.cache import GenerationCache
 
-__all__ = ["EvalResult", "evaluate", "question_id", "score"]
+__all__ = ["EvalResult", "evaluate", "question_id", "score", "with_rewards"]
 
 
 def question_id(prompt: Any, gold: str) -> str:
@@ -46,6 +46,12 @@ def question_id(prompt: Any, gold: str) -> str:
     """
     payload = json.dumps([prompt, gold], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+
+def _as_trl_passes(texts: Sequence[str]) -> list[list[dict[str, str]]]:
+    """Completions as TRL passes them to reward functions for conversational prompts (the kit's): one assistant
+    message each, so a reward written for training reads evaluation's completions the same way."""
+    return [[{"role": "assistant", "content": text}] for text in texts]
 
 
 def _metric_rewards(rewards: Sequence[Any] | None, task: Task) -> list[Reward]:
@@ -94,7 +100,8 @@ def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any
         texts = [getattr(s, "text", s) for s in samples]
         n = len(texts)
         columns = {key: [value] * n for key, value in example.items() if key != "prompt"}
-        values = {f.__name__: f(prompts=[example["prompt"]] * n, completions=texts, **columns) for f in funcs}
+        values = {f.__name__: f(prompts=[example["prompt"]] * n, completions=_as_trl_passes(texts), **columns)
+                  for f in funcs}
         for sample, (text, raw) in enumerate(zip(texts, samples)):
             record = {
                 "id": qid,
@@ -187,6 +194,42 @@ class EvalResult:
         question id. The default is the task's headline metric (:attr:`grpo_kit.tasks.Task.headline`)."""
         metric = metric or self.task.headline
         return {r["id"]: (r[metric] or 0) > 0 for r in self.records if r["sample"] == 0}
+
+
+def with_rewards(result: EvalResult, examples: Sequence[dict[str, Any]], rewards: Sequence[Any]) -> EvalResult:
+    """``result`` with more reward functions scored on its completions (nothing is generated again): a run's own
+    rewards, shown in its tables under their own names beside the task's metrics.
+
+    Args:
+        result: an evaluation of ``examples`` (its records' ``index`` is the row of ``examples``).
+        examples: the dataset rows it evaluated, in order (the columns the rewards read).
+        rewards: reward functions or :class:`grpo_kit.tasks.Reward` objects; one the records already hold is skipped.
+
+    Returns:
+        A new :class:`EvalResult` whose records also hold one key per reward (added to ``total``) and whose summary
+        shows them (label and maximum: :func:`grpo_kit.evaluation.summary.metrics`).
+    """
+    new = [r for r in RewardSet(list(rewards)).rewards if r.name not in result.records[0]] if rewards else []
+    if not new:
+        return result
+    records = [dict(r) for r in result.records]
+    by_index: dict[int, list[dict[str, Any]]] = {}
+    for record in records:
+        by_index.setdefault(record["index"], []).append(record)
+    for reward in new:
+        func = guarded(reward.func)
+        for index, group in by_index.items():
+            example = examples[index]
+            n = len(group)
+            columns = {key: [value] * n for key, value in example.items() if key != "prompt"}
+            values = func(prompts=[example["prompt"]] * n, completions=_as_trl_passes([r["completion"] for r in group]),
+                          **columns)
+            for record, value in zip(group, values):
+                record[reward.name] = value
+                record[TOTAL] = record[TOTAL] + (value or 0.0)
+    scored = [*result.rewards, *new]
+    return EvalResult(records=records, summary=summarize(records, result.task, scored), sampling=result.sampling,
+                      wall_s=result.wall_s, task=result.task, rewards=scored)
 
 
 def _generate(backend: Backend, prompts: list[Any], sampling: Sampling, cache: GenerationCache | None) -> list[Any]:

@@ -60,7 +60,15 @@ def metrics(records: Sequence[dict[str, Any]], task: Task, rewards: Sequence[Rew
     """The metrics of ``records``: the rules' accuracies, the rewards in the order they were scored, the total.
 
     A reward is described by ``rewards`` where it is among them, else by the built-in reward of its name, else
-    by its name alone (unknown maximum, graded).
+    by its name alone (graded). A reward whose maximum is not known (a function of your own without a
+    ``max_value`` attribute) gets the largest value it returned in these records.
+
+    >>> from grpo_kit.tasks import get_task
+    >>> def mine(completions=None, **kwargs): return [len(c) / 10 for c in completions]
+    >>> records = [{"id": "q", "sample": 0, "strict_correct": 1.0, "mine": 0.3}, {"id": "q", "sample": 1,
+    ...            "strict_correct": 0.0, "mine": 0.7}]
+    >>> [(m.label, m.max_value) for m in metrics(records, get_task("gsm8k"), [Reward.of(mine)])][1]
+    ('mine', 0.7)
     """
     rules = rules_of(records)
     skip = _BASE_FIELDS | {f"{r}_answer" for r in rules} | {f"{r}_correct" for r in rules} | set(task.fields(""))
@@ -70,8 +78,12 @@ def metrics(records: Sequence[dict[str, Any]], task: Task, rewards: Sequence[Rew
         if key in skip:
             continue
         reward = given.get(key) or (Reward.of(BUILTIN_REWARDS[key]) if key in BUILTIN_REWARDS else None)
-        found.append(Metric(key, reward.label, reward.max_value, reward.binary) if reward is not None
-                     else Metric(key, key, math.nan, False))
+        metric = Metric(key, reward.label, reward.max_value, reward.binary) if reward is not None \
+            else Metric(key, key, math.nan, False)
+        if math.isnan(metric.max_value):
+            returned = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+            metric = Metric(metric.key, metric.label, max(returned) if returned else math.nan, metric.binary)
+        found.append(metric)
     return [Metric(f"{r}_correct", rule_label(r), 1.0, True) for r in rules] + found + [
         Metric(TOTAL, "Total", sum(m.max_value for m in found), False)]
 

@@ -223,7 +223,8 @@ class TinyPolicy:
     def folder(self) -> Path:
         """The cache folder, named by a hash of everything that shapes the policy."""
         shape = {"warm": dataclasses.asdict(self.warm), "spec": dataclasses.asdict(self.spec), "seed": self.seed,
-                 "task": self.task.name, "format": 4}
+                 "task": self.task.name, "format": 4,
+                 **({"data": sorted(self.task.digest.values())} if self.task.digest is not None else {})}
         key = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
         return Path(self.cache_dir) / f"tiny-policy-{self.task.name}-{key}"
 
@@ -255,7 +256,7 @@ class TinyPolicy:
 
     def request(self) -> dict[str, Any]:
         """Everything that builds it, as JSON (what a worker process receives)."""
-        return {"task": self.task.name, "warm": dataclasses.asdict(self.warm), "spec": dataclasses.asdict(self.spec),
+        return {"task": self.task.ref, "warm": dataclasses.asdict(self.warm), "spec": dataclasses.asdict(self.spec),
                 "seed": self.seed, "cache_dir": str(self.cache_dir)}
 
     @classmethod

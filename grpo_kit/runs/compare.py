@@ -10,6 +10,7 @@ says what was varied. The statistics are :func:`grpo_kit.evaluation.compare.comp
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
-from grpo_kit.evaluation.scoring import EvalResult
+from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.measure import evaluated_with, own_rewards, plan_from_settings
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
@@ -147,16 +149,34 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         FileNotFoundError: a run folder lacks its baseline, training or evaluation after training (the message names
             the step to run).
         ValueError: the runs do not share a baseline (the message names each setting that differs, with each run's
-            value); the same folder given twice; ``names`` of the wrong length.
+            value); the same folder given twice, or two folders holding the same trained weights; ``names`` of the
+            wrong length or holding ``|``; a run's evaluation after training is not of the model it holds now (it was
+            trained further or its model/ edited: ``RunFolder.stale_results``); ``out_dir`` is a file.
+        grpo_kit.runs.folder.RunFolderBusy: another process is writing one of the run folders (they are locked
+            while compared).
     """
-    folders = [RunFolder(d) for d in run_dirs]
-    if not folders:
+    if not run_dirs:
         raise ValueError("give at least one run folder (python -m grpo_kit compare RUN_DIR RUN_DIR ...)")
+    for d in run_dirs:  # a mistyped path is named, not created
+        if not Path(d).is_dir():
+            raise FileNotFoundError(f"no run folder at {d}: give folders that train and eval wrote")
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ValueError(f"--out {out_dir} is a file: give a folder for the tables and the chart")
+    folders = [RunFolder(d) for d in run_dirs]
     if len({f.path.resolve() for f in folders}) != len(folders):
         raise ValueError("the same run folder is given twice: compare different runs")
     names = list(names) if names is not None else _names(folders)
     if len(names) != len(folders) or len(set(names)) != len(names):
         raise ValueError(f"give one distinct name per run folder: {len(folders)} folders, names {names}")
+    if any("|" in n or "\n" in n or not n.strip() for n in names):
+        raise ValueError(f"run names go into markdown tables: give names without '|' or line breaks, got {names}")
+    with contextlib.ExitStack() as locks:  # no training or evaluation rewrites a run while it is compared
+        for folder in folders:
+            locks.enter_context(folder.lock("compare"))
+        return _compare_runs(folders, names, out_dir, seed)
+
+
+def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int) -> RunsReport:
     evaluated = {n: f.read_json(f.eval_settings, "02_baseline_eval (or python -m grpo_kit eval --before)")
                  for n, f in zip(names, folders)}
     trained = {n: f.read_json(f.train_settings, "03_train_grpo (or python -m grpo_kit train)")
@@ -167,7 +187,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         values = {n: evaluated[n].get(key) for n in names}
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
             problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
-    task = get_task(evaluated[first]["task"]) if not problems else None
+    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest")) if not problems else None
     if not problems:
         baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, "02_baseline_eval"), task=task)
                      for n, f in zip(names, folders)}
@@ -181,9 +201,24 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
                          + "\n  ".join(problems) + "\nMeasure every run's baseline with the same settings (notebook "
                          "02 / python -m grpo_kit eval --before), e.g. by copying one run folder's baseline files "
                          "(eval_settings.json, baseline*.jsonl) into the others before training.")
-    afters = {n: EvalResult.from_jsonl(f.require(f.trained, "04_post_training_eval (or python -m grpo_kit eval)"),
-                                       task=task) for n, f in zip(names, folders)}
-    comparison = compare_runs_results(baselines[first], afters, seed=seed)
+    for n, f in zip(names, folders):
+        f.require(f.trained, "04_post_training_eval (or python -m grpo_kit eval)")
+        stale = f.stale_results(evaluated_with(evaluated[n]))
+        if stale is not None:
+            raise ValueError(f"{n}: {stale} (its results are not of the model it now holds, so they are not compared)")
+    digests = {}
+    for n, f in zip(names, folders):
+        digest = f.check_model()
+        if digest is not None and digest in digests:
+            raise ValueError(f"{digests[digest]} and {n} hold the same trained weights (a copy of one run, or one "
+                             "training repeated exactly), so their results are the same: compare different runs")
+        digests[digest] = n
+    afters = {n: EvalResult.from_jsonl(f.trained, task=task) for n, f in zip(names, folders)}
+    own = {getattr(f, "__name__", ""): f for n in names for f in own_rewards(trained[n], ())}
+    baseline = baselines[first]
+    if own:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
+        baseline = with_rewards(baseline, list(plan_from_settings(evaluated[first]).questions()), list(own.values()))
+    comparison = compare_runs_results(baseline, afters, seed=seed)
     differences = differing_settings(trained)
     lines = [f"# {len(names)} runs against their shared baseline", "",
              f"{task.name}: {comparison.questions} questions, greedy, paired by question id. Values with 95% bootstrap "
@@ -195,7 +230,8 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         lines += [f"| {key} | " + " | ".join(str(values[n]) for n in names) + " |"
                   for key, values in differences.items()]
     else:
-        lines.append("None: the runs trained with the same settings (a repeat, e.g. to see seed-to-seed spread).")
+        lines.append("None: the runs trained with the same recorded settings, seeds included, into different "
+                     "weights (training that is not deterministic, e.g. on a GPU).")
     lines += ["", "## Results", "", runs_markdown(comparison), ""]
     markdown = "\n".join(lines)
     chart = None

@@ -26,6 +26,7 @@ import json
 import logging
 import re
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.system.files import sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
-           "check_repo_id", "export", "model_card", "parameter_count", "push_to_hub", "verification_record",
-           "verify_export"]
+           "check_out", "check_repo_id", "export", "model_card", "parameter_count", "push_to_hub",
+           "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class Verification:
         rule: what had to hold; ``passed``; ``first_difference``: the first question where the completions
             differ (``question``, ``trained``, ``export``), ``None`` when none do.
         files: SHA-256 of each file of the export, at verification time.
+        run, step, model_digest: the run folder checked against, the step its model was trained to and the trained
+            weights' digest (``finished.json``) at verification time.
     """
 
     export: str
@@ -93,6 +96,9 @@ class Verification:
     weights: dict[str, Any] | None = None
     first_difference: dict[str, str] | None = None
     files: dict[str, str] = field(default_factory=dict)
+    run: str | None = None
+    step: int | None = None
+    model_digest: str | None = None
 
     @property
     def identical_share(self) -> float:
@@ -135,9 +141,15 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
     run = RunFolder(run_dir)
     run.require(run.model, "python -m grpo_kit train (or notebook 03)")
     if run.finished_step() is None:
-        raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be half-written): "
-                         "run python -m grpo_kit train with --resume to finish it, then export")
-    return run, run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
+        with run.lock("export"):  # a training still writing it is named (RunFolderBusy), else it was stopped
+            pass
+        raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be "
+                         "half-written): run python -m grpo_kit train with --resume to finish it, then export")
+    run.check_model()  # model/ as training wrote it, or a ValueError naming the file
+    settings = run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
+    if not isinstance(settings, dict):
+        raise ValueError(f"{run.train_settings} is damaged or was edited (not a JSON object): train the run again")
+    return run, settings
 
 
 def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[Any, Any, int]:
@@ -145,12 +157,17 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
     from grpo_kit.tasks import get_task
     from grpo_kit.tasks.data import take_slice
 
-    evaluated = json.loads(run.eval_settings.read_text(encoding="utf-8")) if run.eval_settings.is_file() else {}
-    task = get_task(settings["task"])
+    evaluated = run.read_json(run.eval_settings, "eval --before") if run.eval_settings.is_file() else {}
+    budget = (evaluated.get("max_new_tokens") if isinstance(evaluated, dict) else None) or settings.get(
+        "identity", {}).get("preset", {}).get("max_completion_length") or 64
+    seed = evaluated.get("seed", 0) if isinstance(evaluated, dict) else None
+    for name, value, path in (("seed", seed, run.eval_settings), ("max_new_tokens", budget, run.eval_settings)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
+            raise ValueError(f"{path} is damaged or was edited ({name} = {value!r}, not a whole number): restore it, "
+                             "or measure the baseline again in a new run folder (eval --before)")
+    task = get_task(settings.get("task"), digest=settings.get("task_digest"))
     test = task.load("test")
-    rows = take_slice(test, n=min(questions, len(test)), seed=evaluated.get("seed", 0))
-    budget = evaluated.get("max_new_tokens") or settings.get("identity", {}).get("preset", {}).get(
-        "max_completion_length") or 64
+    rows = take_slice(test, n=min(questions, len(test)), seed=seed)
     return task, rows, int(budget)
 
 
@@ -169,7 +186,13 @@ def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, b
                           lora_rank=preset.get("lora_rank"), max_seq_length=int(preset.get("max_seq_length", 512)))
         model, tokenizer = load_unsloth_policy(str(run.model), loading)
         return model, tokenizer, True
-    model, tokenizer = load_policy(run.model, dtype="auto")
+    try:
+        model, tokenizer = load_policy(run.model, dtype="auto")
+    except OSError as e:  # an adapter's base model moved or deleted, a file transformers cannot read
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot load the trained model in {run.model} ({first}): an adapter needs its base model "
+                         "where training found it (adapter_config.json's base_model_name_or_path); put it back "
+                         "there") from None
     return model, tokenizer, False
 
 
@@ -318,8 +341,13 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     if gguf is None and not (export / "config.json").is_file():
         raise ValueError(f"{export} is neither a transformers model folder (config.json) nor a .gguf file (or a "
                          "folder holding exactly one)")
+    if gguf is not None:
+        from grpo_kit.policy.llama_cpp import import_llama_cpp
+
+        import_llama_cpp()  # before any model loads: llama.cpp's Python binding must be built (make install-llama)
     run, settings = _run(against)
     ref = reference or _reference(run, settings, questions)
+    digest = run.check_model()
     from grpo_kit.evaluation.scoring import evaluate
     from grpo_kit.evaluation.stats import mcnemar_exact
 
@@ -384,7 +412,8 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     files = _file_hashes(export) if export.is_dir() else {export.name: sha256_file(export)}
     return Verification(export=str(export), kind=kind, dtype=dtype, questions=n, identical=sum(same),
                         agreement=sum(agree) / n, accuracy_trained=acc_before, accuracy_export=acc_after, mcnemar_p=p,
-                        rule=rule, passed=passed, weights=weights, first_difference=difference, files=files)
+                        rule=rule, passed=passed, weights=weights, first_difference=difference, files=files,
+                        run=str(run.path.resolve()), step=run.finished_step(), model_digest=digest)
 
 
 def _check_numbers(questions: Any, threshold: Any) -> None:
@@ -396,9 +425,12 @@ def _check_numbers(questions: Any, threshold: Any) -> None:
 
 
 def _report_table(run: RunFolder) -> str:
-    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim."""
+    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim, when it is of
+    the model exported (else a line saying why it is not shown)."""
     if not run.report.is_file():
         return "No before/after evaluation in the run folder (run `python -m grpo_kit eval` before exporting)."
+    if (stale := run.stale_results()) is not None:
+        return f"No current before/after evaluation, so none is shown: {stale}."
     lines = run.report.read_text(encoding="utf-8").splitlines()
     start = lines.index("## Greedy") + 1 if "## Greedy" in lines else 0
     body = []
@@ -429,8 +461,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     identity = settings.get("identity", {})
     preset = identity.get("preset", {})
     base = settings.get("base_model", identity.get("model", "unknown"))
-    history = json.loads(run.log_history.read_text(encoding="utf-8")) if run.log_history.is_file() else []
-    steps = max((row.get("step", 0) for row in history), default=settings.get("max_steps"))
+    steps = run.finished_step()
     licence = _licence(base)
     keys = ("name", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
             "gradient_accumulation_steps", "max_completion_length", "temperature", "beta", "loss_type", "lora_rank",
@@ -466,16 +497,76 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
     return folder
 
 
+def _is_export(folder: Path, kind: str, passed: bool) -> bool:
+    """Whether ``folder`` is an export of ``kind`` this kit wrote (its ``verification.json`` says so), passed or
+    refused as asked."""
+    try:
+        record = json.loads((folder / "verification.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("kind") == kind and bool(record.get("passed")) == passed
+
+
+def check_out(out: str | Path, run_dir: str | Path, kind: str) -> Path:
+    """Refuse an export folder that would overwrite something that is not an export, before any work.
+
+    ``out`` may be new, an empty folder, or a previous export of the same ``kind`` (which is replaced whole); so may
+    ``<out>.refused``, where a refused export goes. It may not be, hold, or lie inside the run folder's own files
+    (``model/``, ``checkpoints/``, ...).
+
+    Args:
+        out: the export folder asked for.
+        run_dir: the run folder exported.
+        kind: ``"merged"`` or ``"gguf"``.
+
+    Returns:
+        ``out`` as a path.
+
+    Raises:
+        ValueError: any other ``out``; the message names the path and what to choose instead.
+    """
+    out, run = Path(out), Path(run_dir).resolve()
+    target = out.resolve()
+    fix = "choose a new or empty folder for --out (or a previous export of this format, which is replaced)"
+    if target == run or run.is_relative_to(target):
+        raise ValueError(f"--out {out} would replace the run folder {run_dir}: {fix}")
+    if target.is_relative_to(run):
+        inside = target.relative_to(run).parts[0]
+        if inside != "export" and (run / inside).exists():
+            raise ValueError(f"--out {out} is inside the run folder's own {inside}: {fix}")
+    for path, passed in ((out, True), (out.with_name(out.name + ".refused"), False)):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise ValueError(f"--out: {path} is a file, and an export is a folder: {fix}")
+        if path.is_dir() and any(path.iterdir()) and not _is_export(path, kind, passed):
+            held = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())[:5])
+            raise ValueError(f"--out: {path} holds files that are not a {kind} export ({held}), which exporting "
+                             f"would delete: {fix}")
+    return out
+
+
+def _export_lock(out: Path) -> Any:
+    """The export folder's write lock (``.<name>.lock`` beside it): two exports into one folder cannot both run."""
+    from grpo_kit.runs.folder import hold_lock
+
+    return hold_lock(out.with_name(f".{out.name}.lock"), out.with_name(f".{out.name}.lock-holder.json"), out,
+                     "export")
+
+
 def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | Path) -> Path:
-    """Move a checked export to ``out`` (passed: with its card) or ``<out>.refused``; raise when refused."""
+    """Move a checked export to ``out`` (passed: with its card) or ``<out>.refused``, replacing a previous export
+    there whole; raise when refused."""
     target = out if verification.passed else out.with_name(out.name + ".refused")
     verification.export = str(target)
     if verification.passed:
         write_text(folder / "README.md", model_card(run_dir, verification))
     write_json(folder / "verification.json", asdict(verification))
-    if target.exists():
-        shutil.rmtree(target)
-    folder.rename(target)
+    if target.exists():  # a previous export of this kind (check_out) or an empty folder: moved aside, then removed
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        target.rename(old / target.name)
+        folder.rename(target)
+        shutil.rmtree(old)
+    else:
+        folder.rename(target)
     if not verification.passed:
         raise ExportRefused(f"refused: {verification.summary()}\n{verification.side_by_side()}\n(the export is kept "
                             f"in {target} for inspection)", verification)
@@ -515,7 +606,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     if format == "merged" and quant is not None:
         raise ValueError("a merged export keeps the base model's dtype: --quant is for --format gguf")
-    quant = (quant or "q8_0").lower() if format == "gguf" else None
+    quant = ("q8_0" if quant is None else str(quant).lower()) if format == "gguf" else None
     if quant is not None and quant not in CONVERTER_TYPES + QUANT_TYPES:
         raise ValueError(f"quant must be one of {', '.join(CONVERTER_TYPES + QUANT_TYPES)}, got {quant!r}")
     _check_numbers(questions, threshold)
@@ -527,19 +618,33 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         _converter()
         import_llama_cpp()
     run, settings = _run(run_dir)
-    with run.lock("export"):  # no training rewrites model/ while it is exported
+    out = check_out(out if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}"),
+                    run.path, format)
+    # One writer per export folder, and no training rewrites model/ while it is exported.
+    with _export_lock(out), run.lock("export"):
+        check_out(out, run.path, format)  # again, now that no other export can be writing it
+        run.check_model()
         return _export(run, settings, format, quant, out, questions, push_to_hub, private, threshold)
 
 
-def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, out: str | Path | None,
-            questions: int, push_to_hub: str | None, private: bool, threshold: float | None) -> tuple[Path, Verification]:
+def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, out: Path, questions: int,
+            push_to_hub: str | None, private: bool, threshold: float | None) -> tuple[Path, Verification]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))  # this export's own
+    folder.chmod(0o755)  # mkdtemp's 0o700 would follow the export
+    try:
+        done, verification = _build(run, settings, format, quant, folder, out, questions, threshold)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
+    if push_to_hub is not None:
+        globals()["push_to_hub"](done, push_to_hub, private=private)  # the function, which the argument shadows
+    return done, verification
+
+
+def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, folder: Path, out: Path,
+           questions: int, threshold: float | None) -> tuple[Path, Verification]:
     from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
 
-    out = Path(out) if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}")
-    folder = out.with_name(out.name + ".partial")
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
     reference = _reference(run, settings, questions)
     _check_disk(folder, reference["parameters"], format, quant, float32=reference["dtype"] == "float32")
     if format == "merged":
@@ -558,10 +663,7 @@ def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | 
         shutil.rmtree(merged)
     verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold)
     log.info(verification.summary())
-    done = _finish(folder, out, verification, run.path)
-    if push_to_hub is not None:
-        globals()["push_to_hub"](done, push_to_hub, private=private)  # the function, which the argument shadows
-    return done, verification
+    return _finish(folder, out, verification, run.path), verification
 
 
 _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
@@ -600,6 +702,12 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
         raise ValueError(f"{folder} failed its verification ({verification.get('rule')}): not uploading it")
     if _file_hashes(folder) != verification.get("files"):
         raise ValueError(f"{folder} changed since it was verified (a file's SHA-256 differs): verify it again")
+    source = verification.get("run")
+    if source and verification.get("model_digest") and Path(source, "finished.json").is_file():
+        digest = RunFolder(source).check_model()  # a model/ edited since raises, naming the file
+        if digest != verification["model_digest"]:
+            raise ValueError(f"{source}/model was trained further or replaced since {folder} was verified against "
+                             "it: export it again")
     from huggingface_hub import get_token
 
     token = token or get_token()

@@ -11,6 +11,7 @@ on Google Drive (:func:`resolve_run_dir`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -23,13 +24,15 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from grpo_kit.system.files import append_jsonl, read_jsonl, write_json, write_jsonl
+from grpo_kit.system.files import append_jsonl, read_jsonl, sha256_file, write_json, write_jsonl
 
-__all__ = ["COLAB_DRIVE", "RunFolder", "RunFolderBusy", "in_colab", "resolve_run_dir"]
+__all__ = ["COLAB_DRIVE", "RunFolder", "RunFolderBusy", "files_digest", "hold_lock", "in_colab", "model_files",
+           "resolve_run_dir"]
 
 # One lock object per folder in this process, so that a step that holds it (the demo) can call another that takes
 # it too (train): filelock counts the nested acquisitions of one object.
 _LOCKS: dict[Path, FileLock] = {}
+_HASHED: dict[tuple[str, int, int, int], str] = {}
 
 
 class RunFolderBusy(ValueError):
@@ -77,6 +80,69 @@ def resolve_run_dir(run_dir: str | Path, use_drive: bool | None = None, drive_ro
     return run_dir if run_dir.is_absolute() else Path(drive_root) / run_dir
 
 
+def model_files(folder: Path) -> dict[str, str]:
+    """The SHA-256 of each file of a trained model folder (path relative to it -> hex), its ``README.md`` card
+    excepted; empty when there is no folder. Config, tokenizer and adapter files count: each changes what loads."""
+    if not folder.is_dir():
+        return {}
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and name != "README.md":
+            stat = path.stat()  # a file hashed before in this process and not touched since is not read again
+            key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+            out[name] = _HASHED[key] if key in _HASHED else _HASHED.setdefault(key, sha256_file(path))
+    return out
+
+
+def files_digest(files: dict[str, str]) -> str:
+    """One SHA-256 over :func:`model_files`' names and hashes: the trained weights' digest.
+
+    >>> files_digest({"a": "00"}) == files_digest({"a": "00"}) != files_digest({"a": "01"})
+    True
+    """
+    return hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in sorted(files.items()))
+                          .encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def hold_lock(lock_file: Path, holder_file: Path, what: Path, command: str, value: Any = None) -> Iterator[Any]:
+    """Hold the write lock ``lock_file`` while the block runs (a run folder's, or an export folder's beside it).
+
+    Args:
+        lock_file: the file ``filelock`` locks (created with its folder).
+        holder_file: where the holder is recorded (PID, host, command, since when) for a second writer's message.
+        what: the folder the lock guards (named in the message).
+        command: what this process does with it.
+        value: what the ``with`` statement yields.
+
+    Raises:
+        RunFolderBusy: another process holds it; the message names that process and what to do.
+    """
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = _LOCKS.setdefault(lock_file.resolve(), FileLock(lock_file))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        try:
+            holder = json.loads(holder_file.read_text(encoding="utf-8"))
+            who = (f"process {holder['pid']} on {holder['host']} ({holder['command']}, since "
+                   f"{holder['started']})")
+        except (OSError, ValueError, KeyError, TypeError):
+            who = "another process"
+        raise RunFolderBusy(f"{what} is being written by {who}: wait for it to finish (or stop it), or "
+                            "choose another folder") from None
+    try:
+        if lock.lock_counter == 1:
+            write_json(holder_file, {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                                     "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+        yield value
+    finally:
+        if lock.lock_counter == 1:
+            holder_file.unlink(missing_ok=True)
+        lock.release()
+
+
 @dataclass(frozen=True)
 class RunFolder:
     """Paths inside one run folder (created on first use).
@@ -98,6 +164,18 @@ class RunFolder:
             raise ValueError(f"cannot write the run folder {self.path} ({e.strerror or e}): choose a folder you can "
                              "write, e.g. --run-dir runs/<name> under the current directory") from None
 
+    @classmethod
+    def existing(cls, path: str | Path, written_by: str = "notebooks 02-03 (or eval --before and train)") -> RunFolder:
+        """The run folder at ``path``, which a reader (notebook 04, ``compare``) needs to exist: a mistyped path is
+        named, not created empty.
+
+        Raises:
+            FileNotFoundError: no folder at ``path``; the message names it and the steps that write one.
+        """
+        if not Path(path).is_dir():
+            raise FileNotFoundError(f"no run folder at {path}: check the path, or write one with {written_by}")
+        return cls(path)
+
     baseline = property(lambda self: self.path / "baseline.jsonl", doc="records of the evaluation before training")
     trained = property(lambda self: self.path / "trained.jsonl", doc="records of the evaluation after training")
     baseline_sampled = property(lambda self: self.path / "baseline_sampled.jsonl", doc="sampled records, before")
@@ -114,15 +192,17 @@ class RunFolder:
     eval_settings = property(lambda self: self.path / "eval_settings.json",
                              doc="the baseline's slice, decoding, route, model and its fingerprint, task and prompt")
     finished = property(lambda self: self.path / "finished.json",
-                        doc="written once training saved its model: the step it finished at, and when")
+                        doc="written once training saved its model: the step it finished at, when, and the SHA-256 "
+                            "of each file of model/")
+    evaluated = property(lambda self: self.path / "evaluated.json",
+                         doc="written last by the evaluation after training: the step and model digest it measured")
     lock_file = property(lambda self: self.path / ".lock", doc="held by the one process writing the folder")
     lock_holder = property(lambda self: self.path / ".lock-holder.json", doc="who holds the lock (for the message)")
     heldout = property(lambda self: self.path / "heldout", doc="held-out evaluations during training, per step")
     alarms = property(lambda self: self.path / "alarms.jsonl", doc="reward-hacking and stale-weights alarms")
     report = property(lambda self: self.path / "report.md", doc="the before/after report")
 
-    @contextlib.contextmanager
-    def lock(self, command: str) -> Iterator[RunFolder]:
+    def lock(self, command: str) -> contextlib.AbstractContextManager[RunFolder]:
         """Hold the folder's write lock while the block runs: one writer per run folder.
 
         The lock is ``filelock``'s (an OS lock on ``.lock``), which the operating system releases when its
@@ -135,27 +215,7 @@ class RunFolder:
         Raises:
             RunFolderBusy: another process holds it; the message names it and what to do.
         """
-        lock = _LOCKS.setdefault(self.path.resolve(), FileLock(self.lock_file))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            try:
-                holder = json.loads(self.lock_holder.read_text(encoding="utf-8"))
-                who = (f"process {holder['pid']} on {holder['host']} ({holder['command']}, since "
-                       f"{holder['started']})")
-            except (OSError, ValueError, KeyError, TypeError):
-                who = "another process"
-            raise RunFolderBusy(f"{self.path} is being written by {who}: wait for it to finish (or stop it), or "
-                                "choose another run folder") from None
-        try:
-            if lock.lock_counter == 1:
-                write_json(self.lock_holder, {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                                              "started": time.strftime("%Y-%m-%d %H:%M:%S")})
-            yield self
-        finally:
-            if lock.lock_counter == 1:
-                self.lock_holder.unlink(missing_ok=True)
-            lock.release()
+        return hold_lock(self.lock_file, self.lock_holder, self.path, command, self)
 
     def write_json(self, path: Path, data: Any) -> Path:
         """Write ``data`` as indented JSON to ``path`` (one of this folder's paths), whole or not at all; returns it."""
@@ -200,8 +260,94 @@ class RunFolder:
         return int(record["step"])
 
     def mark_finished(self, step: int) -> None:
-        """Record that training saved its model at ``step`` (written last, after ``model/`` and the log history)."""
-        write_json(self.finished, {"step": step, "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+        """Record that training saved its model at ``step`` (written last, after ``model/`` and the log history),
+        with the SHA-256 of each file of ``model/`` (:func:`model_files`) and their digest, which :meth:`check_model`
+        holds ``model/`` to later."""
+        files = model_files(self.model)
+        write_json(self.finished, {"step": step, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                   "model_digest": files_digest(files), "model_files": files})
+
+    def check_model(self) -> str | None:
+        """Check that ``model/`` still holds what training wrote (``finished.json``'s SHA-256 of each file).
+
+        Returns:
+            The trained weights' digest (:func:`files_digest`), or ``None`` for a run that finished before the kit
+            recorded one (nothing to check against).
+
+        Raises:
+            ValueError: training has not finished, or a file of ``model/`` was changed, removed or added since; the
+                message names the file and what to do.
+        """
+        if self.finished_step() is None:
+            raise ValueError(f"training in {self.path} has not finished (no {self.finished.name}; model/ may be "
+                             "missing or half-written): run python -m grpo_kit train with --resume to finish it")
+        record = self.read_json(self.finished, "train --resume")
+        recorded = record.get("model_files")
+        if not isinstance(recorded, dict):
+            return None
+        now = model_files(self.model)
+        fix = ("restore model/ as training wrote it (checkpoints/ hold the same weights), or train a new run folder; "
+               "nothing that reads model/ trusts it until then")
+        for name in sorted(set(recorded) | set(now)):
+            if name not in now:
+                raise ValueError(f"{self.model / name} is missing, but training wrote it ({self.finished.name} records "
+                                 f"its SHA-256): {fix}")
+            if name not in recorded:
+                raise ValueError(f"{self.model / name} was added after training ({self.finished.name} records no such "
+                                 f"file): remove it, or {fix}")
+            if now[name] != recorded[name]:
+                raise ValueError(f"{self.model / name} no longer matches what training wrote (its SHA-256 differs "
+                                 f"from the one {self.finished.name} records): {fix}")
+        return str(record.get("model_digest") or files_digest(recorded))
+
+    def mark_evaluated(self, step: int, digest: str | None, settings: dict[str, Any]) -> None:
+        """Record what the evaluation after training measured (written last, after its results): the training step,
+        the trained weights' digest, the decoding (``settings``: ``max_new_tokens``, ``samples``, ...) and the SHA-256
+        of ``trained.jsonl`` (and ``trained_sampled.jsonl``), so that records replaced afterwards are not taken for
+        these."""
+        files = {p.name: sha256_file(p) for p in (self.trained, self.trained_sampled) if p.is_file()}
+        write_json(self.evaluated, {"step": step, "model_digest": digest, **settings, "files": files,
+                                    "evaluated": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+    def stale_results(self, settings: dict[str, Any] | None = None) -> str | None:
+        """Why the evaluation after training (``trained.jsonl``, ``report.md``, ``comparison.csv``) is not of the
+        model now in ``model/``; ``None`` when it is current.
+
+        Args:
+            settings: decoding settings the results must have been measured with (``eval_settings.json``'s
+                ``max_new_tokens``, ``samples``, ...); those the record holds are compared.
+
+        Returns:
+            A one-line reason that ends with what to run, or ``None``.
+        """
+        again = f"run python -m grpo_kit eval --run-dir {self.path} again"
+        if not self.evaluated.is_file():
+            return (f"{self.path}'s evaluation after training does not record the step and model it measured (no "
+                    f"{self.evaluated.name}): {again}")
+        try:
+            record = json.loads(self.evaluated.read_text(encoding="utf-8"))
+            step = self.finished_step()
+            digest = self.check_model()
+        except (OSError, ValueError) as e:
+            return f"{e}"
+        if not isinstance(record, dict) or record.get("step") != step:
+            was = record.get("step") if isinstance(record, dict) else None
+            return (f"{self.path}'s evaluation after training is of step {was}, and the model is now at step {step} "
+                    f"(the run was trained further): {again}")
+        if record.get("model_digest") != digest:
+            return f"{self.path}'s evaluation after training measured other weights than model/ holds now: {again}"
+        for name, recorded in (record.get("files") or {}).items():
+            path = self.path / name
+            if not path.is_file() or sha256_file(path) != recorded:
+                return (f"{path} is not the file the evaluation after training wrote (it was replaced or edited): "
+                        f"{again}")
+        if "files" not in record or self.trained.name not in record["files"]:
+            return f"{self.path}'s evaluation after training does not record its {self.trained.name}: {again}"
+        for key, value in (settings or {}).items():
+            if key in record and record[key] != value:
+                return (f"{self.path}'s evaluation after training used {key} = {record[key]!r} where the baseline "
+                        f"used {value!r}: {again}")
+        return None
 
     def require(self, path: Path, written_by: str) -> Path:
         """Return ``path``, or raise ``FileNotFoundError`` naming the step (``written_by``) that writes it."""

@@ -14,13 +14,15 @@ id (:func:`grpo_kit.evaluation.compare.compare`).
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.compare import compare
 from grpo_kit.evaluation.report import BeforeAfter, report_markdown
-from grpo_kit.evaluation.scoring import EvalResult, evaluate
+from grpo_kit.evaluation.scoring import EvalResult, evaluate, with_rewards
 from grpo_kit.policy.devices import unsloth_problem
 from grpo_kit.policy.generation import Sampling, base_weights_digest
 from grpo_kit.policy.source import PolicySource
@@ -33,7 +35,10 @@ from grpo_kit.tasks.data import system_prompt_of, take_slice
 from grpo_kit.training.algorithms import algorithm_markdown
 from grpo_kit.training.presets import PRESETS, Preset, get_preset
 
-__all__ = ["EvalPlan", "Measured", "check_pairing", "measure_after", "measure_before", "plan_from_settings"]
+log = logging.getLogger(__name__)
+
+__all__ = ["EvalPlan", "Measured", "baseline_differences", "check_pairing", "evaluated_with", "measure_after",
+           "measure_before", "own_rewards", "plan_from_settings"]
 
 
 @dataclass(frozen=True)
@@ -110,12 +115,18 @@ class EvalPlan:
 
     def settings(self) -> dict[str, Any]:
         """The plan as ``eval_settings.json`` records it (:func:`plan_from_settings` reads it back)."""
-        return {"task": self.task.name, "slice": self.slice, "seed": self.seed, "max_new_tokens": self.max_new_tokens,
+        return {"task": self.task.ref, "task_digest": _digest(self.task), "slice": self.slice, "seed": self.seed,
+                "max_new_tokens": self.max_new_tokens,
                 "samples": self.samples, "temperature": self.temperature, "batch_size": self.batch_size,
                 "preset": self.preset.name, "preset_overrides": _overrides(self.preset), "model_override": self.model,
                 "backend": self.backend, "warm": dataclasses.asdict(self.warm) if self.warm else None,
                 "tiny_spec": dataclasses.asdict(self.tiny_spec) if self.tiny_spec else None,
                 "cache_dir": self.cache_dir}
+
+
+def _digest(task: Task) -> dict[str, str] | None:
+    """What a run folder records of a task file's data (``None`` for a task of the kit's own)."""
+    return dict(task.digest) if task.digest is not None else None
 
 
 def _overrides(preset: Preset) -> dict[str, Any]:
@@ -130,7 +141,8 @@ def _overrides(preset: Preset) -> dict[str, Any]:
 def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None) -> EvalPlan:
     """Rebuild notebook 02's :class:`EvalPlan` from its ``eval_settings.json`` (:meth:`EvalPlan.settings`)."""
     preset = get_preset(settings["preset"], **settings.get("preset_overrides", {}))
-    return EvalPlan(task=get_task(settings["task"]), preset=preset, model=settings.get("model_override"),
+    return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest")), preset=preset,
+                    model=settings.get("model_override"),
                     slice=settings["slice"], seed=settings["seed"], max_new_tokens=settings["max_new_tokens"],
                     samples=settings["samples"], temperature=settings["temperature"],
                     batch_size=batch_size or settings.get("batch_size", 32), backend=settings.get("backend"),
@@ -145,8 +157,13 @@ def _base_fingerprint(backend: Any) -> str | None:
     return base_weights_digest(model) if model is not None and hasattr(model, "named_parameters") else None
 
 
-def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None) -> dict[str, EvalResult]:
+def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None,
+                   replace: bool = False) -> dict[str, EvalResult]:
     """Evaluate the starting policy (notebook 02) and record what was measured.
+
+    A run folder has one baseline, which is never replaced silently: when ``eval_settings.json`` exists, the same
+    settings reuse its records (nothing is generated again), and other settings are refused, naming each
+    difference, unless ``replace`` is given.
 
     Args:
         plan: what to evaluate and how.
@@ -154,12 +171,15 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None) -> dict[
             ``samples``), the generation cache and, once both finished, ``eval_settings.json``.
         backend: a ready generation backend over the plan's policy (the demo's); default
             :func:`grpo_kit.policy.routes.load_eval_backend` for it.
+        replace: replace a baseline measured with other settings (``eval --before --replace-baseline``); what was
+            measured against it (the evaluation after training, the report, the comparison) is removed first.
 
     Returns:
         ``{"greedy": EvalResult, "sampled": EvalResult}`` (``"sampled"`` only with ``samples``).
 
     Raises:
-        ValueError: the slice is out of range, or the preset's route cannot run here, before any model loads.
+        ValueError: the slice is out of range, or the preset's route cannot run here; the folder holds a baseline
+            measured with other settings and ``replace`` is off; all before any model loads.
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
     questions = plan.questions()
@@ -167,7 +187,44 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None) -> dict[
     if plan.preset.use_unsloth and backend is None and (problem := unsloth_problem(source.tiny is not None)):
         raise ValueError(problem)
     with run.lock("eval --before"):
+        if run.eval_settings.is_file():
+            differences = baseline_differences(run.read_json(run.eval_settings, _BASELINE), plan.settings())
+            if not differences:
+                log.info(f"{run.path} already holds this baseline (same settings): reusing it")
+                results = {"greedy": _records(run, run.baseline, plan, len(questions))}
+                if plan.samples > 0:
+                    results["sampled"] = _records(run, run.baseline_sampled, plan, len(questions))
+                return results
+            if not replace:
+                raise ValueError(f"{run.path} already holds a baseline measured with other settings ("
+                                 + "; ".join(differences) + "): a run folder has one baseline, and this would "
+                                 "replace it. Measure this one in a new run folder (--run-dir), or replace it on "
+                                 "purpose with eval --before --replace-baseline (notebook 02: replace=True), which "
+                                 "also removes the evaluation after training and the report made against it")
+            log.warning(f"replacing the baseline of {run.path}: " + "; ".join(differences))
+            for path in (run.eval_settings, run.evaluated, run.trained, run.trained_sampled, run.report,
+                         run.comparison, run.before_after, run.baseline_sampled):
+                path.unlink(missing_ok=True)  # eval_settings.json first: a replacement cut short pairs nothing
         return _measure_before(plan, run, backend, questions, source)
+
+
+def baseline_differences(recorded: dict[str, Any], planned: dict[str, Any]) -> list[str]:
+    """The settings of a planned baseline (:meth:`EvalPlan.settings`) that differ from those recorded in
+    ``eval_settings.json``, as ``"name: recorded -> planned"``; the batch size and cache folder do not count (they
+    change no completion).
+
+    >>> baseline_differences({"task": "gsm8k", "seed": 0, "batch_size": 8}, {"task": "math500", "seed": 0,
+    ...                                                                     "batch_size": 32})
+    ["task: 'gsm8k' -> 'math500'"]
+    """
+    import json
+
+    def plain(value: Any) -> Any:
+        return json.loads(json.dumps(value, default=str))
+
+    recorded = recorded if isinstance(recorded, dict) else {}
+    return [f"{key}: {recorded.get(key)!r} -> {value!r}" for key, value in planned.items()
+            if key not in ("batch_size", "cache_dir") and plain(recorded.get(key)) != plain(value)]
 
 
 def _measure_before(plan: EvalPlan, run: RunFolder, backend: Any, questions: Any,
@@ -245,7 +302,8 @@ class Measured(BeforeAfter):
     algorithm: str = ""
 
 
-def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None) -> Measured:
+def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None,
+                  rewards: Sequence[Any] = ()) -> Measured:
     """Evaluate the run folder's trained model on the baseline's questions, route and decoding, and compare.
 
     Args:
@@ -254,39 +312,70 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         batch_size: prompts per ``generate`` call (default the baseline's).
         backend: a ready backend over the trained model (the demo's); default
             :func:`grpo_kit.policy.routes.load_eval_backend` with ``trained=run.model`` through the baseline's route.
+        rewards: reward functions of your own to show beside the task's metrics, before and after (scored on the
+            recorded completions). The run's own rewards that ``train_settings.json`` records as importable
+            (``module:function``) are added without asking; one defined in a notebook is passed here.
 
     Returns:
         :class:`Measured`; ``trained.jsonl`` (and ``trained_sampled.jsonl``), ``comparison.csv``,
-        ``before_after.png`` and ``report.md`` (:func:`grpo_kit.evaluation.report.report_markdown`) are written.
+        ``before_after.png`` and ``report.md`` (:func:`grpo_kit.evaluation.report.report_markdown`) are written,
+        then ``evaluated.json``: the training step and trained weights' digest they are of (results of an earlier
+        step are stale once the run is trained further: ``RunFolder.stale_results``).
 
     Raises:
         FileNotFoundError: a file of an earlier step is missing (the message names the step).
         ValueError: the trained model's base, task or prompt differs from the baseline's
-            (:func:`check_pairing`); the route changed since the baseline (e.g. vLLM no longer installed).
+            (:func:`check_pairing`); the route changed since the baseline (e.g. vLLM no longer installed); a file of
+            ``model/`` no longer matches what training wrote (``finished.json``).
     """
     with run.lock("eval"):
-        return _measure_after(run, batch_size, backend)
+        return _measure_after(run, batch_size, backend, rewards)
 
 
 _BASELINE = "02_baseline_eval (or python -m grpo_kit eval --before)"
 _TRAIN = "03_train_grpo (or python -m grpo_kit train)"
 
 
-def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Measured:
+def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
+    """The run's rewards of its own (not built in) to score before and after: ``given``, then those
+    ``train_settings.json`` records as importable; one that cannot be imported is named in a warning."""
+    from grpo_kit.tasks.rewards import import_reward
+
+    found = {getattr(f, "__name__", str(f)): f for f in given}
+    for name, path in (trained.get("reward_functions") or {}).items():
+        if name in found:
+            continue
+        if path is None:
+            log.warning(f"reward {name} of this run was defined where another process cannot import it (a notebook): "
+                        "pass it as measure_after(..., rewards=[...]) to show it in the tables")
+            continue
+        try:
+            found[name] = import_reward(path, what="train_settings.json reward")
+        except ValueError as e:
+            log.warning(f"{e}: it is left out of the tables")
+    return list(found.values())
+
+
+def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards: Sequence[Any] = ()) -> Measured:
     evaluated = run.read_settings(run.eval_settings, _BASELINE, ("task", "route", "base_model", "system_prompt"))
     trained = run.read_settings(run.train_settings, _TRAIN, ("base_model", "task", "system_prompt"))
     check_pairing(evaluated, trained, run.path)
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
                          f"half-written): run {_TRAIN} with --resume to finish it, then evaluate")
+    get_task(evaluated["task"], digest=evaluated.get("task_digest"))  # changed data is refused, naming the file
+    step, digest = run.finished_step(), run.check_model()  # model/ as training wrote it, else the file is named
     try:
         plan = plan_from_settings(evaluated, batch_size)
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run {_BASELINE} "
-                         "again") from None
+        raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run "
+                         f"{_BASELINE} again") from None
     questions = plan.questions()
-    before = _records(run, run.baseline, plan, len(questions))
-    before_sampled = _records(run, run.baseline_sampled, plan, len(questions)) if plan.samples > 0 else None
+    own = own_rewards(trained, rewards)
+    examples = list(questions)
+    before = with_rewards(_records(run, run.baseline, plan, len(questions)), examples, own)
+    before_sampled = with_rewards(_records(run, run.baseline_sampled, plan, len(questions)), examples, own) \
+        if plan.samples > 0 else None
     if backend is None:
         from grpo_kit.policy.routes import load_eval_backend
 
@@ -297,12 +386,14 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
         raise ValueError(f"the baseline was generated through {evaluated['route']!r} and the trained model would go "
                          f"through {route!r}: evaluate both through one route (install what the baseline used, or "
                          "re-run the baseline)")
-    after = evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed, task=plan.task)
+    run.evaluated.unlink(missing_ok=True)  # until this evaluation is whole, no result is current
+    after = with_rewards(evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed,
+                                  task=plan.task), examples, own)
     after.to_jsonl(run.trained)
     after_sampled = None
     if plan.samples > 0:
-        after_sampled = evaluate(backend, questions, plan.sampled(), cache=run.generations, seed=plan.seed,
-                                 task=plan.task)
+        after_sampled = with_rewards(evaluate(backend, questions, plan.sampled(), cache=run.generations,
+                                              seed=plan.seed, task=plan.task), examples, own)
         after_sampled.to_jsonl(run.trained_sampled)
     table = compare(before, after, seed=plan.seed)
     write_text(run.comparison, table.to_csv(index=False))
@@ -316,5 +407,13 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any) -> Meas
                         after_sampled=after_sampled, samples=plan.samples, temperature=plan.temperature,
                         alarms=run.read_alarms(), plan=plan)
     measured.algorithm = algorithm_markdown(trained["algorithm"]) if "algorithm" in trained else ""
-    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}", algorithm=measured.algorithm))
+    write_text(run.report, report_markdown(measured, f"grpo_kit: {run.path.name}, after training step {step}",
+                                           algorithm=measured.algorithm))
+    run.mark_evaluated(step, digest, evaluated_with(evaluated))  # last: the results above are of this model
     return measured
+
+
+def evaluated_with(settings: dict[str, Any]) -> dict[str, Any]:
+    """The decoding settings of ``eval_settings.json`` that an evaluation after training must share with the baseline
+    (recorded by :meth:`grpo_kit.runs.folder.RunFolder.mark_evaluated`, checked by ``stale_results``)."""
+    return {key: settings.get(key) for key in ("max_new_tokens", "samples", "temperature", "seed", "route")}

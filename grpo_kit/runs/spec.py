@@ -23,7 +23,9 @@ from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
+from grpo_kit.tasks.data import carve_validation
 from grpo_kit.tasks.rewards import probe
+from grpo_kit.tasks.task_file import check_digest
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.plan import preflight
@@ -42,6 +44,18 @@ def _whole_or_none(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a whole number >= 1 (or None), got {value!r}")
 
 
+def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
+    """Refuse a task file whose data changed since the folder's baseline (or, resuming, its training) recorded it."""
+    for path, written_by in ((folder.eval_settings, "eval --before"), (folder.train_settings, "train")):
+        if path.is_file() and (resume or path == folder.eval_settings):
+            try:
+                recorded = folder.read_json(path, written_by)
+            except ValueError:  # damaged: the step that reads it says so, with what to do
+                continue
+            if isinstance(recorded, dict) and recorded.get("task") == task.ref:
+                check_digest(task, recorded.get("task_digest"), folder.path)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One GRPO run: what it trains, where it writes, how it is watched (build it with :meth:`resolve`).
@@ -56,11 +70,13 @@ class RunSpec:
         resume: continue from the newest complete checkpoint in the folder (or start when there is none).
         train_size: train questions to sample from (seeded slice; ``None``: every one that fits).
         eval_steps: evaluate held-out accuracy every this many steps (``None``: never).
-        eval_size: held-out questions (a seeded slice of the task's test split).
+        eval_size: validation questions held out of the train split for ``eval_steps`` (never test questions: the
+            before/after table alone reads the test split).
         eval_max_new_tokens: the held-out completion budget (default the preset's ``max_completion_length``).
         seed: seeds the data slices (the tiny policy's seed is the preset's ``seed``).
         progress: one of :data:`PROGRESS`.
-        train_split: the task's train split, read once by :meth:`resolve`.
+        train_split: the task's train split, read once by :meth:`resolve`, less the validation questions.
+        validation: the validation questions (:func:`grpo_kit.tasks.data.carve_validation`), with ``eval_steps``.
     """
 
     preset: Preset
@@ -77,12 +93,13 @@ class RunSpec:
     seed: int = 0
     progress: str = "bar"
     train_split: Any = field(default=None, repr=False, compare=False)
+    validation: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def resolve(cls, preset: str | Preset | None = None, task: str | Task = DEFAULT_TASK,
                 rewards: RewardSet | Sequence[Any] | Mapping[Any, float] | None = None, model: str | Path | None = None,
                 run_dir: str | Path = "runs/run", resume: bool = False, train_size: int | None = None,
-                eval_steps: int | None = None, eval_size: int = 100, eval_max_new_tokens: int | None = None,
+                eval_steps: int | None = None, eval_size: int | None = None, eval_max_new_tokens: int | None = None,
                 seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
                 launch: Launch | None = None, algorithm: str | None = None, **overrides: Any) -> RunSpec:
@@ -96,7 +113,9 @@ class RunSpec:
                 mapping; ``None``: the task's rewards.
             model: a Hub id or folder instead of the preset's model.
             run_dir: the run folder.
-            resume, train_size, eval_steps, eval_size, eval_max_new_tokens, seed, progress: see the attributes.
+            resume, train_size, eval_steps, eval_max_new_tokens, seed, progress: see the attributes.
+            eval_size: validation questions (default the task's ``validation_size``, else 100 or a fifth of the
+                train split's rows, whichever is fewer); carved out of the train split only with ``eval_steps``.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
             launch: the processes (default: read from the launcher's environment).
             algorithm: a named GRPO variant (:data:`grpo_kit.training.algorithms.ALGORITHMS`) replacing the preset's
@@ -141,6 +160,11 @@ class RunSpec:
         policy = PolicySource.of(model if model is not None else preset.model, task, seed=preset.seed, warm=warm,
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
         train_split = task.load("train")
+        validation = None
+        if eval_steps is not None:
+            if eval_size is None:
+                eval_size = task.validation_size or min(100, max(1, len(train_split) // 5))
+            train_split, validation = carve_validation(train_split, eval_size, seed)
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
@@ -159,15 +183,24 @@ class RunSpec:
 
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
+        _check_recorded_data(folder, task, resume)
         found = latest_complete(folder.checkpoints)
+        if not resume and (folder.finished.is_file() or folder.model.exists()):
+            finished = folder.finished_step()
+            at = f", finished at step {finished}" if finished is not None else ""
+            raise ValueError(f"{folder.path} holds a trained model ({folder.model.name}/{at}), which training again "
+                             "would replace: pass --resume (notebook 03: resume = True) with a larger --max-steps to "
+                             "train it further, or choose a new run folder")
         if found is not None and not resume:
             raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
                              "(notebook 03: resume = True) to continue that run, or choose a new run folder")
         if resume:
             resume_point(folder.checkpoints, preset.max_steps, folder.finished_step())
         spec = cls(preset=preset, task=task, rewards=reward_set, policy=policy, folder=folder, launch=launch,
-                   resume=resume, train_size=train_size, eval_steps=eval_steps, eval_size=eval_size,
-                   eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, train_split=train_split)
+                   resume=resume, train_size=train_size, eval_steps=eval_steps,
+                   eval_size=len(validation) if validation is not None else eval_size or 100,
+                   eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, train_split=train_split,
+                   validation=validation)
         if resume and folder.train_settings.is_file():
             recorded = folder.read_settings(folder.train_settings, "train", ("identity",))
             check_same_run(recorded["identity"], spec.identity(), folder.path)
@@ -175,6 +208,7 @@ class RunSpec:
 
     def identity(self) -> dict[str, Any]:
         """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""
-        return run_identity(self.preset, self.task.name, self.policy.name, self.rewards,
-                            {"train_size": self.train_size, "seed": self.seed})
+        return run_identity(self.preset, self.task.ref, self.policy.name, self.rewards,
+                            {"train_size": self.train_size, "seed": self.seed,
+                             "validation_size": self.eval_size if self.eval_steps is not None else None})
 

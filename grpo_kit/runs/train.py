@@ -34,8 +34,9 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
+from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
-from grpo_kit.training.checkpoints import checkpoint_step, latest_complete, schedule_on_resume
+from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
 
 __all__ = ["TrainResult", "model_card", "package_versions", "train"]
 
@@ -108,6 +109,18 @@ def _forget_after(folder: RunFolder, step: int) -> None:
         if kept_step > step:
             path.unlink()
     folder.keep_alarms(step)
+
+
+def _OnTrainBegin(action: Any) -> Any:  # noqa: N802 - a class factory (transformers is imported late)
+    """A ``TrainerCallback`` that calls ``action()`` when training begins: after transformers loaded the checkpoint's
+    weights, optimizer and scheduler (``Trainer._prepare_for_training``), before the first step."""
+    from transformers import TrainerCallback
+
+    class OnTrainBegin(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            action()
+
+    return OnTrainBegin()
 
 
 def _finish_save(trainer: Any, checkpoint: Path) -> None:
@@ -186,13 +199,22 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.resume and recorded is not None and recorded.get("base_fingerprint") != fingerprint:
         raise ValueError(f"{folder.path} was trained from weights {recorded.get('base_fingerprint')}, and the policy "
                          f"loaded now is {fingerprint}: resume with the same model (and warm start)")
-    if main:
+    def begin() -> None:
+        """What training changes in the run folder, done once the checkpoint it resumes from has loaded (a resume
+        that fails to load it leaves a finished run as it was)."""
+        if not main:
+            return
         if recorded is None or not spec.resume:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
-                "task": spec.task.name, "system_prompt": system_prompt_of(train_set),
+                "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
+                "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
                 "algorithm": algorithm_settings(preset), "rewards": dict(zip(spec.rewards.names, spec.rewards.weights)),
+                "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
+                                     if r.name not in BUILTIN_REWARDS},
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
+                "heldout": ({"split": "validation", "carved_from": "train", "questions": len(spec.validation),
+                             "seed": spec.seed} if spec.validation is not None else None),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
             folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
@@ -201,16 +223,17 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
         folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
 
-    callbacks: list[Any] = [schedule_on_resume()]
+    callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume(),  # first: before the held-out evaluation
+                            fingerprint_on_save()]
     if spec.eval_steps is not None:
-        test = spec.task.load("test")
-        callbacks.append(HeldOutEval(spec.task, take_slice(test, n=min(spec.eval_size, len(test)), seed=spec.seed),
-                                     tokenizer, spec.eval_steps, folder, is_main_process=main,
+        callbacks.append(HeldOutEval(spec.task, spec.validation, tokenizer, spec.eval_steps, folder,
+                                     is_main_process=main, split=f"validation (from {spec.task.name} train)",
                                      max_new_tokens=spec.eval_max_new_tokens or preset.max_completion_length))
     if preset.use_vllm or preset.fast_inference:
         callbacks.append(StaleWeightsAlarm(records=folder if main else None))
     if spec.progress == "lines" and main:
-        callbacks.append(StepPrinter())
+        callbacks.append(StepPrinter(f"{len(spec.validation)} validation questions held out of the {spec.task.name} "
+                                     "train split" if spec.validation is not None else ""))
     trainer = build_trainer(model, tokenizer, train_set, preset, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
     if spec.progress == "bar":
@@ -224,6 +247,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         if main:
             log.info(f"{resume_from.name} is the last step: finishing the save of the model, without training")
         _finish_save(trainer, resume_from)
+        begin()
     else:
         if resume_from is not None and main:
             log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
@@ -238,8 +262,12 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         from grpo_kit.evaluation.plots import plot_training_curves
 
         plt.close(plot_training_curves(log_history, folder.curves,
-                                       title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})"))
+                                       title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
+                                       heldout="validation"))
         folder.mark_finished(trainer.state.global_step)
+        if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
+            log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "
+                        f"is stale: {stale}")
     trainer.accelerator.wait_for_everyone()
     return TrainResult(run=folder, model_dir=model_dir, log_history=log_history, resumed_from=resume_from,
                        alarms=folder.read_alarms(), wall_s=time.perf_counter() - start, trainer=trainer)

@@ -9,19 +9,27 @@ A task is one name in the notebooks' parameters cell and in the command line (``
 - ``math500``: competition problems, evaluation only, checked with math-verify.
 - ``sum3``: a+b+c over digits, synthetic and seeded: the CPU experiment where the reward decides what is learned.
 
-A new task is a module of its own that builds a :class:`Task`, listed in :data:`TASKS`.
+A task of your own over your own data is a YAML file (:func:`load_task`; ``--task my_task.yaml``,
+``task = "my_task.yaml"``): its answer type (number, text, math, choice) brings the extraction rules and the
+correctness reward. A new task of the kit's own is a module that builds a :class:`Task`, listed in :data:`TASKS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
+from grpo_kit.tasks import answer_types  # noqa: F401 - registers the answer types' correctness rewards
 from grpo_kit.tasks.countdown import COUNTDOWN
 from grpo_kit.tasks.gsm8k import GSM8K
 from grpo_kit.tasks.math500 import MATH500
 from grpo_kit.tasks.rewards import BUILTIN_REWARDS, Reward, RewardSet
 from grpo_kit.tasks.sum3 import SUM3
 from grpo_kit.tasks.task import ExtractionRule, Task
+from grpo_kit.tasks.task_file import check_digest, is_task_file, load_task
 
-__all__ = ["BUILTIN_REWARDS", "DEFAULT_TASK", "TASKS", "ExtractionRule", "Reward", "RewardSet", "Task", "get_task"]
+__all__ = ["BUILTIN_REWARDS", "DEFAULT_TASK", "TASKS", "ExtractionRule", "Reward", "RewardSet", "Task", "get_task",
+           "load_task"]
 
 #: Every task by name.
 TASKS: dict[str, Task] = {task.name: task for task in (GSM8K, COUNTDOWN, MATH500, SUM3)}
@@ -29,17 +37,29 @@ TASKS: dict[str, Task] = {task.name: task for task in (GSM8K, COUNTDOWN, MATH500
 DEFAULT_TASK = GSM8K.name
 
 
-def get_task(task: str | Task) -> Task:
-    """A task by name (a :class:`Task` passes through).
+def get_task(task: str | Path | Task, digest: Mapping[str, str] | None = None) -> Task:
+    """A task by name, or from a task file (a path ending ``.yaml``/``.yml``: :func:`load_task`); a :class:`Task`
+    passes through.
+
+    Args:
+        task: a name of :data:`TASKS`, a task file's path, or a :class:`Task`.
+        digest: the task's files' SHA-256 as a run folder recorded them (:attr:`Task.digest`): data that changed
+            since is refused (:func:`grpo_kit.tasks.task_file.check_digest`).
 
     Raises:
-        ValueError: unknown name (the message lists the tasks).
+        ValueError: unknown name (the message lists the tasks); a task file that cannot be read (the message names
+            the file and the line or field); data that changed since ``digest``.
 
     >>> get_task("countdown").rewards[-1]
     'countdown_reward_func'
     """
     if isinstance(task, Task):
-        return task
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}: choose from {', '.join(TASKS)}")
-    return TASKS[task]
+        found = task
+    elif is_task_file(task):
+        found = load_task(task)
+    elif task in TASKS:
+        found = TASKS[task]
+    else:
+        raise ValueError(f"unknown task {task!r}: choose from {', '.join(TASKS)}, or give a task file (my_task.yaml)")
+    check_digest(found, digest)
+    return found

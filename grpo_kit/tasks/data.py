@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Located",
     "build_prompt",
+    "carve_validation",
     "check_rows",
     "drop_long_prompts",
     "local_rows",
     "numbered",
+    "read_rows",
     "system_prompt_of",
     "take_slice",
 ]
@@ -47,11 +49,16 @@ def _read_jsonl(path: Path) -> list[Located]:
     """The non-blank lines of a JSONL file, parsed, each with its ``file:line``.
 
     Raises:
-        ValueError: a line that is not JSON, or the file holds no rows.
+        ValueError: a line that is not UTF-8 or not JSON, or the file holds no rows (the message names the line).
     """
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{line_no} is not UTF-8 text ({e.reason} at byte {e.start}): save the file "
+                                 "as UTF-8") from None
             if line.strip():
                 try:
                     rows.append((f"{path}:{line_no}", json.loads(line)))
@@ -60,6 +67,65 @@ def _read_jsonl(path: Path) -> list[Located]:
     if not rows:
         raise ValueError(f"{path} holds no rows: give a JSONL file with one JSON object per line")
     return rows
+
+
+def _read_csv(path: Path) -> list[Located]:
+    """The rows of a CSV file with a header line, each named ``file:line`` (every value is text).
+
+    Raises:
+        ValueError: the file is not UTF-8 or not CSV, or holds no rows.
+    """
+    import csv
+
+    rows = []
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            for row in reader:
+                rows.append((f"{path}:{reader.line_num}", {k: v for k, v in row.items() if k is not None}))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save the file as UTF-8") from None
+    except csv.Error as e:
+        raise ValueError(f"{path} is not a CSV file: {e}") from None
+    if not rows:
+        raise ValueError(f"{path} holds no rows: give a CSV file with a header line and one row per line")
+    return rows
+
+
+def _read_parquet(path: Path) -> list[Located]:
+    """The rows of a Parquet file, each named ``file row <i>`` (read with pyarrow, which ``datasets`` installs).
+
+    Raises:
+        ValueError: the file is not Parquet, or holds no rows.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not Parquet
+        raise ValueError(f"{path} is not a Parquet file ({type(e).__name__}: {e})") from None
+    return numbered(table.to_pylist(), str(path))
+
+
+#: How each data file is read, by suffix.
+READERS = {".jsonl": _read_jsonl, ".json": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+
+
+def read_rows(path: str | Path) -> list[Located]:
+    """The rows of a JSONL, CSV or Parquet file (by its suffix), each with where it came from.
+
+    Raises:
+        ValueError: no such file, a suffix that is none of ``.jsonl``, ``.csv``, ``.parquet``, a row that cannot be
+            read (the message names the file and line), or no rows.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no data file at {path}")
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise ValueError(f"{path}: data files are JSONL (.jsonl), CSV (.csv) or Parquet (.parquet), not "
+                         f"{path.suffix or 'without a suffix'}")
+    return reader(path)
 
 
 def numbered(rows: list[Any], origin: str) -> list[Located]:
@@ -141,6 +207,48 @@ def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = 
 
     order = np.random.default_rng(seed).permutation(len(dataset))[:n]
     return dataset.select(order.tolist())
+
+
+def carve_validation(dataset: Dataset, n: int, seed: int = 0) -> tuple[Dataset, Dataset]:
+    """Hold ``n`` questions of a train split out for measuring accuracy during training: a seeded choice of distinct
+    questions, one row each, and the train rows without any of them (a question written more than once, as in a
+    task whose warm start shows it in several styles, leaves training whole).
+
+    Model selection on this curve then never looks at a test question: the before/after table alone uses the test
+    split.
+
+    Args:
+        dataset: the train split (a ``question`` column, else ``prompt``, tells questions apart).
+        n: validation questions, at most one fewer than the distinct questions.
+        seed: seed of the choice (``numpy.random.default_rng``).
+
+    Returns:
+        ``(train rows left, validation rows)``.
+
+    Raises:
+        ValueError: ``n`` below 1 or leaving no question to train on.
+
+    >>> from datasets import Dataset
+    >>> ds = Dataset.from_dict({"question": ["a", "b", "a", "c", "d"], "style": [1, 1, 2, 1, 1]})
+    >>> train, validation = carve_validation(ds, 2, seed=0)
+    >>> sorted(validation["question"]), sorted(set(train["question"]) & set(validation["question"]))
+    (['a', 'c'], [])
+    """
+    import numpy as np
+
+    column = "question" if "question" in dataset.column_names else "prompt"
+    keys = [json.dumps(q, sort_keys=True) if not isinstance(q, str) else q for q in dataset[column]]
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    distinct = list(first)
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n < len(distinct):
+        raise ValueError(f"validation_size must be between 1 and {len(distinct) - 1} (the train split's distinct "
+                         f"questions less one), got {n!r}")
+    order = np.random.default_rng(seed).permutation(len(distinct))[:n]
+    held = {distinct[i] for i in order}
+    validation = dataset.select([first[distinct[i]] for i in order])
+    return dataset.select([i for i, key in enumerate(keys) if key not in held]), validation
 
 
 def drop_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_tokens: int) -> Dataset:

@@ -9,10 +9,10 @@ A copy of ``openai/prm800k``'s ``math_splits/test.jsonl`` (MIT) ships in the pac
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_xml_answer, strictly
+from grpo_kit.tasks.answer_types import MAX_BOXED_CHARS, last_boxed
 from grpo_kit.tasks.data import build_prompt, check_rows, local_rows, numbered
 from grpo_kit.tasks.math_verify import math_verifier
 from grpo_kit.tasks.task import Example, ExtractionRule, Task
@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["MATH500", "MAX_BOXED_CHARS", "last_boxed", "load_math500"]
 
 HUB_ID = "HuggingFaceH4/MATH-500"
-_BOXED_OPEN = re.compile(r"\s*\{")
-#: Longest ``\boxed{...}`` content the flexible rule reads, in characters.
-MAX_BOXED_CHARS = 4096
 
 
 def load_math500(split: str = "test", source: str = "bundled", system_prompt: str = SYSTEM_PROMPT) -> Dataset:
@@ -65,28 +62,6 @@ def load_math500(split: str = "test", source: str = "bundled", system_prompt: st
                          "unique_id": row.get("unique_id", str(i)),
                          "prompt": build_prompt(row["problem"], system_prompt)})
     return Dataset.from_list(examples)
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (braces matched within :data:`MAX_BOXED_CHARS`), or ``None``.
-
-    >>> last_boxed("so \\\\boxed{1} then \\\\boxed{\\\\frac{1}{2}}")
-    '\\\\frac{1}{2}'
-    """
-    end = len(text)
-    while (at := text.rfind("\\boxed", 0, end)) >= 0:
-        brace = _BOXED_OPEN.match(text, at + len("\\boxed"))
-        if brace is not None:
-            break
-        end = at
-    else:
-        return None
-    depth, start = 1, brace.end()
-    for i in range(start, min(len(text), start + MAX_BOXED_CHARS)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[start:i].strip()
-    return None
 
 
 def _correct(answer: str, example: Example) -> bool:

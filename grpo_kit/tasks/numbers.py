@@ -13,8 +13,10 @@ __all__ = ["MAX_NUMBER_CHARS", "is_integer_literal", "last_number", "normalize_n
            "parse_number"]
 
 # A number: optional sign and `$`, thousands groups, optional decimals and `%`. The sign may stand
-# before or after the `$` ("-$5" and "$-5" both give -5).
-_NUMBER = re.compile(r"(-?)\$?(-?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?%?", re.ASCII)
+# before or after the `$` ("-$5" and "$-5" both give -5). A minus is the hyphen-minus, the minus sign U+2212 or the
+# en dash U+2013, which typesetting and chat models write for it: read as "+3" they would score -3 as 3.
+_MINUS = "-\u2212\u2013"
+_NUMBER = re.compile(rf"([{_MINUS}]?)\$?([{_MINUS}]?)(\d{{1,3}}(?:,\d{{3}})+|\d+)(\.\d+)?%?", re.ASCII)
 _NUMBER_PREFIX = 3  # "-$-" at most stands before a number's first digit
 _DIGIT = re.compile(r"\d", re.ASCII)
 _DIGITS = "0123456789"
@@ -40,6 +42,8 @@ def parse_number(text: str) -> str | None:
     '1200.50'
     >>> parse_number("it is -3 degrees")
     '-3'
+    >>> parse_number("it is \u22123 degrees"), parse_number("it is \u20133 degrees")  # minus sign, en dash
+    ('-3', '-3')
     >>> parse_number("96%")
     '96'
     >>> parse_number("none") is None

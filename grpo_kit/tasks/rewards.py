@@ -26,10 +26,12 @@ name (:func:`builtin`); a user's own function passes through as an object and is
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -48,6 +50,7 @@ from grpo_kit.tasks.numbers import is_integer_literal, numbers_equal
 __all__ = [
     "BUILTIN_REWARDS",
     "COLUMN_KINDS",
+    "LARGEST_REWARD",
     "SEED_REWARDS",
     "Reward",
     "RewardFunc",
@@ -59,9 +62,12 @@ __all__ = [
     "describe",
     "gold_text",
     "golds",
+    "as_values",
     "guarded",
+    "import_reward",
     "int_reward_func",
     "probe",
+    "reward_path",
     "soft_correctness_reward_func",
     "soft_format_reward_func",
     "strict_format_reward_func",
@@ -371,6 +377,32 @@ SEED_REWARDS: tuple[str, ...] = ("xmlcount_reward_func", "soft_format_reward_fun
 
 
 _SHOWN_PER_REWARD = 10  # warnings per reward and process; a reward wrong on every completion must not flood the log
+#: The largest reward magnitude kept. TRL holds rewards in float32 and takes each group's standard deviation, which
+#: squares them: float32's largest value is 3.4e38, so a reward much above its square root (1.8e19) turns the
+#: advantage into inf or NaN although it passed as a finite Python float (1e30 does). 1e15 leaves room for the
+#: reward weights and the sum over a group.
+LARGEST_REWARD = 1e15
+
+
+def as_values(out: Any) -> Any:
+    """A reward's result with numpy's types read as Python's, as TRL reads them (it builds a tensor from the list):
+    an ndarray (or anything with ``tolist`` that is not a sequence) becomes a list, and each numpy scalar its Python
+    number. Anything else comes back as it is, for the caller to judge.
+
+    >>> import numpy as np
+    >>> as_values(np.array([1.5, 2.0], dtype=np.float32)), as_values([np.int64(3), None])
+    ([1.5, 2.0], [3, None])
+    """
+    if not isinstance(out, (Sequence, str, bytes, Mapping)) and hasattr(out, "tolist"):
+        out = out.tolist()
+    if isinstance(out, list) and any(hasattr(v, "item") and isinstance(v, numbers.Number) for v in out):
+        out = [v.item() if hasattr(v, "item") and isinstance(v, numbers.Number) else v for v in out]
+    return out
+
+
+def _usable(value: Any) -> bool:
+    """A number TRL can train on: real (``bool`` counts as 0/1), finite and within :data:`LARGEST_REWARD`."""
+    return isinstance(value, numbers.Real) and math.isfinite(value) and abs(value) <= LARGEST_REWARD
 
 
 def guarded(func: RewardFunc) -> RewardFunc:
@@ -378,9 +410,11 @@ def guarded(func: RewardFunc) -> RewardFunc:
 
     TRL adds ``None`` ("cannot judge", skipped) as NaN and takes ``nansum`` over rewards, so a NaN or an
     infinity returned by a reward would poison (inf) or silently drop a sample. Each value that is not ``None``,
-    a finite ``int``/``float`` (``bool`` counts as 0/1) becomes ``None`` with a warning naming the reward and the
-    completion's index; a result that is not a list of one value per completion becomes all ``None``, with a
-    warning. An exception still propagates (a bug to fix, not a judgement). Linear in the number of completions.
+    a finite real number within :data:`LARGEST_REWARD` (``bool`` counts as 0/1; numpy numbers and arrays are read as
+    TRL reads them, :func:`as_values`) becomes ``None`` with a warning naming the reward and the completion's
+    index; a result that is not a list of one value per completion becomes all ``None``, with a warning. Each call
+    gets its own copy of ``completions``, so a reward that edits it in place cannot change what the next reward
+    reads. An exception still propagates (a bug to fix, not a judgement). Linear in the number of completions.
 
     Args:
         func: a reward in TRL's contract.
@@ -399,7 +433,9 @@ def guarded(func: RewardFunc) -> RewardFunc:
     @functools.wraps(func)
     def checked(*args: Any, **kwargs: Any) -> list[float | None]:
         n = len(kwargs.get("completions") or (args[1] if len(args) > 1 else ()))
-        out = func(*args, **kwargs)
+        if "completions" in kwargs:  # the next reward reads the completions as the policy wrote them
+            kwargs["completions"] = copy.deepcopy(kwargs["completions"])
+        out = as_values(func(*args, **kwargs))
         if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Sequence) or len(out) != n:
             size = len(out) if isinstance(out, Sequence) else type(out).__name__
             warn(f"returned {size} for {n} completions (it must return a list of one number or None per "
@@ -409,11 +445,11 @@ def guarded(func: RewardFunc) -> RewardFunc:
         for i, value in enumerate(out):
             if value is None:
                 values.append(None)
-            elif isinstance(value, (int, float)) and math.isfinite(value):
+            elif _usable(value):
                 values.append(float(value))
             else:
-                warn(f"returned {value!r} for completion {i}, which is not a finite number: treated as 'cannot "
-                     "judge' (return None for that on purpose)")
+                warn(f"returned {value!r} for completion {i}, which is not a finite number within "
+                     f"{LARGEST_REWARD:g}: treated as 'cannot judge' (return None for that on purpose)")
                 values.append(None)
         return values
 
@@ -429,26 +465,79 @@ def probe(rewards: RewardSet, rows: Sequence[Mapping[str, Any]], completions: Se
         completions: one completion text per row (e.g. the gold answer in the answer format).
 
     Raises:
-        ValueError: a reward raised, or did not return a list of one number (or ``None``) per completion; the
-            message names the reward and what it returned. (NaN and infinity pass here: :func:`guarded` skips them
-            during training, with a warning.)
+        ValueError: a reward raised (``SystemExit`` included), or did not return a list (or numpy array) of one
+            number (or ``None``) per completion; the message names the reward and what it returned. (NaN, infinity
+            and numbers beyond :data:`LARGEST_REWARD` pass here: :func:`guarded` skips them during training, with a
+            warning.)
     """
     n = len(rows)
     columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"} if rows else {}
     chats = [[{"role": "assistant", "content": text}] for text in completions]
     for reward in rewards.rewards:
-        try:
-            out = reward.func(prompts=[row["prompt"] for row in rows], completions=chats, completion_ids=[[]] * n,
-                              **columns)
-        except Exception as e:  # noqa: BLE001 - reported with the reward's name
+        try:  # each reward gets its own copies: one that edits its arguments in place cannot break the next
+            out = as_values(reward.func(prompts=copy.deepcopy([row["prompt"] for row in rows]),
+                                        completions=copy.deepcopy(chats), completion_ids=[[]] * n,
+                                        **copy.deepcopy(columns)))
+        except BaseException as e:  # noqa: BLE001 - reported with the reward's name; sys.exit included
+            if isinstance(e, KeyboardInterrupt):
+                raise
             raise ValueError(f"reward {reward.name} raised {type(e).__name__}: {e} when called as TRL calls it "
                              f"({reward.name}(prompts=..., completions=[[{{'role': 'assistant', 'content': ...}}]], "
                              f"{', '.join(columns)}=..., **kwargs)); fix it before training") from None
         good = isinstance(out, Sequence) and not isinstance(out, (str, bytes)) and len(out) == n and all(
-            v is None or isinstance(v, (int, float)) for v in out)
+            v is None or isinstance(v, numbers.Real) for v in out)
         if not good:  # NaN and inf are numbers: the trainer's guard (guarded) skips them with a warning
             raise ValueError(f"reward {reward.name} returned {out!r:.200} for {n} completions: a reward returns a "
                              "list with one number (or None: cannot judge) per completion")
+
+
+def reward_path(func: RewardFunc) -> str | None:
+    """``module:function`` of a reward of your own that another process can import again (what a run folder
+    records); ``None`` for a built-in reward, or a function defined in a notebook or inside another function.
+
+    >>> from grpo_kit.tasks.rewards import reward_path, texts
+    >>> reward_path(texts), reward_path(correctness_reward_func) is None
+    ('grpo_kit.tasks.rewards:texts', True)
+    """
+    name = getattr(func, "__name__", None)
+    if name in BUILTIN_REWARDS and BUILTIN_REWARDS[name] is func:
+        return None
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+def import_reward(path: str, what: str = "--rewards") -> RewardFunc:
+    """The reward function ``module:function`` names, imported (from the current folder too).
+
+    Raises:
+        ValueError: a malformed path, a module that cannot be imported (whatever it raised, ``SystemExit``
+            included), or a name that is not a function; the message starts with ``what``.
+    """
+    import importlib
+    import sys
+
+    module, _, function = path.strip().partition(":")
+    if not module or not function:
+        raise ValueError(f"{what} {path!r}: write module:function, e.g. my_rewards:length_penalty")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # python -m puts the current folder first; a console script does not
+    try:
+        found: Any = importlib.import_module(module)
+    except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise ValueError(f"{what} {path!r}: importing {module!r} failed with {type(e).__name__}: {e}; fix the module "
+                         "(it must import without side effects) or its name") from None
+    missing = object()
+    for part in function.split("."):
+        found = getattr(found, part, missing)
+    if not callable(found):
+        kind = "no attribute" if found is missing else f"a {type(found).__name__}, not a function, named"
+        raise ValueError(f"{what} {path!r}: {module!r} has {kind} {function!r}; give module:function of a reward "
+                         "function (TRL's contract) importable from the current folder")
+    return found
 
 
 class RewardSet:

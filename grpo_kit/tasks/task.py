@@ -73,6 +73,12 @@ class Task:
         compare_rewards: named reward sets (``{name: {reward name: weight}}``) that the compare demo
             (:func:`grpo_kit.demo.run_compare_demo`) trains, each from the same warm start and against one
             baseline; empty: the task has no such experiment.
+        weights: the weight of each of :attr:`rewards` (``None``: 1 each).
+        validation_size: questions held out of the train split to measure accuracy on during training (``None``: the
+            run's ``eval_size``).
+        file: the task file it was declared in (absolute), ``None`` for a task of the kit's own.
+        digest: ``{file: SHA-256}`` of the task file and its data files (``None`` for a task of the kit's own): what a
+            run folder records, so that a later step refuses changed data.
     """
 
     name: str
@@ -92,6 +98,16 @@ class Task:
     notes: str = ""
     warm_xml_share: float | None = None
     compare_rewards: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    weights: tuple[float, ...] | None = None
+    validation_size: int | None = None
+    file: str | None = None
+    digest: Mapping[str, str] | None = None
+
+    @property
+    def ref(self) -> str:
+        """How run folders record the task, and what :func:`grpo_kit.tasks.get_task` reads back: its task file's
+        path, or its name."""
+        return self.file if self.file is not None else self.name
 
     def load(self, split: str = "test", **kwargs: Any) -> Dataset:
         """Load a split (keyword arguments go to the loader, e.g. ``source=``).
@@ -110,8 +126,8 @@ class Task:
         return "train" in self.splits
 
     def reward_set(self) -> RewardSet:
-        """The training rewards, weight 1 each."""
-        return RewardSet(list(self.rewards))
+        """The training rewards, with :attr:`weights` (default 1 each)."""
+        return RewardSet(list(self.rewards), list(self.weights) if self.weights is not None else None)
 
     def compare_reward_sets(self) -> dict[str, RewardSet]:
         """:attr:`compare_rewards` as :class:`grpo_kit.tasks.RewardSet` objects, in order."""

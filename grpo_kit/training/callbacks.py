@@ -118,6 +118,8 @@ class HeldOutEval(TrainerCallback):
         p_threshold: the McNemar p-value below which a fall in accuracy raises the alarm.
         is_main_process: whether this process evaluates (the others skip; under several processes the
             policy is a full replica on each, DDP).
+        split: which questions ``dataset`` holds, as the log and the alarms name them (``"validation (from <task>
+            train)"`` for a run's questions held out of its train split).
 
     Attributes:
         alarms: the findings of :func:`reward_hacking` raised so far, each with its ``step``.
@@ -125,13 +127,14 @@ class HeldOutEval(TrainerCallback):
 
     def __init__(self, task: Task, dataset: Any, tokenizer: Any, every: int, records: RunRecords | None = None,
                  max_new_tokens: int = 256, batch_size: int = 64, p_threshold: float = 0.05,
-                 is_main_process: bool = True) -> None:
+                 is_main_process: bool = True, split: str = "held-out") -> None:
         if every < 1:
             raise ValueError(f"eval_steps must be at least 1, got {every}")
         self.task, self.dataset, self.tokenizer, self.every = task, list(dataset), tokenizer, every
         self.records = records
         self.sampling = Sampling(temperature=0.0, max_new_tokens=max_new_tokens)
         self.batch_size, self.p_threshold, self.is_main_process = batch_size, p_threshold, is_main_process
+        self.split = split
         self.previous: tuple[int, EvalResult] | None = None
         self.alarms: list[dict[str, Any]] = []
 
@@ -186,7 +189,8 @@ class HeldOutEval(TrainerCallback):
                                       training_reward(state.log_history, before_step, state.global_step),
                                       self.p_threshold)
             for finding in findings:
-                self._alarm({**finding, "step": state.global_step, "previous_step": before_step})
+                self._alarm({**finding, "step": state.global_step, "previous_step": before_step,
+                             "split": self.split})
             logs["eval/reward_hacking_alarm"] = float(bool(findings))
         _log(args, state, logs)
         self.previous = (state.global_step, result)
@@ -313,7 +317,14 @@ class StepPrinter(TrainerCallback):
     """One plain log line per logged step: the reward, each reward's mean, and the held-out accuracy when measured.
 
     For the command line and launchers, where a progress bar would be redrawn into a log file.
+
+    Args:
+        heldout: which questions the held-out accuracy is measured on, as the line names them (e.g. ``"10 validation
+            questions from the train split"``); empty: not named.
     """
+
+    def __init__(self, heldout: str = "") -> None:
+        self.heldout = heldout
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -330,7 +341,8 @@ class StepPrinter(TrainerCallback):
             log.info(f"step {state.global_step}: held-out strict accuracy "
                      f"{last['eval/strict_accuracy']:.3f} [{last['eval/strict_accuracy_ci_low']:.3f}, "
                      f"{last['eval/strict_accuracy_ci_high']:.3f}], flexible {last['eval/flexible_accuracy']:.3f} "
-                     f"[{last['eval/flexible_accuracy_ci_low']:.3f}, {last['eval/flexible_accuracy_ci_high']:.3f}]")
+                     f"[{last['eval/flexible_accuracy_ci_low']:.3f}, {last['eval/flexible_accuracy_ci_high']:.3f}]"
+                     + (f" on {self.heldout}" if self.heldout else ""))
 
 
 def _number(value: Any, digits: int = 3) -> str:

@@ -27,8 +27,9 @@ from typing import Any
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Preset
 
-__all__ = ["check_same_run", "checkpoint_step", "checkpoints", "continue_schedule", "is_complete", "latest_complete",
-           "resume_point", "run_identity", "schedule_on_resume"]
+__all__ = ["FINGERPRINT", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints", "continue_schedule",
+           "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point", "run_identity",
+           "schedule_on_resume", "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
@@ -59,11 +60,48 @@ def _dcp_folder(folder: Path) -> bool:
     return (folder / ".metadata").is_file() and any(folder.glob("*.distcp"))
 
 
+def readable(path: str | Path) -> bool:
+    """Whether a weights file is whole, judged from its size and header without loading it:
+    a ``.safetensors`` file's header parses and its tensors end where the file does; a sharded model's index names
+    shards that are whole; a ``torch.save`` file (``.bin``, ``.pt``: a zip archive) ends with its zip directory.
+    A file cut short by a kill or a full disk fails; one whose bytes were altered in place may not.
+
+    >>> import tempfile, pathlib
+    >>> cut = pathlib.Path(tempfile.mkdtemp()) / "model.safetensors"
+    >>> _ = cut.write_bytes(b"\\x10" + b"\\x00" * 7 + b'{"a": 1}')
+    >>> readable(cut)
+    False
+    """
+    import zipfile
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if path.name.endswith(".safetensors"):
+            with path.open("rb") as f:
+                length = int.from_bytes(f.read(8), "little")
+                if length <= 0 or 8 + length > size:
+                    return False
+                header = json.loads(f.read(length))
+            ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+            return size == 8 + length + max(ends, default=0)
+        if path.name.endswith(".index.json"):
+            shards = set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values())
+            return bool(shards) and all(readable(path.parent / shard) for shard in shards)
+        if path.suffix in (".bin", ".pt", ".pth"):
+            return zipfile.is_zipfile(path)
+        return size > 0
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+
+
 def is_complete(checkpoint: str | Path) -> bool:
     """Whether a checkpoint folder holds everything a resume needs.
 
     Complete means: ``trainer_state.json`` parses and names the folder's step, and the weights
-    (full model or adapter), the optimizer and the scheduler are there. Where each launch keeps them:
+    (full model or adapter), the optimizer and the scheduler are there, and the weights are whole (:func:`readable`:
+    size and header checked, so weights cut short are caught before a resume depends on them). Where each launch
+    keeps them:
 
     - one process, DDP: ``model.safetensors`` / ``adapter_model.safetensors`` (or ``pytorch_model.bin``),
       ``optimizer.pt``;
@@ -82,6 +120,8 @@ def is_complete(checkpoint: str | Path) -> bool:
     if step is None or state.get("global_step") != step:
         return False
     deepspeed = any(checkpoint.glob("global_step*"))
+    if not all(readable(checkpoint / name) for name in _WEIGHTS if (checkpoint / name).is_file()):
+        return False
     has_optimizer = (deepspeed or (checkpoint / "optimizer.pt").is_file()
                      or any(p.is_file() for p in checkpoint.glob("optimizer*.bin"))
                      or any(_dcp_folder(p) for p in checkpoint.glob("optimizer_*") if p.is_dir()))
@@ -89,6 +129,64 @@ def is_complete(checkpoint: str | Path) -> bool:
                    or any(p.is_file() for p in checkpoint.glob("pytorch_model_fsdp*.bin"))
                    or any(_dcp_folder(p) for p in checkpoint.glob("pytorch_model_fsdp_*") if p.is_dir()))
     return has_weights and has_optimizer and (checkpoint / "scheduler.pt").is_file()
+
+
+#: Written into each checkpoint once transformers saved it: the SHA-256 of its weight files
+#: (:func:`fingerprint_on_save`).
+FINGERPRINT = "weights_sha256.json"
+
+
+def weights_fingerprint(checkpoint: str | Path) -> dict[str, str]:
+    """The SHA-256 of a checkpoint's weight files (model or adapter, and the shards an index names), by file name;
+    empty for a DeepSpeed or FSDP checkpoint, whose weights live in folders of their own."""
+    from grpo_kit.system.files import sha256_file
+
+    checkpoint = Path(checkpoint)
+    names = {name for name in _WEIGHTS if (checkpoint / name).is_file()}
+    for index in [name for name in names if name.endswith(".index.json")]:
+        try:
+            names |= set(json.loads((checkpoint / index).read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return {name: sha256_file(checkpoint / name) for name in sorted(names) if (checkpoint / name).is_file()}
+
+
+def check_fingerprint(checkpoint: str | Path) -> None:
+    """Refuse a checkpoint whose weights are not the ones training saved (its :data:`FINGERPRINT`); one saved
+    without a fingerprint (by an older kit, or killed before it was written) is not checked.
+
+    Raises:
+        ValueError: a weight file was replaced, edited or removed; the message names it.
+    """
+    checkpoint = Path(checkpoint)
+    try:
+        recorded = json.loads((checkpoint / FINGERPRINT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(recorded, dict):
+        return
+    now = weights_fingerprint(checkpoint)
+    for name, digest in sorted(recorded.items()):
+        if now.get(name) != digest:
+            raise ValueError(f"{checkpoint / name} is not the file training saved (its SHA-256 differs from the one "
+                             f"{FINGERPRINT} records, or it is gone): restore it, or delete {checkpoint} to resume "
+                             "from an earlier checkpoint")
+
+
+def fingerprint_on_save() -> Any:
+    """A ``TrainerCallback`` that writes each checkpoint's :data:`FINGERPRINT` once transformers saved it (main
+    process), so that a resume can tell the weights are the ones training wrote (:func:`check_fingerprint`)."""
+    from transformers import TrainerCallback
+
+    from grpo_kit.system.files import write_json
+
+    class FingerprintOnSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                write_json(folder / FINGERPRINT, weights_fingerprint(folder))
+
+    return FingerprintOnSave()
 
 
 def latest_complete(folder: str | Path) -> Path | None:
@@ -110,11 +208,15 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
 
     Raises:
         ValueError: the run has trained past ``max_steps`` (a run cannot be shortened); checkpoints exist but none
-            is complete (a resume would start over from step 0); each message says what to do.
+            is complete (a resume would start over from step 0); a finished run asked for more steps has no complete
+            checkpoint of its last step (pruned or damaged: it would be trained again from an earlier step); the
+            checkpoint's weights are not the ones training saved (:func:`check_fingerprint`); each message says what
+            to do.
     """
     folder = Path(folder)
     found = latest_complete(folder)
-    done = max(finished_step or 0, checkpoint_step(found) if found is not None else 0)
+    reached = checkpoint_step(found) if found is not None else 0
+    done = max(finished_step or 0, reached)
     if done > max_steps:
         raise ValueError(f"{folder.parent} has trained {done} steps, more than --max-steps {max_steps}: a run cannot "
                          f"be shortened. Resume with --max-steps {done} or more, or train a new run folder")
@@ -124,6 +226,13 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
                          " the weights, optimizer.pt or scheduler.pt missing or unreadable), so a "
                          f"resume would start over from step 0. Delete them (rm -r {folder}) to start over, or "
                          "restore a complete checkpoint")
+    if found is not None:
+        check_fingerprint(found)
+    if finished_step is not None and max_steps > finished_step and reached < finished_step:
+        raise ValueError(f"{folder.parent} finished at step {finished_step}, but no complete checkpoint of that step "
+                         f"is left in {folder} ({'newest complete: ' + found.name if found else 'none complete'}), so "
+                         f"a resume would train again from step {reached} and replace the finished model. The run "
+                         "stays as it is: train a new run folder to train longer")
     return found
 
 
@@ -149,7 +258,7 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
         ValueError: they differ; the message lists each difference (recorded -> now).
     """
     differences = []
-    for key in ("task", "model", "rewards", "train_size", "seed"):
+    for key in ("task", "model", "rewards", "train_size", "seed", "validation_size"):
         if recorded.get(key) != current.get(key):
             differences.append(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}")
     before, now = recorded.get("preset", {}), current.get("preset", {})

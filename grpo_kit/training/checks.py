@@ -165,6 +165,16 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
             raise ValueError(f"{name} = {value!r} is not a name transformers knows"
                              + (f" (did you mean {', '.join(close)}?)" if close else "")
                              + f": choose from {', '.join(allowed)}")
+    if not _before_unsloth(preset):
+        from transformers.integrations.integration_utils import get_available_reporting_integrations
+
+        given = preset.report_to.split(",") if isinstance(preset.report_to, str) else preset.report_to
+        installed = get_available_reporting_integrations()
+        missing = [r.strip() for r in given if r.strip() not in ("none", "all", *installed)]
+        if missing:  # transformers would raise only when the trainer is built, after the model loaded
+            raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here "
+                             f"(installed: {', '.join(installed) or 'none'}); install its package (pip install "
+                             f"{missing[0]}) or use --set report_to=none")
     if problem := _target_problem(preset.lora_target_modules):
         raise ValueError(problem)
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:

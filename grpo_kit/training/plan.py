@@ -105,13 +105,19 @@ def preset_of_run(run_dir: str | Path, **overrides: Any) -> tuple[Preset, str | 
 
     Raises:
         FileNotFoundError: the folder has no ``train_settings.json``.
+        ValueError: it is not the JSON object train writes (damaged or edited).
     """
     settings = Path(run_dir) / "train_settings.json"
     if not settings.is_file():
         raise FileNotFoundError(f"{settings} does not exist: plan a new run with --preset instead")
-    recorded = json.loads(settings.read_text(encoding="utf-8"))
-    identity = recorded["identity"]
-    fields = dict(identity["preset"])
+    try:
+        recorded = json.loads(settings.read_text(encoding="utf-8"))
+        identity = recorded["identity"]
+        fields = dict(identity["preset"])
+    except (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as e:
+        raise ValueError(f"{settings} is damaged or was edited ({type(e).__name__}: {e}): it is not the record "
+                         "train writes, so the run cannot be planned or resumed; plan a new run folder with "
+                         "--preset") from None
     if "max_steps" in recorded:  # the run's length as last trained; --max-steps extends it
         overrides = {"max_steps": recorded["max_steps"], **overrides}
     base = PRESETS.get(fields.get("name", ""), PRESETS["cpu-tiny"])
@@ -256,7 +262,8 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
         overrides: preset fields to replace (``--set``; with ``resume`` only ``max_steps`` and the like).
         device: a card of :data:`grpo_kit.policy.devices.CARDS`; ``None``: this machine's first GPU (or none).
         processes: training processes, one GPU each (``--gpus``); default 1 for ``single``, else the GPUs here
-            (8, as configs/accelerate/*.yaml, with ``device`` or without GPUs).
+            (8, as configs/accelerate/*.yaml, with ``device`` or without GPUs), less the one a vLLM server
+            (``vllm_mode="server"``) needs; asking for every GPU with a server is a problem.
         launch: one of :data:`grpo_kit.training.memory.LAUNCHES`.
         run_dir, resume: the run folder, and whether to plan resuming it.
         model: a Hub id or folder instead of the preset's model.
@@ -295,7 +302,9 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
     else:
         found = gpus()
         gpu, here = (found[0] if found else None), (len(found) or 8)
-    n = processes if processes is not None else (1 if launch == "single" else here)
+    server = (p.use_vllm and not p.fast_inference and p.vllm_mode == "server")
+    # by default a vLLM server keeps one GPU of its own, and training takes the others
+    n = processes if processes is not None else (1 if launch == "single" else here - 1 if server and here > 1 else here)
     if n < 1:
         raise ValueError(f"--gpus must be at least 1, got {n}")
     launches = [launch_of(launch, n, rank) for rank in range(1 if launch == "single" else n)]
@@ -324,6 +333,14 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
                                              p.vllm_max_model_len)
             vllm["why_no_share"] = ("the server runs on a GPU of its own, started by you: vLLM serve's own "
                                     "--gpu-memory-utilization (0.9 by default) applies there")
+            if gpu is not None and n >= here:  # training takes every GPU: none is left for the server
+                problems.append(Problem(
+                    f"vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and {n} training process(es) "
+                    f"take all {here} GPU(s): train on {here - 1} (--gpus {here - 1}, CUDA_VISIBLE_DEVICES leaving one "
+                    "out) and start the server on the one left" if here > 1 else
+                    "vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and this machine's only GPU "
+                    "trains: use a preset that colocates vLLM (vllm_mode='colocate') or a machine with two GPUs",
+                    kind="vllm"))
     resume_from, resume_why = (None, "not resuming (pass --run-dir RUN --resume)")
     if resume and run_dir is not None:
         resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)

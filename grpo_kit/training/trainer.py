@@ -9,6 +9,7 @@ evaluation, the run folder) is :func:`grpo_kit.runs.train.train`.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from grpo_kit.policy.devices import Launch
 from grpo_kit.policy.warm_start import quiet_progress
+from grpo_kit.system.files import write_json
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import ALGORITHM_FIELDS
 from grpo_kit.training.checks import check_settings
@@ -225,6 +227,17 @@ def check_trains_as_asked(model: Any, preset: Preset) -> None:
                            f"tensors are frozen (e.g. {frozen[:3]})")
 
 
+def _absolute_base(config: Path) -> None:
+    """Record an adapter's base model as an absolute path when it was loaded from a relative one (the tiny policy's
+    ``.cache/...``), so that the adapter loads from any working folder; a Hub id is left as it is."""
+    if not config.is_file():
+        return
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    base = settings.get("base_model_name_or_path")
+    if isinstance(base, str) and base and not Path(base).is_absolute() and Path(base).is_dir():
+        write_json(config, {**settings, "base_model_name_or_path": str(Path(base).absolute())})
+
+
 def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
     """Save the trained policy and its tokenizer: the LoRA adapter for a peft model, else the full model.
 
@@ -254,6 +267,7 @@ def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
     trainer.save_model(str(partial))
     if main:
         tokenizer.save_pretrained(str(partial))
+        _absolute_base(partial / "adapter_config.json")
         if not any((partial / name).is_file() for name in _SAVED_WEIGHTS):
             raise RuntimeError(f"the trainer saved no weights into {partial} (found: "
                                f"{sorted(p.name for p in partial.iterdir()) if partial.is_dir() else 'nothing'}): "

@@ -339,3 +339,73 @@ def test_an_unwritable_runs_dir_is_a_clear_error_even_as_root(tmp_path, capsys):
     assert main(["demo", "--runs-dir", str(blocker / "runs"), "--cache-dir", str(tmp_path / "c")]) == 2
     assert "cannot write the run folder" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_a_baseline_is_reused_with_the_same_settings_and_never_replaced_silently(tiny_policy, tmp_path, capsys):
+    import dataclasses
+
+    from grpo_kit.policy.generation import TransformersBackend
+    from grpo_kit.runs.folder import RunFolder
+    from grpo_kit.runs.measure import EvalPlan, measure_before
+    from grpo_kit.tasks import get_task
+
+    class Counting(TransformersBackend):
+        calls = 0
+
+        def generate(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().generate(*args, **kwargs)
+
+    plan = EvalPlan(task=get_task("gsm8k"), preset=get_preset("cpu-tiny"), slice={"n": 4}, max_new_tokens=4)
+    run = RunFolder(tmp_path / "run")
+    backend = Counting(*tiny_policy, progress=False)
+    backend.route = "transformers"
+    first = measure_before(plan, run, backend)
+    baseline, calls, written = run.baseline.read_bytes(), Counting.calls, run.baseline.stat().st_mtime_ns
+    run.report.write_text("the report made against this baseline")
+    again = measure_before(dataclasses.replace(plan, batch_size=7), run, backend)  # same settings: reused
+    assert Counting.calls == calls and again["greedy"].records == first["greedy"].records
+    assert run.baseline.stat().st_mtime_ns == written  # not measured or written again
+    with pytest.raises(ValueError, match="task: 'gsm8k' -> 'countdown'.*--replace-baseline"):
+        measure_before(dataclasses.replace(plan, task=get_task("countdown")), run, backend)
+    assert main(["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "3", "--max-new-tokens", "4",
+                 "--run-dir", str(run.path)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a baseline measured with other settings" in err and "slice: {'n': 4} -> {'n': 3}" in err
+    assert "Traceback" not in err and run.baseline.read_bytes() == baseline and run.report.is_file()
+    measure_before(dataclasses.replace(plan, slice={"n": 3}), run, backend, replace=True)  # on purpose
+    assert json.loads(run.eval_settings.read_text())["slice"] == {"n": 3} and not run.report.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["export", "{tmp}/run", "--quant", "q8_0"], "add --format gguf"),
+    (["export", "{tmp}/run", "--format", "gguf", "--quant", ""], "quant must be one of"),
+    (["plan", "--preset", "a100", "--launch", "single", "--gpus", "3"], "--launch single runs one process"),
+    (["plan", "--preset", "a100", "--model", "/nonexistent"], "is neither an existing folder nor a Hub id"),
+])
+def test_what_export_and_plan_used_to_ignore_is_refused(args, message, capsys, tmp_path):
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_a_baseline_of_an_evaluation_only_task_does_not_suggest_training(tiny_policy_files, tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="grpo_kit"):
+        assert main(["eval", "--before", "--task", "math500", "--model", str(tiny_policy_files), "--eval-size", "2",
+                     "--max-new-tokens", "4", "--backend", "transformers", "--run-dir", str(tmp_path / "run")]) == 0
+    assert "math500 has no train split" in caplog.text and "grpo_kit train" not in caplog.text
+
+
+def test_a_chart_of_many_runs_stays_readable():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from grpo_kit.evaluation.plots import MAX_CHART_INCHES, plot_runs
+
+    metrics = pd.DataFrame([{"run": f"run-{r}", "metric": f"metric {m}", "value": 0.5, "low": 0.4, "high": 0.6,
+                             "max": 1.0} for r in range(13) for m in range(8)])
+    fig = plot_runs(metrics)
+    assert fig.get_size_inches()[0] <= MAX_CHART_INCHES
+    plt.close(fig)

@@ -16,6 +16,8 @@ from grpo_kit.evaluation.compare import compare_runs_results
 from grpo_kit.evaluation.scoring import EvalResult, score
 from grpo_kit.evaluation.stats import mcnemar_exact
 from grpo_kit.runs.compare import compare_runs
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.measure import evaluated_with
 from grpo_kit.tasks import get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.data import take_slice
@@ -58,6 +60,11 @@ def write_run(folder, questions, baseline_seed, right, seed, preset=None, settin
         "identity": {"preset": preset, "rewards": {"correctness_reward_func": 1.0}}, "train_questions": 100,
         "max_steps": 10, "algorithm": {"name": "trl_default", "paper": "p", "fields": {"beta": preset["beta"]},
                                        "overridden": []}}))
+    run = RunFolder(folder)  # what train and eval record: the trained weights' digest, then the results' step
+    (folder / "model").mkdir()
+    (folder / "model" / "model.safetensors").write_text(f"the weights of {folder.name}")
+    run.mark_finished(10)
+    run.mark_evaluated(10, run.check_model(), evaluated_with(eval_settings))
     return folder
 
 
@@ -163,3 +170,65 @@ def test_the_compare_demo_refuses_bad_input_before_any_model_loads(tmp_path):
         CompareDemoConfig(name="../x")
     assert main(["compare-demo", "--task", "gsm8k"]) == 2  # argparse refuses a task without reward sets
     assert not list(tmp_path.iterdir())  # nothing was written
+
+
+def test_results_not_of_the_model_a_run_holds_now_are_refused_and_nothing_is_created(tmp_path, questions, capsys):
+    import shutil
+
+    from grpo_kit.cli import main
+
+    a = write_run(tmp_path / "a", questions, 0, 0.9, 1)
+    b = write_run(tmp_path / "b", questions, 0, 0.5, 2)
+    extended = RunFolder(b)  # trained further after its evaluation: step 10 -> 20
+    (b / "model" / "model.safetensors").write_text("the weights of b after 20 steps")
+    extended.mark_finished(20)
+    with pytest.raises(ValueError, match="b: .*evaluation after training is of step 10, and the model is now at step "
+                                         "20.*eval --run-dir .* again"):
+        compare_runs([a, b])
+    c = write_run(tmp_path / "c", questions, 0, 0.5, 2)
+    records = (c / "trained.jsonl").read_text()  # records generated elsewhere (another budget) put in its place
+    (c / "trained.jsonl").write_text(records.replace('"completion": "', '"completion": "x'))
+    with pytest.raises(ValueError, match="trained.jsonl is not the file the evaluation after training wrote"):
+        compare_runs([a, c])
+    d = write_run(tmp_path / "d", questions, 0, 0.5, 2)
+    (d / "evaluated.json").write_text(json.dumps({**json.loads((d / "evaluated.json").read_text()),
+                                                  "max_new_tokens": 12}))
+    with pytest.raises(ValueError, match="used max_new_tokens = 12 where the baseline used 64"):
+        compare_runs([a, d])
+    copy = tmp_path / "copy"
+    shutil.copytree(a, copy)
+    with pytest.raises(ValueError, match="a and copy hold the same trained weights"):
+        compare_runs([a, copy])
+    for args, message in ((["compare", str(a), str(tmp_path / "typo")], "no run folder at"),
+                          (["compare", str(a), str(d), "--out", str(tmp_path / "a" / "trained.jsonl")], "is a file"),
+                          (["compare", str(a), str(d), "--names", "x|y", "z"], "without '|'")):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+    assert not (tmp_path / "typo").exists()
+
+
+def test_compare_takes_the_run_folders_locks(tmp_path, questions):
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    from grpo_kit.runs.folder import RunFolderBusy
+
+    a = write_run(tmp_path / "a", questions, 0, 0.9, 1)
+    b = write_run(tmp_path / "b", questions, 0, 0.5, 2)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from grpo_kit.runs.folder import RunFolder
+        with RunFolder({str(b)!r}).lock("train"):
+            print("holding", flush=True)
+            time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(RunFolderBusy, match=f"being written by process {holder.pid}"):
+            compare_runs([a, b])
+    finally:
+        holder.kill()
+        holder.wait()

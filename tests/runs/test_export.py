@@ -19,6 +19,7 @@ import torch
 
 from grpo_kit.cli import main
 from grpo_kit.runs.export import Verification, export, model_card, push_to_hub, verify_export
+from grpo_kit.runs.folder import RunFolder, RunFolderBusy
 
 QUESTIONS = 8
 
@@ -71,6 +72,7 @@ def _adapter_run(full_run: Path, base: Path, folder: Path, modules_to_save: list
                 param.add_(torch.randn(param.shape, generator=generator) * 0.5)
     peft_model.save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
+    RunFolder(folder).mark_finished(2)  # as training records what it wrote (the trained weights' digest)
     return folder
 
 
@@ -348,3 +350,150 @@ def test_a_large_models_quantized_gguf_goes_through_16_bits_not_float32(lora_run
     monkeypatch.setattr(grpo_kit.runs.export, "F32_GGUF_LIMIT", 0)
     export(lora_run, "gguf", quant="q4_k_m", questions=QUESTIONS, out=tmp_path / "gguf")
     assert outtypes == ["f16"]  # the tiny policy is float32: a 16-bit GGUF, not f32, before the quantizer
+
+
+# --- nothing lost after training: --out, two exporters, an edited model/ ----------------------------------------
+
+
+def _no_traceback(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+def test_export_refuses_an_out_that_is_not_new_empty_or_an_export_and_replaces_its_own(full_run, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    (mine / "photos").mkdir(parents=True)
+    (mine / "thesis.txt").write_text("four years")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep")
+    model_before = RunFolder(full_run).check_model()
+    for out in (mine, full_run, full_run / "model", full_run / "checkpoints", a_file, full_run.parent):
+        assert main(["export", str(full_run), "--out", str(out), "--questions", "2"]) == 2
+        assert str(out) in _no_traceback(capsys)
+    assert (mine / "thesis.txt").read_text() == "four years" and (mine / "photos").is_dir()
+    assert a_file.read_text() == "keep" and RunFolder(full_run).check_model() == model_before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["export", str(full_run), "--out", str(empty), "--questions", "2"]) == 0
+    first = json.loads((empty / "verification.json").read_text())
+    assert main(["export", str(full_run), "--out", str(empty), "--questions", "3"]) == 0  # its own: replaced whole
+    assert json.loads((empty / "verification.json").read_text())["questions"] == 3 != first["questions"]
+    assert sorted(p.name for p in tmp_path.iterdir() if "partial" in p.name or ".old-" in p.name) == []
+
+
+def test_a_failed_export_leaves_no_partial_folder(full_run, tmp_path, monkeypatch):
+    import grpo_kit.runs.export as module
+
+    def broken(reference, folder):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(module, "_merged_to", broken)
+    with pytest.raises(OSError, match="disk full"):
+        export(full_run, "merged", out=tmp_path / "ship", questions=2)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".ship.lock")] == []
+
+
+def test_two_exports_into_one_out_cannot_both_run(full_run, tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    out = tmp_path / "shared"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from grpo_kit.runs.export import _export_lock
+        with _export_lock(Path({str(out)!r})):
+            print("holding", flush=True)
+            time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(RunFolderBusy, match=f"{out} is being written by process {holder.pid}"):
+            export(full_run, "merged", out=out, questions=2)
+        assert not out.exists() and not list(tmp_path.glob("*partial*"))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("edit", ["base weights copied in", "adapter pointed elsewhere", "tokenizer deleted"])
+def test_a_model_folder_edited_after_training_is_refused_by_every_reader(edit, full_run, lora_run, tiny_policy_files,
+                                                                        tmp_path, capsys):
+    source = lora_run if edit == "adapter pointed elsewhere" else full_run
+    run = tmp_path / "run"
+    shutil.copytree(source, run, ignore=shutil.ignore_patterns("export"))
+    if edit == "base weights copied in":  # another run's (here: the untrained base's) weights
+        shutil.copy(Path(tiny_policy_files) / "model.safetensors", run / "model" / "model.safetensors")
+        name = "model.safetensors"
+    elif edit == "adapter pointed elsewhere":
+        config = json.loads((run / "model" / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = str(tmp_path / "another-base")
+        (run / "model" / "adapter_config.json").write_text(json.dumps(config))
+        name = "adapter_config.json"
+    else:
+        (run / "model" / "tokenizer.json").unlink()
+        name = "tokenizer.json"
+    for args in (["export", str(run), "--questions", "2"], ["eval", "--run-dir", str(run)],
+                 ["verify-export", str(full_run / "model"), "--against", str(run), "--questions", "2"]):
+        assert main(args) == 2, args
+        err = _no_traceback(capsys)
+        assert str(run / "model" / name) in err and "training wrote" in err
+    assert not (run / "export").exists()
+
+
+def test_what_a_user_gets_wrong_after_training_ends_in_one_line(full_run, tiny_policy_files, tmp_path, monkeypatch,
+                                                                capsys):
+    import sys
+
+    seeded = tmp_path / "seeded"
+    shutil.copytree(full_run, seeded, ignore=shutil.ignore_patterns("export", "checkpoints"))
+    settings = json.loads((seeded / "eval_settings.json").read_text())
+    (seeded / "eval_settings.json").write_text(json.dumps({**settings, "seed": "abc"}))
+    base = tmp_path / "base"  # an adapter whose base model was moved away after training
+    shutil.copytree(tiny_policy_files, base)
+    moved = _adapter_run(full_run, base, tmp_path / "moved", None)
+    shutil.rmtree(base)
+    planned = tmp_path / "planned"
+    planned.mkdir()
+    (planned / "train_settings.json").write_text("[]")
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # llama-cpp-python not built
+    cases = [(["export", str(seeded), "--questions", "2"], "seed = 'abc', not a whole number"),
+             (["export", str(moved), "--questions", "2"], "cannot load the trained model"),
+             (["verify-export", str(gguf), "--against", str(full_run)], "llama-cpp-python is not installed"),
+             (["plan", "--run-dir", str(planned), "--resume"], "train_settings.json is damaged or was edited"),
+             (["train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--run-dir", str(tmp_path / "t"),
+               "--set", "report_to=tensorboard"], "report_to = 'tensorboard': tensorboard is not installed")]
+    for args, message in cases:
+        assert main(args) == 2, args
+        err = _no_traceback(capsys)
+        assert message in err, err
+
+
+def test_export_during_a_training_names_the_process_that_holds_the_run(full_run, tmp_path, capsys):
+    import subprocess
+    import sys
+    import textwrap
+
+    run = tmp_path / "training"
+    shutil.copytree(full_run, run, ignore=shutil.ignore_patterns("export"))
+    (run / "finished.json").unlink()  # a training extending it is under way
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from grpo_kit.runs.folder import RunFolder
+        with RunFolder({str(run)!r}).lock("train"):
+            print("holding", flush=True)
+            time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        assert main(["export", str(run), "--questions", "2"]) == 2
+        err = _no_traceback(capsys)
+        assert f"being written by process {holder.pid}" in err and "(train, since" in err and "--resume" not in err
+    finally:
+        holder.kill()
+        holder.wait()

@@ -254,3 +254,12 @@ def test_a_held_out_record_damaged_by_hand_is_measured_again(tmp_path, caplog):
 def test_countdown_refuses_numbers_python_would_read_another_way(text):
     with pytest.raises(ValueError, match="plain decimal numbers"):
         safe_eval(text)
+
+
+def test_a_reader_names_a_mistyped_run_folder_instead_of_creating_it(tmp_path):
+    """Notebook 04 opens its run folder with RunFolder.existing: a typo is named, and no empty folder is left."""
+    with pytest.raises(FileNotFoundError, match="no run folder at .*typo"):
+        RunFolder.existing(tmp_path / "typo")
+    assert not (tmp_path / "typo").exists()
+    notebook = (ROOT / "notebooks" / "04_post_training_eval.ipynb").read_text()
+    assert "RunFolder.existing(resolve_run_dir(run_dir, use_drive))" in notebook

@@ -149,18 +149,28 @@ def test_a_run_folder_of_another_run_is_refused(uninterrupted, tiny_policy_files
 
 
 def test_an_interrupted_checkpoint_is_skipped_on_resume(tmp_path):
+    from safetensors.torch import save_file
+
     folder = tmp_path / "checkpoints"
     for step in (2, 4):
         ckpt = folder / f"checkpoint-{step}"
         ckpt.mkdir(parents=True)
-        for name in ("model.safetensors", "optimizer.pt", "scheduler.pt"):
+        save_file({"w": torch.zeros(4)}, ckpt / "model.safetensors")
+        for name in ("optimizer.pt", "scheduler.pt"):
             (ckpt / name).write_bytes(b"x")
         (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     torn = folder / "checkpoint-6"  # killed while writing: the weights are there, the state is not
     torn.mkdir()
-    (torn / "model.safetensors").write_bytes(b"x")
+    save_file({"w": torch.zeros(4)}, torn / "model.safetensors")
     assert latest_complete(folder).name == "checkpoint-4"
     (torn / "trainer_state.json").write_text('{"global_step": 6, "log_hist')  # cut mid-write
+    assert latest_complete(folder).name == "checkpoint-4"
+    (torn / "trainer_state.json").write_text(json.dumps({"global_step": 6}))
+    for name in ("optimizer.pt", "scheduler.pt"):
+        (torn / name).write_bytes(b"x")
+    assert latest_complete(folder).name == "checkpoint-6"
+    weights = (torn / "model.safetensors").read_bytes()
+    (torn / "model.safetensors").write_bytes(weights[:-3])  # the weights cut short: not complete
     assert latest_complete(folder).name == "checkpoint-4"
 
 
@@ -273,3 +283,115 @@ def test_a_reward_returning_none_nan_or_inf_does_not_crash_a_run(tiny_policy_fil
     assert "reward odd_reward: returned nan for completion 1, which is not a finite number" in result.stderr
     assert "returned inf for completion 2" in result.stderr
     assert "[grpo_kit] step 1/1: reward" in result.stderr
+
+
+def _snapshot(run_dir: Path) -> dict[str, bytes]:
+    names = ["finished.json", "train_settings.json", "log_history.json", "model/model.safetensors"]
+    return {name: (run_dir / name).read_bytes() for name in names}
+
+
+def test_a_finished_run_whose_checkpoints_were_pruned_is_never_trained_again_from_scratch(uninterrupted,
+                                                                                          tiny_policy_files,
+                                                                                          tmp_path, capsys):
+    import shutil
+
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    shutil.rmtree(run_dir / "checkpoints")
+    before = _snapshot(run_dir)
+    assert main(_train_args(tiny_policy_files, run_dir)) == 2  # without --resume
+    err = capsys.readouterr().err
+    assert "holds a trained model (model/, finished at step 6)" in err and "Traceback" not in err
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args[args.index("--max-steps") + 1] = "8"
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "finished at step 6, but no complete checkpoint of that step" in err and "train a new run folder" in err
+    assert _snapshot(run_dir) == before
+
+
+def test_a_truncated_checkpoint_is_not_complete_and_the_finished_run_stays_usable(uninterrupted, tiny_policy_files,
+                                                                                  tmp_path, capsys):
+    from grpo_kit.runs.folder import RunFolder
+
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    weights = run_dir / "checkpoints" / "checkpoint-6" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # cut short by a full disk
+    assert not is_complete(weights.parent) and is_complete(run_dir / "checkpoints" / "checkpoint-4")
+    before = _snapshot(run_dir)
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args[args.index("--max-steps") + 1] = "8"
+    assert main(args) == 2
+    assert "no complete checkpoint of that step" in capsys.readouterr().err
+    assert _snapshot(run_dir) == before and RunFolder(run_dir).check_model() is not None
+
+
+def test_a_resume_whose_checkpoint_does_not_load_changes_nothing_in_the_finished_run(uninterrupted, tiny_policy_files,
+                                                                                      tmp_path):
+    """A checkpoint whole on disk that does not fit the model (one tensor of another shape): the load fails, and
+    finished.json, max_steps and the held-out records are as they were."""
+    from safetensors.torch import save_file
+
+    from grpo_kit.training.checkpoints import FINGERPRINT, weights_fingerprint
+
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    weights = run_dir / "checkpoints" / "checkpoint-6" / "model.safetensors"
+    tensors = load_file(weights)
+    name = next(iter(tensors))
+    tensors[name] = torch.zeros(3, 5)
+    save_file(tensors, weights, metadata={"format": "pt"})
+    fingerprint = weights.parent / FINGERPRINT  # as if training had saved these weights: the load is what fails
+    fingerprint.write_text(json.dumps(weights_fingerprint(weights.parent)))
+    before = _snapshot(run_dir)
+    heldout = sorted(p.name for p in (run_dir / "heldout").iterdir())
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args[args.index("--max-steps") + 1] = "8"
+    result = _train(args)
+    assert result.returncode != 0 and "size mismatch" in result.stderr
+    assert _snapshot(run_dir) == before and sorted(p.name for p in (run_dir / "heldout").iterdir()) == heldout
+
+
+def test_a_reward_judging_nothing_huge_or_numpy_trains_and_the_run_finishes(tiny_policy_files, tmp_path):
+    """A reward that returns None for every completion (its step mean is None), one returning 1e30 (finite for Python,
+    inf once TRL squares it in float32) and one returning numpy numbers: the run trains, draws its curves and
+    writes finished.json."""
+    (tmp_path / "odd_rewards.py").write_text(
+        "import numpy as np\n"
+        "def judges_nothing(completions, **kwargs):\n"
+        "    return [None] * len(completions)\n"
+        "def huge(completions, **kwargs):\n"
+        "    return [[1e30, 1e300, 1.0][i % 3] for i in range(len(completions))]\n"
+        "def numpy_reward(completions, **kwargs):\n"
+        "    return np.array([len(c[0]['content']) % 3 for c in completions], dtype=np.float32)\n")
+    args = _train_args(tiny_policy_files, tmp_path / "run")
+    args = (args[:args.index("--rewards") + 1] + ["odd_rewards:judges_nothing", "odd_rewards:huge",
+                                                  "odd_rewards:numpy_reward"] + args[args.index("--rewards") + 3:])
+    args[args.index("--max-steps") + 1] = "1"
+    args = args[:args.index("--eval-steps")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "reward huge: returned 1e+30 for completion 0, which is not a finite number within 1e+15" in result.stderr
+    assert "reward numpy_reward" not in result.stderr
+    assert json.loads((tmp_path / "run" / "finished.json").read_text())["step"] == 1
+    assert (tmp_path / "run" / "training_curves.png").is_file()
+
+
+def test_a_checkpoint_whose_weights_were_replaced_is_refused_naming_the_file(uninterrupted, tiny_policy_files,
+                                                                              tmp_path, capsys):
+    """Whole weights (header and size right) that are not the ones training saved: another checkpoint's."""
+    import shutil
+
+    from grpo_kit.training.checkpoints import FINGERPRINT
+
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    newest = run_dir / "checkpoints" / "checkpoint-6"
+    assert json.loads((newest / FINGERPRINT).read_text())["model.safetensors"]
+    shutil.copy(run_dir / "checkpoints" / "checkpoint-4" / "model.safetensors", newest / "model.safetensors")
+    before = _snapshot(run_dir)
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args[args.index("--max-steps") + 1] = "8"
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{newest / 'model.safetensors'} is not the file training saved" in err and "Traceback" not in err
+    assert _snapshot(run_dir) == before

@@ -245,3 +245,57 @@ def test_linear_parsers_decide_what_the_regular_expressions_decide(text):
     assert parse_number(text) == (_number_text(numbers[0]) if numbers else None)
     assert flexible_answer(text) == (normalize_number(_number_text(numbers[-1])) if numbers else None)
     assert last_boxed(text) == _boxed_reference(text)
+
+
+# --- rewards as users write them: numpy numbers, arguments edited in place, sys.exit ---------------------------
+
+
+def _rows():
+    return [{"prompt": [{"role": "user", "content": "q"}], "answer": "3"},
+            {"prompt": [{"role": "user", "content": "q"}], "answer": "4"}]
+
+
+def test_numpy_rewards_are_read_as_trl_reads_them():
+    import numpy as np
+
+    from grpo_kit.tasks.rewards import guarded, probe
+
+    def scalar_f32(completions, **kwargs):
+        return [np.float32(0.5)] * len(completions)
+
+    def scalar_i64(completions, **kwargs):
+        return [np.int64(1)] * len(completions)
+
+    def array(completions, **kwargs):
+        return np.ones(len(completions))
+
+    rewards = RewardSet([scalar_f32, scalar_i64, array])
+    probe(rewards, _rows(), ["<answer>3</answer>", "<answer>4</answer>"])  # accepted: no ValueError
+    chats = [[{"role": "assistant", "content": "x"}]] * 2
+    assert guarded(scalar_f32)(completions=chats) == [0.5, 0.5]
+    assert guarded(scalar_i64)(completions=chats) == [1.0, 1.0]
+    assert guarded(array)(completions=chats) == [1.0, 1.0]
+    assert guarded(lambda completions, **kw: [1e30, -2.0])(completions=chats) == [None, -2.0]
+
+
+def test_a_reward_editing_completions_in_place_cannot_break_the_next_one_and_sys_exit_is_named():
+    from grpo_kit.tasks.rewards import guarded, probe
+
+    def vandal(completions, **kwargs):
+        completions.clear()
+        return [1.0, 1.0]
+
+    def reader(completions, **kwargs):
+        return [float(len(c[0]["content"])) for c in completions]
+
+    probe(RewardSet([vandal, reader]), _rows(), ["ab", "cde"])  # reader is not blamed for vandal's edit
+    chats = [[{"role": "assistant", "content": "ab"}], [{"role": "assistant", "content": "cde"}]]
+    assert guarded(vandal)(completions=chats) == [1.0, 1.0] and guarded(reader)(completions=chats) == [2.0, 3.0]
+
+    def quits(completions, **kwargs):
+        import sys
+
+        sys.exit(3)
+
+    with pytest.raises(ValueError, match="reward quits raised SystemExit: 3"):
+        probe(RewardSet([quits]), _rows(), ["a", "b"])

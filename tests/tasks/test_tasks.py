@@ -142,3 +142,17 @@ def test_sum3_splits_are_disjoint_and_its_warm_start_shows_both_styles_in_the_an
     assert task.rules["strict"].correct(task.rules["strict"].extract(good), worked)
     assert not task.rules["flexible"].correct(task.rules["flexible"].extract(bad), sloppy)  # drops the carry
     assert task.rules["strict"].extract("the sum is 12") is None and task.rules["flexible"].extract("is 12") == "12"
+
+
+@pytest.mark.parametrize("minus", ["\u2212", "\u2013", "-"], ids=["minus sign", "en dash", "hyphen-minus"])
+def test_gsm8k_reads_a_minus_sign_and_an_en_dash_as_negative(minus):
+    from grpo_kit.tasks.answer_format import render
+    from grpo_kit.tasks.rewards import soft_correctness_reward_func
+
+    gsm8k = get_task("gsm8k")
+    text = render("3 - 6", f"{minus}3")
+    chat = [[{"role": "assistant", "content": text}]]
+    for gold, right in (("-3", 1.0), ("3", 0.0)):
+        record = score([{"id": "q", "question": "q", "answer": gold, "prompt": []}], [[text]], task=gsm8k)[0]
+        assert (record["strict_correct"], record["flexible_correct"]) == (right, right), (gold, record)
+        assert (soft_correctness_reward_func(completions=chat, answer=[gold])[0] > 0) == bool(right)

@@ -302,3 +302,14 @@ def test_lora_under_zero3_counts_the_whole_model_trl_gathers_for_each_weight_syn
     assert zero3["memory"]["needed"] == pytest.approx(sum(parts.values()) - parts["activations"], abs=0.05)
     _, ddp = _plan(capsys, "--preset", "multi-gpu-lora", "--device", "h100-80gb", "--launch", "ddp", "--gpus", "8")
     assert ddp["memory"]["parts"]["sync_gather"] == 0
+
+
+def test_a_vllm_server_keeps_a_gpu_of_its_own(capsys):
+    from grpo_kit.cli import main
+    from grpo_kit.training.plan import make_plan
+
+    default = make_plan("multi-gpu-full", launch="zero3", device="h100-80gb")
+    assert len(default["processes"]) == 7 and not any("vllm_mode='server'" in p for p in default["problems"])
+    assert main(["plan", "--preset", "multi-gpu-full", "--launch", "zero3", "--device", "h100-80gb",
+                 "--gpus", "8"]) == 2
+    assert "8 training process(es) take all 8 GPU(s): train on 7" in capsys.readouterr().out

@@ -244,3 +244,25 @@ def test_metric_only_reward_is_logged_but_does_not_move_the_advantage(tiny_polic
     assert all(torch.equal(alone[k], mixed[k]) for k in alone)
     moved = load_policy(tiny_policy_files, dtype="float32")[0].state_dict()
     assert not all(torch.equal(moved[k], alone[k]) for k in alone)  # training did move the weights
+
+
+def test_an_adapter_trained_from_a_relative_path_loads_from_any_working_folder(tiny_policy_files, gsm8k_train_small,
+                                                                              tmp_path, monkeypatch):
+    """The tiny policy loads from ``.cache/...`` (relative); the saved adapter must name its base absolutely."""
+    import json
+
+    from grpo_kit.policy.loading import load_policy
+    from grpo_kit.training.trainer import save_policy
+
+    monkeypatch.chdir(tiny_policy_files.parent)
+    model, tokenizer = load_policy(tiny_policy_files.name, dtype="float32")
+    trainer = build_trainer(model, tokenizer, gsm8k_train_small.select(range(8)), "cpu-tiny",
+                            RewardSet([text_length_reward]), str(tmp_path / "out"), max_steps=1,
+                            per_device_train_batch_size=4, num_generations=4, max_completion_length=6, lora_rank=4,
+                            lora_alpha=8, learning_rate=0.1)
+    trainer.train()
+    path = save_policy(trainer, tokenizer, tmp_path / "model")
+    base = json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str(tiny_policy_files.absolute())
+    monkeypatch.chdir(tmp_path)
+    load_policy(path, dtype="float32")  # from another working folder

@@ -1,0 +1,242 @@
+"""Answer types a task file can declare (``answer_type``): how a gold answer is read and checked, each type with its
+``strict`` and ``flexible`` extraction rules and its correctness reward.
+
+- ``number``: compared as numbers (:mod:`grpo_kit.tasks.numbers`); strict reads the first number inside
+  ``<answer>`` of a completion in the strict layout, flexible the last number anywhere (lm-evaluation-harness's
+  flexible-extract for GSM8K). Reward: ``soft_correctness_reward_func``.
+- ``text``: compared as normalised strings: case, punctuation and surrounding whitespace ignored, inner whitespace
+  runs made one space (lm-evaluation-harness's ``exact_match`` with ``ignore_case`` and ``ignore_punctuation``).
+  Strict reads ``<answer>`` of a strictly formatted completion; flexible the ``<answer>`` however it is written,
+  else the text after the last ``####``, else the last non-empty line. Reward: ``text_correctness_reward_func``.
+- ``math``: checked with math-verify (:mod:`grpo_kit.tasks.math_verify`); strict reads ``<answer>`` of a strictly
+  formatted completion, flexible the last ``\\boxed{...}``, else ``<answer>``, else the text after ``####``.
+  Reward: ``math_verify_reward_func``.
+- ``choice``: one letter among the options (``choices``, default ``ABCD``); strict reads the letter of ``<answer>``
+  (``B``, ``(B)``, ``B.`` or ``B) text``) of a strictly formatted completion, flexible that letter however the
+  completion is written, else after ``####``, else the last ``(X)`` or standalone option letter. Reward:
+  ``choice_correctness_reward_func``.
+
+Every function here runs in linear time on any text and never raises on a completion.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly
+from grpo_kit.tasks.numbers import last_number, normalize_number, parse_number
+from grpo_kit.tasks.rewards import builtin, describe, golds, texts
+
+__all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "AnswerType", "answer_type", "choice_correctness_reward_func",
+           "choice_letter", "gold_number", "last_boxed", "normalize_text", "text_correctness_reward_func"]
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_SPACES = re.compile(r"\s+")
+_BOXED_OPEN = re.compile(r"\s*\{")
+#: Longest ``\\boxed{...}`` content read, in characters.
+MAX_BOXED_CHARS = 4096
+# A letter answer: "B", "(B)", "B.", "B)", "B: text", "B. text".
+_LETTER = re.compile(r"\(?([A-Za-z])\)?(?:[.):]|\s|$)")
+_PAREN_LETTER = re.compile(r"\(([A-Z])\)")
+_LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
+
+
+def normalize_text(text: str | None) -> str | None:
+    """A text answer in the form compared: lower case, punctuation removed, whitespace runs one space, stripped
+    (``None`` and a text that normalises to nothing give ``None``).
+
+    >>> normalize_text("  Paris. "), normalize_text("New  York!"), normalize_text("?!")
+    ('paris', 'new york', None)
+    """
+    if text is None:
+        return None
+    out = _SPACES.sub(" ", text.lower().translate(_PUNCTUATION)).strip()
+    return out or None
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` (braces matched within :data:`MAX_BOXED_CHARS`), or ``None``.
+
+    >>> last_boxed("so \\\\boxed{1} then \\\\boxed{\\\\frac{1}{2}}")
+    '\\\\frac{1}{2}'
+    """
+    end = len(text)
+    while (at := text.rfind("\\boxed", 0, end)) >= 0:
+        brace = _BOXED_OPEN.match(text, at + len("\\boxed"))
+        if brace is not None:
+            break
+        end = at
+    else:
+        return None
+    depth, start = 1, brace.end()
+    for i in range(start, min(len(text), start + MAX_BOXED_CHARS)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i].strip()
+    return None
+
+
+def _after_hashes(text: str) -> str | None:
+    """The first line after the last ``####`` (the warm start's plain style), or ``None``."""
+    at = text.rfind("####")
+    if at < 0:
+        return None
+    rest = text[at + 4:].strip()
+    return rest.split("\n", 1)[0].strip() or None
+
+
+def choice_letter(text: str | None) -> str | None:
+    """The option letter an answer states (``"B"``, ``"(b)"``, ``"B. Paris"``), upper case; ``None`` when it does not
+    start with one.
+
+    >>> [choice_letter(s) for s in ["B", "(c)", "D. Paris", "A: yes", "Paris", None]]
+    ['B', 'C', 'D', 'A', None, None]
+    """
+    if not text:
+        return None
+    match = _LETTER.match(text.strip())
+    return match.group(1).upper() if match else None
+
+
+def gold_number(gold: str) -> str | None:
+    """A gold answer of type ``number`` in canonical form (``"$1,200.0"`` gives ``"1200"``); ``None`` when the text is
+    not one number.
+
+    >>> gold_number("$1,200.0"), gold_number("-3"), gold_number("12 apples"), gold_number("x")
+    ('1200', '-3', None, None)
+    """
+    stripped = gold.strip().rstrip("%")
+    number = parse_number(stripped)
+    if number is None or not re.fullmatch(r"-?\$?-?[\d,]+(\.\d+)?", stripped):
+        return None
+    return normalize_number(number)
+
+
+@builtin
+@describe("Text correctness", 1.0, columns=("answer",))
+def text_correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
+    """Text correctness: 1.0 when the text inside ``<answer>`` equals the gold answer once both are normalised
+    (:func:`normalize_text`: case, punctuation, whitespace).
+
+    >>> text_correctness_reward_func(completions=["<answer>\\n paris.\\n</answer>", "<answer>Lyon</answer>"],
+    ...                              answer=["Paris", "Paris"])
+    [1.0, 0.0]
+    """
+    found = texts(completions)
+    return [1.0 if gold is not None and normalize_text(gold) is not None and
+            normalize_text(extract_xml_answer(t)) == normalize_text(gold) else 0.0
+            for t, gold in zip(found, golds(answer, len(found)))]
+
+
+@builtin
+@describe("Choice correctness", 1.0, columns=("answer",))
+def choice_correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
+    """Choice correctness: 1.0 when the option letter inside ``<answer>`` (:func:`choice_letter`) is the gold letter.
+
+    >>> choice_correctness_reward_func(completions=["<answer>(B)</answer>", "<answer>C</answer>"], answer=["B", "B"])
+    [1.0, 0.0]
+    """
+    found = texts(completions)
+    return [1.0 if gold is not None and choice_letter(extract_xml_answer(t)) == choice_letter(gold) is not None
+            else 0.0 for t, gold in zip(found, golds(answer, len(found)))]
+
+
+def _text_flexible(text: str) -> str | None:
+    if "<answer>" in text:
+        return normalize_text(extract_xml_answer(text))
+    hashed = _after_hashes(text)
+    if hashed is not None:
+        return normalize_text(hashed)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return normalize_text(lines[-1]) if lines else None
+
+
+def _math_flexible(text: str) -> str | None:
+    return last_boxed(text) or (extract_xml_answer(text) if "<answer>" in text else _after_hashes(text)) or None
+
+
+def _among(letter: str | None, letters: str) -> str | None:
+    return letter if letter is not None and letter in letters else None
+
+
+def _choice_flexible(choices: str) -> Callable[[str], str | None]:
+    def read(text: str) -> str | None:
+        if "<answer>" in text:
+            letter = choice_letter(extract_xml_answer(text))
+        elif (hashed := _after_hashes(text)) is not None:
+            letter = choice_letter(hashed)
+        else:
+            found = [m.group(1) for m in _PAREN_LETTER.finditer(text) if m.group(1) in choices] or \
+                    [m.group(1) for m in _LONE_LETTER.finditer(text) if m.group(1) in choices]
+            letter = found[-1] if found else None
+        return _among(letter, choices)
+
+    return read
+
+
+@dataclass(frozen=True)
+class AnswerType:
+    """One answer type: its rules and its correctness reward.
+
+    Attributes:
+        name: ``number``, ``text``, ``math`` or ``choice``.
+        strict: ``text -> answer | None`` (only from a completion in the strict layout).
+        flexible: ``text -> answer | None`` (however the completion is written).
+        same: ``(read answer, gold answer) -> bool``.
+        reward: the name of its correctness reward (a built-in reward).
+        gold: ``gold text -> canonical gold | None`` (``None``: not an answer of this type; a bad row).
+        needs: what a gold answer of this type must be, for the error message.
+    """
+
+    name: str
+    strict: Callable[[str], str | None]
+    flexible: Callable[[str], str | None]
+    same: Callable[[str, str], bool]
+    reward: str
+    gold: Callable[[str], str | None]
+    needs: str
+
+
+def _math_same(answer: str, gold: str) -> bool:
+    from grpo_kit.tasks.math_verify import math_verifier
+
+    return math_verifier()(gold, answer) is True
+
+
+def answer_type(name: str, choices: str = "ABCD") -> AnswerType:
+    """The :class:`AnswerType` called ``name`` (``choices``: the option letters of ``choice``).
+
+    Raises:
+        ValueError: an unknown name.
+
+    >>> t = answer_type("text")
+    >>> t.strict("<reasoning>\\nx\\n</reasoning>\\n<answer>\\nThe Hague\\n</answer>")
+    'the hague'
+    >>> t.flexible("so\\n#### the hague.")
+    'the hague'
+    """
+    if name == "number":
+        return AnswerType("number", strictly(lambda t: normalize_number(extract_final_answer(t))), last_number,
+                          lambda a, g: a == normalize_number(g), "soft_correctness_reward_func", gold_number,
+                          "a number")
+    if name == "text":
+        return AnswerType("text", strictly(lambda t: normalize_text(extract_xml_answer(t))), _text_flexible,
+                          lambda a, g: a == normalize_text(g), "text_correctness_reward_func",
+                          lambda g: g.strip() if normalize_text(g) is not None else None,
+                          "text with at least one letter or digit")
+    if name == "math":
+        return AnswerType("math", strictly(lambda t: extract_xml_answer(t) or None), _math_flexible, _math_same,
+                          "math_verify_reward_func", lambda g: g.strip() or None, "a LaTeX answer or a number")
+    if name == "choice":
+        return AnswerType("choice", strictly(lambda t: _among(choice_letter(extract_xml_answer(t)), choices)),
+                          _choice_flexible(choices), lambda a, g: a == choice_letter(g),
+                          "choice_correctness_reward_func", lambda g: _among(choice_letter(g), choices),
+                          f"one option letter among {', '.join(choices)}")
+    raise ValueError(f"unknown answer type {name!r}: choose one of {', '.join(ANSWER_TYPES)}")
+
+
+#: The answer types a task file may declare.
+ANSWER_TYPES = ("number", "text", "math", "choice")

@@ -1,0 +1,333 @@
+"""A task declared in a YAML file over the user's own data, as lm-evaluation-harness declares its tasks (data, fields,
+target, filters, metrics): :func:`load_task` reads the file and its data, checks every row, and builds the
+:class:`grpo_kit.tasks.Task` the kit's pipelines take (``--task PATH.yaml``, ``task = "PATH.yaml"``).
+
+A task file::
+
+    name: capitals
+    train: train.jsonl          # JSONL, CSV or Parquet, relative to this file; or
+    test: test.jsonl            # hub: {path: owner/name, name: config, train_split: train, test_split: test}
+    question: question          # the fields holding the question and the gold answer
+    answer: answer
+    answer_type: text           # number | text | math | choice (grpo_kit.tasks.answer_types)
+    solution: explanation       # optional: a worked solution the tiny policy's warm start shows
+    choices: ABCD               # choice only: the option letters (default ABCD)
+    system_prompt: ...          # optional; default the kit's answer format
+    rewards: {text_correctness_reward_func: 2.0, strict_format_reward_func: 0.5}   # optional
+    validation_size: 100        # optional; questions held out of the train split during training
+
+Everything is checked when the file is loaded, before any model: the file must be YAML with known keys, the data
+files must exist, be UTF-8 and parse, every row must hold the question and a non-empty answer of the declared type;
+each message names the file and the line or the field. A question that is in both splits is warned about, with the
+count. The task records a SHA-256 of the task file and of each data file (:attr:`grpo_kit.tasks.Task.digest`), so a
+run folder can refuse data that changed since it was measured (:func:`check_digest`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.system.files import sha256_file
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT
+from grpo_kit.tasks.answer_types import ANSWER_TYPES, answer_type
+from grpo_kit.tasks.data import Located, build_prompt, check_rows, numbered, read_rows
+from grpo_kit.tasks.numbers import parse_number
+from grpo_kit.tasks.rewards import BUILTIN_REWARDS, RewardSet, gold_text
+from grpo_kit.tasks.task import Example, ExtractionRule, Task
+
+__all__ = ["KEYS", "TASK_FILE_SUFFIXES", "check_digest", "is_task_file", "load_task"]
+
+log = logging.getLogger(__name__)
+
+#: The keys a task file may hold.
+KEYS = ("name", "description", "train", "test", "hub", "question", "answer", "answer_type", "solution", "choices",
+        "system_prompt", "rewards", "validation_size")
+_REQUIRED = ("question", "answer", "answer_type")
+_HUB_KEYS = ("path", "name", "train_split", "test_split")
+#: Suffixes that mark a task file where a task name is expected.
+TASK_FILE_SUFFIXES = (".yaml", ".yml")
+#: Format rewards every answer type is measured with, after its correctness reward.
+_FORMAT_METRICS = ("soft_format_reward_func", "strict_format_reward_func", "xmlcount_reward_func")
+_CACHE: dict[tuple[Any, ...], Task] = {}
+
+
+def is_task_file(task: Any) -> bool:
+    """Whether ``task`` names a task file (a path ending ``.yaml`` or ``.yml``) rather than a task of the kit's own.
+
+    >>> is_task_file("my_task.yaml"), is_task_file("gsm8k")
+    (True, False)
+    """
+    return isinstance(task, (str, Path)) and str(task).lower().endswith(TASK_FILE_SUFFIXES)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    if not path.is_file():
+        raise ValueError(f"no task file at {path}: give the path of a YAML task file (see the tutorial 'Your own "
+                         "data')")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ValueError(f"{where} is not YAML ({problem}): a task file is a YAML mapping of keys such as name, "
+                         "train, test, question, answer, answer_type") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a YAML mapping (it holds {type(data).__name__}): write one key per line, "
+                         "e.g. 'answer_type: text'")
+    unknown = [k for k in data if k not in KEYS]
+    if unknown:
+        raise ValueError(f"{path}: unknown field {unknown[0]!r}; a task file's fields are {', '.join(KEYS)}")
+    for key in _REQUIRED:
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise ValueError(f"{path}: field {key!r} is {'missing' if key not in data else repr(data[key])}; "
+                             + ("choose one of " + ", ".join(ANSWER_TYPES) if key == "answer_type" else
+                                f"name the data field that holds the {key}"))
+    return data
+
+
+def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Located]], dict[str, str]]:
+    """Each split's rows, and the data files read (``{split: file}``)."""
+    hub = data.get("hub")
+    files = {split: data[split] for split in ("train", "test") if data.get(split) is not None}
+    if hub is not None and files:
+        raise ValueError(f"{path}: give the data either as files (train:, test:) or as hub:, not both")
+    if hub is None and "test" not in files:
+        raise ValueError(f"{path}: field 'test' is missing; name the test data file (JSONL, CSV or Parquet), relative "
+                         "to the task file, or give hub: {path: owner/name, test_split: test}")
+    if hub is not None:
+        if not isinstance(hub, dict) or not isinstance(hub.get("path"), str) or set(hub) - set(_HUB_KEYS):
+            raise ValueError(f"{path}: field 'hub' must be a mapping with path: owner/name and optionally "
+                             f"{', '.join(_HUB_KEYS[1:])}, got {hub!r}")
+        from datasets import load_dataset
+
+        splits = {"train": hub.get("train_split"), "test": hub.get("test_split", "test")}
+        rows = {}
+        for split, name in splits.items():
+            if name is not None:
+                origin = f"{hub['path']}[{name}]"
+                rows[split] = numbered([dict(r) for r in load_dataset(hub["path"], hub.get("name"), split=name)],
+                                       origin)
+        return rows, {}
+    rows, read = {}, {}
+    for split, name in files.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"{path}: field {split!r} must be a file name, got {name!r}")
+        file = (path.parent / name).resolve()
+        if not file.is_file():
+            raise ValueError(f"{path}: {split}: no data file at {file} (paths are relative to the task file)")
+        rows[split], read[split] = read_rows(file), str(file)
+    return rows, read
+
+
+def _examples(path: Path, rows: list[Located], data: dict[str, Any], kind: Any, system_prompt: str
+              ) -> list[dict[str, Any]]:
+    question, answer, solution = data["question"], data["answer"], data.get("solution")
+    need = (f"{path} names {question!r} as the question field and {answer!r} as the answer field"
+            + (f" and {solution!r} as the solution field" if solution else ""))
+    fields: dict[str, tuple[type, ...]] = {question: (str,), answer: (str, int, float)}
+    if solution:
+        fields[solution] = (str,)
+    check_rows(rows, fields, need)
+    examples = []
+    for where, row in rows:
+        value = gold_text(row[answer])
+        gold = kind.gold(value) if value is not None else None
+        if gold is None:
+            raise ValueError(f"{where}: {answer!r} is {row[answer]!r}, not {kind.needs} (answer_type {kind.name} in "
+                             f"{path})")
+        extra = {k: v for k, v in row.items() if k not in (question, answer, solution, "prompt", "question", "answer",
+                                                           "solution")}
+        example = {**extra, "question": row[question], "answer": gold,
+                   "prompt": build_prompt(row[question], system_prompt)}
+        if solution:
+            example["solution"] = row[solution]
+        examples.append(example)
+    return examples
+
+
+def _rewards(path: Path, data: dict[str, Any], correctness: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+    given = data.get("rewards")
+    if given is None:
+        return ("xmlcount_reward_func", "strict_format_reward_func", correctness), (1.0, 1.0, 2.0)
+    if isinstance(given, list):
+        given = {name: 1.0 for name in given}
+    if not isinstance(given, dict) or not given:
+        raise ValueError(f"{path}: field 'rewards' must map reward names to weights, e.g. {{{correctness}: 2.0, "
+                         f"strict_format_reward_func: 0.5}}, got {given!r}")
+    for name in given:
+        if name not in BUILTIN_REWARDS:
+            raise ValueError(f"{path}: rewards: unknown reward {name!r}; choose from {', '.join(BUILTIN_REWARDS)} "
+                             "(your own functions go to --rewards module:function or the notebooks' rewards)")
+    try:
+        RewardSet(dict(given))
+    except ValueError as e:
+        raise ValueError(f"{path}: rewards: {e}") from None
+    return tuple(given), tuple(float(w) for w in given.values())
+
+
+def _warn_overlap(path: Path, examples: dict[str, list[dict[str, Any]]]) -> int:
+    if "train" not in examples:
+        return 0
+    train = {" ".join(e["question"].split()) for e in examples["train"]}
+    both = sum(1 for e in examples["test"] if " ".join(e["question"].split()) in train)
+    if both:
+        log.warning(f"{path}: {both} of {len(examples['test'])} test questions are also in the train split: accuracy "
+                    "on them measures memory, not solving; remove them from one of the files")
+    return both
+
+
+def _signature(path: Path) -> tuple[Any, ...]:
+    """What the cache of loaded task files is keyed on: the file's path, size and modification time."""
+    stat = path.stat()
+    return str(path), stat.st_size, stat.st_mtime_ns
+
+
+def load_task(path: str | Path) -> Task:
+    """Read a task file and its data into a :class:`grpo_kit.tasks.Task` (see the module docstring for the fields).
+
+    Args:
+        path: the YAML file; data files are found relative to it.
+
+    Returns:
+        The task: its ``name`` (default the file's stem), the splits given, rows with ``question``, ``answer`` (the
+        gold in the type's canonical form), ``prompt``, ``solution`` when named, and the row's other fields; the
+        answer type's rules, metrics and correctness reward (default rewards: XML count 1, strict format 1,
+        correctness 2); two reward sets to compare (notebook 05): ``correctness``, the task's set, and
+        ``format-only``, the same with the correctness reward at weight 0 (logged, not trained on);
+        :attr:`~grpo_kit.tasks.Task.ref` is the file's absolute path.
+
+    Raises:
+        ValueError: before anything else loads, naming the file and the line or field: no such file; not UTF-8 or
+            not YAML; an unknown or missing field; an unknown answer type; a data file that is missing, not UTF-8, or
+            holds a line that is not JSON; a row without the question or answer field, or whose answer is null,
+            empty or not of the answer type; an unknown reward or a bad weight; a bad ``validation_size``.
+    """
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise ValueError(f"no task file at {path}: give the path of a YAML task file (see the tutorial 'Your own "
+                         "data')")
+    data = _read_yaml(path)
+    kind_name = data["answer_type"].strip()
+    if kind_name not in ANSWER_TYPES:
+        raise ValueError(f"{path}: answer_type {kind_name!r} is not one of {', '.join(ANSWER_TYPES)}")
+    choices = data.get("choices", "ABCD")
+    if isinstance(choices, list):
+        choices = "".join(str(c) for c in choices)
+    if kind_name == "choice" and (not isinstance(choices, str) or not choices.isalpha() or not choices.isupper()):
+        raise ValueError(f"{path}: field 'choices' must be the option letters in capitals, e.g. ABCD, got {choices!r}")
+    kind = answer_type(kind_name, choices)
+    system_prompt = data.get("system_prompt", SYSTEM_PROMPT)
+    if not isinstance(system_prompt, str) or not system_prompt.strip():
+        raise ValueError(f"{path}: field 'system_prompt' must be text, got {system_prompt!r}")
+    validation_size = data.get("validation_size")
+    if validation_size is not None and (isinstance(validation_size, bool) or not isinstance(validation_size, int)
+                                        or validation_size < 1):
+        raise ValueError(f"{path}: field 'validation_size' must be a whole number >= 1, got {validation_size!r}")
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip() or "/" in name:
+        raise ValueError(f"{path}: field 'name' must be a short name without '/', got {name!r}")
+    rewards, weights = _rewards(path, data, kind.reward)
+    rows, files = _split_rows(path, data)
+    key = (_signature(path), *(_signature(Path(f)) for f in files.values()))
+    if not files or key not in _CACHE:
+        examples = {split: _examples(path, split_rows, data, kind, system_prompt) for split, split_rows in rows.items()}
+        _warn_overlap(path, examples)
+        digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
+        task = _task(path, data, name, kind, examples, rewards, weights, validation_size, digest)
+        if not files:
+            return task
+        _CACHE[key] = task
+    return _CACHE[key]
+
+
+def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict[str, list[dict[str, Any]]],
+          rewards: tuple[str, ...], weights: tuple[float, ...] | None, validation_size: int | None,
+          digest: dict[str, str]) -> Task:
+    solution = bool(data.get("solution"))
+    system_prompt = data.get("system_prompt", SYSTEM_PROMPT)
+    weights_of = dict(zip(rewards, weights or (1.0,) * len(rewards)))
+    compare: dict[str, dict[str, float]] = {}
+    if weights_of.get(kind.reward) and any(w for n, w in weights_of.items() if n != kind.reward):
+        # the task's own set against the same set with its correctness logged but not trained on (notebook 05)
+        compare = {"format-only": {**weights_of, kind.reward: 0.0}, "correctness": weights_of}
+
+    def loader(split: str = "test", **kwargs: Any) -> Any:
+        from datasets import Dataset
+
+        try:
+            return Dataset.from_list(examples[split])
+        except (TypeError, ValueError) as e:  # pyarrow: a field with values of different types in different rows
+            raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values "
+                             "of one type in every row") from None
+
+    def correct(answer: str, example: Example) -> bool:
+        return kind.same(answer, str(example["answer"]))
+
+    def demonstration(example: Example, style: str = "equations") -> tuple[str, str]:  # noqa: ARG001
+        return (example.get("solution") or "", str(example["answer"]))
+
+    def texts(dataset: Any) -> list[str]:
+        rows = list(dataset)
+        return [system_prompt] * 50 + [r["question"] for r in rows] + [str(r["answer"]) for r in rows] + \
+            [r["solution"] for r in rows if r.get("solution")]
+
+    def answer_value(example: Example) -> float | None:
+        number = parse_number(str(example["answer"]))
+        return None if number is None else float(number)
+
+    return Task(
+        name=name,
+        description=data.get("description") or f"{name}: {kind.name} answers, from {path.name}",
+        loader=loader,
+        splits=tuple(s for s in ("train", "test") if s in examples),
+        rewards=rewards,
+        weights=weights,
+        metrics=(kind.reward, *_FORMAT_METRICS),
+        rules={"strict": ExtractionRule(kind.strict, correct), "flexible": ExtractionRule(kind.flexible, correct)},
+        headline=kind.reward,
+        gold=lambda example: str(example["answer"]),
+        demonstration=demonstration if "train" in examples else None,
+        texts=texts,
+        solution=(lambda example: (example["solution"], len(example["solution"].splitlines()))) if solution else None,
+        answer_value=answer_value if kind.name == "number" else None,
+        notes=(f"A task file ({path.name}) with {kind.name} answers: the tiny policy learns from its "
+               + ("worked solutions" if solution else "answers alone (no solution field)") +
+               "; on a CPU it can show the answer format being learned more than solving."),
+        validation_size=validation_size,
+        compare_rewards=compare,
+        file=str(path),
+        digest=digest,
+    )
+
+
+def check_digest(task: Task, recorded: Mapping[str, str] | None, folder: str | Path | None = None) -> None:
+    """Refuse a task whose files changed since a run folder recorded their digests.
+
+    Args:
+        task: the task loaded now.
+        recorded: ``{file: SHA-256}`` the run folder recorded (``None``: nothing recorded, nothing to check).
+        folder: the run folder, for the message.
+
+    Raises:
+        ValueError: a file changed, went missing or was added; the message names each.
+    """
+    if not recorded or task.digest is None:
+        return
+    now = dict(task.digest)
+    changed = [f for f in recorded if f in now and now[f] != recorded[f]]
+    missing = [f for f in recorded if f not in now]
+    added = [f for f in now if f not in recorded]
+    if changed or missing or added:
+        what = "; ".join([*(f"{f} changed" for f in changed), *(f"{f} is no longer used" for f in missing),
+                          *(f"{f} is new" for f in added)])
+        where = f"{folder} was measured on" if folder is not None else "this run recorded"
+        raise ValueError(f"the data of task {task.name} differs from what {where}: {what}. Restore the files, or "
+                         "start a new run folder for the new data")

@@ -1,0 +1,253 @@
+"""A task declared in a YAML file: the answer types' rules and rewards, the checks on bad input (each names the file
+and the line or field, before any model loads), the digest a run folder records."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grpo_kit.cli import main
+from grpo_kit.tasks import BUILTIN_REWARDS, get_task, load_task
+from grpo_kit.tasks.answer_types import answer_type, choice_letter, normalize_text
+from grpo_kit.tasks.task_file import check_digest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "capitals"
+STRICT = "<reasoning>\n{}\n</reasoning>\n<answer>\n{}\n</answer>"
+
+
+def _write(folder: Path, yaml: str, train: list | str | bytes | None = None, test: list | str | bytes | None = None
+           ) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train.jsonl", train), ("test.jsonl", test)):
+        if rows is None:
+            continue
+        path = folder / name
+        if isinstance(rows, bytes):
+            path.write_bytes(rows)
+        else:
+            path.write_text(rows if isinstance(rows, str) else "".join(json.dumps(r) + "\n" for r in rows),
+                            encoding="utf-8")
+    (folder / "task.yaml").write_text(yaml, encoding="utf-8")
+    return folder / "task.yaml"
+
+
+BASIC = "train: train.jsonl\ntest: test.jsonl\nquestion: q\nanswer: a\nanswer_type: {}\n"
+
+
+def _rows(answers: list, prefix: str = "Q") -> list[dict]:
+    return [{"q": f"{prefix} {i}?", "a": a} for i, a in enumerate(answers)]
+
+
+def test_the_example_task_file_loads_as_a_task_by_path():
+    task = get_task(str(EXAMPLE / "task.yaml"))
+    assert task.name == "capitals" and task.splits == ("train", "test") and task.trains
+    assert task.ref == str((EXAMPLE / "task.yaml").resolve())
+    assert task.reward_set().names == ["text_correctness_reward_func", "strict_format_reward_func",
+                                       "xmlcount_reward_func"]
+    assert task.reward_set().weights == [2.0, 0.5, 0.5]
+    assert task.validation_size == 10 and task.headline == "text_correctness_reward_func"
+    test = task.load("test")
+    assert len(test) == 20 and test[0]["prompt"][1]["content"] == test[0]["question"]
+    assert set(task.digest) == {str(EXAMPLE.resolve() / n) for n in ("task.yaml", "train.jsonl", "test.jsonl")}
+    # the tiny policy's warm start: answer-only demonstrations
+    assert task.demonstration(test[0], "equations") == ("", test[0]["answer"])
+
+
+def test_text_answers_compare_normalised_and_the_rules_differ_in_layout():
+    kind = answer_type("text")
+    assert normalize_text(" The  Hague! ") == "the hague"
+    assert kind.strict(STRICT.format("x", "the hague.")) == "the hague"
+    assert kind.strict("<answer>The Hague</answer>") is None  # not the strict layout
+    assert kind.flexible("<answer>The Hague</answer>") == "the hague"
+    assert kind.flexible("thinking\n#### The Hague") == "the hague"
+    assert kind.flexible("I think it is\nThe Hague") == "the hague"
+    assert kind.same("the hague", "The Hague") and not kind.same("hague", "The Hague")
+    reward = BUILTIN_REWARDS["text_correctness_reward_func"]
+    # without tags the whole completion is the answer (extract_xml_answer, as the blog post's hard correctness)
+    assert reward(completions=["<answer>the HAGUE</answer>", "<answer>Rotterdam</answer>", "The Hague", "it is Hague"],
+                  answer=["The Hague"] * 4) == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_number_answers_compare_as_numbers():
+    kind = answer_type("number")
+    assert kind.gold("$1,200.0") == "1200" and kind.gold("twelve") is None and kind.gold("12 apples") is None
+    assert kind.strict(STRICT.format("x", "1200.00")) == "1200"
+    assert kind.flexible("so 3 + 4 = 7") == "7"
+    assert kind.same("1200", "1200.0")
+    assert kind.reward == "soft_correctness_reward_func"
+
+
+def test_choice_answers_read_one_letter_among_the_options():
+    kind = answer_type("choice", "ABC")
+    assert [choice_letter(s) for s in ("B", "(c)", "A. Paris", "Paris")] == ["B", "C", "A", None]
+    assert kind.strict(STRICT.format("x", "(B) Paris")) == "B"
+    assert kind.strict(STRICT.format("x", "D")) is None  # not an option
+    assert kind.flexible("A cat thinks the answer is (C).") == "C"
+    assert kind.flexible("no letter here") is None
+    assert kind.gold("b") == "B" and kind.gold("D") is None
+    reward = BUILTIN_REWARDS["choice_correctness_reward_func"]
+    assert reward(completions=["<answer>(B)</answer>", "<answer>C</answer>", "Because"],
+                  answer=["B"] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_math_answers_are_checked_with_math_verify():
+    kind = answer_type("math")
+    assert kind.flexible("so \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+    assert kind.same("0.5", "\\frac{1}{2}") and not kind.same("0.4", "\\frac{1}{2}")
+    assert kind.reward == "math_verify_reward_func"
+
+
+def test_a_task_file_of_each_answer_type_scores_completions(tmp_path):
+    from grpo_kit.evaluation.scoring import score
+
+    path = _write(tmp_path, BASIC.format("choice") + "choices: AB\n", _rows(["A", "B"]), _rows(["B"], "T"))
+    task = load_task(path)
+    records = score(task.load("test"), [[STRICT.format("x", "B"), "hmm (A)"]], task=task)
+    assert [(r["strict_correct"], r["flexible_correct"]) for r in records] == [(1.0, 1.0), (0.0, 0.0)]
+    assert records[0]["choice_correctness_reward_func"] == 1.0
+
+
+# --- bad input: one clear error naming the file and the line or field ---------------------------------------------
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(ValueError) as e:
+        load_task(path)
+    return str(e.value)
+
+
+def test_a_row_without_the_answer_field_names_file_and_line(tmp_path):
+    path = _write(tmp_path, BASIC.format("text"), _rows(["x"]), [{"q": "a?", "a": "b"}, {"q": "c?"}])
+    assert f"{tmp_path / 'test.jsonl'}:2: 'a' is missing" in _error(path)
+
+
+@pytest.mark.parametrize("value", [None, "", "  "])
+def test_an_empty_or_null_answer_names_file_and_line(tmp_path, value):
+    path = _write(tmp_path, BASIC.format("text"), [{"q": "a?", "a": "b"}, {"q": "c?", "a": value}], _rows(["x"]))
+    assert f"{tmp_path / 'train.jsonl'}:2" in _error(path)
+
+
+def test_an_answer_not_of_the_type_names_file_and_line(tmp_path):
+    path = _write(tmp_path, BASIC.format("number"), _rows(["3"]), _rows(["4", "four"]))
+    message = _error(path)
+    assert f"{tmp_path / 'test.jsonl'}:2" in message and "not a number" in message
+
+
+def test_an_unknown_answer_type_names_the_field(tmp_path):
+    path = _write(tmp_path, BASIC.format("float"), _rows(["3"]), _rows(["4"]))
+    assert "answer_type 'float' is not one of number, text, math, choice" in _error(path)
+
+
+def test_a_missing_field_of_the_task_file_is_named(tmp_path):
+    path = _write(tmp_path, "test: test.jsonl\nquestion: q\nanswer_type: text\n", None, _rows(["4"]))
+    assert "field 'answer' is missing" in _error(path)
+    path = _write(tmp_path, BASIC.format("text") + "answr: a\n", _rows(["3"]), _rows(["4"]))
+    assert "unknown field 'answr'" in _error(path)
+
+
+def test_a_missing_data_file_is_named(tmp_path):
+    path = _write(tmp_path, BASIC.format("text"), None, _rows(["4"]))
+    message = _error(path)
+    assert "train: no data file at" in message and str(tmp_path / "train.jsonl") in message
+
+
+def test_a_line_that_is_not_utf8_names_file_and_line(tmp_path):
+    path = _write(tmp_path, BASIC.format("text"), _rows(["3"]), b'{"q": "a?", "a": "b"}\n{"q": "\xff?", "a": "c"}\n')
+    message = _error(path)
+    assert f"{tmp_path / 'test.jsonl'}:2 is not UTF-8" in message
+
+
+def test_a_line_that_is_not_json_names_file_and_line(tmp_path):
+    path = _write(tmp_path, BASIC.format("text"), '{"q": "a?", "a": "b"}\n\n{"q": "c?", a: 1}\n', _rows(["4"]))
+    assert f"{tmp_path / 'train.jsonl'}:3 is not a JSON line" in _error(path)
+
+
+def test_a_task_file_that_is_not_yaml_names_the_line(tmp_path):
+    path = _write(tmp_path, "train: train.jsonl\ntest: [test.jsonl\nquestion: q\n", _rows(["3"]), _rows(["4"]))
+    message = _error(path)
+    assert message.startswith(f"{path}:") and "is not YAML" in message
+    path.write_text("just a sentence\n", encoding="utf-8")
+    assert "is not a YAML mapping" in _error(path)
+
+
+def test_a_question_in_both_splits_is_warned_with_the_count(tmp_path, caplog):
+    path = _write(tmp_path, BASIC.format("text"), _rows(["a", "b", "c"]), _rows(["a", "b"]) + _rows(["z"], "T"))
+    with caplog.at_level(logging.WARNING, logger="grpo_kit"):
+        load_task(path)
+    assert "2 of 3 test questions are also in the train split" in caplog.text
+
+
+def test_an_unknown_reward_in_the_task_file_is_named(tmp_path):
+    path = _write(tmp_path, BASIC.format("text") + "rewards: {text_correctnes: 1}\n", _rows(["3"]), _rows(["4"]))
+    assert "rewards: unknown reward 'text_correctnes'" in _error(path)
+
+
+@pytest.mark.parametrize("command", [["eval", "--before", "--run-dir", "{run}", "--preset", "cpu-tiny"],
+                                     ["train", "--run-dir", "{run}", "--preset", "cpu-tiny"],
+                                     ["demo", "--runs-dir", "{run}"]])
+def test_the_command_line_exits_2_with_one_line_before_any_model_loads(tmp_path, capsys, command):
+    path = _write(tmp_path, BASIC.format("number"), _rows(["3"]), _rows(["4", None]))
+    argv = [part.format(run=tmp_path / "run") for part in command] + ["--task", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"{tmp_path / 'test.jsonl'}:2" in err
+
+
+# --- the run folder records the task file and its data -----------------------------------------------------------
+
+
+def test_changed_data_is_refused_naming_the_file(tmp_path):
+    folder = tmp_path / "capitals"
+    shutil.copytree(EXAMPLE, folder)
+    task = load_task(folder / "task.yaml")
+    recorded = dict(task.digest)
+    assert get_task(str(folder / "task.yaml"), digest=recorded) is task  # unchanged: the same task, read once
+    with (folder / "train.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"question": "What is the capital of Chad?", "answer": "N'Djamena"}) + "\n")
+    with pytest.raises(ValueError, match=r"train\.jsonl changed"):
+        get_task(str(folder / "task.yaml"), digest=recorded)
+    check_digest(get_task("gsm8k"), recorded)  # a task of the kit's own records no files
+
+
+@pytest.mark.slow
+def test_eval_before_then_after_on_the_example_with_the_tiny_policy(tmp_path, capsys):
+    """A new user's path: a JSONL of string answers, ``eval --before`` with the tiny policy, then every later command
+    finds the task in the run folder; changed data is refused with the file's name."""
+    folder = tmp_path / "capitals"
+    shutil.copytree(EXAMPLE, folder)
+    run = tmp_path / "run"
+    tiny = ["--warm-steps", "3", "--cache-dir", str(tmp_path / "cache")]
+    assert main(["eval", "--before", "--run-dir", str(run), "--task", str(folder / "task.yaml"), "--preset",
+                 "cpu-tiny", "--eval-size", "4", "--max-new-tokens", "8", *tiny]) == 0
+    assert "Text correctness" in capsys.readouterr().out
+    settings = json.loads((run / "eval_settings.json").read_text())
+    assert settings["task"] == str((folder / "task.yaml").resolve())
+    assert set(settings["task_digest"]) == {str(folder.resolve() / n) for n in ("task.yaml", "train.jsonl",
+                                                                                "test.jsonl")}
+    records = [json.loads(line) for line in (run / "baseline.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and records[0]["task"] == "capitals"
+    (folder / "test.jsonl").write_text((folder / "test.jsonl").read_text().replace("Canberra", "Sydney"))
+    assert main(["train", "--run-dir", str(run), "--preset", "cpu-tiny", "--max-steps", "1", *tiny]) == 2
+    err = capsys.readouterr().err
+    assert "test.jsonl changed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_csv_and_parquet_data_files_load_like_jsonl(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "train.csv").write_text('q,a\n"Capital of Peru, please?",Lima\nCapital of Chad?,N\'Djamena\n',
+                                        encoding="utf-8")
+    pq.write_table(pa.Table.from_pylist([{"q": "Capital of Mali?", "a": "Bamako"}]), tmp_path / "test.parquet")
+    (tmp_path / "task.yaml").write_text("train: train.csv\ntest: test.parquet\nquestion: q\nanswer: a\n"
+                                        "answer_type: text\n", encoding="utf-8")
+    task = load_task(tmp_path / "task.yaml")
+    assert task.load("train")["question"] == ["Capital of Peru, please?", "Capital of Chad?"]
+    assert task.load("test")["answer"] == ["Bamako"] and task.name == "task"
+    (tmp_path / "train.csv").write_text("q,a\nCapital of Peru?,\n", encoding="utf-8")
+    assert f"{tmp_path / 'train.csv'}:2: 'a' is ''" in _error(tmp_path / "task.yaml")
