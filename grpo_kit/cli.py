@@ -267,11 +267,28 @@ _BEFORE_ONLY = {"--preset": "preset", "--task": "task", "--model": "model", "--s
 
 
 
-def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
+def presets_table() -> str:
+    """The presets as ``python -m grpo_kit presets`` prints them: one row each with its model and the GRPO algorithm
+    it trains with (the named variant, ``loss_type`` and ``beta``: ``grpo_kit.training.algorithms``), then each
+    preset's description."""
+    from grpo_kit.training.algorithms import algorithm_settings
     from grpo_kit.training.presets import PRESETS
 
+    rows = [("preset", "model", "algorithm", "loss_type", "beta")]
     for preset in PRESETS.values():
-        print(f"{preset.name:15s} {preset.model or '(tiny offline policy)'}\n                {preset.description}")
+        fields = algorithm_settings(preset)["fields"]
+        rows.append((preset.name, preset.model or "(tiny offline policy)", preset.algorithm, fields["loss_type"],
+                     f"{fields['beta']:g}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines += ["", "python -m grpo_kit algorithms lists every variant's fields; --algorithm NAME or --set FIELD=VALUE "
+              "changes them.", ""]
+    lines += [f"{preset.name}: {preset.description}" for preset in PRESETS.values()]
+    return "\n".join(lines)
+
+
+def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
+    print(presets_table())
     return 0
 
 

@@ -20,7 +20,7 @@ from grpo_kit.evaluation.report import report_markdown
 from grpo_kit.policy.generation import TransformersBackend
 from grpo_kit.policy.loading import load_policy
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
-from grpo_kit.policy.warm_start import WarmStart, warm_started_tiny_policy
+from grpo_kit.policy.warm_start import TinyPolicy, WarmStart, ship, warm_started_tiny_policy
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
 from grpo_kit.runs.spec import RunSpec
@@ -29,7 +29,8 @@ from grpo_kit.system.files import write_text
 from grpo_kit.tasks import DEFAULT_TASK, TASKS, get_task
 from grpo_kit.training.presets import get_preset
 
-__all__ = ["CompareDemoConfig", "DemoConfig", "compare_tasks", "run_compare_demo", "run_demo"]
+__all__ = ["CompareDemoConfig", "DemoConfig", "compare_tasks", "demo_policy", "run_compare_demo", "run_demo",
+           "ship_demo_policy"]
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,9 @@ class DemoConfig:
     cache_dir: str = DEFAULT_CACHE_DIR
     eval_size: int = 200
     train_size: int | None = None  # None: every train question whose prompt fits
-    grpo_steps: int = 100
+    grpo_steps: int = 40  # greedy answers take the format by step 40 (docs/get-started/cpu-demo.md)
     eval_max_new_tokens: int = 64
-    samples: int = 4  # sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)
+    samples: int = 2  # sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)
     sample_temperature: float = 0.7
     eval_batch_size: int = 64
     warm: WarmStart = WarmStart()
@@ -191,7 +192,7 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
 class CompareDemoConfig:
     """Settings of the compare demo: several reward sets trained from one warm start, against one baseline.
 
-    Defaults are the experiment in README ("A reward that changes what is learned"): the task's
+    Defaults are the experiment in docs/tutorials/compare-runs.md ("a reward that changes what is learned"): the task's
     :attr:`grpo_kit.tasks.Task.compare_rewards`, each trained for ``grpo_steps`` on the same budget, every run
     evaluated greedily (and with ``samples`` samples) on the same ``eval_size`` held-out questions.
 
@@ -386,3 +387,27 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     print("\n" + text.split("## Settings")[0].strip() + "\n", flush=True)
     log.info(f"wrote {root}/ (report.md, one run folder per variant, the comparison) in {wall['total']:.0f} s")
     return {"root": root, "report": report, "measured": measured, "wall": wall}
+
+
+def demo_policy(config: DemoConfig = DemoConfig()) -> TinyPolicy:
+    """The tiny policy the demo with ``config`` trains from (its warm start, shape, seed, task and cache folder)."""
+    return TinyPolicy(get_task(config.task), config.warm, config.spec, config.seed, config.cache_dir)
+
+
+def ship_demo_policy(cache_dir: str | Path | None = None) -> Path:
+    """Rebuild the default demo's warm-started tiny policy and ship it with the kit (``make tiny-weights``):
+    :func:`grpo_kit.policy.warm_start.ship` into :data:`grpo_kit.policy.warm_start.SHIPPED_DIR`, about 3 to 5 minutes
+    on 2 cores.
+
+    Args:
+        cache_dir: an empty folder to build in (default: a temporary one, removed afterwards).
+
+    Returns:
+        The shipped folder.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        tiny = demo_policy(DemoConfig(cache_dir=str(cache_dir or scratch)))
+        return ship(tiny)
+

@@ -1,5 +1,7 @@
-"""What the notebooks' set-up cells do, one call each: install the stack, check the GPU, log to wandb; and the
-doctor (``python -m grpo_kit doctor``): the installed stack, the driver and the GPU against a preset.
+"""What the notebooks' cells do, one call per step: install the stack, check the GPU, plan the baseline, plan the
+training run, open a trained run, export it, plan a comparison, log to wandb; the ``cpu_demo`` switch that runs a
+notebook on a CPU with the kit's tiny policy; and the doctor (``python -m grpo_kit doctor``): the installed stack,
+the driver and the GPU against a preset.
 
 Importing this module imports no third-party package, so the install cell can call it right after
 installing the kit itself.
@@ -10,9 +12,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
-__all__ = ["doctor", "format_doctor", "gpu_check", "install_stack", "log_to_wandb", "nvidia_driver"]
+__all__ = ["Comparison", "CpuDemo", "cpu_demo_settings", "doctor", "export_run", "format_doctor", "gpu_check",
+           "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline", "plan_comparison",
+           "plan_training"]
 
 #: What the doctor reports, live (imported in this process) and on disk.
 _REPORTED = ("torch", "transformers", "trl", "peft", "accelerate", "vllm", "unsloth", "unsloth_zoo")
@@ -190,7 +196,7 @@ def format_doctor(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = None) -> Any:
+def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = None, cpu_demo: Any = False) -> Any:
     """The notebooks' GPU check: say what this machine has and which preset fits it, resolve the preset, show
     the kit's log, and import the GPU stack in the order it needs (Unsloth first on its routes).
 
@@ -198,6 +204,8 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
         preset: a preset name or :class:`grpo_kit.training.presets.Preset`; ``None``: the one that fits this
             machine (T4: ``colab-t4``, A100/H100: ``a100``, no GPU: ``cpu-tiny``).
         preset_overrides: preset fields to replace.
+        cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): when on, the preset is ``cpu-tiny`` (the kit's
+            tiny policy on the CPU) with the switch's ``preset_overrides`` applied after ``preset_overrides``.
 
     Returns:
         The :class:`grpo_kit.training.presets.Preset`.
@@ -213,6 +221,10 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
     from grpo_kit.training.presets import device_preset, get_preset
 
     configure_logging()
+    cpu = cpu_demo_settings(cpu_demo)
+    if cpu is not None:
+        preset = "cpu-tiny"
+        preset_overrides = {**dict(preset_overrides or {}), **cpu.preset_overrides}
     config = get_preset(preset, **dict(preset_overrides or {}))
     gpu = first_gpu()
     if gpu is None:
@@ -254,3 +266,268 @@ def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str
         wandb.log({key: wandb.Table(dataframe=frame.astype({c: str for c in mixed}))})
     wandb.finish()
     return True
+
+
+@dataclass(frozen=True)
+class CpuDemo:
+    """What the notebooks' ``cpu_demo`` switch sets: the kit's tiny policy on a CPU, on small slices, so a notebook
+    runs end to end in minutes without a GPU (what ``make test`` runs). ``cpu_demo = True`` takes these defaults;
+    ``cpu_demo = {"eval_size": 20, ...}`` changes some.
+
+    Attributes:
+        warm_start_steps: the tiny policy's supervised warm-start steps (``None``: the kit's default, whose result
+            is cached under ``.cache/``).
+        eval_size: test questions evaluated (replaces the notebook's share of the test split).
+        max_new_tokens: each completion's budget in tokens (the ``cpu-tiny`` preset's completions are 64).
+        batch_size: prompts per generate call.
+        train_size: training questions to sample from (``None``: all).
+        preset_overrides: ``cpu-tiny`` preset fields to replace.
+    """
+
+    warm_start_steps: int | None = None
+    eval_size: int = 100
+    max_new_tokens: int = 64
+    batch_size: int = 32
+    train_size: int | None = None
+    preset_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+def cpu_demo_settings(cpu_demo: Any) -> CpuDemo | None:
+    """The notebooks' ``cpu_demo`` switch read: ``False``/``None`` -> off (``None``), ``True`` -> :class:`CpuDemo`'s
+    defaults, a mapping -> those fields changed.
+
+    Raises:
+        ValueError: a mapping with a key that is not a :class:`CpuDemo` field (the message lists them).
+
+    >>> cpu_demo_settings(False) is None, cpu_demo_settings(True).eval_size
+    (True, 100)
+    >>> cpu_demo_settings({"eval_size": 8}).eval_size
+    8
+    """
+    if cpu_demo is None or cpu_demo is False:
+        return None
+    if cpu_demo is True:
+        return CpuDemo()
+    if isinstance(cpu_demo, Mapping):
+        known = [f.name for f in fields(CpuDemo)]
+        unknown = sorted(set(cpu_demo) - set(known))
+        if unknown:
+            raise ValueError(f"cpu_demo has no setting {', '.join(map(repr, unknown))}: it takes True, False or a "
+                             f"dict of {', '.join(known)}")
+        return CpuDemo(**cpu_demo)
+    raise ValueError(f"cpu_demo = {cpu_demo!r}: set it to True, False or a dict of settings")
+
+
+def _warm(cpu: CpuDemo | None) -> Any:
+    from grpo_kit.policy.warm_start import WarmStart
+
+    return WarmStart(steps=cpu.warm_start_steps) if cpu is not None and cpu.warm_start_steps is not None else None
+
+
+def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = None, eval_questions: float = 0.5,
+                  max_new_tokens: int = 256, samples: int = 0, cpu_demo: Any = False, temperature: float = 0.7,
+                  seed: int = 0, use_drive: bool | None = None) -> tuple[Any, Any]:
+    """Notebook 02's plan: which questions, how they are decoded, where the results go. Nothing loads.
+
+    Args:
+        task: the task's name (``grpo_kit.tasks``).
+        config: the preset (:func:`gpu_check`).
+        run_dir: the run folder notebooks 02, 03 and 04 share (on Google Drive in Colab:
+            :func:`grpo_kit.runs.folder.resolve_run_dir`).
+        model: a Hub id or folder instead of the preset's model.
+        eval_questions: a share of the test split (a float in (0, 1]; the blog post's 0.5) or a number of questions
+            (an int).
+        max_new_tokens: each completion's budget, in tokens.
+        samples: sampled completions per question for avg@k / pass@k / maj@k (0: greedy only), at ``temperature``.
+        cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``eval_size``, ``max_new_tokens``,
+            ``batch_size`` and warm start replace the notebook's.
+        seed: the slice's seed (the same questions in notebook 04).
+        use_drive: ``None``: Drive in Colab only.
+
+    Returns:
+        ``(plan, run)``: the :class:`grpo_kit.runs.measure.EvalPlan` and the :class:`grpo_kit.runs.folder.RunFolder`.
+
+    Raises:
+        ValueError: ``eval_questions`` that is neither a share in (0, 1] nor a whole number >= 1, and whatever
+            :class:`grpo_kit.runs.measure.EvalPlan` refuses.
+    """
+    from grpo_kit.runs.folder import RunFolder, resolve_run_dir
+    from grpo_kit.runs.measure import EvalPlan
+    from grpo_kit.tasks import get_task
+
+    cpu = cpu_demo_settings(cpu_demo)
+    if isinstance(eval_questions, bool) or not isinstance(eval_questions, int | float) or eval_questions <= 0 \
+            or (isinstance(eval_questions, float) and eval_questions > 1):
+        raise ValueError(f"eval_questions = {eval_questions!r}: set a share of the test split in (0, 1] (0.5 is "
+                         "the blog post's half) or a whole number of questions")
+    chosen = {"n": eval_questions} if isinstance(eval_questions, int) else {"fraction": eval_questions}
+    if cpu is not None:
+        chosen, max_new_tokens = {"n": cpu.eval_size}, cpu.max_new_tokens
+    plan = EvalPlan(task=get_task(task), preset=config, model=None if cpu else model, seed=seed,
+                    max_new_tokens=max_new_tokens, slice=chosen, samples=samples, temperature=temperature,
+                    batch_size=cpu.batch_size if cpu else 32, warm=_warm(cpu))
+    run = RunFolder(resolve_run_dir(run_dir, use_drive))
+    print(f"{len(plan.questions())} {plan.task.name} test questions, greedy, up to {max_new_tokens} new tokens"
+          + (f", and {samples} samples each at temperature {temperature}" if samples else ""))
+    print(f"run folder: {run.path}")
+    return plan, run
+
+
+def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = None, algorithm: str | None = None,
+                  rewards: Any = None, max_steps: int | None = None, resume: bool = False,
+                  eval_steps: int | None = None, eval_size: int | None = None, wandb_project: str | None = None,
+                  cpu_demo: Any = False, seed: int = 0, use_drive: bool | None = None) -> Any:
+    """Notebook 03's run, resolved and checked before anything loads (:meth:`grpo_kit.runs.spec.RunSpec.resolve`),
+    and said in two lines: the algorithm, and the steps and checkpoints.
+
+    Args:
+        config: the preset (:func:`gpu_check`).
+        task: the task's name.
+        run_dir: the run folder (on Google Drive in Colab).
+        model: a Hub id or folder instead of the preset's model.
+        algorithm: a named GRPO variant (``python -m grpo_kit algorithms``; ``None``: the preset's own).
+        rewards: a :class:`grpo_kit.tasks.RewardSet`, or ``{reward name: weight}`` (weight 0: logged, not trained
+            on); ``None``: the task's.
+        max_steps: GRPO steps (``None``: the preset's).
+        resume: continue from the newest complete checkpoint (with a larger ``max_steps``, extend a finished run).
+        eval_steps: greedy accuracy every N steps on ``eval_size`` validation questions held out of the train split
+            (``None``: the task's ``validation_size``, else up to 100), with the reward-hacking alarm (``None``: off).
+        wandb_project: log to wandb (:func:`grpo_kit.training.tracking.setup_wandb`; ``None``: no wandb).
+        cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``train_size`` and warm start apply.
+        seed: seeds the training and the held-out slice.
+
+    Returns:
+        The :class:`grpo_kit.runs.spec.RunSpec` that :func:`grpo_kit.runs.train.train` runs.
+    """
+    from grpo_kit.runs.folder import resolve_run_dir
+    from grpo_kit.runs.spec import RunSpec
+    from grpo_kit.training.presets import get_preset
+    from grpo_kit.training.tracking import setup_wandb
+
+    cpu = cpu_demo_settings(cpu_demo)
+    if max_steps is not None:
+        config = get_preset(config, max_steps=max_steps)
+    spec = RunSpec.resolve(config, task, rewards=rewards, model=None if cpu else model,
+                           run_dir=resolve_run_dir(run_dir, use_drive), resume=resume,
+                           train_size=cpu.train_size if cpu else None, eval_steps=eval_steps, eval_size=eval_size,
+                           seed=seed, warm=_warm(cpu), algorithm=algorithm,
+                           report_to=setup_wandb(wandb_project, None))
+    c = spec.preset
+    print(f"algorithm {c.algorithm}: loss_type {c.loss_type}, beta {c.beta}, scale_rewards {c.scale_rewards}, "
+          f"importance_sampling_level {c.importance_sampling_level}, epsilon {c.epsilon}/{c.epsilon_high}")
+    print(f"{c.max_steps} steps of {c.per_device_train_batch_size * c.gradient_accumulation_steps // c.num_generations}"
+          f" prompts x {c.num_generations} completions; checkpoints every {c.save_steps} steps in "
+          f"{spec.folder.checkpoints}")
+    return spec
+
+
+def open_run(run_dir: str, use_drive: bool | None = None) -> tuple[Any, Any]:
+    """Notebook 04's first step: the run folder notebooks 02 and 03 wrote, the plan its baseline measured, and the
+    GPU check for that plan's preset (Unsloth first on its routes).
+
+    Returns:
+        ``(run, plan)``: the :class:`grpo_kit.runs.folder.RunFolder` and its :class:`grpo_kit.runs.measure.EvalPlan`.
+
+    Raises:
+        RuntimeError / ValueError: no such folder, or no finished baseline in it (the message names what to run).
+    """
+    from grpo_kit.runs.folder import RunFolder, resolve_run_dir
+    from grpo_kit.runs.measure import plan_from_settings
+
+    run = RunFolder.existing(resolve_run_dir(run_dir, use_drive))  # a mistyped run_dir is named, not created
+    plan = plan_from_settings(run.read_json(run.eval_settings, written_by="02_baseline_eval"))
+    gpu_check(plan.preset)
+    print(f"run folder {run.path}: task {plan.task.name}")
+    return run, plan
+
+
+def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_repo: str | None = None) -> str:
+    """Notebook 04's export: each format of :func:`grpo_kit.runs.export.export`, checked against the trained policy
+    on ``questions`` held-out questions, and the merged export uploaded to ``hub_repo`` (private) when given.
+
+    Returns:
+        One line per export: its folder and its verification's summary (and the upload's address).
+
+    Raises:
+        grpo_kit.runs.export.ExportRefused: an export that does not answer like the trained policy.
+        ValueError: ``hub_repo`` without a merged export among ``formats``.
+    """
+    from grpo_kit.runs.export import export, push_to_hub
+
+    formats = [formats] if isinstance(formats, str) else list(formats)
+    if hub_repo and "merged" not in formats:
+        raise ValueError(f"hub_repo uploads the merged export: add 'merged' to export_formats (got {formats})")
+    exports = {fmt: export(run.path, fmt, questions=questions) for fmt in formats}
+    lines = [f"{folder}: {verification.summary()}" for folder, verification in exports.values()]
+    if hub_repo:
+        lines.append(str(push_to_hub(exports["merged"][0], hub_repo, private=True)))
+    return "\n".join(lines)
+
+
+@dataclass
+class Comparison:
+    """Notebook 05's plan (:func:`plan_comparison`): one run per variant, one baseline plan, one folder."""
+
+    specs: dict[str, Any]
+    plan: Any
+    root: Path
+
+
+def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[str, Mapping[str, Any]] | None = None,
+                    model: str | None = None, max_steps: int | None = None, eval_size: int = 300,
+                    max_new_tokens: int = 40, samples: int = 8, cpu_demo: Any = False, seed: int = 0,
+                    use_drive: bool | None = None) -> Comparison:
+    """Notebook 05's variants, each resolved and checked before anything loads, and the baseline they share.
+
+    On the CPU demo the recipe is the compare demo's (:class:`grpo_kit.demo.CompareDemoConfig`: its warm start,
+    learning rate, group size and budget), with the switch's ``preset_overrides`` over it.
+
+    Args:
+        task: the task's name; its ``compare_rewards`` are the default variants.
+        config: the preset (:func:`gpu_check`).
+        run_dir: the folder that holds one run folder per variant and the comparison.
+        variants: ``{name: RunSpec.resolve arguments}`` (``rewards``, ``algorithm``, preset fields); ``None``: the
+            task's reward sets.
+        max_steps: GRPO steps of every variant (``None``: the preset's, or the compare demo's on the CPU demo).
+        eval_size, max_new_tokens, samples: the evaluation every run shares (the CPU demo's ``max_new_tokens`` and
+            ``batch_size`` replace the notebook's).
+
+    Raises:
+        ValueError: fewer than two variants, and whatever :meth:`grpo_kit.runs.spec.RunSpec.resolve` refuses.
+    """
+    import dataclasses
+
+    from grpo_kit.demo import CompareDemoConfig
+    from grpo_kit.runs.folder import resolve_run_dir
+    from grpo_kit.runs.measure import EvalPlan
+    from grpo_kit.runs.spec import RunSpec
+    from grpo_kit.tasks import get_task
+    from grpo_kit.training.presets import get_preset
+
+    cpu = cpu_demo_settings(cpu_demo)
+    warm = None
+    batch_size = 32
+    if cpu is not None:
+        demo = CompareDemoConfig(task=task, seed=seed, **({"grpo_steps": max_steps} if max_steps else {}))
+        fields_ = {k: v for k, v in demo.preset_fields().items() if k not in cpu.preset_overrides}
+        config = get_preset(config, **fields_)
+        warm = dataclasses.replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
+        model, max_new_tokens, batch_size = None, cpu.max_new_tokens, cpu.batch_size
+    if max_steps:
+        config = get_preset(config, max_steps=max_steps)
+    chosen = variants if variants is not None else {name: {"rewards": dict(weights)}
+                                                    for name, weights in get_task(task).compare_rewards.items()}
+    if len(chosen) < 2:
+        raise ValueError(f"compare two or more variants, got {list(chosen)}: set variants = {{name: {{...}}, ...}}")
+    root = Path(resolve_run_dir(run_dir, use_drive))
+    specs = {name: RunSpec.resolve(config, task, model=model, run_dir=root / name, seed=seed, warm=warm, **kwargs)
+             for name, kwargs in chosen.items()}
+    plan = EvalPlan(task=get_task(task), preset=config, model=model, seed=seed, max_new_tokens=max_new_tokens,
+                    slice={"n": eval_size}, samples=samples, batch_size=batch_size, warm=warm)
+    print(f"{config.name}: {config.max_steps} steps, learning rate {config.learning_rate}, "
+          f"{config.per_device_train_batch_size // config.num_generations} prompts x {config.num_generations} "
+          "completions")
+    for name, spec in specs.items():
+        print(f"{name}: {spec.rewards}; algorithm {spec.preset.algorithm}")
+    return Comparison(specs=specs, plan=plan, root=root)
+

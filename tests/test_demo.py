@@ -30,7 +30,8 @@ def test_demo_writes_the_run_folder_and_caches_the_warm_start(tmp_path):
     history = json.loads((run / "log_history.json").read_text())
     assert any("rewards/strict_format_reward_func/mean" in row for row in history)
     report = (run / "report.md").read_text()
-    for needle in ["| metric", "Hard correctness", "Strict accuracy", "Flexible accuracy", "McNemar", "pass@2 (strict)",
+    for needle in ["| metric", "Hard correctness", "Strict accuracy", "Flexible accuracy", "strict-match and "
+                   "flexible-extract", "McNemar", "pass@2 (strict)",
                    "maj@2 (flexible)", "truncation_rate", "format only", "## Settings", "## Wall times", "## Versions",
                    "cannot do grade-school arithmetic", "trl:"]:
         assert needle in report
@@ -49,10 +50,20 @@ def test_demo_rejects_bad_settings_before_building_a_model(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
-def test_cli_lists_presets(capsys):
+def test_cli_lists_presets_with_their_algorithm_beside_their_model(capsys):
+    from grpo_kit.training.algorithms import algorithm_settings
+    from grpo_kit.training.presets import PRESETS
+
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
-    assert "a100" in out and "cpu-tiny" in out
+    assert out.splitlines()[0].split() == ["preset", "model", "algorithm", "loss_type", "beta"]
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:len(PRESETS) + 1]}
+    assert set(rows) == set(PRESETS)
+    for name, preset in PRESETS.items():
+        fields = algorithm_settings(preset)["fields"]
+        assert rows[name][-3:] == [preset.algorithm, fields["loss_type"], f"{fields['beta']:g}"], rows[name]
+    assert rows["a100"][1:] == ["unsloth/Meta-Llama-3.1-8B-Instruct", "grpo", "grpo", "0.04"]
+    assert "cpu-tiny: " in out  # the descriptions follow the table
 
 
 def test_cli_reports_bad_settings_as_an_error(capsys, tmp_path):

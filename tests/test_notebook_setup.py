@@ -99,22 +99,23 @@ def test_the_driver_table():
     assert "needs >= 570.26" in driver_problem("565.57.01", "12.8", "x")
 
 
-def test_every_notebook_installs_from_its_repository_parameter():
+def test_every_notebook_installs_from_the_repository_its_install_cell_names():
     for path in NOTEBOOKS:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        parameters = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
-        assert "repository = " in "".join(parameters["source"]), path.name
         install = next(c for c in cells if "install_stack" in "".join(c["source"]))
         source = "".join(install["source"])
-        assert "install_stack(" in source and "ls-remote" in source, path.name
+        assert "REPOSITORY, BRANCH = " in source and "ls-remote" in source, path.name
+        call = "install_stack(gpu=False)" if path.name.startswith("01_") else "install_stack()"  # 01: no GPU stack
+        assert call in source, path.name
 
 
 def test_the_install_cell_refuses_an_unreachable_repository_in_one_line(tmp_path):
     """The cell's own check, run where grpo_kit is not importable (as on a fresh runtime)."""
     cells = json.loads(NOTEBOOKS[0].read_text(encoding="utf-8"))["cells"]
     source = "".join(next(c for c in cells if "install_stack" in "".join(c["source"]))["source"])
+    line = next(line for line in source.splitlines() if line.startswith("REPOSITORY, BRANCH = "))
     script = tmp_path / "cell.py"
-    script.write_text(f"repository = {str(tmp_path / 'missing')!r}\nbranch = 'main'\n" + source)
+    script.write_text(source.replace(line, f"REPOSITORY, BRANCH = {str(tmp_path / 'missing')!r}, 'main'"))
     out = subprocess.run([sys.executable, "-S", str(script)], capture_output=True, text=True, cwd=tmp_path,
                          env={"PATH": "/usr/bin:/bin", "GIT_TERMINAL_PROMPT": "0"}, timeout=60)
     assert out.returncode != 0 and "cannot reach branch 'main' of" in out.stderr
@@ -154,3 +155,32 @@ def test_notebook_03_says_which_presets_keep_a_reference_model():
     for name, preset in PRESETS.items():
         if preset.beta > 0:
             assert f"`{name}` preset keeps the blog post's {preset.beta:g}" in intro, name
+
+
+def test_the_cpu_demo_switch():
+    assert notebook.cpu_demo_settings(False) is None and notebook.cpu_demo_settings(None) is None
+    assert notebook.cpu_demo_settings(True) == notebook.CpuDemo()
+    assert notebook.cpu_demo_settings({"eval_size": 8, "batch_size": 4}).batch_size == 4
+    with pytest.raises(ValueError, match="cpu_demo has no setting 'eval_sise': it takes True, False or a dict of"):
+        notebook.cpu_demo_settings({"eval_sise": 8})
+    with pytest.raises(ValueError, match="set it to True, False or a dict"):
+        notebook.cpu_demo_settings("yes")
+    assert notebook.gpu_check("a100", cpu_demo={"preset_overrides": {"max_steps": 3}}).name == "cpu-tiny"
+    assert notebook.gpu_check(None, cpu_demo={"preset_overrides": {"max_steps": 3}}).max_steps == 3
+
+
+@pytest.mark.parametrize("questions, chosen", [(0.5, {"fraction": 0.5}), (40, {"n": 40}), (1.0, {"fraction": 1.0})])
+def test_the_baseline_plan_reads_a_share_or_a_number_of_questions(tmp_path, questions, chosen):
+    plan, run = notebook.plan_baseline("gsm8k", notebook.gpu_check("cpu-tiny"), eval_questions=questions,
+                                       run_dir=str(tmp_path / "run"), use_drive=False)
+    assert plan.slice == chosen and run.path == tmp_path / "run"
+    demo, _ = notebook.plan_baseline("gsm8k", notebook.gpu_check("cpu-tiny"), eval_questions=questions,
+                                     run_dir=str(tmp_path / "run"), use_drive=False, cpu_demo={"eval_size": 12})
+    assert demo.slice == {"n": 12} and demo.max_new_tokens == notebook.CpuDemo().max_new_tokens
+
+
+@pytest.mark.parametrize("questions", [0, -3, 1.5, "half", True])
+def test_a_bad_share_of_questions_is_refused_in_one_line(tmp_path, questions):
+    with pytest.raises(ValueError, match="eval_questions = .*: set a share of the test split in \\(0, 1\\]"):
+        notebook.plan_baseline("gsm8k", notebook.gpu_check("cpu-tiny"), eval_questions=questions,
+                               run_dir=str(tmp_path / "run"), use_drive=False)

@@ -25,6 +25,25 @@ def test_committed_notebooks_carry_no_outputs(name):
     assert "colab.research.google.com" in nb.cells[0].source
 
 
+@pytest.mark.parametrize("name", [*ORDER, COMPARE])
+def test_each_notebook_says_what_it_needs_and_holds_at_most_12_settings_grouped(name):
+    """The opening says GPU or not and that the GPU route has not run on a real GPU; the parameters cell holds at
+    most 12 settings under comment headings; the GPU notebooks run on a CPU with one switch, cpu_demo."""
+    import ast
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    opening = nb.cells[0].source.split("\n")
+    needs = next(line for line in opening[1:] if line.strip())  # the first line under the title
+    assert "Needs" in needs and "has not yet run on a real GPU" in needs, needs
+    assert ("only a CPU" in needs) == (name == "01_explore.ipynb"), needs
+    parameters = next(c for c in nb.cells if c.cell_type == "code").source
+    settings = [node.targets[0].id for node in ast.parse(parameters).body if isinstance(node, ast.Assign)]
+    assert len(settings) <= 12, f"{name}: {len(settings)} settings: {settings}"
+    headings = [line for line in parameters.splitlines()[1:] if line.startswith("# ")]
+    assert len(headings) >= 2, f"{name}: group the settings under comment headings"
+    assert ("cpu_demo" in settings) == (name not in ("01_explore.ipynb", "04_post_training_eval.ipynb")), settings
+
+
 def _check_outputs(path: Path) -> None:
     """Every cell tagged `table` shows a table, `markdown` a markdown table, and `plot` an image."""
     nb = nbformat.read(path, as_version=4)
@@ -54,16 +73,16 @@ def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
     shutil.rmtree(executed, ignore_errors=True)
     executed.mkdir(parents=True)
     run_dir = str(executed)
-    common = dict(task=task, preset="cpu-tiny", run_dir=run_dir, warm_start_steps=6)
+    tiny = {"warm_start_steps": 6, "eval_size": 8, "max_new_tokens": 24, "batch_size": 8}  # the cpu_demo switch's knobs
     # Countdown swaps a reward in one line: the XML tag count becomes a logged, untrained metric.
     rewards = {"strict_format_reward_func": 1.0, "countdown_reward_func": 1.0, "xmlcount_reward_func": 0.0} \
         if task == "countdown" else None
     parameters = {
         "01_explore.ipynb": dict(task=task, preset="cpu-tiny", map_size=500),
-        "02_baseline_eval.ipynb": dict(common, eval_size=8, max_new_tokens=24, batch_size=8, samples=2),
-        "03_train_grpo.ipynb": dict(common, max_steps=2, train_size=32, rewards=rewards,
-                                    preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16}),
-        "04_post_training_eval.ipynb": dict(run_dir=run_dir, batch_size=8, export_questions=4),
+        "02_baseline_eval.ipynb": dict(task=task, run_dir=run_dir, samples=2, cpu_demo=tiny),
+        "03_train_grpo.ipynb": dict(task=task, run_dir=run_dir, max_steps=2, rewards=rewards, cpu_demo=dict(
+            tiny, train_size=32, preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16})),
+        "04_post_training_eval.ipynb": dict(run_dir=run_dir, export_questions=4),
     }
     walls = {}
     for name in ORDER:
@@ -101,9 +120,9 @@ def test_compare_notebook_trains_two_variants_on_one_baseline(tmp_path):
     start = time.perf_counter()
     papermill.execute_notebook(
         str(NOTEBOOKS / COMPARE), str(out), cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
-        parameters=dict(task="sum3", preset="cpu-tiny", run_dir=str(run_dir), warm_start_steps=6, max_steps=2,
-                        eval_size=8, max_new_tokens=16, batch_size=8, samples=2,
-                        preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16}))
+        parameters=dict(task="sum3", run_dir=str(run_dir), max_steps=2, eval_size=8, samples=2, cpu_demo=dict(
+            warm_start_steps=6, max_new_tokens=16, batch_size=8,
+            preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16})))
     print(f"notebook 05 wall time: {time.perf_counter() - start:.1f} s")
     _check_outputs(out)
     variants = ["format-only", "correctness"]  # the sum3 task's reward sets, in order

@@ -23,14 +23,15 @@ def test_notebooks_02_to_05_run_on_a_task_file(tmp_path):
     shutil.copytree(EXAMPLE, folder)
     task = str(folder / "task.yaml")
     run_dir = str(tmp_path / "runs" / "capitals")
-    common = dict(task=task, preset="cpu-tiny", run_dir=run_dir, warm_start_steps=6)
     small = {"per_device_train_batch_size": 8, "max_completion_length": 16}
-    steps = [("02_baseline_eval.ipynb", dict(common, eval_size=8, max_new_tokens=16, batch_size=8, samples=2)),
-             ("03_train_grpo.ipynb", dict(common, max_steps=2, eval_steps=2, preset_overrides=small)),
-             ("04_post_training_eval.ipynb", dict(run_dir=run_dir, batch_size=8, export_questions=2)),
-             (COMPARE, dict(task=task, preset="cpu-tiny", run_dir=str(tmp_path / "runs" / "compare"),
-                            warm_start_steps=6, max_steps=1, eval_size=4, max_new_tokens=12, batch_size=8, samples=2,
-                            preset_overrides=small))]
+    tiny = {"warm_start_steps": 6, "batch_size": 8}  # the cpu_demo switch's knobs
+    steps = [("02_baseline_eval.ipynb", dict(task=task, run_dir=run_dir, samples=2,
+                                             cpu_demo=dict(tiny, eval_size=8, max_new_tokens=16))),
+             ("03_train_grpo.ipynb", dict(task=task, run_dir=run_dir, max_steps=2, eval_steps=2,
+                                          cpu_demo=dict(tiny, preset_overrides=small))),
+             ("04_post_training_eval.ipynb", dict(run_dir=run_dir, export_questions=2)),
+             (COMPARE, dict(task=task, run_dir=str(tmp_path / "runs" / "compare"), max_steps=1, eval_size=4,
+                            samples=2, cpu_demo=dict(tiny, max_new_tokens=12, preset_overrides=small)))]
     for name, parameters in steps:
         out = tmp_path / name
         papermill.execute_notebook(str(NOTEBOOKS / name), str(out), parameters=parameters, cwd=str(tmp_path),

@@ -76,7 +76,9 @@ def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings
     lines = [f"# {title}", "",
              f"{measured.before.task.name}, before and after GRPO, on the same {len(measured.before.correct())} "
              "questions (paired by question id). Values with 95% bootstrap intervals over questions; deltas with "
-             "paired intervals; exact McNemar tests on the flips.", "", "## Greedy", "", compare_markdown(table), "",
+             "paired intervals; exact McNemar tests on the flips. Strict accuracy reads the answer only from a "
+             "completion in the exact answer format, flexible accuracy from anywhere in it (lm-evaluation-harness's "
+             "strict-match and flexible-extract).", "", "## Greedy", "", compare_markdown(table), "",
              f"{headline}: {hard['wrong_to_right']} wrong->right, {hard['right_to_wrong']} right->wrong, exact "
              f"McNemar p = {hard['mcnemar_p']:.3g}."]
     gain = table.attrs.get("format_only_gain", math.nan)

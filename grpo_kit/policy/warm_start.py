@@ -16,6 +16,10 @@ sizeable ``xml_share`` still shows up in sampled GRPO groups.
 The warm start lives in the policy wing, not beside the GRPO trainer, because it is how the tiny
 policy comes to exist: loading that policy means building it once and caching it
 (:func:`warm_started_tiny_policy`), and loading is the policy wing's job.
+
+The demo's policy ships with the kit (:data:`SHIPPED_DIR`, a few MB), so every machine starts the demo from the
+same weights without spending minutes on the warm start; ``make tiny-weights`` (:func:`ship`) rebuilds it, and a
+test checks that a rebuild evaluates the same.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -39,7 +44,9 @@ from grpo_kit.tasks.answer_format import render
 __all__ = [
     "TinyPolicy",
     "WarmStart",
+    "SHIPPED_DIR",
     "quiet_progress",
+    "ship",
     "warm_start",
     "warm_start_dataset",
     "warm_started_tiny_policy",
@@ -47,6 +54,16 @@ __all__ = [
 
 #: A cache folder is trusted only when this file is in it: it is written last, after the weights and tokenizer.
 _COMPLETE = "warm-start.json"
+
+log = logging.getLogger(__name__)
+
+#: Warm-started tiny policies shipped with the kit, each in a folder named as its cache folder
+#: (:attr:`TinyPolicy.folder`): the demo's (``python -m grpo_kit demo`` with its defaults). A missing cache whose
+#: shipped copy exists is restored from it instead of trained.
+SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
+#: torch threads of a build that is shipped or compared with a shipped copy: the order of floating-point sums, and so
+#: the weights, depend on it.
+SHIP_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -212,9 +229,30 @@ class TinyPolicy:
         return Path(self.cache_dir) / f"tiny-policy-{self.task.name}-{key}"
 
     @property
+    def shipped(self) -> Path | None:
+        """The copy of this policy shipped with the kit (:data:`SHIPPED_DIR`), or ``None``."""
+        path = SHIPPED_DIR / self.folder.name
+        return path if (path / _COMPLETE).is_file() else None
+
+    @property
     def cached(self) -> bool:
-        """Whether a complete cache folder exists (one killed while being written is not)."""
-        return (self.folder / _COMPLETE).is_file()
+        """Whether a complete cache folder exists (one killed while being written is not). A policy shipped with the
+        kit counts: its copy is placed in the cache folder (whole or not at all) the first time this is asked."""
+        if (self.folder / _COMPLETE).is_file():
+            return True
+        if self.shipped is None:
+            return False
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        building = self.folder.with_name(f".{self.folder.name}.restoring-{os.getpid()}")
+        shutil.rmtree(building, ignore_errors=True)
+        shutil.copytree(self.shipped, building)
+        shutil.rmtree(self.folder, ignore_errors=True)  # an incomplete folder of a killed build
+        try:
+            os.replace(building, self.folder)
+        except OSError:  # another process restored it first: the same files
+            shutil.rmtree(building, ignore_errors=True)
+        log.info(f"tiny policy restored from the copy shipped with the kit ({self.shipped.name})")
+        return True
 
     def request(self) -> dict[str, Any]:
         """Everything that builds it, as JSON (what a worker process receives)."""
@@ -245,12 +283,19 @@ def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool
         ``(model, tokenizer, cached)``, ``cached`` telling whether it came from the cache.
     """
     from grpo_kit.policy.loading import load_policy
+
+    if tiny.cached:
+        model, tokenizer = load_policy(tiny.folder, dtype="float32")
+        return model, tokenizer, True
+    model, tokenizer = _build_cache(tiny, train, progress)
+    return model, tokenizer, False
+
+
+def _build_cache(tiny: TinyPolicy, train: Any = None, progress: bool = True) -> tuple[Any, Any]:
+    """Train ``tiny`` and write its cache folder whole (a temporary folder renamed into place)."""
     from grpo_kit.policy.tiny import build_tiny_policy
 
     folder = tiny.folder
-    if tiny.cached:
-        model, tokenizer = load_policy(folder, dtype="float32")
-        return model, tokenizer, True
     train = tiny.task.load("train") if train is None else train
     model, tokenizer = build_tiny_policy(tiny.task.texts(train), seed=tiny.seed, spec=tiny.spec)
     building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
@@ -262,7 +307,7 @@ def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool
         os.replace(building, folder)
     except OSError:  # another process finished the same cache first: theirs is identical (deterministic)
         shutil.rmtree(building, ignore_errors=True)
-    return model, tokenizer, False
+    return model, tokenizer
 
 
 def _build(request: dict[str, Any]) -> str:
@@ -290,3 +335,36 @@ def build_in_a_process_of_its_own(tiny: TinyPolicy) -> Path:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES and not k.startswith("ACCELERATE_")}
     with Worker(f"{__name__}:_build", env=env, stderr="inherit") as worker:
         return Path(worker.call([tiny.request()]))
+
+
+def ship(tiny: TinyPolicy, shipped_dir: str | Path = SHIPPED_DIR) -> Path:
+    """Rebuild ``tiny`` from scratch (its warm start, with :data:`SHIP_THREADS` torch threads) and put it in
+    ``shipped_dir``: what ``make tiny-weights`` runs for the demo's policy. The cache folder ``tiny.cache_dir`` must
+    not hold it already (a rebuild, not a copy).
+
+    Returns:
+        The shipped folder (``shipped_dir / tiny.folder.name``), replaced whole.
+
+    Raises:
+        ValueError: ``tiny``'s cache already holds the policy (pass an empty ``cache_dir``).
+    """
+    import torch
+
+    if (tiny.folder / _COMPLETE).is_file():
+        raise ValueError(f"{tiny.folder} exists: rebuild into an empty cache_dir")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(SHIP_THREADS)
+    try:
+        _build_cache(tiny, progress=False)  # trained even where a shipped copy exists
+    finally:
+        torch.set_num_threads(threads)
+    out = Path(shipped_dir) / tiny.folder.name
+    staging = out.with_name(f".{out.name}.shipping")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(tiny.folder, staging)
+    marker = staging / _COMPLETE  # what built it, without the build's scratch folder
+    marker.write_text(json.dumps({**tiny.request(), "cache_dir": DEFAULT_CACHE_DIR}, indent=1), encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
+    return out
+

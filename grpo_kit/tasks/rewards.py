@@ -12,7 +12,7 @@ completions' is a caller's mistake and raises ``ValueError``.
 
 The six in :data:`SEED_REWARDS` are those of Unsloth's Llama 3.1 (8B) GRPO notebook as the blog post
 "LLM Reinforcement Learning with GRPO" (2025-03-03) trained with them, with their regexes fixed;
-README's "Rewards" section lists where they differ from the notebook and why. Tasks add their own
+docs/concepts/rewards.md lists where they differ from the notebook and why. Tasks add their own
 (:mod:`grpo_kit.tasks.countdown`, :mod:`grpo_kit.tasks.math_verify`).
 
 What the kit knows about a reward is one :class:`Reward`: the function, its table label, its

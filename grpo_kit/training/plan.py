@@ -271,7 +271,7 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
     Returns:
         ``{"route", "model", "algorithm", "grpo_config" (as the trainer will hold it: on Unsloth routes after
         :func:`unsloth_changes`), "unsloth_changes", "processes", "vllm", "memory", "alarm", "resume_from",
-        "resume_why", "problems", "fatal"}`` (see README, "Plan a launch"). ``problems`` are lines; ``fatal`` says
+        "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md). ``problems`` are lines; ``fatal`` says
         whether one would end the run.
 
     Raises:

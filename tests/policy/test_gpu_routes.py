@@ -276,12 +276,18 @@ def test_the_default_preset_follows_the_card(monkeypatch, capsys, card, bf16, pr
 
 
 def test_notebooks_default_to_the_device_preset_and_drive_on_colab():
+    import inspect
+
     import nbformat
+
+    from grpo_kit import notebook
 
     for name in ("02_baseline_eval", "03_train_grpo", "04_post_training_eval"):
         parameters = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4).cells[1].source
-        assert "use_drive = None" in parameters
+        assert "use_drive" not in parameters  # each step's call puts the run folder on Drive in Colab
         assert name.startswith("04") or "preset = None" in parameters
+    for step in (notebook.plan_baseline, notebook.plan_training, notebook.open_run, notebook.plan_comparison):
+        assert inspect.signature(step).parameters["use_drive"].default is None, step.__name__
 
 
 # 8. the step benchmark's --batch is completions per optimiser step ----------------------------------------

@@ -261,5 +261,12 @@ def test_a_reader_names_a_mistyped_run_folder_instead_of_creating_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="no run folder at .*typo"):
         RunFolder.existing(tmp_path / "typo")
     assert not (tmp_path / "typo").exists()
-    notebook = (ROOT / "notebooks" / "04_post_training_eval.ipynb").read_text()
-    assert "RunFolder.existing(resolve_run_dir(run_dir, use_drive))" in notebook
+    import inspect
+
+    from grpo_kit import notebook
+
+    assert "open_run(run_dir)" in (ROOT / "notebooks" / "04_post_training_eval.ipynb").read_text()
+    assert "RunFolder.existing(resolve_run_dir(run_dir, use_drive))" in inspect.getsource(notebook.open_run)
+    with pytest.raises(FileNotFoundError, match="no run folder at .*typo"):
+        notebook.open_run(str(tmp_path / "typo"), use_drive=False)
+    assert not (tmp_path / "typo").exists()

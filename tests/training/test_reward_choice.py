@@ -11,7 +11,7 @@ import pytest
 
 @pytest.mark.slow
 def test_a_correctness_reward_raises_held_out_accuracy_where_a_format_only_reward_does_not(tmp_path):
-    """The compare demo's experiment (README, "A reward that changes what is learned"): sum3's warm-started policy
+    """The compare demo's experiment (docs/tutorials/compare-runs.md): sum3's warm-started policy
     answers in a worked style (right) or a sloppy one (wrong when the sum carries, a guess on unseen triples); two
     reward sets, one budget, 300 held-out questions. The warm start is cached in the kit's cache folder (shared
     with `python -m grpo_kit compare-demo`): about 4 minutes on two quiet cores the first time, then loaded."""

@@ -1,0 +1,69 @@
+"""The demo's warm-started tiny policy ships with the kit: the demo and the CPU notebooks start from it without a warm
+start, and a rebuild (``make tiny-weights``) evaluates the same."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_kit.demo import DemoConfig, demo_policy
+from grpo_kit.policy.source import PolicySource
+from grpo_kit.policy.warm_start import SHIP_THREADS, SHIPPED_DIR, ship, warm_started_tiny_policy
+from grpo_kit.tasks import get_task
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_the_demos_policy_ships_and_the_demo_and_notebooks_find_it():
+    tiny = demo_policy()
+    assert tiny.shipped is not None, f"{SHIPPED_DIR / tiny.folder.name} missing: run make tiny-weights"
+    size = sum(p.stat().st_size for p in tiny.shipped.iterdir())
+    assert size < 10e6, f"the shipped policy is {size / 1e6:.1f} MB"
+    # notebooks 02-04 with cpu_demo = True (no warm-start setting) resolve the same policy as the demo
+    assert PolicySource.of(None, get_task("gsm8k")).tiny.folder.name == tiny.folder.name
+    assert [p.name for p in SHIPPED_DIR.iterdir() if not p.name.startswith(".")] == [tiny.folder.name]
+
+
+def test_a_missing_cache_is_restored_from_the_shipped_copy_without_training(tmp_path):
+    tiny = demo_policy(DemoConfig(cache_dir=str(tmp_path / "cache")))
+    start = time.perf_counter()
+    model, tokenizer, cached = warm_started_tiny_policy(tiny, progress=False)
+    assert cached and time.perf_counter() - start < 60  # a warm start takes minutes
+    assert _digests(tiny.folder) == _digests(tiny.shipped)  # copied whole
+    assert not [p for p in tiny.folder.parent.iterdir() if p.name.startswith(".")]  # no staging folder left
+    other = demo_policy(DemoConfig(cache_dir=str(tmp_path / "other"), seed=1))  # another policy: not shipped
+    assert other.shipped is None and not other.cached
+
+
+@pytest.mark.slow
+def test_a_rebuild_of_the_shipped_policy_evaluates_the_same(tmp_path):
+    """``make tiny-weights`` from scratch (minutes): the rebuilt policy answers 64 GSM8K test questions greedily as
+    the shipped one does (the same completions on nearly all, the same accuracy and format counts)."""
+    import torch
+
+    from grpo_kit.evaluation.scoring import evaluate
+    from grpo_kit.policy.generation import Sampling, TransformersBackend
+    from grpo_kit.policy.loading import load_policy
+    from grpo_kit.tasks.data import take_slice
+
+    shipped = demo_policy().shipped
+    rebuilt = ship(demo_policy(DemoConfig(cache_dir=str(tmp_path / "cache"))), shipped_dir=tmp_path / "shipped")
+    assert rebuilt.name == shipped.name and torch.get_num_threads() >= SHIP_THREADS
+    task = get_task("gsm8k")
+    questions = take_slice(task.load("test"), n=64, seed=0)
+    results = []
+    for folder in (shipped, rebuilt):
+        model, tokenizer = load_policy(folder, dtype="float32")
+        results.append(evaluate(TransformersBackend(model, tokenizer, batch_size=64, progress=False), questions,
+                                Sampling(temperature=0.0, max_new_tokens=64), task=task))
+    before, after = ([r["completion"] for r in result.records] for result in results)
+    same = sum(a == b for a, b in zip(before, after))
+    assert same >= 0.9 * len(before), f"{same} of {len(before)} completions identical"
+    for metric in ("strict_correct", "flexible_correct", "strict_format_reward_func"):
+        assert [r[metric] for r in results[0].records].count(0) == pytest.approx(
+            [r[metric] for r in results[1].records].count(0), abs=3), metric
