@@ -96,8 +96,12 @@ demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 
 # The demo's warm-started tiny policy ships in grpo_kit/policy/shipped/ (a few MB), so `make demo` and the CPU
 # notebooks start from the same weights on every machine without a warm start; this rebuilds it (3 to 5 minutes).
+# Then it checks that a second rebuild answers as the shipped copy does (the test marked `rebuild`, 4 more minutes:
+# out of `make test`, whose budget it would take a third of, and a warm start's floating-point sums can differ
+# between CPUs, which is why the weights ship).
 tiny-weights: $(STAMP)
 	$(PY) -c "from grpo_kit.demo import ship_demo_policy; print(ship_demo_policy())"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -m rebuild tests/policy/test_shipped_policy.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -118,14 +122,15 @@ docs: $(DOCS_STAMP)
 # a reference run) is built once. (Finer `xdist_group`s would balance better, but pytest 9.2 with xdist 3.8
 # silently ignores them: pytest-xdist #1386.)
 test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP)
-	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
+		-m "not rebuild"
 
 # The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
 # experiments). CI runs `make test`.
 test-quick: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP)
 	$(VENV)/bin/ruff check .
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
-		-m "not slow"
+		-m "not slow and not rebuild"
 
 # Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
 # trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.

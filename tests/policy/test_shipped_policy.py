@@ -40,7 +40,7 @@ def test_a_missing_cache_is_restored_from_the_shipped_copy_without_training(tmp_
     assert other.shipped is None and not other.cached
 
 
-@pytest.mark.slow
+@pytest.mark.rebuild
 def test_a_rebuild_of_the_shipped_policy_evaluates_the_same(tmp_path):
     """``make tiny-weights`` from scratch (minutes): the rebuilt policy answers 64 GSM8K test questions greedily as
     the shipped one does (the same completions on nearly all, the same accuracy and format counts)."""
