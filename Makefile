@@ -118,7 +118,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
-# 6.5 minutes (measured 376 s from a fresh clone). Each test file runs on one process, so a module's expensive fixture (a trained policy,
+# 7 minutes (measured 407 s once installed). Each test file runs on one process, so a module's expensive fixture (a trained policy,
 # a reference run) is built once. (Finer `xdist_group`s would balance better, but pytest 9.2 with xdist 3.8
 # silently ignores them: pytest-xdist #1386.)
 test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP)
