@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -79,7 +80,6 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
     from grpo_kit.system.install import install_plan, install_table
 
     table = install_table()
-    kit = [requirement for requirement in table["kit"] if _disk_version(requirement.split("==")[0]) is None]
     torch = _disk_version("torch")
     found = driver() if gpu else None
     if gpu and found is None:
@@ -91,26 +91,26 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
         if plan.fatal:
             raise RuntimeError(plan.problems[0])
         print(plan.describe())
-        wanted, index = plan.install, plan.extra_index_url
+        wanted, index = _pins(plan.install), plan.extra_index_url
     else:
-        index = None
         row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
-        wanted = [f"{name}=={row['packages'][name]}" for name in ("transformers", "datasets")]
-    missing = [r for r in wanted if _disk_version(r.split("==")[0]) != r.split("==")[1]] + kit
+        wanted, index = {name: row["packages"][name] for name in ("transformers", "datasets")}, None
+    missing = {name: version for name, version in wanted.items() if _disk_version(name) != version}
+    missing |= {name: version for name, version in _pins(table["kit"]).items() if _disk_version(name) is None}
     if not missing:
         print("Everything the notebook needs is installed; nothing to do.")
         return False
-    before = {r.split("==")[0]: _live_version(_module_of(r)) for r in missing}
-    command = [sys.executable, "-m", "pip", "install", "-q", *missing] + (["--extra-index-url", index] if index else [])
-    if torch is not None:  # keep the runtime's torch: pip fails instead of replacing it
-        import tempfile
-
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
-            constraints.write(f"torch=={torch}\n")
-        command += ["-c", constraints.name]
-    subprocess.check_call(command)
-    wrong = [f"{r.split('==')[0]} {_disk_version(r.split('==')[0])} (wanted {r.split('==')[1]})"
-             for r in wanted if _disk_version(r.split("==")[0]) != r.split("==")[1]]
+    before = {name: _live_version(_module_of(name)) for name in missing}
+    command = [sys.executable, "-m", "pip", "install", "-q", *(f"{n}=={v}" for n, v in missing.items())]
+    command += ["--extra-index-url", index] if index else []
+    with tempfile.TemporaryDirectory() as folder:
+        if torch is not None:  # keep the runtime's torch: pip fails instead of replacing it
+            constraints = Path(folder) / "constraints.txt"
+            constraints.write_text(f"torch=={torch}\n")
+            command += ["-c", str(constraints)]
+        subprocess.check_call(command)
+    wrong = [f"{name} {_disk_version(name)} (wanted {version})" for name, version in wanted.items()
+             if _disk_version(name) != version]
     if torch is not None and _disk_version("torch") != torch:
         wrong.append(f"torch {_disk_version('torch')} (the runtime's {torch} was to stay)")
     if wrong:
@@ -125,9 +125,13 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
     return True
 
 
-def _module_of(requirement: str) -> str:
-    """The module a ``name==version`` requirement installs (``unsloth_zoo``, ``sklearn`` for scikit-learn)."""
-    name = requirement.split("==")[0]
+def _pins(requirements: list[str]) -> dict[str, str]:
+    """``["name==version", ...]`` as ``{name: version}``."""
+    return dict(requirement.split("==") for requirement in requirements)
+
+
+def _module_of(name: str) -> str:
+    """The module a distribution installs (``unsloth_zoo``, ``sklearn`` for scikit-learn)."""
     return {"scikit-learn": "sklearn", "math-verify": "math_verify"}.get(name, name.replace("-", "_"))
 
 

@@ -29,6 +29,8 @@ class FakeRuntime:
 
     def pip(self, argv):
         self.calls.append(argv)
+        if "-c" in argv:  # the constraints file lives as long as the pip call
+            self.constraints = Path(argv[argv.index("-c") + 1]).read_text()
         asked = [a for a in argv[argv.index("-q") + 1:] if "==" in a]
         self.disk.update(dict(a.split("==") for a in asked) if self.installs is None else self.installs)
 
@@ -59,8 +61,7 @@ def test_the_runtimes_torch_is_kept_and_every_version_read_back(monkeypatch, cap
     assert notebook.install_stack(driver=lambda: "570.172.08")
     (argv,) = runtime.calls
     assert "unsloth==2026.10.7" in argv and not any(a.startswith(("torch==", "vllm==")) for a in argv)
-    constraints = Path(argv[argv.index("-c") + 1]).read_text()
-    assert constraints == "torch==2.11.0+cu128\n"  # pip may not replace it
+    assert runtime.constraints == "torch==2.11.0+cu128\n"  # pip may not replace it
     assert argv[argv.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu128"
     out = capsys.readouterr().out
     assert "without fast_inference" in out and "no restart needed" in out

@@ -34,6 +34,19 @@ def _train_args(model: Path, run_dir: Path, *extra: str) -> list[str]:
             "--eval-size", "6", *extra]
 
 
+def _train_one_step_with(model: Path, tmp_path: Path, *rewards: str) -> subprocess.CompletedProcess:
+    """One training step of ``tmp_path/run`` with these rewards in place of ``_train_args``' two (``module:function``
+    names of modules written into ``tmp_path``), without held-out evaluation."""
+    args = _train_args(model, tmp_path / "run")
+    start = args.index("--rewards") + 1
+    args[start:start + 2] = rewards
+    args[args.index("--max-steps") + 1] = "1"
+    args = args[:args.index("--eval-steps")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    return subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)
+
+
 def _train(args: list[str], kill_at: str | None = None) -> subprocess.CompletedProcess | str:
     """Run `python -m grpo_kit train ...`; with ``kill_at``, SIGKILL it as soon as that text is logged (the log goes
     to standard error, read here together with standard output)."""
@@ -272,13 +285,7 @@ def test_a_reward_returning_none_nan_or_inf_does_not_crash_a_run(tiny_policy_fil
         "import math\n"
         "def odd_reward(completions, **kwargs):\n"
         "    return [[None, math.nan, math.inf, 1.0][i % 4] for i in range(len(completions))]\n")
-    args = _train_args(tiny_policy_files, tmp_path / "run")
-    args = args[:args.index("--rewards") + 1] + ["odd_rewards:odd_reward"] + args[args.index("--rewards") + 2:]
-    args[args.index("--max-steps") + 1] = "1"
-    args = args[:args.index("--eval-steps")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
-                            env=env, timeout=600)
+    result = _train_one_step_with(tiny_policy_files, tmp_path, "odd_rewards:odd_reward", "xmlcount_reward_func")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reward odd_reward: returned nan for completion 1, which is not a finite number" in result.stderr
     assert "returned inf for completion 2" in result.stderr
@@ -362,14 +369,8 @@ def test_a_reward_judging_nothing_huge_or_numpy_trains_and_the_run_finishes(tiny
         "    return [[1e30, 1e300, 1.0][i % 3] for i in range(len(completions))]\n"
         "def numpy_reward(completions, **kwargs):\n"
         "    return np.array([len(c[0]['content']) % 3 for c in completions], dtype=np.float32)\n")
-    args = _train_args(tiny_policy_files, tmp_path / "run")
-    args = (args[:args.index("--rewards") + 1] + ["odd_rewards:judges_nothing", "odd_rewards:huge",
-                                                  "odd_rewards:numpy_reward"] + args[args.index("--rewards") + 3:])
-    args[args.index("--max-steps") + 1] = "1"
-    args = args[:args.index("--eval-steps")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
-                            env=env, timeout=600)
+    result = _train_one_step_with(tiny_policy_files, tmp_path, "odd_rewards:judges_nothing", "odd_rewards:huge",
+                                  "odd_rewards:numpy_reward")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reward huge: returned 1e+30 for completion 0, which is not a finite number within 1e+15" in result.stderr
     assert "reward numpy_reward" not in result.stderr
