@@ -20,7 +20,8 @@ DS_STAMP := $(DS_DIR)/.installed
 # llama.cpp for GGUF export (requirements-llama.txt): llama-cpp-python compiled from source, and llama.cpp's converter
 # taken from the same source distribution. A folder beside .venv, found through GRPO_KIT_LLAMA.
 LLAMA_DIR ?= .llama
-LLAMA_STAMP := $(LLAMA_DIR)/.installed
+# The stamp names the build: a .llama compiled natively by an earlier Makefile is rebuilt portable.
+LLAMA_STAMP := $(LLAMA_DIR)/.installed-portable
 # The GPU stack itself (requirements.txt), for `make test-gpu` on a CUDA machine.
 GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
@@ -61,11 +62,13 @@ $(DS_STAMP): requirements-deepspeed.txt $(STAMP)
 	touch $(DS_STAMP)
 
 # Compiling llama.cpp takes 7 minutes of CPU time (12 to 21 minutes on 2 cores busy with other work; the shared
-# libraries only, LLAVA_BUILD=OFF).
+# libraries only, LLAVA_BUILD=OFF). GGML_NATIVE=OFF: llama.cpp's portable x86-64 build (SSE4.2, AVX, AVX2, FMA, F16C;
+# no AVX-512, no AMX), so a build runs on every CI CPU. A native build on an Intel CPU with AMX tiles used them in the
+# quantized kernels and died with SIGILL ("Illegal instruction") decoding a q4_k_m GGUF (ggml/CMakeLists.txt: INS_ENB).
 $(LLAMA_STAMP): requirements-llama.txt $(STAMP)
 	rm -rf $(LLAMA_DIR)
 	$(PY) -m pip download --quiet --no-deps --no-binary llama-cpp-python -d $(LLAMA_DIR)/dist -r requirements-llama.txt
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install --quiet --no-deps \
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install --quiet --no-deps \
 		--target $(LLAMA_DIR) $(LLAMA_DIR)/dist/*
 	mkdir -p $(LLAMA_DIR)/llama.cpp
 	tar -xzf $(LLAMA_DIR)/dist/llama_cpp_python-*.tar.gz -C $(LLAMA_DIR)/llama.cpp --strip-components=3 \
