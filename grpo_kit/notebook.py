@@ -445,9 +445,12 @@ def open_run(run_dir: str, use_drive: bool | None = None) -> tuple[Any, Any]:
     return run, plan
 
 
-def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_repo: str | None = None) -> str:
+def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_repo: str | None = None,
+               base: str | None = None) -> str:
     """Notebook 04's export: each format of :func:`grpo_kit.runs.export.export`, checked against the trained policy
     on ``questions`` held-out questions, and the merged export uploaded to ``hub_repo`` (private) when given.
+    ``base``: a local folder holding the 16-bit base an Unsloth LoRA run merges into
+    (:func:`grpo_kit.runs.export.merge_base`).
 
     Returns:
         One line per export: its folder and its verification's summary (and the upload's address).
@@ -461,7 +464,7 @@ def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_re
     formats = [formats] if isinstance(formats, str) else list(formats)
     if hub_repo and "merged" not in formats:
         raise ValueError(f"hub_repo uploads the merged export: add 'merged' to export_formats (got {formats})")
-    exports = {fmt: export(run.path, fmt, questions=questions) for fmt in formats}
+    exports = {fmt: export(run.path, fmt, questions=questions, base=base) for fmt in formats}
     lines = [f"{folder}: {verification.summary()}" for folder, verification in exports.values()]
     if hub_repo:
         lines.append(str(push_to_hub(exports["merged"][0], hub_repo, private=True)))

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any

@@ -9,7 +9,6 @@ once, here, and kept on the spec.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +31,6 @@ from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import Preset, get_preset, with_algorithm
 
 __all__ = ["PROGRESS", "RunSpec"]
-
-logger = logging.getLogger(__name__)
 
 #: How a run shows its progress: a bar (notebooks), one log line per step (command line, launchers), or nothing.
 PROGRESS = ("bar", "lines", "none")
