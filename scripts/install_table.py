@@ -224,7 +224,8 @@ def main() -> int:
         return 0 if same else 1
     TABLE.write_text(text)
     print(f"wrote {TABLE.relative_to(ROOT)}: " + "; ".join(
-        f"torch {r['torch']} (CUDA {r['cuda']}): vllm {r['vllm']}, xformers {r['xformers']} {r['xformers_cudas']}" for r in table["rows"]))
+        f"torch {r['torch']} (CUDA {r['cuda']}): vllm {r['vllm']}, "
+        f"xformers {r['xformers']} {r['xformers_cudas']}" for r in table["rows"]))
     return 0
 
 
