@@ -9,14 +9,14 @@
 #   bash benchmarks/gpu_call.sh --out "$OUT"                   # on the GPU machine
 #   bash benchmarks/gpu_call.sh --miniature --out /tmp/proof   # the same steps on a CPU at toy shapes (make test)
 #
-# Options: --wheels DIR (default wheels/, made by `make wheels`), --budget-s S (default 450), --python PY (default
+# Options: --wheels DIR (default wheels/, made by `make wheels`), --budget-s S (default 420), --python PY (default
 # $PYTHON or python3), and after `--` arguments for gpu_proof.py (e.g. -- --routes a100-peft eval).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT_DIR="${OUT:-}"
 WHEELS="$ROOT/wheels"
-BUDGET=450
+BUDGET=420
 PY="${PYTHON:-python3}"
 MINIATURE=()
 EXTRA=()

@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--routes", nargs="*", default=None, help=f"from {', '.join(ROUTES)} and eval (default: all "
                                                                   "that can run here)")
     parser.add_argument("--no-smoke", action="store_true", help="leave the pipeline smoke out")
-    parser.add_argument("--budget-s", type=float, default=450, help="seconds for the whole proof (the device "
+    parser.add_argument("--budget-s", type=float, default=420, help="seconds for the whole proof (the device "
                         "call's limit less a margin); a route is cut at what is left, and none starts with under "
                         f"{MIN_LEFT_S} s")
     parser.add_argument("--steps", type=int, default=3, help="GRPO steps per route (the first is not timed)")
