@@ -377,6 +377,10 @@ def run_smoke(miniature: bool, workdir: Path) -> dict[str, Any]:
         pass
     row["ok"] = all(s.get("ok") for s in row["steps"]) and len(row["steps"]) == 7
     row["seconds"] = round(sum(s["seconds"] for s in row["steps"]), 2)
+    import torch
+
+    if torch.cuda.is_available():
+        row["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     return row
 
 
