@@ -165,7 +165,7 @@ class RunSpec:
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
-        if preset.use_unsloth and preset.fast_inference and not usable_loading(preset.loading, "run").fast_inference:
+        if preset.use_unsloth and preset.fast_inference and not usable_loading(preset.loading, "training").fast_inference:
             preset = dataclasses.replace(preset, fast_inference=False)  # as evaluation does (policy/routes.py)
         preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
         if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
