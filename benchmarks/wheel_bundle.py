@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: budget, so the upload stays short).
 LIMIT = 25 * 2**20
 #: The CUDA of the lent machine's torch (2.11.0+cu130): bitsandbytes keeps this library (``BNB_CUDA_VERSION`` aside,
-#: bitsandbytes/cextension.py loads ``libbitsandbytes_cuda<torch.version.cuda>.so``).
+#: bitsandbytes 0.50.2 cextension.py loads ``libbitsandbytes_cuda<torch.version.cuda>.so``, read in cuda_specs.py).
 MACHINE_CUDA = "130"
 #: What travels, ``{package: version}``; ``None``: requirements.txt's pin. dill and multiprocess at the versions
 #: datasets 4.8.5 resolves with (requirements-stack.txt's environment).
