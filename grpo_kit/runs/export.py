@@ -626,7 +626,7 @@ def _licence(base: str) -> str:
 def model_card(run_dir: str | Path, verification: Verification) -> str:
     """The export's ``README.md``: base model and licence, task, rewards and weights, algorithm settings, steps,
     the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
-    import importlib.metadata
+    from grpo_kit import __version__  # also where the kit runs from a clone, not installed (the GPU proof)
 
     run, settings = _run(run_dir)
     identity = settings.get("identity", {})
@@ -648,7 +648,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
              + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
              "## Before and after training (from the run's report.md)", "", _report_table(run), "",
              "## Verification of this export", "", verification.summary(), "",
-             f"Made by grpo_kit {importlib.metadata.version('grpo_kit')}.", ""]
+             f"Made by grpo_kit {__version__}.", ""]
     return "\n".join(lines)
 
 
