@@ -36,14 +36,20 @@ def chromium() -> Any:
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER, env={**os.environ}))
 
 
-def open_page(driver: Any, path: str | Path, timeout: float = 30.0) -> float:
+def open_page(driver: Any, path: str | Path, timeout: float = 30.0, mark: str = "viewReadyMs") -> float:
     """Open ``path`` and wait until the viewer has drawn it; returns the page's own time to interactive (ms from the
     start of navigation, ``performance.now()`` when its script finished the first drawing)."""
     driver.get(Path(path).resolve().as_uri())
+    return wait_for(driver, mark, timeout)
+
+
+def wait_for(driver: Any, mark: str, timeout: float = 30.0) -> float:
+    """Wait until the page sets ``window[mark]`` (``viewReadyMs``: drawn; ``viewGroupsMs``: training groups
+    inflated); returns it (ms from the start of navigation)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        ready = driver.execute_script("return window.viewReadyMs")
+        ready = driver.execute_script(f"return window.{mark}")
         if ready:
             return float(ready)
         time.sleep(0.02)
-    raise TimeoutError(f"the viewer did not finish drawing {path} in {timeout} s: {driver.get_log('browser')}")
+    raise TimeoutError(f"the viewer did not set {mark} in {timeout} s: {driver.get_log('browser')}")

@@ -32,6 +32,8 @@ from grpo_kit.training.groups import kept_steps, read_groups
 __all__ = ["view_data", "write_view"]
 
 log = logging.getLogger(__name__)
+#: A group whose totals spread less than this has zero variance: GRPO's advantage is 0 for each of its completions.
+ZERO_STD = 1e-9
 
 
 def _number(value: Any, digits: int = 4) -> float | None:
@@ -78,7 +80,8 @@ def _curves(run: RunFolder) -> dict[str, Any]:
 
 
 def _groups(run: RunFolder) -> dict[str, Any]:
-    """The kept training groups, column-wise per group (the page's largest part)."""
+    """The kept training groups, column-wise per group (the page's largest part, inflated only when shown), and per
+    kept step the share of groups whose completions all scored the same total (they teach nothing)."""
     frame = read_groups(run.groups)
     rewards = [c for c in frame.columns if c.startswith("reward/")]
     out = []
@@ -89,8 +92,13 @@ def _groups(run: RunFolder) -> dict[str, Any]:
                     "rewards": {c.removeprefix("reward/"): [_number(v, 3) for v in rows[c]] for c in rewards},
                     "total": [_number(v, 3) for v in rows["total"]],
                     "advantage": [_number(v, 3) for v in rows["advantage"]]})
-    return {"rewards": [c.removeprefix("reward/") for c in rewards], "groups": out,
-            "steps": [s for s, _ in kept_steps(run.groups)]}
+    steps = sorted({g["step"] for g in out})
+    zero = {s: [0, 0] for s in steps}
+    for g in out:
+        zero[g["step"]][0] += (g["std"] or 0.0) < ZERO_STD
+        zero[g["step"]][1] += 1
+    return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": steps,
+            "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out}
 
 
 def _reward_check(run: RunFolder) -> dict[str, Any] | None:

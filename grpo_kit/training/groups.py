@@ -45,8 +45,8 @@ class GroupsKept:
     """Which training groups a run keeps: every ``every``-th logged step, at most ``groups`` groups of it.
 
     The default keeps the blog post's 250-step a100 run (2 groups of 8 completions a step, at most 256 tokens each)
-    whole: about 4,000 completions, under 2 MB of Parquet (``benchmarks/viewer_scale.py`` measures it), well under
-    the 50 MB bound; 16 groups a step of 8 completions of 256 tokens for 250 steps stay under 20 MB.
+    whole: 4,000 completions, about 5 MB of Parquet (``benchmarks/viewer_scale.py`` measures it), far under 50 MB;
+    16 groups a step of 8 such completions for 250 steps take about 18 MB.
 
     Raises:
         ValueError: ``every`` below 1 or ``groups`` below 0 (0 keeps nothing).

@@ -93,6 +93,13 @@ def _choose(driver, select_id: str, value: str) -> None:
     Select(driver.find_element("id", select_id)).select_by_value(value)
 
 
+def _groups_drawn(driver) -> None:
+    """Wait until the training groups (inflated after the page is drawn) are shown."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements("css selector", "#groups .controls"))
+
+
 def _errors(driver) -> list[dict]:
     return [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
 
@@ -138,6 +145,7 @@ def test_a_script_completion_shows_as_text_and_never_runs(runs, driver):
     texts = [e.text for e in driver.find_elements("css selector", "#list pre.completion")]
     assert SCRIPT in texts  # the baseline's first completion, as written
     driver.find_element("id", "tab-training").click()  # step 1's groups hold one too
+    _groups_drawn(driver)
     assert any(SCRIPT in e.text for e in driver.find_elements("css selector", "#groups pre"))
     assert driver.execute_script("return window.__ran") is None and driver.title != "ran"
     assert not driver.find_elements("css selector", "#main img")
@@ -149,6 +157,7 @@ def test_every_tab_draws_without_a_console_error(runs, driver, tmp_path):
         browser.open_page(driver, page)
         for tab in ("questions", "reward-check", "summary", "training"):
             driver.find_element("id", f"tab-{tab}").click()
+        _groups_drawn(driver)
         driver.find_element("id", "zero-only").click()
         assert "zero reward variance" in driver.find_element("id", "groups").text
         assert driver.save_screenshot(str(tmp_path / "page.png"))
