@@ -67,6 +67,17 @@ def test_view_refuses_a_file_it_did_not_write_and_a_missing_folder(runs, tmp_pat
     assert main(["view", str(a), "--out", str(out)]) == 0 and main(["view", str(a), "--out", str(out)]) == 0
 
 
+def test_a_notebook_shows_the_page_inline_in_one_call(runs, tmp_path):
+    from grpo_kit.notebook import view_runs
+    from grpo_kit.runs.folder import RunFolder
+
+    shown = view_runs(RunFolder(runs[0]), out=tmp_path / "v.html")
+    inline = shown._repr_html_()
+    assert shown.path == tmp_path / "v.html" and inline.startswith("<iframe srcdoc=")
+    assert "<script" not in inline.split("</iframe>")[0].removeprefix("<iframe")  # the page is an escaped attribute
+    assert view_runs([runs[0], runs[1]], out=tmp_path / "both.html").path.is_file()
+
+
 # --- in the browser ----------------------------------------------------------------------------------------------
 
 
