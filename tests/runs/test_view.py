@@ -173,3 +173,18 @@ def test_every_tab_draws_without_a_console_error(runs, driver, tmp_path):
         assert "zero reward variance" in driver.find_element("id", "groups").text
         assert driver.save_screenshot(str(tmp_path / "page.png"))
         assert not _errors(driver), _errors(driver)
+
+
+def test_the_notebooks_inline_frame_draws_the_page(runs, driver, tmp_path):
+    from grpo_kit.notebook import view_runs
+
+    cell = tmp_path / "cell.html"  # a notebook's output area holding what view_runs shows
+    cell.write_text(f"<html><body>{view_runs(runs[0], out=tmp_path / 'v.html')._repr_html_()}</body></html>")
+    driver.get(cell.as_uri())
+    driver.switch_to.frame(driver.find_element("tag name", "iframe"))
+    try:
+        assert browser.wait_for(driver, "viewGroupsMs") > 0
+        assert "Strict accuracy" in driver.find_element("id", "summary").text
+    finally:
+        driver.switch_to.default_content()
+    assert not _errors(driver)
