@@ -204,8 +204,7 @@ class RunSpec:
                    resume=resume, train_size=train_size, eval_steps=eval_steps,
                    eval_size=len(validation) if validation is not None else eval_size or 100,
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, groups=groups or GroupsKept(),
-                   train_split=train_split,
-                   validation=validation)
+                   train_split=train_split, validation=validation)
         if resume and folder.train_settings.is_file():
             recorded = folder.read_settings(folder.train_settings, "train", ("identity",))
             check_same_run(recorded["identity"], spec.identity(), folder.path)
