@@ -517,7 +517,8 @@ def _parser() -> argparse.ArgumentParser:
                           "question's completions side by side with flip and text filters, training curves and "
                           "groups, reward-check")
     view.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (several: sharing a baseline)")
-    view.add_argument("--out", default=None, help="the HTML file (default: view.html in the first run folder)")
+    view.add_argument("--out", default=None, help="the HTML file (default: view.html in the run folder; "
+                      "for several, comparison/view.html beside the first)")
     view.add_argument("--names", nargs="+", default=None, help="the runs' names (default: folders)")
     view.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
     view.set_defaults(func=_view)

@@ -559,7 +559,8 @@ def view_runs(run_dirs: Any, out: str | Path | None = None, names: Any = None, h
 
     Args:
         run_dirs: a run folder (a path or :class:`grpo_kit.runs.folder.RunFolder`) or several sharing a baseline.
-        out: the HTML file (default ``view.html`` in the first run folder).
+        out: the HTML file (default ``view.html`` in the run folder; for several, ``comparison/view.html`` beside the
+            first).
         names: the runs' names (default the folders' names).
         height: the inline frame's height in pixels.
 

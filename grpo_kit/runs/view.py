@@ -191,7 +191,8 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
 
     Args:
         run_dirs: one or more run folders.
-        out: the file (default ``view.html`` in the first run folder).
+        out: the file (default ``view.html`` in the run folder; for several runs ``comparison/view.html`` beside the
+            first, where ``compare`` writes its tables).
         names: the runs' names.
         seed: the bootstrap's seed.
 
@@ -203,7 +204,9 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
             not write (it is not replaced).
     """
     _check_folders(run_dirs)
-    out = Path(out) if out is not None else RunFolder(run_dirs[0]).view
+    if out is None:  # several runs: beside compare's tables (its default --out)
+        out = RunFolder(run_dirs[0]).view if len(run_dirs) == 1 else Path(run_dirs[0]).parent / "comparison" / "view.html"
+    out = Path(out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder: give a file name ending in .html")
     if out.exists():

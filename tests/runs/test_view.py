@@ -75,7 +75,7 @@ def test_a_notebook_shows_the_page_inline_in_one_call(runs, tmp_path):
     inline = shown._repr_html_()
     assert shown.path == tmp_path / "v.html" and inline.startswith("<iframe srcdoc=")
     assert "<script" not in inline.split("</iframe>")[0].removeprefix("<iframe")  # the page is an escaped attribute
-    assert view_runs([runs[0], runs[1]], out=tmp_path / "both.html").path.is_file()
+    assert view_runs([runs[0], runs[1]]).path == runs[0].parent / "comparison" / "view.html"
 
 
 # --- in the browser ----------------------------------------------------------------------------------------------
