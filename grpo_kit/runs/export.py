@@ -626,7 +626,12 @@ def _licence(base: str) -> str:
 def model_card(run_dir: str | Path, verification: Verification) -> str:
     """The export's ``README.md``: base model and licence, task, rewards and weights, algorithm settings, steps,
     the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
-    from grpo_kit import __version__  # also where the kit runs from a clone, not installed (the GPU proof)
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("grpo_kit")
+    except importlib.metadata.PackageNotFoundError:  # run from a clone, not installed (the GPU proof's machine)
+        version = "(not installed: run from a clone)"
 
     run, settings = _run(run_dir)
     identity = settings.get("identity", {})
@@ -648,7 +653,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
              + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
              "## Before and after training (from the run's report.md)", "", _report_table(run), "",
              "## Verification of this export", "", verification.summary(), "",
-             f"Made by grpo_kit {__version__}.", ""]
+             f"Made by grpo_kit {version}.", ""]
     return "\n".join(lines)
 
 
