@@ -159,15 +159,17 @@ test-gpu: $(GPU_STAMP)
 		echo "== $$f"; GRPO_KIT_REQUIRE_GPU_STACK=1 $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu $$f || exit 1; \
 	done
 
-# The GPU proof (benchmarks/gpu_proof.py): GRPO steps at the presets' real shapes with random weights, peak
-# memory against `plan`'s estimate, s/step, tokens/s, evaluation throughput. Needs CUDA and no network: it runs
-# with the Python it is given (default python3), once the wheels of `make wheels` are installed there.
+# The GPU proof in one device call (benchmarks/gpu_call.sh: the carried wheels installed into a folder of their own,
+# then benchmarks/gpu_proof.py into OUT, a row per route appended to raw.jsonl as it finishes). On a lent machine the
+# device tool runs `bash benchmarks/gpu_call.sh --out "$OUT"` (docs/development/benchmarks.md); here, on a CUDA
+# machine whose python3 has the stack: make gpu-proof OUT=DIR.
 .PHONY: gpu-proof wheels
+OUT ?= benchmarks/results/gpu-proof
 gpu-proof:
-	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/gpu_proof.py --out benchmarks/results/gpu-proof
+	bash benchmarks/gpu_call.sh --out $(OUT)
 
-# The wheels a GPU machine without network needs for the proof (pinned, CPython 3.12 manylinux), split into
-# wheels/part-<n> folders of at most 60 MiB (one device call each); wheels/manifest.json lists them.
+# The wheels a lent GPU machine lacks for the proof (pinned, CPython 3.12 manylinux; unsloth and bitsandbytes
+# repacked without what is never imported there), with wheels/manifest.json: at most 25 MiB with the tree.
 wheels: $(STAMP)
 	$(PY) benchmarks/wheel_bundle.py --out wheels
 

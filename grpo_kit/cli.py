@@ -310,7 +310,7 @@ def _export(args: argparse.Namespace) -> int:
         try:
             folder, verification = export(args.run_dir, format=format, quant=args.quant if format == "gguf" else None,
                                           out=out, questions=args.questions, push_to_hub=None, private=args.private,
-                                          threshold=args.threshold)
+                                          threshold=args.threshold, base=args.base)
         except ExportRefused as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -574,6 +574,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
     exp.add_argument("--threshold", type=_share, default=None, help="the share of identical completions "
                      "(quantized GGUF: of agreeing answers) to require instead of the type's measured one")
+    exp.add_argument("--base", default=None, metavar="PATH", help="a local folder holding the 16-bit base an Unsloth "
+                     "LoRA run merges into (without it Unsloth downloads it from the Hub: about 16 GB for 8B)")
     exp.add_argument("--push-to-hub", default=None, metavar="OWNER/NAME", help="upload the verified export")
     exp.add_argument("--private", action=argparse.BooleanOptionalAction, default=True,
                      help="the Hub repository's visibility when created (default private)")
@@ -684,3 +686,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:  # a library's failure (Unsloth's, vLLM's): its message, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1

@@ -9,7 +9,6 @@ once, here, and kept on the spec.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 from grpo_kit.policy.devices import Launch, cuda_available, unsloth_problem
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
-from grpo_kit.policy.vllm import vllm_usable
+from grpo_kit.policy.routes import usable_loading
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
@@ -33,8 +32,6 @@ from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import Preset, get_preset, with_algorithm
 
 __all__ = ["PROGRESS", "RunSpec"]
-
-logger = logging.getLogger(__name__)
 
 #: How a run shows its progress: a bar (notebooks), one log line per step (command line, launchers), or nothing.
 PROGRESS = ("bar", "lines", "none")
@@ -172,12 +169,8 @@ class RunSpec:
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
-        if preset.use_unsloth and preset.fast_inference and cuda_available() and not vllm_usable():
-            # a runtime whose torch no vLLM release is built for (python -m grpo_kit doctor --install-plan)
-            logger.warning("vLLM is not installed, so this run trains through Unsloth without fast_inference "
-                           "(generation through transformers, several times slower): python -m grpo_kit doctor "
-                           "--install-plan says which vLLM, if any, fits this runtime's torch")
-            preset = dataclasses.replace(preset, fast_inference=False)
+        if preset.use_unsloth and preset.fast_inference and not usable_loading(preset.loading, "training").fast_inference:
+            preset = dataclasses.replace(preset, fast_inference=False)  # as evaluation does (policy/routes.py)
         preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
         if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
             rows = [train_split[i] for i in range(min(2, len(train_split)))]
