@@ -7,6 +7,7 @@ import math
 import pytest
 
 from grpo_kit.evaluation.compare import compare, compare_markdown, flipped, flips, paired_test
+from grpo_kit.evaluation.report import format_only_sentence
 from grpo_kit.evaluation.scoring import EvalResult, evaluate, score
 from grpo_kit.evaluation.stats import mcnemar_exact
 from grpo_kit.evaluation.summary import sampled_metrics, summarize
@@ -173,11 +174,26 @@ def test_compare_reports_intervals_flips_and_format_only_gain():
     assert table.loc["Strict accuracy", "delta"] == 0.5
     assert table.loc["Flexible accuracy", "delta"] == 0.0
     assert compare(before, after).attrs["format_only_gain"] == 0.5
+    assert compare(before, after).attrs["format_only_questions"] == 2  # both were right, unformatted
+    assert "+0.500 is format only" in format_only_sentence(compare(before, after))
     assert table.loc["Strict accuracy", "wrong_to_right"] == 2
     assert table.loc["Strict accuracy", "delta_low"] <= 0.5 <= table.loc["Strict accuracy", "delta_high"]
     assert math.isnan(table.loc["Total", "mcnemar_p"])
     markdown = compare_markdown(compare(before, after))
     assert "| Strict accuracy | 0.000 [0.000, 0.000] | 0.500 [" in markdown
+
+
+def test_the_format_only_part_never_exceeds_the_strict_gain():
+    # the demo's case: strict +0.25, flexible -0.25; "strict - flexible" would call +0.5 of a +0.25 gain format only
+    before = evaluate(ScriptedBackend(["4", "4", "5", "5"]), EXAMPLES)
+    after = evaluate(ScriptedBackend([GOOD, "x", "5", "5"]), EXAMPLES)
+    table = compare(before, after)
+    assert table.attrs["strict_gain"] == 0.25 and table.attrs["flexible_gain"] == -0.25
+    assert table.attrs["format_only_gain"] == 0.25
+    assert "Of the strict-accuracy gain of +0.250, +0.250 is format only" in format_only_sentence(table)
+    fell = compare(after, before)
+    assert fell.attrs["format_only_gain"] == 0.0
+    assert "did not rise (-0.250), so none of it is format only" in format_only_sentence(fell)
 
 
 def test_diagnostics():
