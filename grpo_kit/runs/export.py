@@ -662,7 +662,6 @@ def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | N
             full.unlink()
         shutil.rmtree(merged)
     verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold)
-    log.info(verification.summary())
     return _finish(folder, out, verification, run.path), verification
 
 

@@ -263,7 +263,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
 
         plt.close(plot_training_curves(log_history, folder.curves,
                                        title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
-                                       heldout="validation"))
+                                       heldout="validation", rewards=spec.rewards,
+                                       max_length=preset.max_completion_length))
         folder.mark_finished(trainer.state.global_step)
         if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
             log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "

@@ -201,3 +201,24 @@ def test_diagnostics():
     d = result.diagnostics()
     assert d["has <answer>"] == 0.5 and d["truncation_rate"] == 0.0
     assert d["max_tokens"] == len(GOOD)
+
+
+def test_training_curves_are_titled_in_words_with_their_maximum(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from grpo_kit.evaluation.plots import plot_training_curves, smoothed
+    from grpo_kit.tasks.rewards import RewardSet
+
+    rewards = RewardSet({"xmlcount_reward_func": 1.0, "correctness_reward_func": 2.0})
+    history = [{"step": s, "reward": s / 10, "completions/mean_length": 30.0, "rewards/xmlcount_reward_func/mean": 0.1,
+                "rewards/correctness_reward_func/mean": s % 2} for s in range(1, 21)]
+    fig = plot_training_curves(history, tmp_path / "curves.png", rewards=rewards, max_length=64)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    # 0.5 (XML tag count) x weight 1 + 1.0 (hard correctness) x weight 2
+    assert titles == ["XML tag count, max 0.5", "Hard correctness, max 1", "Total reward (weighted sum), max 2.5",
+                      "Completion length, max 64"]
+    raw, mean = fig.axes[1].get_lines()[:2]  # the raw values faint, their running mean over 2 of 20 steps on top
+    assert raw.get_alpha() < 1 and mean.get_alpha() is None and raw.get_linewidth() < mean.get_linewidth()
+    assert list(mean.get_ydata()) == smoothed([s % 2 for s in range(1, 21)], 2)
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    plt.close(fig)
