@@ -100,7 +100,24 @@ def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
         with PartialState(cpu=spec.preset.use_cpu).main_process_first():
             if spec.launch.is_main:
                 spec.policy.build(in_own_process=True)
-    return spec.policy.load(spec.preset.loading, progress=spec.progress == "bar")
+    return spec.policy.load(spec.preset.loading, progress=spec.progress != "none")
+
+
+def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, done: int) -> None:
+    """The line before GRPO training: its steps and completions, the time expected here, what shortens it."""
+    from grpo_kit.system.progress import announce, expected_seconds
+
+    preset = spec.preset
+    prompts = [train_set[i]["prompt"] for i in range(min(32, len(train_set)))]
+    prompt_tokens = sum(len(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True))
+                        for p in prompts) / max(1, len(prompts))
+    completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
+    per_step = expected_seconds("grpo step", sum(p.numel() for p in model.parameters()), completions=completions,
+                                new_tokens=preset.max_completion_length, prompt_tokens=prompt_tokens)
+    announce(f"GRPO on {spec.task.name}: {preset.max_steps - done} steps of {completions} completions "
+             f"({completions // preset.num_generations} prompts x {preset.num_generations}, up to "
+             f"{preset.max_completion_length} new tokens each), a checkpoint every {preset.save_steps} steps",
+             per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
 
 
 def _forget_after(folder: RunFolder, step: int) -> None:
@@ -179,7 +196,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     prepare_stack(preset.loading)  # Unsloth before transformers, TRL and peft
     from grpo_kit.policy.generation import base_weights_digest
-    from grpo_kit.policy.warm_start import quiet_progress
+    from grpo_kit.policy.warm_start import step_bar
+    from grpo_kit.system.progress import phase_bar
     from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
     from grpo_kit.training.callbacks import HeldOutEval, StaleWeightsAlarm, StepPrinter
     from grpo_kit.training.trainer import build_trainer, save_policy
@@ -234,15 +252,16 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.progress == "lines" and main:
         callbacks.append(StepPrinter(f"{len(spec.validation)} validation questions held out of the {spec.task.name} "
                                      "train split" if spec.validation is not None else ""))
+    bar = step_bar("GRPO", "reward", enabled=spec.progress != "none" and main)
+    callbacks.append(bar)
     trainer = build_trainer(model, tokenizer, train_set, preset, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
-    if spec.progress == "bar":
-        quiet_progress(trainer)
-    else:
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-        trainer.pop_callback(ProgressCallback)
-        trainer.pop_callback(PrinterCallback)
+    trainer.pop_callback(ProgressCallback)  # the step bar shows the steps, with the reward and seconds per step
+    trainer.pop_callback(PrinterCallback)
+    if spec.progress != "none" and main and resume_step != preset.max_steps:
+        _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0)
     if resume_step == preset.max_steps:
         if main:
             log.info(f"{resume_from.name} is the last step: finishing the save of the model, without training")
@@ -251,8 +270,13 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     else:
         if resume_from is not None and main:
             log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
-    model_dir = save_policy(trainer, tokenizer, folder.model)
+        try:
+            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+        finally:
+            bar.close()
+    with phase_bar(f"saving the trained policy into {folder.model}", None, "s",
+                   enabled=spec.progress != "none" and main):
+        model_dir = save_policy(trainer, tokenizer, folder.model)
     log_history = trainer.state.log_history
     if main:
         folder.write_json(folder.log_history, log_history)
