@@ -209,7 +209,7 @@ class TransformersBackend:
         try:
             with phase_bar(label, len(batches) * sampling.max_new_tokens, "token", enabled=self.progress) as bar:
                 for batch_no, batch in enumerate(batches):
-                    bar.set_postfix_str(f"batch {batch_no + 1}/{len(batches)}, {len(batch)} questions")
+                    bar.set_postfix_str(f"batch {batch_no + 1}/{len(batches)}, {len(batch)} questions", refresh=False)
                     start = bar.n
                     enc = self.tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
                                          add_special_tokens=False).to(self.model.device)

@@ -217,11 +217,13 @@ def step_bar(label: str, shows: str = "loss", enabled: bool = True) -> Any:
             self.bar.update(state.global_step - self.bar.n)
             per_step = (time.perf_counter() - self.started) / max(1, state.global_step - self.first)
             text = f"{per_step:.1f} s/step" + (f", {shows} {self.value:.3f}" if self.value is not None else "")
-            self.bar.set_postfix_str(text + (f", saving checkpoint-{state.global_step}" if control.should_save else ""))
+            self.bar.set_postfix_str(text + (f", saving checkpoint-{state.global_step}" if control.should_save else ""),
+                                     refresh=False)
 
         def on_save(self, args, state, control, **kwargs):
             if self.bar is not None:
-                self.bar.set_postfix_str(self.bar.postfix.split(", saving")[0] if self.bar.postfix else "")
+                self.bar.set_postfix_str(self.bar.postfix.split(", saving")[0] if self.bar.postfix else "",
+                                         refresh=False)
 
         def on_train_end(self, args, state, control, **kwargs):
             self.close()
