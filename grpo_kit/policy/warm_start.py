@@ -392,8 +392,8 @@ def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool
     shipped = not (tiny.folder / _COMPLETE).is_file() and tiny.shipped is not None
     if tiny.cached:
         model, tokenizer = load_policy(tiny.folder, dtype="float32")
-        log.info(f"tiny policy warm-started on {tiny.task.name}: " + (
-            "the copy shipped with the kit" if shipped else "warm-started earlier") + f", loaded from {tiny.folder}")
+        log.info(f"tiny policy for {tiny.task.name}: " + ("the copy shipped with the kit" if shipped else
+                                                         "warm-started earlier") + f", loaded from {tiny.folder}")
         return model, tokenizer, True
     model, tokenizer = _build_cache(tiny, train, progress)
     return model, tokenizer, False
