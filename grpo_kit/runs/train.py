@@ -109,8 +109,8 @@ def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, do
 
     preset = spec.preset
     prompts = [train_set[i]["prompt"] for i in range(min(32, len(train_set)))]
-    prompt_tokens = sum(len(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True))
-                        for p in prompts) / max(1, len(prompts))
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    prompt_tokens = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) / max(1, len(texts))
     completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     per_step = expected_seconds("grpo step", sum(p.numel() for p in model.parameters()), completions=completions,
                                 new_tokens=preset.max_completion_length, prompt_tokens=prompt_tokens)
