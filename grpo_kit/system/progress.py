@@ -34,7 +34,7 @@ _REFERENCE_PROBE_S = 0.05
 #: Seconds per unit for the tiny policy where the probe took :data:`_REFERENCE_PROBE_S`: a warm-start step per
 #: example-token; a generated token per running sequence, plus a fixed cost per decoding step; a GRPO step's
 #: training per completion-token (the generation inside a GRPO step is the decoding rates').
-_RATES = {"warm_token": 2.0e-4, "decode_step": 2.5e-3, "decode_sequence": 4.0e-4, "train_token": 3.0e-4}
+_RATES = {"warm_token": 2.0e-4, "decode_step": 2.5e-3, "decode_sequence": 4.0e-4, "train_token": 2.0e-4}
 
 
 @lru_cache(maxsize=1)
