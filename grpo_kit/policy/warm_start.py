@@ -52,6 +52,7 @@ __all__ = [
     "step_bar",
     "warm_start",
     "completion_budget",
+    "drop_own_progress",
     "warm_start_dataset",
     "warm_steps_for",
     "warm_started_tiny_policy",
@@ -181,6 +182,17 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: st
     return Dataset.from_list(rows)
 
 
+def drop_own_progress(trainer: Any) -> Any:
+    """Remove a transformers ``Trainer``'s own progress display (its bar, its notebook table of losses, its printed
+    dicts), where :func:`step_bar` shows the steps instead. Returns the trainer."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    for callback in (ProgressCallback, NotebookProgressCallback, PrinterCallback):
+        trainer.pop_callback(callback)
+    return trainer
+
+
 def step_bar(label: str, shows: str = "loss", enabled: bool = True) -> Any:
     """A transformers ``TrainerCallback`` that shows a trainer's steps as a labelled bar
     (:func:`grpo_kit.system.progress.phase_bar`) with the last logged value (``shows``), seconds per step, and
@@ -262,7 +274,6 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
     Returns:
         The trainer's ``log_history`` (``list[dict]``, loss per logging step).
     """
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import SFTConfig, SFTTrainer
 
     from grpo_kit.system.progress import announce, expected_seconds
@@ -295,8 +306,7 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
     )
     bar = step_bar("warm start", "loss", enabled=progress)
     trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer, callbacks=[bar])
-    trainer.pop_callback(ProgressCallback)
-    trainer.pop_callback(PrinterCallback)
+    drop_own_progress(trainer)
     try:
         trainer.train()
     finally:

@@ -196,7 +196,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     prepare_stack(preset.loading)  # Unsloth before transformers, TRL and peft
     from grpo_kit.policy.generation import base_weights_digest
-    from grpo_kit.policy.warm_start import step_bar
+    from grpo_kit.policy.warm_start import drop_own_progress, step_bar
     from grpo_kit.system.progress import phase_bar
     from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
     from grpo_kit.training.callbacks import HeldOutEval, StaleWeightsAlarm, StepPrinter
@@ -256,10 +256,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     callbacks.append(bar)
     trainer = build_trainer(model, tokenizer, train_set, preset, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    trainer.pop_callback(ProgressCallback)  # the step bar shows the steps, with the reward and seconds per step
-    trainer.pop_callback(PrinterCallback)
+    drop_own_progress(trainer)  # the step bar shows the steps, with the reward and seconds per step
     if spec.progress != "none" and main and resume_step != preset.max_steps:
         _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0)
     if resume_step == preset.max_steps:
