@@ -186,10 +186,12 @@ def drop_own_progress(trainer: Any) -> Any:
     """Remove a transformers ``Trainer``'s own progress display (its bar, its notebook table of losses, its printed
     dicts), where :func:`step_bar` shows the steps instead. Returns the trainer."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from transformers.utils.notebook import NotebookProgressCallback
 
-    for callback in (ProgressCallback, NotebookProgressCallback, PrinterCallback):
+    for callback in (ProgressCallback, PrinterCallback):
         trainer.pop_callback(callback)
+    for callback in list(trainer.callback_handler.callbacks):  # its module imports IPython: matched by name
+        if type(callback).__name__ == "NotebookProgressCallback":
+            trainer.remove_callback(callback)
     return trainer
 
 
