@@ -147,15 +147,18 @@ class TransformersBackend:
         batch_size: prompts per ``generate`` call (completions per call: ``batch_size * n``).
         progress: announce a long generation and show a bar of decoding steps, labelled greedy or sampled
             (:func:`grpo_kit.system.progress.phase_bar`).
+        name: what generates, before that label ("the trained policy", "the export").
     """
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True) -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True,
+                 name: str = "") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.progress = progress
+        self.name = name
 
     def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling) -> None:
         """The line before a generation long enough to wait for (:func:`grpo_kit.system.progress.announce`)."""
@@ -204,6 +207,7 @@ class TransformersBackend:
         self.model.eval()
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         label = "greedy" if sampling.greedy else f"sampled ({sampling.n} per question)"
+        label = f"{self.name}, {label}" if self.name else label
         if self.progress:
             self._announce(label, len(prompts), batches, sampling)
         try:

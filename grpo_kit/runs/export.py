@@ -264,7 +264,7 @@ def _reference(run: RunFolder, settings: dict[str, Any], questions: int) -> dict
     task, rows, budget = _heldout(run, settings, questions)
     model, tokenizer, unsloth = _load_trained(run, settings)
     sampling = Sampling(temperature=0.0, max_new_tokens=budget)
-    result = evaluate(TransformersBackend(model, tokenizer, progress=False), rows, sampling, task=task)
+    result = evaluate(TransformersBackend(model, tokenizer, name="the trained policy"), rows, sampling, task=task)
     # Unsloth merges its own (save_pretrained_merged), into the 16-bit original of a 4-bit base: no merge here
     merged = None if unsloth else _merge(model)
     quantized_base = any(getattr(p, "quant_state", None) is not None for p in model.parameters())
@@ -366,7 +366,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         from grpo_kit.policy.loading import load_policy
 
         model, export_tokenizer = load_policy(export, dtype="auto")
-        backend = TransformersBackend(model, export_tokenizer, progress=False)
+        backend = TransformersBackend(model, export_tokenizer, name="the export")
         kind, dtype = "merged", _dtype_name(model)
         if ref["model"] is not None and dtype == ref["dtype"]:
             weights = _compare_weights(export, ref["model"])
@@ -644,21 +644,27 @@ def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | 
 def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, folder: Path, out: Path,
            questions: int, threshold: float | None) -> tuple[Path, Verification]:
     from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
+    from grpo_kit.system.progress import phase_bar
 
     reference = _reference(run, settings, questions)
     _check_disk(folder, reference["parameters"], format, quant, float32=reference["dtype"] == "float32")
     if format == "merged":
-        _merged_to(reference, folder)
+        with phase_bar("merging and saving", None):
+            _merged_to(reference, folder)
     else:
-        merged = _merged_to(reference, folder / "merged")
+        with phase_bar("merging and saving", None):
+            merged = _merged_to(reference, folder / "merged")
         gguf = folder / f"{run.path.name}-{quant}.gguf"
         if quant in CONVERTER_TYPES:
-            convert_to_gguf(merged, gguf, quant)
+            with phase_bar(f"converting to GGUF {quant} (llama.cpp's convert_hf_to_gguf.py)", None):
+                convert_to_gguf(merged, gguf, quant)
         else:  # through float32 only for a small model: an 8B model's float32 GGUF is 32 GB of disk
             between = "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
                 "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
-            full = convert_to_gguf(merged, folder / f"full-{between}.gguf.tmp", between)
-            quantize_gguf(full, gguf, quant)
+            with phase_bar(f"converting to GGUF {between} (llama.cpp's convert_hf_to_gguf.py)", None):
+                full = convert_to_gguf(merged, folder / f"full-{between}.gguf.tmp", between)
+            with phase_bar(f"quantizing to {quant} (llama.cpp's llama_model_quantize)", None):
+                quantize_gguf(full, gguf, quant)
             full.unlink()
         shutil.rmtree(merged)
     verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold)
