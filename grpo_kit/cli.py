@@ -167,10 +167,15 @@ def _run_spec(args: argparse.Namespace) -> Any:
     if getattr(args, "algorithm", None) is not None:
         preset = with_algorithm(preset, args.algorithm)
     preset = get_preset(preset, **overrides)
+    warm = _recorded_warm(run_dir) if args.warm_steps is None and args.model is None else None
+    if warm is not None:
+        from grpo_kit.policy.warm_start import WarmStart
+
+        warm = WarmStart(**warm)  # the tiny policy the baseline measured
     return RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
-                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
+                           warm=warm, warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
                            groups=GroupsKept(args.groups_every, args.groups_per_step))
 
 
@@ -229,9 +234,11 @@ def _eval(args: argparse.Namespace) -> int:
         from grpo_kit.tasks import get_task
         from grpo_kit.training.presets import get_preset
 
-        plan = EvalPlan(task=get_task(args.task), preset=get_preset(args.preset, **parse_sets(args.set)),
+        task, preset = get_task(args.task), get_preset(args.preset, **parse_sets(args.set))
+        plan = EvalPlan(task=task, preset=preset,
                         model=args.model, slice={"n": args.eval_size} if args.eval_size else
-                        {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=args.max_new_tokens,
+                        {"fraction": args.eval_fraction}, seed=args.seed,
+                        max_new_tokens=args.max_new_tokens or _new_tokens(task, args.model or preset.model),
                         samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
                         backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
                         cache_dir=args.cache_dir)
@@ -258,6 +265,35 @@ def _eval(args: argparse.Namespace) -> int:
         print(report[report.index("## Alarms"):].split("\n## ")[0], flush=True)
     log.info(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
     return 0
+
+
+def _new_tokens(task: Any, model: str | None) -> int:
+    """``eval --before``'s default completion budget: from the task's answers for a task file on the tiny policy
+    (:func:`grpo_kit.policy.warm_start.completion_budget`), else 256 (a model's own reasoning has no such bound)."""
+    if model is not None or task.file is None or task.demonstration is None:
+        return 256
+    from grpo_kit.policy.warm_start import completion_budget
+
+    budget = completion_budget(task)
+    log.info(f"completions of up to {budget} new tokens, from the longest answer the tiny policy is warm-started on "
+             "(--max-new-tokens changes it)")
+    return budget
+
+
+def _recorded_warm(run_dir: str | None) -> dict[str, Any] | None:
+    """The tiny policy's warm start a run folder's baseline recorded (``eval_settings.json``): what ``train`` trains
+    from without ``--warm-steps``, so the trained policy is the one the baseline measured."""
+    import json
+
+    path = Path(run_dir) / "eval_settings.json" if run_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the run spec reports a damaged file with what to do
+    warm = recorded.get("warm") if isinstance(recorded, dict) and recorded.get("model_override") is None else None
+    return warm if isinstance(warm, dict) else None
 
 
 #: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
@@ -464,7 +500,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--report-to", choices=["none", "wandb"], default="none")
     train.add_argument("--wandb-project", default="grpo-kit")
     train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")
-    train.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps")
+    train.add_argument("--warm-steps", type=_positive, default=None,
+                       help="tiny policy only: warm-start steps (default the baseline's, else sized to the task)")
     train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")
     train.set_defaults(func=_train)
 
@@ -483,14 +520,18 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--eval-size", type=_positive, default=None, help="--before: test questions (seeded slice)")
     ev.add_argument("--eval-fraction", type=_fraction, default=0.5, help="--before: share of the test split "
                     "(the blog post: 0.5), when --eval-size is not given")
-    ev.add_argument("--max-new-tokens", type=_positive, default=256)
+    ev.add_argument("--max-new-tokens", type=_positive, default=None,
+                    help="--before: each completion's budget in tokens (default 256; a task file on the tiny policy: "
+                    "from its longest answer)")
     ev.add_argument("--samples", type=_nonnegative, default=0, help="--before: sampled completions per question")
     ev.add_argument("--temperature", type=float, default=0.7, help="--before: temperature of the samples")
     ev.add_argument("--backend", choices=["vllm", "transformers"], default=None,
                     help="--before: generation backend for plain-transformers presets (default vLLM where usable)")
     ev.add_argument("--batch-size", type=_positive, default=32)
     ev.add_argument("--seed", type=_nonnegative, default=0)
-    ev.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps")
+    ev.add_argument("--warm-steps", type=_positive, default=None,
+                    help="tiny policy only: warm-start steps (default 300; a task file: 20 passes over its train rows, "
+                    "60 to 300)")
     ev.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR)
     ev.set_defaults(func=_eval)
 

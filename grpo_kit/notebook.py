@@ -286,8 +286,8 @@ class CpuDemo:
     ``cpu_demo = {"eval_size": 20, ...}`` changes some.
 
     Attributes:
-        warm_start_steps: the tiny policy's supervised warm-start steps (``None``: the kit's default, whose result
-            is cached under ``.cache/``).
+        warm_start_steps: the tiny policy's supervised warm-start steps (``None``: the kit's default, sized to a task
+            file's rows by :func:`grpo_kit.policy.warm_start.warm_steps_for`, whose result is cached under ``.cache/``).
         eval_size: test questions evaluated (replaces the notebook's share of the test split).
         max_new_tokens: each completion's budget in tokens (the ``cpu-tiny`` preset's completions are 64).
         batch_size: prompts per generate call.

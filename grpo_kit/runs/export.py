@@ -176,8 +176,8 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
 #: 2026.10.7 ``models/mapper.py``: ``unsloth/Meta-Llama-3.1-8B-Instruct-unsloth-bnb-4bit`` and ``...-bnb-4bit`` map to
 #: ``unsloth/Meta-Llama-3.1-8B-Instruct``).
 _QUANTIZED_SUFFIXES = ("-unsloth-bnb-4bit", "-bnb-4bit")
-_BASE_HELP = ("pass --base PATH (notebook 04: export_base = PATH), a local folder holding that 16-bit model (config.json and "
-              "*.safetensors, e.g. from `hf download NAME --local-dir PATH` on a machine online)")
+_BASE_HELP = ("pass --base PATH (notebook 04: export_base = PATH), a local folder holding that 16-bit model "
+              "(config.json and *.safetensors, e.g. from `hf download NAME --local-dir PATH` on a machine online)")
 
 
 def _safetensors_model(folder: Path) -> bool:
@@ -418,7 +418,7 @@ def _reference(run: RunFolder, settings: dict[str, Any], questions: int) -> dict
     task, rows, budget = _heldout(run, settings, questions)
     model, tokenizer, unsloth = _load_trained(run, settings)
     sampling = Sampling(temperature=0.0, max_new_tokens=budget)
-    result = evaluate(TransformersBackend(model, tokenizer, progress=False), rows, sampling, task=task)
+    result = evaluate(TransformersBackend(model, tokenizer, name="the trained policy"), rows, sampling, task=task)
     # Unsloth merges its own (save_pretrained_merged), into the 16-bit original of a 4-bit base: no merge here
     merged = None if unsloth else _merge(model)
     quantized_base = any(getattr(p, "quant_state", None) is not None for p in model.parameters())
@@ -527,7 +527,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
             weights = _compare_weights(export, ref["model"])
         _free_reference(ref)  # an 8B reference and its export do not both fit on one card
         model, export_tokenizer = load_policy(export, **_generation_placement(saved))
-        backend = TransformersBackend(model, export_tokenizer, progress=False)
+        backend = TransformersBackend(model, export_tokenizer, name="the export")
         kind, dtype = "merged", saved or _dtype_name(model)
     result = evaluate(backend, ref["rows"], ref["sampling"], task=ref["task"])
     before, after = ref["records"], result.records
@@ -671,7 +671,8 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
             trained.save_pretrained_merged(str(folder), reference["tokenizer"], save_method="merged_16bit")
             return folder
         _check_base_shape(base, trained.config)
-        # merge_and_overwrite_lora finds its base from the config's _name_or_path (a local folder first: :func:`merge_base`)
+        # merge_and_overwrite_lora finds its base from the config's _name_or_path (a local folder first:
+        # :func:`merge_base`)
         named = trained.config._name_or_path
         trained.config._name_or_path = str(base)
         try:
@@ -852,26 +853,31 @@ def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | 
 def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, folder: Path, out: Path,
            questions: int, threshold: float | None, base: Path | None = None) -> tuple[Path, Verification]:
     from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
+    from grpo_kit.system.progress import phase_bar
 
     reference = _reference(run, settings, questions)
     reference["base"] = base
     _check_disk(folder, reference["parameters"], format, quant, float32=reference["dtype"] == "float32")
     if format == "merged":
-        _merged_to(reference, folder)
+        with phase_bar("merging and saving", None):
+            _merged_to(reference, folder)
     else:
-        merged = _merged_to(reference, folder / "merged")
+        with phase_bar("merging and saving", None):
+            merged = _merged_to(reference, folder / "merged")
         gguf = folder / f"{run.path.name}-{quant}.gguf"
         if quant in CONVERTER_TYPES:
-            convert_to_gguf(merged, gguf, quant)
+            with phase_bar(f"converting to GGUF {quant} (llama.cpp's convert_hf_to_gguf.py)", None):
+                convert_to_gguf(merged, gguf, quant)
         else:  # through float32 only for a small model: an 8B model's float32 GGUF is 32 GB of disk
             between = "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
                 "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
-            full = convert_to_gguf(merged, folder / f"full-{between}.gguf.tmp", between)
-            quantize_gguf(full, gguf, quant)
+            with phase_bar(f"converting to GGUF {between} (llama.cpp's convert_hf_to_gguf.py)", None):
+                full = convert_to_gguf(merged, folder / f"full-{between}.gguf.tmp", between)
+            with phase_bar(f"quantizing to {quant} (llama.cpp's llama_model_quantize)", None):
+                quantize_gguf(full, gguf, quant)
             full.unlink()
         shutil.rmtree(merged)
     verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold)
-    log.info(verification.summary())
     return _finish(folder, out, verification, run.path), verification
 
 

@@ -31,10 +31,23 @@ from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import Preset, get_preset, with_algorithm
 
-__all__ = ["PROGRESS", "RunSpec"]
+__all__ = ["PROGRESS", "RunSpec", "probe_rewards"]
 
 #: How a run shows its progress: a bar (notebooks), one log line per step (command line, launchers), or nothing.
 PROGRESS = ("bar", "lines", "none")
+
+
+def probe_rewards(rewards: RewardSet, task: Task, rows: Any) -> None:
+    """Call every reward once as TRL will (:func:`grpo_kit.tasks.rewards.probe`) on the first two rows of ``rows``,
+    each with its gold answer in the answer format as the completion: what ``train`` and ``reward-check`` both do
+    before anything else, so a reward one of them refuses the other refuses too.
+
+    Raises:
+        ValueError: a reward raised, or returned other than one number (or ``None``) per completion; the message names
+            the reward.
+    """
+    picked = [rows[i] for i in range(min(2, len(rows)))]
+    probe(rewards, picked, [render("probe", task.gold(row)) for row in picked])
 
 
 def _whole_or_none(name: str, value: Any) -> None:
@@ -173,8 +186,7 @@ class RunSpec:
             preset = dataclasses.replace(preset, fast_inference=False)  # as evaluation does (policy/routes.py)
         preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
         if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
-            rows = [train_split[i] for i in range(min(2, len(train_split)))]
-            probe(reward_set, rows, [render("probe", task.gold(row)) for row in rows])
+            probe_rewards(reward_set, task, train_split)
         if preset.use_vllm and preset.vllm_mode == "server":
             from grpo_kit.policy.vllm import check_vllm_server
 

@@ -4,8 +4,10 @@
 - ``number``: compared as numbers (:mod:`grpo_kit.tasks.numbers`); strict reads the first number inside
   ``<answer>`` of a completion in the strict layout, flexible the last number anywhere (lm-evaluation-harness's
   flexible-extract for GSM8K). Reward: ``soft_correctness_reward_func``.
-- ``text``: compared as normalised strings: case, punctuation and surrounding whitespace ignored, inner whitespace
-  runs made one space (lm-evaluation-harness's ``exact_match`` with ``ignore_case`` and ``ignore_punctuation``).
+- ``text``: compared as normalised strings (:func:`normalize_text`): case and surrounding whitespace ignored, word
+  joiners (hyphens, dashes, underscores, slashes) read as the spaces they stand for, the rest of ASCII punctuation
+  removed, inner whitespace runs made one space (lm-evaluation-harness's ``exact_match`` with ``ignore_case`` and
+  ``ignore_punctuation``, which would delete the joiners: "thirty-eight" would read "thirtyeight").
   Strict reads ``<answer>`` of a strictly formatted completion; flexible the ``<answer>`` however it is written,
   else the text after the last ``####``, else the last non-empty line. Reward: ``text_correctness_reward_func``.
 - ``math``: checked with math-verify (:mod:`grpo_kit.tasks.math_verify`); strict reads ``<answer>`` of a strictly
@@ -30,10 +32,16 @@ from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answe
 from grpo_kit.tasks.numbers import last_number, normalize_number, parse_number
 from grpo_kit.tasks.rewards import builtin, describe, golds, texts
 
-__all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "AnswerType", "answer_type", "choice_correctness_reward_func",
-           "choice_letter", "gold_number", "last_boxed", "normalize_text", "text_correctness_reward_func"]
+__all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "answer_type",
+           "choice_correctness_reward_func", "choice_letter", "gold_number", "last_boxed", "normalize_text",
+           "text_correctness_reward_func"]
 
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
+#: Characters that join words ("thirty-eight", "well_known", "either/or"): read as a space, so "thirty-eight" and
+#: "thirty eight" compare equal. Hyphen-minus, underscore and slash, and Unicode's hyphens and dashes (U+2010 to U+2015,
+#: U+2212 minus); the soft hyphen (U+00AD) and word joiner (U+2060) are invisible, so they join without a space.
+WORD_JOINERS = "-_/\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+_PUNCTUATION = str.maketrans({**dict.fromkeys(string.punctuation), **dict.fromkeys(WORD_JOINERS, " "),
+                              "\u00ad": None, "\u2060": None})
 _SPACES = re.compile(r"\s+")
 _BOXED_OPEN = re.compile(r"\s*\{")
 #: Longest ``\\boxed{...}`` content read, in characters.
@@ -45,11 +53,16 @@ _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
 
 def normalize_text(text: str | None) -> str | None:
-    """A text answer in the form compared: lower case, punctuation removed, whitespace runs one space, stripped
-    (``None`` and a text that normalises to nothing give ``None``).
+    """A text answer in the form compared: lower case, word joiners (:data:`WORD_JOINERS`) made spaces, the rest of
+    ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``), whitespace runs
+    one space, stripped (``None`` and a text that normalises to nothing give ``None``).
 
     >>> normalize_text("  Paris. "), normalize_text("New  York!"), normalize_text("?!")
     ('paris', 'new york', None)
+    >>> normalize_text("Two hundred and sixty-five") == normalize_text("two hundred and sixty five")
+    True
+    >>> normalize_text("O'Brien"), normalize_text("Guinea\u2013Bissau")
+    ('obrien', 'guinea bissau')
     """
     if text is None:
         return None

@@ -151,9 +151,11 @@ def test_a_tampered_export_fails_verify_export(full_run, tmp_path, capsys):
     assert verification.weights["differing"] == [name]
 
 
-def test_the_model_card_carries_the_runs_report_table(full_run, capsys):
+def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_on_stderr):
     assert main(["export", str(full_run), "--format", "merged", "--questions", str(QUESTIONS)]) == 0
-    assert "merged export (float32)" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "merged export (float32)" in printed.out
+    assert (printed.out + printed.err).count("PASSED") == 1  # the verdict once, not logged and printed
     folder = full_run / "export" / "merged"
     verification = Verification(**json.loads((folder / "verification.json").read_text()))
     card = (folder / "README.md").read_text()

@@ -57,6 +57,18 @@ def test_the_example_task_file_loads_as_a_task_by_path():
     assert task.demonstration(test[0], "equations") == ("", test[0]["answer"])
 
 
+@pytest.mark.parametrize("written", ["sixty-five", "sixty\u2010five", "sixty\u2013five", "Sixty five", "sixty_five",
+                                     "sixty/five", "sixty - five"])
+def test_word_joiners_separate_words_in_text_answers(written):
+    # lm-evaluation-harness's ignore_punctuation deletes the hyphen ("sixtyfive"): a joiner stands for a space
+    kind = answer_type("text")
+    assert kind.same(kind.flexible(f"so\n#### {written}"), "Sixty-five")
+    assert BUILTIN_REWARDS["text_correctness_reward_func"](completions=[f"<answer>{written}</answer>"] * 2,
+                                                           answer=["sixty five", "sixtyfive"]) == [1.0, 0.0]
+    assert normalize_text(f"two hundred and {written}") == "two hundred and sixty five"
+    assert normalize_text("sixty\u00adfive") == "sixtyfive"  # a soft hyphen is invisible: it joins
+
+
 def test_text_answers_compare_normalised_and_the_rules_differ_in_layout():
     kind = answer_type("text")
     assert normalize_text(" The  Hague! ") == "the hague"
