@@ -329,8 +329,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _verify_export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import verification_record, verify_export
+    from grpo_kit.runs.export import check_record, verification_record, verify_export
 
+    if args.record:
+        check_record(args.export)  # before any model loads
     try:
         verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
     except ImportError as e:  # llama-cpp-python not built

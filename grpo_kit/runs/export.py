@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.system.files import sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
-           "check_out", "check_repo_id", "export", "model_card", "parameter_count", "push_to_hub",
+           "check_out", "check_record", "check_repo_id", "export", "model_card", "parameter_count", "push_to_hub",
            "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
@@ -726,8 +726,45 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
     return str(url)
 
 
+def check_record(export: str | Path) -> Path:
+    """Where ``verify-export --record`` would write ``verification.json``, refused before any work when that
+    overwrites what is not the kit's or lies in a run folder's own files (as :func:`check_out` for ``export --out``).
+
+    Args:
+        export: the checked export: a folder, or a ``.gguf`` file (its folder receives the record).
+
+    Returns:
+        The ``verification.json`` path.
+
+    Raises:
+        ValueError: the folder is, or lies inside, a run folder's own files (its ``model/``, whose every file
+            ``finished.json`` fingerprints, ``checkpoints/``, ...; its ``export/`` is allowed), or it holds a
+            ``verification.json`` the kit did not write. The message says what to do instead.
+    """
+    folder = Path(export) if Path(export).is_dir() else Path(export).parent
+    record = folder / "verification.json"
+    run = enclosing_run(folder)
+    if run is not None and run[1] != "export":
+        where = f"the run folder {run[0]}" + (f"'s own {run[1]}" if run[1] else "")
+        raise ValueError(f"--record would write {record} into {where}, which holds only what training wrote "
+                         f"(eval and export would then refuse the run): check {export} without --record, or export "
+                         "the run with python -m grpo_kit export, which verifies and records")
+    if record.exists():
+        try:
+            kit = "kind" in json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError, TypeError):
+            kit = False
+        if not kit:
+            raise ValueError(f"--record would overwrite {record}, which the kit did not write: move it aside, or "
+                             "check without --record")
+    return record
+
+
 def verification_record(export: str | Path, verification: Verification) -> Path:
     """Write ``verification.json`` into an export folder checked by :func:`verify_export` (the CLI's
-    ``verify-export`` does, so a verified export made elsewhere can be uploaded); returns its path."""
-    folder = Path(export) if Path(export).is_dir() else Path(export).parent
-    return write_json(folder / "verification.json", asdict(verification))
+    ``verify-export`` does, so a verified export made elsewhere can be uploaded); returns its path.
+
+    Raises:
+        ValueError: the place is refused (:func:`check_record`).
+    """
+    return write_json(check_record(export), asdict(verification))

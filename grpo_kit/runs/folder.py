@@ -26,8 +26,8 @@ from filelock import FileLock, Timeout
 
 from grpo_kit.system.files import append_jsonl, read_jsonl, sha256_file, write_json, write_jsonl
 
-__all__ = ["COLAB_DRIVE", "RunFolder", "RunFolderBusy", "files_digest", "hold_lock", "in_colab", "model_files",
-           "resolve_run_dir"]
+__all__ = ["COLAB_DRIVE", "RunFolder", "RunFolderBusy", "enclosing_run", "files_digest", "hold_lock", "in_colab",
+           "model_files", "resolve_run_dir"]
 
 # One lock object per folder in this process, so that a step that holds it (the demo) can call another that takes
 # it too (train): filelock counts the nested acquisitions of one object.
@@ -93,6 +93,26 @@ def model_files(folder: Path) -> dict[str, str]:
             key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
             out[name] = _HASHED[key] if key in _HASHED else _HASHED.setdefault(key, sha256_file(path))
     return out
+
+
+#: Files only a run folder holds: a folder with one of them is a run folder.
+_RUN_MARKERS = ("train_settings.json", "eval_settings.json", "finished.json")
+
+
+def enclosing_run(path: str | Path) -> tuple[Path, str] | None:
+    """The run folder that ``path`` is or lies inside, and the first part of ``path`` below it (``""`` for the run
+    folder itself, ``"model"`` for ``RUN/model/x``); ``None`` when it lies in no run folder. A run folder is one that
+    holds ``train_settings.json``, ``eval_settings.json`` or ``finished.json``.
+
+    >>> enclosing_run("/") is None
+    True
+    """
+    target = Path(path).resolve()
+    for folder in (target, *target.parents):
+        if any((folder / name).is_file() for name in _RUN_MARKERS):
+            inside = target.relative_to(folder).parts
+            return folder, inside[0] if inside else ""
+    return None
 
 
 def files_digest(files: dict[str, str]) -> str:

@@ -497,3 +497,23 @@ def test_export_during_a_training_names_the_process_that_holds_the_run(full_run,
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_verify_export_record_never_writes_into_a_run_folders_model_or_over_a_users_file(tmp_path, capsys):
+    """Issue 34 case 2: --record into the run's own model/ made eval and export refuse the run from then on."""
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "model.safetensors").write_text("weights")
+    (run / "train_settings.json").write_text("{}")
+    RunFolder(run).mark_finished(3)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "verification.json").write_text("my notes")
+    for export_dir, says in ((run / "model", f"into the run folder {run.resolve()}'s own model"),
+                             (run, f"into the run folder {run.resolve()},"),
+                             (elsewhere, "which the kit did not write")):
+        assert main(["verify-export", str(export_dir), "--against", str(run), "--record"]) == 2
+        assert says in _no_traceback(capsys)
+    assert not (run / "model" / "verification.json").exists() and not (run / "verification.json").exists()
+    assert (elsewhere / "verification.json").read_text() == "my notes"
+    RunFolder(run).check_model()  # model/ holds what training wrote
