@@ -362,7 +362,11 @@ def _reward_check(args: argparse.Namespace) -> int:
 
     from grpo_kit.runs.reward_check import reward_check
 
-    check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
+    import contextlib
+
+    # what a user's reward prints goes to standard error, so that --json's standard output stays JSON
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
     print(json.dumps(check.to_json(), indent=1) if args.json else check.markdown(), flush=True)
     return 0
 

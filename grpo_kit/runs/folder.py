@@ -279,13 +279,15 @@ class RunFolder:
         record = self.read_settings(self.finished, "train --resume (it finishes the save again)", ("step",))
         return int(record["step"])
 
-    def mark_finished(self, step: int) -> None:
+    def mark_finished(self, step: int, alarms: list[dict[str, Any]] | None = None) -> None:
         """Record that training saved its model at ``step`` (written last, after ``model/`` and the log history),
         with the SHA-256 of each file of ``model/`` (:func:`model_files`) and their digest, which :meth:`check_model`
-        holds ``model/`` to later."""
+        holds ``model/`` to later, and the alarms training raised (``alarms.jsonl``'s, e.g. a reward that never
+        judged anything)."""
         files = model_files(self.model)
         write_json(self.finished, {"step": step, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                   "model_digest": files_digest(files), "model_files": files})
+                                   "model_digest": files_digest(files), "model_files": files,
+                                   "alarms": list(alarms or [])})
 
     def check_model(self) -> str | None:
         """Check that ``model/`` still holds what training wrote (``finished.json``'s SHA-256 of each file).

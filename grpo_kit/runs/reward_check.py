@@ -13,6 +13,8 @@ from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.measure import plan_from_settings
 from grpo_kit.tasks import RewardSet
+from grpo_kit.tasks.answer_format import render
+from grpo_kit.tasks.rewards import probe
 
 __all__ = ["reward_check"]
 
@@ -34,7 +36,9 @@ def reward_check(run_dir: str | Path | RunFolder, rewards: RewardSet | Sequence[
 
     Raises:
         FileNotFoundError: no run folder, or no baseline in it (the message names the step that writes it).
-        ValueError: the baseline has no sampled completions; its task's data changed; an unknown reward.
+        ValueError: the baseline has no sampled completions; its task's data changed; an unknown reward; a reward
+            raises or returns what is not one number per completion when called as TRL calls it
+            (:func:`grpo_kit.tasks.rewards.probe`, as ``train`` checks it; the message names the reward).
     """
     path = run_dir.path if isinstance(run_dir, RunFolder) else Path(run_dir)
     if not path.is_dir():
@@ -48,5 +52,8 @@ def reward_check(run_dir: str | Path | RunFolder, rewards: RewardSet | Sequence[
                          "(eval --before --samples 8; notebook 02: samples = 8) in a new run folder")
     result = EvalResult.from_jsonl(run.baseline_sampled, task=plan.task)
     reward_set = reward_set or plan.task.reward_set()
-    scored = with_rewards(result, list(plan.questions()), reward_set.rewards)
+    questions = list(plan.questions())
+    rows = questions[:2]  # the verdict train's check gives, in the same words, before any scoring
+    probe(reward_set, rows, [render("probe", plan.task.gold(row)) for row in rows])
+    scored = with_rewards(result, questions, reward_set.rewards)
     return check_rewards(scored.records, plan.task, reward_set, source=str(run.baseline_sampled))

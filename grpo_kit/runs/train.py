@@ -181,7 +181,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     from grpo_kit.policy.generation import base_weights_digest
     from grpo_kit.policy.warm_start import quiet_progress
     from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
-    from grpo_kit.training.callbacks import HeldOutEval, StaleWeightsAlarm, StepPrinter
+    from grpo_kit.training.callbacks import HeldOutEval, RewardWatch, StaleWeightsAlarm, StepPrinter
     from grpo_kit.training.trainer import build_trainer, save_policy
 
     resume_from = latest_complete(folder.checkpoints) if spec.resume else None
@@ -236,6 +236,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                                      "train split" if spec.validation is not None else ""))
     trainer = build_trainer(model, tokenizer, train_set, preset, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
+    trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))
     if spec.progress == "bar":
         quiet_progress(trainer)
     else:
@@ -264,7 +265,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         plt.close(plot_training_curves(log_history, folder.curves,
                                        title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
                                        heldout="validation"))
-        folder.mark_finished(trainer.state.global_step)
+        folder.mark_finished(trainer.state.global_step, alarms=folder.read_alarms())
         if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
             log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "
                         f"is stale: {stale}")
