@@ -358,11 +358,10 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _reward_check(args: argparse.Namespace) -> int:
+    import contextlib
     import json
 
     from grpo_kit.runs.reward_check import reward_check
-
-    import contextlib
 
     # what a user's reward prints goes to standard error, so that --json's standard output stays JSON
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
