@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import errno
 import logging
 import sys
 from collections.abc import Sequence
@@ -653,7 +654,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input)."""
+    """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input; 1: the system
+    refused, e.g. a full disk; 130: Ctrl-C), each problem said in one line on standard error."""
     configure_logging()
     try:
         args = _parser().parse_args(argv)
@@ -664,3 +666,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line; files are written whole or not at all, so none is half-written
+        again = ("python -m grpo_kit train --resume continues from the newest checkpoint" if args.command == "train"
+                 else "run it again to go on")
+        print(f"interrupted: {args.command} stopped; what it finished is kept and nothing half-written is left "
+              f"({again})", file=sys.stderr)
+        return 130
+    except OSError as e:  # a full disk, a folder that vanished: the system's words and the file, in one line
+        where = f" ({e.filename})" if e.filename else ""
+        fix = ("free space there and run the command again" if e.errno in (errno.ENOSPC, errno.EDQUOT)
+               else "fix that and run the command again")
+        print(f"error: {e.strerror or e}{where}: {fix}; every file is written whole or not at all, so nothing "
+              "half-written was left", file=sys.stderr)
+        return 1

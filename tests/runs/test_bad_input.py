@@ -409,3 +409,46 @@ def test_a_chart_of_many_runs_stays_readable():
     fig = plot_runs(metrics)
     assert fig.get_size_inches()[0] <= MAX_CHART_INCHES
     plt.close(fig)
+
+
+def test_ctrl_c_and_a_full_disk_end_any_command_in_one_line(monkeypatch, tmp_path, capsys):
+    """Issue 34 cases 10 and 11: a full disk during eval gave an OSError traceback; Ctrl-C 31-55 frames."""
+    import errno
+
+    import grpo_kit.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    def disk_full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "baseline.jsonl"))
+
+    for func, code, says in ((interrupted, 130, "interrupted: eval stopped; what it finished is kept"),
+                             (disk_full, 1, f"error: No space left on device ({tmp_path / 'run' / 'baseline.jsonl'}): "
+                                            "free space there and run the command again")):
+        monkeypatch.setattr(cli, "_eval", func)
+        assert main(["eval", "--before", "--run-dir", str(tmp_path / "run")]) == code
+        err = capsys.readouterr().err
+        assert err.startswith(says) and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_ctrl_c_during_training_prints_one_line_and_resume_goes_on(tiny_policy_files, tmp_path):
+    """Issue 34 case 11, as a user meets it: SIGINT (Ctrl-C) while a train command runs."""
+    import signal
+
+    command = [sys.executable, "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files),
+               "--run-dir", str(tmp_path / "run"), "--max-steps", "50", "--train-size", "16", "--rewards",
+               "xmlcount_reward_func", "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=8"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)})
+    seen = []
+    for line in child.stdout:
+        seen.append(line)
+        if "step 1/50" in line:
+            child.send_signal(signal.SIGINT)
+            break
+    seen.extend(child.stdout)
+    assert child.wait(timeout=120) == 130, "".join(seen)[-3000:]
+    out = "".join(seen)
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith("interrupted: train stopped"), out[-3000:]
