@@ -161,6 +161,15 @@ def _run_spec(args: argparse.Namespace) -> Any:
     rewards = parse_rewards(args.rewards) if args.rewards else None
     task = args.task if args.task is not None else _recorded_task(args.run_dir)
     run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{get_task(task).name}"
+    train_size = args.train_size
+    if args.resume:  # the recorded plan (steps, checkpoints, questions) unless this command changes it
+        kept, recorded_size = _recorded_plan(run_dir, overrides)
+        train_size = recorded_size if train_size is None else train_size
+        if kept or train_size is not None:
+            log.info(f"resuming with the plan {Path(run_dir) / 'train_settings.json'} records: "
+                     + ", ".join(f"{k} {v}" for k, v in {**kept, "train_size": train_size}.items() if v is not None)
+                     + " (--max-steps, --save-steps or --set change it)")
+        overrides = {**kept, **overrides}
     # the preset, then the named algorithm, then --set (which may change any field of either); built here because
     # the preset's own seed is a field like any other, beside the run's --seed
     preset = get_preset(args.preset)
@@ -168,9 +177,28 @@ def _run_spec(args: argparse.Namespace) -> Any:
         preset = with_algorithm(preset, args.algorithm)
     preset = get_preset(preset, **overrides)
     return RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
-                           resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
+                           resume=args.resume, train_size=train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
                            warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines")
+
+
+def _recorded_plan(run_dir: str | Path, given: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """What a run folder's ``train_settings.json`` records of its plan (max_steps, save_steps, ... less the fields in
+    ``given``) and its ``train_size``: what ``train --resume`` keeps unless told otherwise. Empty for a new folder."""
+    import json
+
+    from grpo_kit.training.presets import PLAN_FIELDS
+
+    try:
+        recorded = json.loads((Path(run_dir) / "train_settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}, None  # none yet, or damaged: the run spec reports a damaged file with what to do
+    if not isinstance(recorded, dict):
+        return {}, None
+    plan = recorded.get("plan") if isinstance(recorded.get("plan"), dict) else {"max_steps": recorded.get("max_steps")}
+    size = (recorded.get("identity") or {}).get("train_size") if isinstance(recorded.get("identity"), dict) else None
+    return ({k: v for k, v in plan.items() if k in PLAN_FIELDS and k not in given and v is not None},
+            size if isinstance(size, int) else None)
 
 
 def _recorded_task(run_dir: str | None) -> str:

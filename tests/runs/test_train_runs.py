@@ -110,8 +110,15 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
     found = latest_complete(run_dir / "checkpoints")
     assert found is not None and found.name in ("checkpoint-2", "checkpoint-4")
 
-    result = _train(_train_args(tiny_policy_files, run_dir, "--resume"))
+    # Issue 34 case 12: without --max-steps, --save-steps and --train-size a resume ran the preset's 100 steps with
+    # checkpoints every 10; it keeps the recorded plan, and says so
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    for option in ("--max-steps", "--save-steps", "--train-size"):
+        del args[args.index(option):args.index(option) + 2]
+    result = _train(args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "with the plan" in result.stderr and "max_steps 6, save_steps 2" in result.stderr
+    assert "train_size 32" in result.stderr
     assert f"[grpo_kit] resuming from {found}" in result.stderr
     history = json.loads((run_dir / "log_history.json").read_text())
     resumed, expected = _rewards_by_step(history), _rewards_by_step(json.loads((straight / "log_history.json")
