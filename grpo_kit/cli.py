@@ -247,31 +247,49 @@ def _eval(args: argparse.Namespace) -> int:
     import datasets
 
     from grpo_kit.runs.folder import RunFolder
-    from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
 
-    run = RunFolder(args.run_dir)
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
-    if args.before:
-        from grpo_kit.policy.warm_start import WarmStart
-        from grpo_kit.tasks import get_task
-        from grpo_kit.training.presets import get_preset
+    if not args.before:
+        return _eval_after(args, RunFolder.existing(args.run_dir))
+    created = not Path(args.run_dir).exists()
+    try:
+        return _eval_before(args, RunFolder(args.run_dir))
+    except BaseException:  # a refused or interrupted first baseline leaves no empty run folder behind
+        leftover = {p.name for p in Path(args.run_dir).iterdir()} if Path(args.run_dir).is_dir() else set()
+        if created and leftover <= {".lock", ".lock-holder.json"}:
+            import shutil
 
-        plan = EvalPlan(task=get_task(args.task), preset=get_preset(args.preset, **parse_sets(args.set)),
-                        model=args.model, slice={"n": args.eval_size} if args.eval_size else
-                        {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=args.max_new_tokens,
-                        samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
-                        backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
-                        cache_dir=args.cache_dir)
-        results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
-        print(results["greedy"].summary.round(3).to_markdown(), flush=True)
-        if not plan.task.trains:  # an evaluation-only task: nothing to train on it
-            log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
-                     "split, so this baseline is a measurement on its own (train on another task, in another run "
-                     "folder)")
-            return 0
-        log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
-                 f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+            shutil.rmtree(args.run_dir, ignore_errors=True)
+        raise
+
+
+def _eval_before(args: argparse.Namespace, run: Any) -> int:
+    from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.runs.measure import EvalPlan, measure_before
+    from grpo_kit.tasks import get_task
+    from grpo_kit.training.presets import get_preset
+
+    plan = EvalPlan(task=get_task(args.task), preset=get_preset(args.preset, **parse_sets(args.set)),
+                    model=args.model, slice={"n": args.eval_size} if args.eval_size else
+                    {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=args.max_new_tokens,
+                    samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
+                    backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
+                    cache_dir=args.cache_dir)
+    results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
+    print(results["greedy"].summary.round(3).to_markdown(), flush=True)
+    if not plan.task.trains:  # an evaluation-only task: nothing to train on it
+        log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
+                 "split, so this baseline is a measurement on its own (train on another task, in another run "
+                 "folder)")
         return 0
+    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
+             f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+    return 0
+
+
+def _eval_after(args: argparse.Namespace, run: Any) -> int:
+    from grpo_kit.runs.measure import measure_after
+
     defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
     ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
     if ignored:

@@ -200,9 +200,6 @@ class RunSpec:
                              "CPU processes) or ddp.yaml here, or run FSDP on GPUs")
         policy = PolicySource.of(model if model is not None else preset.model, task, seed=preset.seed, warm=warm,
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
-        policy = _baseline_policy(Path(run_dir), policy, task, preset.seed,
-                                  chosen=model is not None or preset.model is not None or warm is not None
-                                  or warm_steps is not None or tiny_spec is not None)
         train_split = task.load("train")
         validation = None
         if eval_steps is not None:
@@ -228,6 +225,9 @@ class RunSpec:
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
         _check_recorded_data(folder, task, resume)
+        policy = _baseline_policy(folder.path, policy, task, preset.seed,
+                                  chosen=model is not None or preset.model is not None or warm is not None
+                                  or warm_steps is not None or tiny_spec is not None)
         found = latest_complete(folder.checkpoints)
         if not resume and (folder.finished.is_file() or folder.model.exists()):
             finished = folder.finished_step()

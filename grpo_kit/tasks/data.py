@@ -45,44 +45,69 @@ def build_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict
 Located = tuple[str, Any]
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: an object that names a key twice is refused (json would keep the last silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the key {twice!r} is given twice in one object (JSON keeps only the last): keep one")
+    return out
+
+
 def _read_jsonl(path: Path) -> list[Located]:
-    """The non-blank lines of a JSONL file, parsed, each with its ``file:line``.
+    """The non-blank lines of a JSONL file, parsed, each with its ``file:line``; a UTF-8 byte order mark (what some
+    editors write first) is skipped.
 
     Raises:
-        ValueError: a line that is not UTF-8 or not JSON, or the file holds no rows (the message names the line).
+        ValueError: a line that is not UTF-8 or not JSON, an object that names a key twice, or the file holds no rows
+            (the message names the line).
     """
     rows = []
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise ValueError(f"{path}:{line_no} is not UTF-8 text ({e.reason} at byte {e.start}): save the file "
                                  "as UTF-8") from None
             if line.strip():
                 try:
-                    rows.append((f"{path}:{line_no}", json.loads(line)))
+                    rows.append((f"{path}:{line_no}", json.loads(line, object_pairs_hook=_unique_keys)))
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{line_no} is not a JSON line: {e}") from None
+                except ValueError as e:
+                    raise ValueError(f"{path}:{line_no}: {e}") from None
     if not rows:
         raise ValueError(f"{path} holds no rows: give a JSONL file with one JSON object per line")
     return rows
 
 
 def _read_csv(path: Path) -> list[Located]:
-    """The rows of a CSV file with a header line, each named ``file:line`` (every value is text).
+    """The rows of a CSV file with a header line, each named ``file:line`` (every value is text); a UTF-8 byte order
+    mark (Excel's "CSV UTF-8") is skipped.
 
     Raises:
-        ValueError: the file is not UTF-8 or not CSV, or holds no rows.
+        ValueError: the file is not UTF-8 or not CSV; its header names a column twice or leaves one unnamed; a row
+            has more cells than the header (which would be dropped); or it holds no rows.
     """
     import csv
 
     rows = []
     try:
-        with path.open(encoding="utf-8", newline="") as f:
+        with path.open(encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            twice = [name for i, name in enumerate(header) if name in header[:i]]
+            if twice:
+                raise ValueError(f"{path}:1: the header names the column {twice[0]!r} twice (only the last would be "
+                                 "read): give each column its own name")
             for row in reader:
-                rows.append((f"{path}:{reader.line_num}", {k: v for k, v in row.items() if k is not None}))
+                where = f"{path}:{reader.line_num}"
+                if None in row:
+                    raise ValueError(f"{where} has {len(header) + len(row[None])} cells and the header "
+                                     f"{len(header)}: the extra cells would be dropped; quote a value holding a comma")
+                rows.append((where, row))
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save the file as UTF-8") from None
     except csv.Error as e:
@@ -137,13 +162,13 @@ def numbered(rows: list[Any], origin: str) -> list[Located]:
 
 def check_rows(rows: list[Located], fields: dict[str, tuple[type, ...]], need: str) -> None:
     """Raise a ``ValueError`` naming the first row that is not an object with each field of ``fields`` set
-    (not null, not empty) to a value of its types."""
+    (not null, not empty, not only whitespace) to a value of its types."""
     for where, row in rows:
         if not isinstance(row, dict):
             raise ValueError(f"{where} holds a JSON {type(row).__name__}, not an object: {need}")
         for name, types in fields.items():
             value = row.get(name)
-            if name not in row or value is None or value == "" or value == []:
+            if name not in row or value is None or (isinstance(value, str) and not value.strip()) or value == []:
                 raise ValueError(f"{where}: {name!r} is {'missing' if name not in row else repr(value)}; {need}")
             if not isinstance(value, types) or isinstance(value, bool):
                 raise ValueError(f"{where}: {name!r} is a {type(value).__name__} ({str(value)[:40]!r}); {need}")

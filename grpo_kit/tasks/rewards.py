@@ -94,8 +94,8 @@ def gold_text(value: Any) -> str | None:
     """A gold answer as text: a ``str`` as it is, an ``int`` or a finite ``float`` as its number (``2.0`` is
     ``"2"``, ``2.5`` is ``"2.5"``); anything else (``None``, a list, ``True``) cannot be read: ``None``.
 
-    >>> [gold_text(v) for v in ["72", 72, 72.0, 2.5, None, True, float("nan")]]
-    ['72', '72', '72', '2.5', None, None, None]
+    >>> [gold_text(v) for v in ["72", 72, 72.0, 2.5, 1e300, None, True, float("nan")]]
+    ['72', '72', '72', '2.5', '1e+300', None, None, None]
     """
     if isinstance(value, str):
         return value
@@ -104,7 +104,8 @@ def gold_text(value: Any) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float) and math.isfinite(value):
-        return str(int(value)) if value.is_integer() else repr(value)
+        # exactly as Python writes it beyond 2**53: str(int(1e300)) would be the float's 301 digits, not 10**300
+        return str(int(value)) if value.is_integer() and abs(value) < 2 ** 53 else repr(value)
     return None
 
 

@@ -25,6 +25,7 @@ run folder can refuse data that changed since it was measured (:func:`check_dige
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,6 +64,26 @@ def is_task_file(task: Any) -> bool:
     return isinstance(task, (str, Path)) and str(task).lower().endswith(TASK_FILE_SUFFIXES)
 
 
+@functools.cache
+def _unique_key_loader() -> type:
+    """A ``yaml.SafeLoader`` that refuses a mapping naming a key twice (YAML says keys are unique; PyYAML keeps the
+    last one silently, so a second ``answer:`` would replace the first)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice (only the "
+                                                            "last would be read): keep one", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
@@ -70,13 +91,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ValueError(f"no task file at {path}: give the path of a YAML task file (see the tutorial 'Your own "
                          "data')")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        if problem.startswith("the key "):
+            raise ValueError(f"{where}: {problem}") from None
         raise ValueError(f"{where} is not YAML ({problem}): a task file is a YAML mapping of keys such as name, "
                          "train, test, question, answer, answer_type") from None
     if not isinstance(data, dict):

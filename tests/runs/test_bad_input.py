@@ -313,7 +313,8 @@ def test_a_model_trained_from_something_else_is_refused(tmp_path, capsys, field,
     (["train", "--preset", "cpu-tiny", "--set", "nosuch=1"], "unknown preset field(s) ['nosuch']"),
     (["train", "--preset", "cpu-tiny", "--rewards", "typo_reward"], "unknown reward 'typo_reward'"),
     (["train", "--preset", "cpu-tiny", "--set", "max_steps"], "write FIELD=VALUE"),
-    (["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "5000", "--run-dir", "{tmp}/x"], "n must be between"),
+    (["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "5000", "--run-dir", "{tmp}/x"],
+     "--eval-size 5000 (eval_size): the test split of gsm8k holds"),
 ])
 def test_the_command_line_rejects_bad_arguments_before_any_work(args, message, capsys, tmp_path):
     assert main([a.replace("{tmp}", str(tmp_path)) for a in args]) == 2
@@ -452,3 +453,18 @@ def test_ctrl_c_during_training_prints_one_line_and_resume_goes_on(tiny_policy_f
     out = "".join(seen)
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
     assert out.strip().splitlines()[-1].startswith("interrupted: train stopped"), out[-3000:]
+
+
+def test_a_refused_first_baseline_leaves_no_run_folder_and_names_the_option(tmp_path, capsys):
+    """Issue 34 cases 19 and 21: --eval-size 100000 said "n must be between 1 and 20" without naming the option, and
+    left an empty run folder behind; eval after training created a mistyped folder."""
+    run = tmp_path / "run"
+    example = ROOT / "examples" / "capitals" / "task.yaml"
+    assert main(["eval", "--before", "--run-dir", str(run), "--task", str(example), "--preset", "cpu-tiny",
+                 "--eval-size", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --eval-size 100000 (eval_size): the test split of capitals holds")
+    assert "Traceback" not in err
+    assert not run.exists()
+    assert main(["eval", "--run-dir", str(tmp_path / "typo")]) == 2
+    assert "no run folder at" in capsys.readouterr().err and not (tmp_path / "typo").exists()
