@@ -137,6 +137,8 @@ def normalize_number(text: str | None) -> str | None:
 
     if text is None or not text.isascii():  # Decimal() reads '٣' as 3; no rule reads it as a number
         return None
+    if len(text) < 19 and _INTEGER_LITERAL.fullmatch(text):  # most answers: exact as an int, and 5x faster
+        return str(int(text))
     try:
         value = Decimal(text)
     except InvalidOperation:

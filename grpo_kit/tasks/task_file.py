@@ -26,15 +26,17 @@ run folder can refuse data that changed since it was measured (:func:`check_dige
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.system.files import sha256_file
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT
 from grpo_kit.tasks.answer_types import ANSWER_TYPES, answer_type
-from grpo_kit.tasks.data import Located, build_prompt, check_rows, numbered, read_rows
+from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, iter_rows, numbered
 from grpo_kit.tasks.numbers import parse_number
 from grpo_kit.tasks.rewards import BUILTIN_REWARDS, RewardSet, gold_text
 from grpo_kit.tasks.task import Example, ExtractionRule, Task
@@ -116,8 +118,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Located]], dict[str, str]]:
-    """Each split's rows, and the data files read (``{split: file}``)."""
+def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Iterator[Located]], dict[str, str]]:
+    """Each split's rows (read as they are consumed), and the data files read (``{split: file}``)."""
     hub = data.get("hub")
     files = {split: data[split] for split in ("train", "test") if data.get(split) is not None}
     if hub is not None and files:
@@ -136,8 +138,7 @@ def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Locate
         for split, name in splits.items():
             if name is not None:
                 origin = f"{hub['path']}[{name}]"
-                rows[split] = numbered([dict(r) for r in load_dataset(hub["path"], hub.get("name"), split=name)],
-                                       origin)
+                rows[split] = numbered(map(dict, load_dataset(hub["path"], hub.get("name"), split=name)), origin)
         return rows, {}
     rows, read = {}, {}
     for split, name in files.items():
@@ -146,34 +147,55 @@ def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Locate
         file = (path.parent / name).resolve()
         if not file.is_file():
             raise ValueError(f"{path}: {split}: no data file at {file} (paths are relative to the task file)")
-        rows[split], read[split] = read_rows(file), str(file)
+        rows[split], read[split] = iter_rows(file), str(file)
     return rows, read
 
 
-def _examples(path: Path, rows: list[Located], data: dict[str, Any], kind: Any, system_prompt: str
-              ) -> list[dict[str, Any]]:
+def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, Any], kind: Any, system_prompt: str
+              ) -> Any:
+    """A split's rows checked and turned into the task's examples, one at a time (a bad row is reported as soon as
+    it is read), kept as an Arrow table built a batch at a time: memory holds the examples once, in Arrow's compact
+    form, plus one batch of Python objects (``benchmarks/task_file_load.py``)."""
+    import pyarrow as pa
+
     question, answer, solution = data["question"], data["answer"], data.get("solution")
     need = (f"{path} names {question!r} as the question field and {answer!r} as the answer field"
             + (f" and {solution!r} as the solution field" if solution else ""))
     fields: dict[str, tuple[type, ...]] = {question: (str,), answer: (str, int, float)}
     if solution:
         fields[solution] = (str,)
-    check_rows(rows, fields, need)
-    examples = []
+    own = (question, answer, solution, "prompt", "question", "answer", "solution")
+    chunks, batch = [], []
+
+    def flush() -> None:
+        try:
+            chunks.append(pa.Table.from_pylist(batch))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a field with values of different types in different rows
+            raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values "
+                             "of one type in every row") from None
+        batch.clear()
+
     for where, row in rows:
+        check_row(where, row, fields, need)
         value = gold_text(row[answer])
         gold = kind.gold(value) if value is not None else None
         if gold is None:
             raise ValueError(f"{where}: {answer!r} is {row[answer]!r}, not {kind.needs} (answer_type {kind.name} in "
                              f"{path})")
-        extra = {k: v for k, v in row.items() if k not in (question, answer, solution, "prompt", "question", "answer",
-                                                           "solution")}
-        example = {**extra, "question": row[question], "answer": gold,
-                   "prompt": build_prompt(row[question], system_prompt)}
+        example = {k: v for k, v in row.items() if k not in own}
+        example.update(question=row[question], answer=gold, prompt=build_prompt(row[question], system_prompt))
         if solution:
             example["solution"] = row[solution]
-        examples.append(example)
-    return examples
+        batch.append(example)
+        if len(batch) == ROW_BATCH:
+            flush()
+    if batch:
+        flush()
+    try:
+        return pa.concat_tables(chunks, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values of "
+                         "one type in every row") from None
 
 
 def _rewards(path: Path, data: dict[str, Any], correctness: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
@@ -196,14 +218,21 @@ def _rewards(path: Path, data: dict[str, Any], correctness: str) -> tuple[tuple[
     return tuple(given), tuple(float(w) for w in given.values())
 
 
-def _warn_overlap(path: Path, examples: dict[str, list[dict[str, Any]]]) -> int:
+def _questions(table: Any) -> Iterator[str]:
+    """A table's questions with their whitespace runs made one space, a chunk of the column at a time."""
+    for chunk in table.column("question").chunks:
+        for question in chunk.to_pylist():
+            yield " ".join(question.split())
+
+
+def _warn_overlap(path: Path, examples: dict[str, Any]) -> int:
     if "train" not in examples:
         return 0
-    train = {" ".join(e["question"].split()) for e in examples["train"]}
-    both = sum(1 for e in examples["test"] if " ".join(e["question"].split()) in train)
+    train = {hash(q) for q in _questions(examples["train"])}  # hashes: a set of the questions would copy them all
+    both = sum(1 for q in _questions(examples["test"]) if hash(q) in train)
     if both:
-        log.warning(f"{path}: {both} of {len(examples['test'])} test questions are also in the train split: accuracy "
-                    "on them measures memory, not solving; remove them from one of the files")
+        log.warning(f"{path}: {both} of {examples['test'].num_rows} test questions are also in the train split: "
+                    "accuracy on them measures memory, not solving; remove them from one of the files")
     return both
 
 
@@ -261,7 +290,8 @@ def load_task(path: str | Path) -> Task:
     rows, files = _split_rows(path, data)
     key = (_signature(path), *(_signature(Path(f)) for f in files.values()))
     if not files or key not in _CACHE:
-        examples = {split: _examples(path, split_rows, data, kind, system_prompt) for split, split_rows in rows.items()}
+        examples = {split: _examples(path, split, split_rows, data, kind, system_prompt)
+                    for split, split_rows in rows.items()}
         _warn_overlap(path, examples)
         digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
         task = _task(path, data, name, kind, examples, rewards, weights, validation_size, digest)
@@ -271,7 +301,7 @@ def load_task(path: str | Path) -> Task:
     return _CACHE[key]
 
 
-def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict[str, list[dict[str, Any]]],
+def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict[str, Any],
           rewards: tuple[str, ...], weights: tuple[float, ...] | None, validation_size: int | None,
           digest: dict[str, str]) -> Task:
     solution = bool(data.get("solution"))
@@ -284,12 +314,12 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict
 
     def loader(split: str = "test", **kwargs: Any) -> Any:
         from datasets import Dataset
+        from datasets.table import InMemoryTable
 
-        try:
-            return Dataset.from_list(examples[split])
-        except (TypeError, ValueError) as e:  # pyarrow: a field with values of different types in different rows
-            raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values "
-                             "of one type in every row") from None
+        # the kept table itself, not a copy; fingerprinted by the data's SHA-256 (datasets would otherwise hash the
+        # whole table on every load: seconds, and a transient copy of it in memory)
+        fingerprint = hashlib.sha256(json.dumps([sorted(digest.items()), split, kind.name]).encode()).hexdigest()
+        return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
 
     def correct(answer: str, example: Example) -> bool:
         return kind.same(answer, str(example["answer"]))
