@@ -131,14 +131,12 @@ def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Iterator[Lo
         if not isinstance(hub, dict) or not isinstance(hub.get("path"), str) or set(hub) - set(_HUB_KEYS):
             raise ValueError(f"{path}: field 'hub' must be a mapping with path: owner/name and optionally "
                              f"{', '.join(_HUB_KEYS[1:])}, got {hub!r}")
-        from datasets import load_dataset
-
         splits = {"train": hub.get("train_split"), "test": hub.get("test_split", "test")}
         rows = {}
         for split, name in splits.items():
             if name is not None:
                 origin = f"{hub['path']}[{name}]"
-                rows[split] = numbered(map(dict, load_dataset(hub["path"], hub.get("name"), split=name)), origin)
+                rows[split] = numbered(map(dict, _hub_split(path, hub, name)), origin)
         return rows, {}
     rows, read = {}, {}
     for split, name in files.items():
@@ -149,6 +147,40 @@ def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Iterator[Lo
             raise ValueError(f"{path}: {split}: no data file at {file} (paths are relative to the task file)")
         rows[split], read[split] = iter_rows(file), str(file)
     return rows, read
+
+
+def _hub_split(path: Path, hub: dict[str, Any], split: str) -> Any:
+    """One split of a task file's Hub dataset (``datasets.load_dataset``), every failure one line naming the task file.
+
+    Offline, ``datasets`` retries for about half a minute before it gives up: when ``HF_HUB_OFFLINE`` is not set, the
+    Hub's host is tried first with a 5-second timeout, and an unreachable Hub is said at once.
+
+    Raises:
+        ValueError: the Hub cannot be reached, or the dataset, its configuration or the split cannot be loaded.
+    """
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    fix = ("check hub: in the task file and your connection, or set HF_HUB_OFFLINE=1 to use a copy already in the "
+           "Hugging Face cache")
+    if not constants.HF_HUB_OFFLINE and not os.environ.get("HF_DATASETS_OFFLINE"):
+        url = urlparse(constants.ENDPOINT)
+        try:
+            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 5).close()
+        except OSError as e:
+            raise ValueError(f"{path}: hub: the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached "
+                             f"({e.strerror or e}), so {hub['path']} cannot be downloaded: {fix}") from None
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(hub["path"], hub.get("name"), split=split)
+    except Exception as e:  # noqa: BLE001 - datasets raises many kinds (ConnectionError, DatasetNotFoundError, ...)
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path}: hub: cannot load {hub['path']}" + (f" ({hub['name']})" if hub.get("name") else "")
+                         + f" split {split!r}: {reason}; {fix}") from None
 
 
 def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, Any], kind: Any, system_prompt: str

@@ -315,3 +315,34 @@ def test_a_byte_order_mark_is_read_and_a_blank_question_refused(tmp_path):
     assert task.load("test")["question"] == ["Capital of Peru?"] and task.load("train")["answer"] == ["N"]
     path = _write(tmp_path / "blank", BASIC.format("text"), _rows(["x"]), [{"q": " \n\t", "a": "b"}])
     assert f"{tmp_path / 'blank' / 'test.jsonl'}:1: 'q' is ' \\n\\t'" in _error(path)
+
+
+def test_a_hub_dataset_while_offline_is_one_line_naming_the_task_file_at_once(tmp_path, monkeypatch):
+    """Case 16: offline, 12 lines of retries over 24 s, then a message without the task file."""
+    import socket
+    import time
+
+    import datasets
+
+    path = tmp_path / "task.yaml"
+    path.write_text("hub: {path: owner/name}\nquestion: q\nanswer: a\nanswer_type: text\n", encoding="utf-8")
+
+    def unreachable(*args, **kwargs):
+        raise OSError(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("load_dataset would retry for 30 s"))
+    start = time.perf_counter()
+    message = _error(path)
+    assert time.perf_counter() - start < 5
+    assert message.startswith(f"{path}: hub: the Hugging Face Hub (https://huggingface.co) cannot be reached (Name or "
+                              "service not known), so owner/name cannot be downloaded") and "HF_HUB_OFFLINE=1" in message
+
+    from huggingface_hub import constants
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'owner/name' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    assert _error(path).startswith(f"{path}: hub: cannot load owner/name split 'test': Couldn't reach 'owner/name'")
