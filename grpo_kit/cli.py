@@ -340,7 +340,7 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import ExportRefused, check_repo_id, export
+    from grpo_kit.runs.export import ExportRefused, check_repo_id, check_tools, export
 
     if args.quant is not None and "gguf" not in args.format:
         raise ValueError(f"--quant {args.quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the "
@@ -349,6 +349,12 @@ def _export(args: argparse.Namespace) -> int:
         check_repo_id(args.push_to_hub)
         if len(args.format) != 1:
             raise ValueError("--push-to-hub uploads one export: give one --format")
+    try:  # every format's tools before any export: a missing llama.cpp is said before a merged export is built
+        for format in args.format:
+            check_tools(format)
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     done = []
     for format in args.format:
         out = args.out if args.out is None or len(args.format) == 1 else str(Path(args.out) / format)

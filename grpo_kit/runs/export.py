@@ -35,7 +35,7 @@ from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.system.files import sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
-           "check_out", "check_record", "check_repo_id", "export", "model_card", "parameter_count", "push_to_hub",
+           "check_out", "check_record", "check_repo_id", "check_tools", "export", "model_card", "parameter_count", "push_to_hub",
            "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
@@ -552,6 +552,21 @@ def _export_lock(out: Path) -> Any:
                      "export")
 
 
+def check_tools(format: str) -> None:
+    """Check that what exporting ``format`` needs is installed, before any work (a GGUF needs llama.cpp's converter
+    and quantizer, and llama-cpp-python to verify it).
+
+    Raises:
+        FileNotFoundError: llama.cpp is not built (the message says how to build it).
+        ImportError: llama-cpp-python is not installed.
+    """
+    if format == "gguf":
+        from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
+
+        _converter()
+        import_llama_cpp()
+
+
 def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | Path) -> Path:
     """Move a checked export to ``out`` (passed: with its card) or ``<out>.refused``, replacing a previous export
     there whole; raise when refused."""
@@ -612,11 +627,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     _check_numbers(questions, threshold)
     if push_to_hub is not None:
         check_repo_id(push_to_hub)
-    if format == "gguf":
-        from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
-
-        _converter()
-        import_llama_cpp()
+    check_tools(format)
     run, settings = _run(run_dir)
     out = check_out(out if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}"),
                     run.path, format)

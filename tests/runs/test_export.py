@@ -517,3 +517,14 @@ def test_verify_export_record_never_writes_into_a_run_folders_model_or_over_a_us
     assert not (run / "model" / "verification.json").exists() and not (run / "verification.json").exists()
     assert (elsewhere / "verification.json").read_text() == "my notes"
     RunFolder(run).check_model()  # model/ holds what training wrote
+
+
+def test_export_merged_and_gguf_without_llama_cpp_says_so_before_building_anything(tmp_path, monkeypatch, capsys):
+    """Issue 34 case 18: the merged export was built (46 s) before llama.cpp was found missing."""
+    import grpo_kit.runs.export as export_module
+
+    monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
+    monkeypatch.setattr(export_module, "_run", lambda *a, **k: pytest.fail("an export began"))
+    assert main(["export", str(tmp_path / "run"), "--format", "merged", "gguf"]) == 2
+    err = _no_traceback(capsys)
+    assert "llama.cpp's converter is not in" in err
