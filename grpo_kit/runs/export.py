@@ -228,8 +228,20 @@ def _check_disk(where: Path, parameters: int, format: str, quant: str | None, fl
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if free < needed * 1.05:
-        raise ValueError(f"this {format} export needs about {needed / 1e9:.1f} GB free under {folder}, and "
-                         f"{free / 1e9:.1f} GB are: free some space, or give --out a folder on a larger disk")
+        raise ValueError(f"this {format} export needs about {_size(needed)} of free space under {folder}, which "
+                         f"has {_size(free)}: free some space, or give --out a folder on a larger disk")
+
+
+def _size(n: float) -> str:
+    """Bytes in the unit that shows them (a tiny policy's export is megabytes: "0.0 GB" said nothing).
+
+    >>> _size(3.2e9), _size(48e6), _size(512), _size(0)
+    ('3.2 GB', '48 MB', '512 bytes', '0 bytes')
+    """
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if unit == "GB" else f"{n / scale:.0f} {unit}"
+    return f"{n:.0f} bytes"
 
 
 def _merge(model: Any) -> Any:
@@ -536,7 +548,8 @@ def check_out(out: str | Path, run_dir: str | Path, kind: str) -> Path:
             raise ValueError(f"--out {out} is inside the run folder's own {inside}: {fix}")
     for path, passed in ((out, True), (out.with_name(out.name + ".refused"), False)):
         if path.is_symlink() or (path.exists() and not path.is_dir()):
-            raise ValueError(f"--out: {path} is a file, and an export is a folder: {fix}")
+            what = "a link" if path.is_symlink() else "a file"  # replacing a link's target would reach elsewhere
+            raise ValueError(f"--out: {path} is {what}, and an export is a folder of its own: {fix}")
         if path.is_dir() and any(path.iterdir()) and not _is_export(path, kind, passed):
             held = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())[:5])
             raise ValueError(f"--out: {path} holds files that are not a {kind} export ({held}), which exporting "

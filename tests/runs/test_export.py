@@ -331,7 +331,9 @@ def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_
     import grpo_kit.runs.export
 
     monkeypatch.setattr(grpo_kit.runs.export.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1000))
-    with pytest.raises(ValueError, match=r"this merged export needs about 0.0 GB free under .*, and 0.0 GB are"):
+    # issue 34 case 19: "needs about 0.0 GB free ... and 0.0 GB are"
+    with pytest.raises(ValueError, match=r"this merged export needs about \d+ (kB|MB) of free space under .*, which has "
+                                         r"1 kB: free some space"):
         export(full_run, "merged", questions=QUESTIONS, out=tmp_path / "x")
     assert not list((tmp_path / "x.partial").glob("*")) if (tmp_path / "x.partial").exists() else True
     assert not (tmp_path / "x").exists()
@@ -528,3 +530,13 @@ def test_export_merged_and_gguf_without_llama_cpp_says_so_before_building_anythi
     assert main(["export", str(tmp_path / "run"), "--format", "merged", "gguf"]) == 2
     err = _no_traceback(capsys)
     assert "llama.cpp's converter is not in" in err
+
+
+def test_an_out_that_is_a_link_is_called_a_link(tmp_path):
+    """Issue 34 case 19: a symlink to a folder was called "a file"."""
+    from grpo_kit.runs.export import check_out
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"--out: .*out is a link, and an export is a folder of its own"):
+        check_out(tmp_path / "out", tmp_path / "run", "merged")

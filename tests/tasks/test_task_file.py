@@ -346,3 +346,18 @@ def test_a_hub_dataset_while_offline_is_one_line_naming_the_task_file_at_once(tm
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets, "load_dataset", offline)
     assert _error(path).startswith(f"{path}: hub: cannot load owner/name split 'test': Couldn't reach 'owner/name'")
+
+
+def test_a_moved_task_file_is_named_as_the_run_folders_not_as_a_missing_option(tmp_path, capsys):
+    """Case 19: a moved task file said "give the path of a YAML task file", though eval and export take no --task."""
+    moved = tmp_path / "gone" / "task.yaml"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval_settings.json").write_text(json.dumps({"task": str(moved), "task_digest": {str(moved): "00"},
+                                                        "samples": 4, "slice": {"n": 2}, "seed": 0,
+                                                        "max_new_tokens": 8, "temperature": 0.7,
+                                                        "preset": "cpu-tiny"}))
+    assert main(["reward-check", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"the task file {moved}, which this run folder was measured and trained on, is no longer there" in err
+    assert "give the path" not in err
