@@ -125,6 +125,12 @@ def files_digest(files: dict[str, str]) -> str:
                           .encode()).hexdigest()
 
 
+def _seal(step: Any, digest: Any) -> str:
+    """What ``finished.json`` records beside its step: a hash of the step and the weights' digest, so that a step
+    edited by hand (a 3-step run made to read 999 in its report and card) is told apart from the one training wrote."""
+    return hashlib.sha256(f"grpo_kit finished {step} {digest}".encode()).hexdigest()[:16]
+
+
 @contextlib.contextmanager
 def hold_lock(lock_file: Path, holder_file: Path, what: Path, command: str, value: Any = None) -> Iterator[Any]:
     """Hold the write lock ``lock_file`` while the block runs (a run folder's, or an export folder's beside it).
@@ -272,12 +278,20 @@ class RunFolder:
         """The step training finished at (``finished.json``), or ``None`` when it has not finished.
 
         Raises:
-            ValueError: ``finished.json`` is damaged (the message says what to do).
+            ValueError: ``finished.json`` is damaged, or its step was edited (it no longer matches the seal training
+                wrote beside it); the message says what to do.
         """
         if not self.finished.is_file():
             return None
         record = self.read_settings(self.finished, "train --resume (it finishes the save again)", ("step",))
-        return int(record["step"])
+        step = record["step"]
+        sealed = record.get("seal")
+        if isinstance(step, bool) or not isinstance(step, int) or (
+                sealed is not None and sealed != _seal(step, record.get("model_digest"))):
+            raise ValueError(f"{self.finished} was edited (its step, {step!r}, is not the step training recorded "
+                             "there): restore it, or train again into a new run folder; the report and the model "
+                             "card would say a wrong number of steps")
+        return step
 
     def mark_finished(self, step: int, alarms: list[dict[str, Any]] | None = None) -> None:
         """Record that training saved its model at ``step`` (written last, after ``model/`` and the log history),
@@ -285,9 +299,10 @@ class RunFolder:
         holds ``model/`` to later, and the alarms training raised (``alarms.jsonl``'s, e.g. a reward that never
         judged anything)."""
         files = model_files(self.model)
+        digest = files_digest(files)
         write_json(self.finished, {"step": step, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                   "model_digest": files_digest(files), "model_files": files,
-                                   "alarms": list(alarms or [])})
+                                   "model_digest": digest, "model_files": files, "alarms": list(alarms or []),
+                                   "seal": _seal(step, digest)})
 
     def check_model(self) -> str | None:
         """Check that ``model/`` still holds what training wrote (``finished.json``'s SHA-256 of each file).
