@@ -161,14 +161,10 @@ def _run_spec(args: argparse.Namespace) -> Any:
     rewards = parse_rewards(args.rewards) if args.rewards else None
     task = args.task if args.task is not None else _recorded_task(args.run_dir)
     run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{get_task(task).name}"
-    train_size = args.train_size
+    train_size, kept, recorded_size = args.train_size, {}, None
     if args.resume:  # the recorded plan (steps, checkpoints, questions) unless this command changes it
         kept, recorded_size = _recorded_plan(run_dir, overrides)
         train_size = recorded_size if train_size is None else train_size
-        if kept or train_size is not None:
-            log.info(f"resuming with the plan {Path(run_dir) / 'train_settings.json'} records: "
-                     + ", ".join(f"{k} {v}" for k, v in {**kept, "train_size": train_size}.items() if v is not None)
-                     + " (--max-steps, --save-steps or --set change it)")
         overrides = {**kept, **overrides}
     # the preset, then the named algorithm, then --set (which may change any field of either); built here because
     # the preset's own seed is a field like any other, beside the run's --seed
@@ -176,10 +172,15 @@ def _run_spec(args: argparse.Namespace) -> Any:
     if getattr(args, "algorithm", None) is not None:
         preset = with_algorithm(preset, args.algorithm)
     preset = get_preset(preset, **overrides)
-    return RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
+    spec = RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
                            warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines")
+    if args.resume and (kept or recorded_size is not None) and spec.launch.is_main:  # said once the run is accepted
+        log.info(f"resuming with the plan {Path(run_dir) / 'train_settings.json'} records: "
+                 + ", ".join(f"{k} {v}" for k, v in {**kept, "train_size": train_size}.items() if v is not None)
+                 + " (--max-steps, --save-steps or --set change it)")
+    return spec
 
 
 def _recorded_plan(run_dir: str | Path, given: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
