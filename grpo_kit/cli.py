@@ -251,7 +251,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
     if not args.before:
-        return _eval_after(args, RunFolder.existing(args.run_dir))
+        return _eval_after(args)
     created = not Path(args.run_dir).exists()
     try:
         return _eval_before(args, RunFolder(args.run_dir))
@@ -288,15 +288,17 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
     return 0
 
 
-def _eval_after(args: argparse.Namespace, run: Any) -> int:
+def _eval_after(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.folder import RunFolder
     from grpo_kit.runs.measure import measure_after
 
     defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
     ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
     if ignored:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
-                         f"the baseline's settings ({run.eval_settings}). Drop them, or measure a new baseline with "
-                         "--before in a new run folder")
+                         f"the baseline's settings ({Path(args.run_dir) / 'eval_settings.json'}). Drop them, or "
+                         "measure a new baseline with --before in a new run folder")
+    run = RunFolder.existing(args.run_dir)  # a mistyped folder is named, not created
     measured = measure_after(run, batch_size=args.batch_size)
     report = run.report.read_text(encoding="utf-8")
     print(report.split("## Diagnostics")[0].strip() + "\n", flush=True)
