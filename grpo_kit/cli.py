@@ -721,11 +721,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line; files are written whole or not at all, so none is half-written
-        again = ("python -m grpo_kit train --resume continues from the newest checkpoint" if args.command == "train"
-                 else "run it again to go on")
-        print(f"interrupted: {args.command} stopped; what it finished is kept and nothing half-written is left "
-              f"({again})", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C: one line; the kit's files are written whole or not at all
+        again = ("python -m grpo_kit train --resume continues from the newest complete checkpoint"
+                 if args.command == "train" else "run it again to go on")
+        print(f"interrupted: {args.command} stopped; what it finished is kept ({again})", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder that vanished: the system's words and the file, in one line
         where = f" ({e.filename})" if e.filename else ""
