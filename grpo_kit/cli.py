@@ -727,9 +727,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"interrupted: {args.command} stopped; what it finished is kept ({again})", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder that vanished: the system's words and the file, in one line
-        where = f" ({e.filename})" if e.filename else ""
+        folder = getattr(args, "run_dir", None) or getattr(args, "out", None)
+        where = f" ({e.filename})" if e.filename else f" (writing under {folder})" if folder else ""
         fix = ("free space there and run the command again" if e.errno in (errno.ENOSPC, errno.EDQUOT)
                else "fix that and run the command again")
         print(f"error: {e.strerror or e}{where}: {fix}; every file is written whole or not at all, so nothing "
-              "half-written was left", file=sys.stderr)
+              "half-written is trusted", file=sys.stderr)
         return 1
