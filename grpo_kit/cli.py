@@ -149,6 +149,7 @@ def _run_spec(args: argparse.Namespace) -> Any:
     """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
     from grpo_kit.runs.spec import RunSpec
     from grpo_kit.tasks import get_task
+    from grpo_kit.training.groups import GroupsKept
     from grpo_kit.training.presets import get_preset, with_algorithm
     from grpo_kit.training.tracking import setup_wandb
 
@@ -175,7 +176,8 @@ def _run_spec(args: argparse.Namespace) -> Any:
     spec = RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
-                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines")
+                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
+                           groups=GroupsKept(args.groups_every, args.groups_per_step))
     if args.resume and (kept or recorded_size is not None) and spec.launch.is_main:  # said once the run is accepted
         log.info(f"resuming with the plan {Path(run_dir) / 'train_settings.json'} records: "
                  + ", ".join(f"{k} {v}" for k, v in {**kept, "train_size": train_size}.items() if v is not None)
@@ -413,6 +415,14 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.view import write_view
+
+    path = write_view(args.run_dirs, out=args.out, names=args.names, seed=args.seed)
+    print(path, flush=True)
+    return 0
+
+
 def _reward_check(args: argparse.Namespace) -> int:
     import contextlib
     import json
@@ -505,6 +515,11 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-max-new-tokens", type=_positive, default=None,
                        help="held-out completion budget (default the preset's max_completion_length)")
     train.add_argument("--train-size", type=_positive, default=None, help="train questions (seeded slice)")
+    train.add_argument("--groups-every", type=_positive, default=1, metavar="N",
+                       help="keep the training groups (completions, rewards, advantages) of every N-th logged step "
+                       "in groups/ (default 1)")
+    train.add_argument("--groups-per-step", type=_nonnegative, default=16, metavar="K",
+                       help="keep at most K groups a step (default 16; 0 keeps none)")
     train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                        help="any preset field, e.g. --set learning_rate=1e-5 --set lora_rank=16")
     train.add_argument("--report-to", choices=["none", "wandb"], default="none")
@@ -558,6 +573,16 @@ def _parser() -> argparse.ArgumentParser:
                          "the first run folder)")
     compare.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
     compare.set_defaults(func=_compare)
+
+    view = sub.add_parser("view", help="one self-contained HTML page of what the runs did: before/after table, every "
+                          "question's completions side by side with flip and text filters, training curves and "
+                          "groups, reward-check")
+    view.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (several: sharing a baseline)")
+    view.add_argument("--out", default=None, help="the HTML file (default: view.html in the run folder; "
+                      "for several, comparison/view.html beside the first)")
+    view.add_argument("--names", nargs="+", default=None, help="the runs' names (default: folders)")
+    view.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
+    view.set_defaults(func=_view)
 
     check = sub.add_parser("reward-check", help="before training: from the baseline's sampled completions, whether a "
                            "reward set can teach (zero-variance share, correlation with correctness), per reward")
