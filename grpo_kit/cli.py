@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import errno
 import logging
 import sys
 from collections.abc import Sequence
@@ -161,22 +162,46 @@ def _run_spec(args: argparse.Namespace) -> Any:
     rewards = parse_rewards(args.rewards) if args.rewards else None
     task = args.task if args.task is not None else _recorded_task(args.run_dir)
     run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{get_task(task).name}"
+    train_size, kept, recorded_size = args.train_size, {}, None
+    if args.resume:  # the recorded plan (steps, checkpoints, questions) unless this command changes it
+        kept, recorded_size = _recorded_plan(run_dir, overrides)
+        train_size = recorded_size if train_size is None else train_size
+        overrides = {**kept, **overrides}
     # the preset, then the named algorithm, then --set (which may change any field of either); built here because
     # the preset's own seed is a field like any other, beside the run's --seed
     preset = get_preset(args.preset)
     if getattr(args, "algorithm", None) is not None:
         preset = with_algorithm(preset, args.algorithm)
     preset = get_preset(preset, **overrides)
-    warm = _recorded_warm(run_dir) if args.warm_steps is None and args.model is None else None
-    if warm is not None:
-        from grpo_kit.policy.warm_start import WarmStart
-
-        warm = WarmStart(**warm)  # the tiny policy the baseline measured
-    return RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
-                           resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
+    spec = RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
+                           resume=args.resume, train_size=train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
-                           warm=warm, warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
+                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
                            groups=GroupsKept(args.groups_every, args.groups_per_step))
+    if args.resume and (kept or recorded_size is not None) and spec.launch.is_main:  # said once the run is accepted
+        log.info(f"resuming with the plan {Path(run_dir) / 'train_settings.json'} records: "
+                 + ", ".join(f"{k} {v}" for k, v in {**kept, "train_size": train_size}.items() if v is not None)
+                 + " (--max-steps, --save-steps or --set change it)")
+    return spec
+
+
+def _recorded_plan(run_dir: str | Path, given: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """What a run folder's ``train_settings.json`` records of its plan (max_steps, save_steps, ... less the fields in
+    ``given``) and its ``train_size``: what ``train --resume`` keeps unless told otherwise. Empty for a new folder."""
+    import json
+
+    from grpo_kit.training.presets import PLAN_FIELDS
+
+    try:
+        recorded = json.loads((Path(run_dir) / "train_settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}, None  # none yet, or damaged: the run spec reports a damaged file with what to do
+    if not isinstance(recorded, dict):
+        return {}, None
+    plan = recorded.get("plan") if isinstance(recorded.get("plan"), dict) else {"max_steps": recorded.get("max_steps")}
+    size = (recorded.get("identity") or {}).get("train_size") if isinstance(recorded.get("identity"), dict) else None
+    return ({k: v for k, v in plan.items() if k in PLAN_FIELDS and k not in given and v is not None},
+            size if isinstance(size, int) else None)
 
 
 def _recorded_task(run_dir: str | None) -> str:
@@ -225,39 +250,59 @@ def _eval(args: argparse.Namespace) -> int:
     import datasets
 
     from grpo_kit.runs.folder import RunFolder
-    from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
 
-    run = RunFolder(args.run_dir)
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
-    if args.before:
-        from grpo_kit.policy.warm_start import WarmStart
-        from grpo_kit.tasks import get_task
-        from grpo_kit.training.presets import get_preset
+    if not args.before:
+        return _eval_after(args)
+    created = not Path(args.run_dir).exists()
+    try:
+        return _eval_before(args, RunFolder(args.run_dir))
+    except BaseException:  # a refused or interrupted first baseline leaves no empty run folder behind
+        leftover = {p.name for p in Path(args.run_dir).iterdir()} if Path(args.run_dir).is_dir() else set()
+        if created and leftover <= {".lock", ".lock-holder.json"}:
+            import shutil
 
-        task, preset = get_task(args.task), get_preset(args.preset, **parse_sets(args.set))
-        plan = EvalPlan(task=task, preset=preset,
-                        model=args.model, slice={"n": args.eval_size} if args.eval_size else
-                        {"fraction": args.eval_fraction}, seed=args.seed,
-                        max_new_tokens=args.max_new_tokens or _new_tokens(task, args.model or preset.model),
-                        samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
-                        backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
-                        cache_dir=args.cache_dir)
-        results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
-        print(results["greedy"].summary.round(3).to_markdown(), flush=True)
-        if not plan.task.trains:  # an evaluation-only task: nothing to train on it
-            log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
-                     "split, so this baseline is a measurement on its own (train on another task, in another run "
-                     "folder)")
-            return 0
-        log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
-                 f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+            shutil.rmtree(args.run_dir, ignore_errors=True)
+        raise
+
+
+def _eval_before(args: argparse.Namespace, run: Any) -> int:
+    from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.runs.measure import EvalPlan, measure_before
+    from grpo_kit.tasks import get_task
+    from grpo_kit.training.presets import get_preset
+
+    task, preset = get_task(args.task), get_preset(args.preset, **parse_sets(args.set))
+    plan = EvalPlan(task=task, preset=preset,
+                    model=args.model, slice={"n": args.eval_size} if args.eval_size else
+                    {"fraction": args.eval_fraction}, seed=args.seed,
+                    max_new_tokens=args.max_new_tokens or _new_tokens(task, args.model or preset.model),
+                    samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
+                    backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
+                    cache_dir=args.cache_dir)
+    results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
+    print(results["greedy"].summary.round(3).to_markdown(), flush=True)
+    if not plan.task.trains:  # an evaluation-only task: nothing to train on it
+        log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
+                 "split, so this baseline is a measurement on its own (train on another task, in another run "
+                 "folder)")
         return 0
+    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
+             f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+    return 0
+
+
+def _eval_after(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.folder import RunFolder
+    from grpo_kit.runs.measure import measure_after
+
     defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
     ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
     if ignored:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
-                         f"the baseline's settings ({run.eval_settings}). Drop them, or measure a new baseline with "
-                         "--before in a new run folder")
+                         f"the baseline's settings ({Path(args.run_dir) / 'eval_settings.json'}). Drop them, or "
+                         "measure a new baseline with --before in a new run folder")
+    run = RunFolder.existing(args.run_dir)  # a mistyped folder is named, not created
     measured = measure_after(run, batch_size=args.batch_size)
     report = run.report.read_text(encoding="utf-8")
     print(report.split("## Diagnostics")[0].strip() + "\n", flush=True)
@@ -278,22 +323,6 @@ def _new_tokens(task: Any, model: str | None) -> int:
     log.info(f"completions of up to {budget} new tokens, from the longest answer the tiny policy is warm-started on "
              "(--max-new-tokens changes it)")
     return budget
-
-
-def _recorded_warm(run_dir: str | None) -> dict[str, Any] | None:
-    """The tiny policy's warm start a run folder's baseline recorded (``eval_settings.json``): what ``train`` trains
-    from without ``--warm-steps``, so the trained policy is the one the baseline measured."""
-    import json
-
-    path = Path(run_dir) / "eval_settings.json" if run_dir is not None else None
-    if path is None or not path.is_file():
-        return None
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # the run spec reports a damaged file with what to do
-    warm = recorded.get("warm") if isinstance(recorded, dict) and recorded.get("model_override") is None else None
-    return warm if isinstance(warm, dict) else None
 
 
 #: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
@@ -331,7 +360,7 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import ExportRefused, check_repo_id, export
+    from grpo_kit.runs.export import ExportRefused, check_repo_id, check_tools, export
 
     if args.quant is not None and "gguf" not in args.format:
         raise ValueError(f"--quant {args.quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the "
@@ -340,6 +369,12 @@ def _export(args: argparse.Namespace) -> int:
         check_repo_id(args.push_to_hub)
         if len(args.format) != 1:
             raise ValueError("--push-to-hub uploads one export: give one --format")
+    try:  # every format's tools before any export: a missing llama.cpp is said before a merged export is built
+        for format in args.format:
+            check_tools(format)
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     done = []
     for format in args.format:
         out = args.out if args.out is None or len(args.format) == 1 else str(Path(args.out) / format)
@@ -367,8 +402,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _verify_export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import verification_record, verify_export
+    from grpo_kit.runs.export import check_record, verification_record, verify_export
 
+    if args.record:
+        check_record(args.export)  # before any model loads
     try:
         verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
     except ImportError as e:  # llama-cpp-python not built
@@ -402,11 +439,14 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _reward_check(args: argparse.Namespace) -> int:
+    import contextlib
     import json
 
     from grpo_kit.runs.reward_check import reward_check
 
-    check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
+    # what a user's reward prints goes to standard error, so that --json's standard output stays JSON
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
     print(json.dumps(check.to_json(), indent=1) if args.json else check.markdown(), flush=True)
     return 0
 
@@ -716,7 +756,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input)."""
+    """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input; 1: the system
+    refused, e.g. a full disk; 130: Ctrl-C), each problem said in one line on standard error."""
     configure_logging()
     try:
         args = _parser().parse_args(argv)
@@ -729,4 +770,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except RuntimeError as e:  # a library's failure (Unsloth's, vLLM's): its message, not a traceback
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line; the kit's files are written whole or not at all
+        again = ("python -m grpo_kit train --resume continues from the newest complete checkpoint"
+                 if args.command == "train" else "run it again to go on")
+        print(f"interrupted: {args.command} stopped; what it finished is kept ({again})", file=sys.stderr)
+        return 130
+    except OSError as e:  # a full disk, a folder that vanished: the system's words and the file, in one line
+        folder = getattr(args, "run_dir", None) or getattr(args, "out", None)
+        where = f" ({e.filename})" if e.filename else f" (writing under {folder})" if folder else ""
+        fix = ("free space there and run the command again" if e.errno in (errno.ENOSPC, errno.EDQUOT)
+               else "fix that and run the command again")
+        print(f"error: {e.strerror or e}{where}: {fix}; every file is written whole or not at all, so nothing "
+              "half-written is trusted", file=sys.stderr)
         return 1

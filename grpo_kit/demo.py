@@ -283,7 +283,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     import torch
 
     from grpo_kit.evaluation.summary import sampled_metrics
-    from grpo_kit.runs.compare import compare_runs, share_baseline
+    from grpo_kit.runs.compare import check_comparison_out, compare_runs, share_baseline
 
     total_start = time.perf_counter()
     task = get_task(config.task_name)
@@ -295,6 +295,10 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
                     warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir)
     root = Path(config.runs_dir) / config.folder_name
     folders = {name: RunFolder(root / name) for name in variants}
+    previous = root / "report.md"  # an earlier demo's (rewritten at the end); anything else in root is refused
+    if previous.is_file() and previous.read_text(encoding="utf-8").startswith("# grpo_kit compare demo:"):
+        previous.unlink()
+    check_comparison_out(root, [f.path for f in folders.values()])
     for folder in folders.values():  # a fresh experiment: what an earlier one trained or measured goes
         with folder.lock("compare demo"):
             _fresh(folder)

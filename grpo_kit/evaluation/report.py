@@ -49,6 +49,11 @@ def alarms_markdown(alarms: list[dict[str, Any]]) -> str:
                          f"{a['reward_after']:.3f} while {a.get('split', 'held-out')} {a['rule']} accuracy fell "
                          f"{a['accuracy_before']:.3f} -> {a['accuracy_after']:.3f} ({a['right_to_wrong']} "
                          f"right->wrong, {a['wrong_to_right']} wrong->right, McNemar p = {a['mcnemar_p']:.2g})")
+        elif a.get("kind") == "reward_never_judged":
+            lines.append(f"- **Reward never judged**: {a['reward']} returned no number for any of the "
+                         f"{a['completions']} completions of training (None for every one"
+                         + (f", or raised {a['raised']} times" if a.get("raised") else "") + "), up to step "
+                         f"{a['step']}: it taught nothing")
         else:
             lines.append(f"- **Stale vLLM weights** at step {a['step']}: mean log-probability gap "
                          f"{a['mean_logp_gap']:.3f} nats per token (threshold {a['threshold']:g})")

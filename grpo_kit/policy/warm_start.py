@@ -363,11 +363,14 @@ class TinyPolicy:
         self.folder.parent.mkdir(parents=True, exist_ok=True)
         building = self.folder.with_name(f".{self.folder.name}.restoring-{os.getpid()}")
         shutil.rmtree(building, ignore_errors=True)
-        shutil.copytree(self.shipped, building)
-        shutil.rmtree(self.folder, ignore_errors=True)  # an incomplete folder of a killed build
         try:
+            shutil.copytree(self.shipped, building)
+            shutil.rmtree(self.folder, ignore_errors=True)  # an incomplete folder of a killed build
             os.replace(building, self.folder)
         except OSError:  # another process restored it first: the same files
+            if not (self.folder / _COMPLETE).is_file():
+                raise  # a full disk, not a race
+        finally:  # also on Ctrl-C or a full disk: nothing half-copied is left
             shutil.rmtree(building, ignore_errors=True)
         return True
 
@@ -420,12 +423,15 @@ def _build_cache(tiny: TinyPolicy, train: Any = None, progress: bool = True) -> 
     model, tokenizer = build_tiny_policy(tiny.task.texts(train), seed=tiny.seed, spec=tiny.spec)
     building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
-    warm_start(model, tokenizer, train, building, tiny.warm, progress=progress, task=tiny.task)
-    (building / _COMPLETE).write_text(json.dumps(tiny.request(), indent=1), encoding="utf-8")
-    shutil.rmtree(folder, ignore_errors=True)  # an incomplete folder of an older kit or a killed build
     try:
+        warm_start(model, tokenizer, train, building, tiny.warm, progress=progress, task=tiny.task)
+        (building / _COMPLETE).write_text(json.dumps(tiny.request(), indent=1), encoding="utf-8")
+        shutil.rmtree(folder, ignore_errors=True)  # an incomplete folder of an older kit or a killed build
         os.replace(building, folder)
     except OSError:  # another process finished the same cache first: theirs is identical (deterministic)
+        if not (folder / _COMPLETE).is_file():
+            raise  # a full disk, not a race
+    finally:  # also on Ctrl-C: an interrupted warm start leaves no half-built folder behind
         shutil.rmtree(building, ignore_errors=True)
     return model, tokenizer
 

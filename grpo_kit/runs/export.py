@@ -32,11 +32,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.system.files import sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
-           "check_out", "check_repo_id", "export", "merge_base", "model_card", "parameter_count", "push_to_hub",
+           "check_out", "check_record", "check_repo_id", "check_tools", "export", "merge_base", "model_card",
+           "parameter_count", "push_to_hub",
            "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
@@ -382,8 +383,20 @@ def _check_disk(where: Path, parameters: int, format: str, quant: str | None, fl
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if free < needed * 1.05:
-        raise ValueError(f"this {format} export needs about {needed / 1e9:.1f} GB free under {folder}, and "
-                         f"{free / 1e9:.1f} GB are: free some space, or give --out a folder on a larger disk")
+        raise ValueError(f"this {format} export needs about {_size(needed)} of free space under {folder}, which "
+                         f"has {_size(free)}: free some space, or give --out a folder on a larger disk")
+
+
+def _size(n: float) -> str:
+    """Bytes in the unit that shows them (a tiny policy's export is megabytes: "0.0 GB" said nothing).
+
+    >>> _size(3.2e9), _size(48e6), _size(512), _size(0)
+    ('3.2 GB', '48 MB', '512 bytes', '0 bytes')
+    """
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if unit == "GB" else f"{n / scale:.0f} {unit}"
+    return f"{n:.0f} bytes"
 
 
 def _merge(model: Any) -> Any:
@@ -739,7 +752,8 @@ def check_out(out: str | Path, run_dir: str | Path, kind: str) -> Path:
             raise ValueError(f"--out {out} is inside the run folder's own {inside}: {fix}")
     for path, passed in ((out, True), (out.with_name(out.name + ".refused"), False)):
         if path.is_symlink() or (path.exists() and not path.is_dir()):
-            raise ValueError(f"--out: {path} is a file, and an export is a folder: {fix}")
+            what = "a link" if path.is_symlink() else "a file"  # replacing a link's target would reach elsewhere
+            raise ValueError(f"--out: {path} is {what}, and an export is a folder of its own: {fix}")
         if path.is_dir() and any(path.iterdir()) and not _is_export(path, kind, passed):
             held = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())[:5])
             raise ValueError(f"--out: {path} holds files that are not a {kind} export ({held}), which exporting "
@@ -753,6 +767,21 @@ def _export_lock(out: Path) -> Any:
 
     return hold_lock(out.with_name(f".{out.name}.lock"), out.with_name(f".{out.name}.lock-holder.json"), out,
                      "export")
+
+
+def check_tools(format: str) -> None:
+    """Check that what exporting ``format`` needs is installed, before any work (a GGUF needs llama.cpp's converter
+    and quantizer, and llama-cpp-python to verify it).
+
+    Raises:
+        FileNotFoundError: llama.cpp is not built (the message says how to build it).
+        ImportError: llama-cpp-python is not installed.
+    """
+    if format == "gguf":
+        from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
+
+        _converter()
+        import_llama_cpp()
 
 
 def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | Path) -> Path:
@@ -819,11 +848,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     _check_numbers(questions, threshold)
     if push_to_hub is not None:
         check_repo_id(push_to_hub)
-    if format == "gguf":
-        from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
-
-        _converter()
-        import_llama_cpp()
+    check_tools(format)
     run, settings = _run(run_dir)
     merge_from = merge_base(run.path, base)
     out = check_out(out if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}"),
@@ -941,8 +966,45 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
     return str(url)
 
 
+def check_record(export: str | Path) -> Path:
+    """Where ``verify-export --record`` would write ``verification.json``, refused before any work when that
+    overwrites what is not the kit's or lies in a run folder's own files (as :func:`check_out` for ``export --out``).
+
+    Args:
+        export: the checked export: a folder, or a ``.gguf`` file (its folder receives the record).
+
+    Returns:
+        The ``verification.json`` path.
+
+    Raises:
+        ValueError: the folder is, or lies inside, a run folder's own files (its ``model/``, whose every file
+            ``finished.json`` fingerprints, ``checkpoints/``, ...; its ``export/`` is allowed), or it holds a
+            ``verification.json`` the kit did not write. The message says what to do instead.
+    """
+    folder = Path(export) if Path(export).is_dir() else Path(export).parent
+    record = folder / "verification.json"
+    run = enclosing_run(folder)
+    if run is not None and run[1] != "export":
+        where = f"the run folder {run[0]}" + (f"'s own {run[1]}" if run[1] else "")
+        raise ValueError(f"--record would write {record} into {where}, which holds only what training wrote "
+                         f"(eval and export would then refuse the run): check {export} without --record, or export "
+                         "the run with python -m grpo_kit export, which verifies and records")
+    if record.exists():
+        try:
+            kit = "kind" in json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError, TypeError):
+            kit = False
+        if not kit:
+            raise ValueError(f"--record would overwrite {record}, which the kit did not write: move it aside, or "
+                             "check without --record")
+    return record
+
+
 def verification_record(export: str | Path, verification: Verification) -> Path:
     """Write ``verification.json`` into an export folder checked by :func:`verify_export` (the CLI's
-    ``verify-export`` does, so a verified export made elsewhere can be uploaded); returns its path."""
-    folder = Path(export) if Path(export).is_dir() else Path(export).parent
-    return write_json(folder / "verification.json", asdict(verification))
+    ``verify-export`` does, so a verified export made elsewhere can be uploaded); returns its path.
+
+    Raises:
+        ValueError: the place is refused (:func:`check_record`).
+    """
+    return write_json(check_record(export), asdict(verification))

@@ -9,6 +9,8 @@ once, here, and kept on the spec.
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,46 @@ def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
                 continue
             if isinstance(recorded, dict) and recorded.get("task") == task.ref:
                 check_digest(task, recorded.get("task_digest"), folder.path)
+
+
+def _same_policy(a: str, b: str) -> bool:
+    """Whether two recorded policy names are one policy (a folder given by two paths is)."""
+    return a == b or (Path(a).is_dir() and Path(b).is_dir() and Path(a).resolve() == Path(b).resolve())
+
+
+def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int, chosen: bool) -> PolicySource:
+    """The policy to train in a run folder whose baseline was measured: the baseline's own when the command chose
+    none (no model, warm start or shape given: the tiny policy the baseline warm-started), else ``policy``, which must
+    be the one the baseline measured.
+
+    Raises:
+        ValueError: ``policy`` is not what the baseline measured (a before/after table would pair two policies, and
+            only ``eval`` after training would say so); the message names both and what to pass.
+    """
+    try:
+        measured = json.loads((run_dir / "eval_settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return policy  # no baseline yet (or a damaged one, which eval reports)
+    base = measured.get("base_model") if isinstance(measured, dict) else None
+    if not isinstance(base, str) or _same_policy(policy.name, base):
+        return policy
+    if not chosen and isinstance(measured.get("warm"), dict):
+        try:
+            theirs = PolicySource.of(None, task, seed=seed, warm=WarmStart(**measured["warm"]),
+                                     spec=TinyPolicySpec(**measured["tiny_spec"]) if measured.get("tiny_spec") else None,
+                                     cache_dir=measured.get("cache_dir") or DEFAULT_CACHE_DIR)
+        except (TypeError, ValueError):
+            theirs = None
+        if theirs is not None and theirs.name == base:
+            logger.info(f"training the tiny policy the baseline in {run_dir} measured ({base}: warm start of "
+                        f"{theirs.tiny.warm.steps} steps)")
+            return theirs
+    warm = measured.get("warm") if isinstance(measured.get("warm"), dict) else None
+    how = (f"--warm-steps {warm.get('steps')} (and the baseline's cache folder, {measured.get('cache_dir')})" if warm
+           else f"--model {base}")
+    raise ValueError(f"the baseline in {run_dir} measured {base}, and this would train {policy.name}: the before/after "
+                     f"table would pair two policies. Train what the baseline measured ({how}, or leave the policy "
+                     "options out), or measure this policy's baseline in a new run folder (eval --before)")
 
 
 @dataclass(frozen=True)
@@ -193,6 +235,9 @@ class RunSpec:
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
         _check_recorded_data(folder, task, resume)
+        policy = _baseline_policy(folder.path, policy, task, preset.seed,
+                                  chosen=model is not None or preset.model is not None or warm is not None
+                                  or warm_steps is not None or tiny_spec is not None)
         found = latest_complete(folder.checkpoints)
         if not resume and (folder.finished.is_file() or folder.model.exists()):
             finished = folder.finished_step()

@@ -37,6 +37,7 @@ from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
+from grpo_kit.training.presets import PLAN_FIELDS
 from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
 
 __all__ = ["TrainResult", "model_card", "package_versions", "train"]
@@ -201,7 +202,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     from grpo_kit.policy.warm_start import drop_own_progress, step_bar
     from grpo_kit.system.progress import phase_bar
     from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
-    from grpo_kit.training.callbacks import HeldOutEval, StaleWeightsAlarm, StepPrinter
+    from grpo_kit.training.callbacks import HeldOutEval, RewardWatch, StaleWeightsAlarm, StepPrinter
     from grpo_kit.training.groups import keep_groups, trl_completions_settings
     from grpo_kit.training.trainer import build_trainer, save_policy
 
@@ -234,11 +235,13 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
                                      if r.name not in BUILTIN_REWARDS},
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
+                "plan": {name: getattr(preset, name) for name in PLAN_FIELDS},
                 "heldout": ({"split": "validation", "carved_from": "train", "questions": len(spec.validation),
                              "seed": spec.seed} if spec.validation is not None else None),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
-            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
+            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps,
+                                                      "plan": {name: getattr(preset, name) for name in PLAN_FIELDS}})
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
         _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
@@ -264,6 +267,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         else preset
     trainer = build_trainer(model, tokenizer, train_set, logged, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
+    trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))
     drop_own_progress(trainer)  # the step bar shows the steps, with the reward and seconds per step
     if spec.progress != "none" and main and resume_step != preset.max_steps:
         _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0)
@@ -294,7 +298,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                                        title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
                                        heldout="validation", rewards=spec.rewards,
                                        max_length=preset.max_completion_length))
-        folder.mark_finished(trainer.state.global_step)
+        folder.mark_finished(trainer.state.global_step, alarms=folder.read_alarms())
         if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
             log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "
                         f"is stale: {stale}")

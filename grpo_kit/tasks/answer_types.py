@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly
-from grpo_kit.tasks.numbers import last_number, normalize_number, parse_number
+from grpo_kit.tasks.numbers import exact_number, last_number, normalize_number
 from grpo_kit.tasks.rewards import builtin, describe, golds, texts
 
 __all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "answer_type",
@@ -46,8 +46,8 @@ _SPACES = re.compile(r"\s+")
 _BOXED_OPEN = re.compile(r"\s*\{")
 #: Longest ``\\boxed{...}`` content read, in characters.
 MAX_BOXED_CHARS = 4096
-# A letter answer: "B", "(B)", "B.", "B)", "B: text", "B. text".
-_LETTER = re.compile(r"\(?([A-Za-z])\)?(?:[.):]|\s|$)")
+# A letter answer: "B", "(B)", "B.", "B)", "B: text", "B. text"; not "A and B" or "a cat" (words, not one option).
+_LETTER = re.compile(r"\(?([A-Za-z])\)?(?:[.):]|$)")
 _PAREN_LETTER = re.compile(r"\(([A-Z])\)")
 _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
@@ -103,10 +103,10 @@ def _after_hashes(text: str) -> str | None:
 
 def choice_letter(text: str | None) -> str | None:
     """The option letter an answer states (``"B"``, ``"(b)"``, ``"B. Paris"``), upper case; ``None`` when it does not
-    start with one.
+    start with one, or states more than one ("A and B").
 
-    >>> [choice_letter(s) for s in ["B", "(c)", "D. Paris", "A: yes", "Paris", None]]
-    ['B', 'C', 'D', 'A', None, None]
+    >>> [choice_letter(s) for s in ["B", "(c)", "D. Paris", "A: yes", "Paris", "A and B", None]]
+    ['B', 'C', 'D', 'A', None, None, None]
     """
     if not text:
         return None
@@ -115,17 +115,13 @@ def choice_letter(text: str | None) -> str | None:
 
 
 def gold_number(gold: str) -> str | None:
-    """A gold answer of type ``number`` in canonical form (``"$1,200.0"`` gives ``"1200"``); ``None`` when the text is
-    not one number.
+    """A gold answer of type ``number`` in canonical form (``"$1,200.0"`` gives ``"1200"``, ``"2e3"`` ``"2000"``);
+    ``None`` when the text is not exactly one number as written (:func:`grpo_kit.tasks.numbers.exact_number`).
 
-    >>> gold_number("$1,200.0"), gold_number("-3"), gold_number("12 apples"), gold_number("x")
+    >>> gold_number("$1,200.0"), gold_number("\u22123"), gold_number("1,5"), gold_number("12 apples")
     ('1200', '-3', None, None)
     """
-    stripped = gold.strip().rstrip("%")
-    number = parse_number(stripped)
-    if number is None or not re.fullmatch(r"-?\$?-?[\d,]+(\.\d+)?", stripped):
-        return None
-    return normalize_number(number)
+    return exact_number(gold)
 
 
 @builtin
@@ -234,7 +230,8 @@ def answer_type(name: str, choices: str = "ABCD") -> AnswerType:
     if name == "number":
         return AnswerType("number", strictly(lambda t: normalize_number(extract_final_answer(t))), last_number,
                           lambda a, g: a == normalize_number(g), "soft_correctness_reward_func", gold_number,
-                          "a number")
+                          "a number as written (a point for decimals and commas only between thousands, as in "
+                          "1,234.5; 2e3 is read too)")
     if name == "text":
         return AnswerType("text", strictly(lambda t: normalize_text(extract_xml_answer(t))), _text_flexible,
                           lambda a, g: a == normalize_text(g), "text_correctness_reward_func",

@@ -17,8 +17,8 @@ from grpo_kit.policy.devices import Gpu, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading
 from grpo_kit.training.algorithms import get_algorithm
 
-__all__ = ["PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device", "read_value",
-           "variant", "with_algorithm"]
+__all__ = ["PLAN_FIELDS", "PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device",
+           "read_value", "variant", "with_algorithm"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,8 @@ class Preset:
 #: Fields a resumed run may change: how long it runs and how it saves and logs, not what it trains.
 RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "logging_steps", "report_to",
                               "description"})
+#: Of those, the run's plan: recorded in ``train_settings.json`` and kept by a resume that does not change them.
+PLAN_FIELDS = ("max_steps", "save_steps", "save_total_limit", "logging_steps")
 
 def variant(name: str) -> dict[str, Any]:
     """Preset fields of a named algorithm (:data:`grpo_kit.training.algorithms.ALGORITHMS`): its name and every field.

@@ -494,7 +494,9 @@ def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_
     import grpo_kit.runs.export
 
     monkeypatch.setattr(grpo_kit.runs.export.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1000))
-    with pytest.raises(ValueError, match=r"this merged export needs about 0.0 GB free under .*, and 0.0 GB are"):
+    # issue 34 case 19: "needs about 0.0 GB free ... and 0.0 GB are"
+    with pytest.raises(ValueError, match=r"this merged export needs about \d+ (kB|MB) of free space under .*, which has "
+                                         r"1 kB: free some space"):
         export(full_run, "merged", questions=QUESTIONS, out=tmp_path / "x")
     assert not list((tmp_path / "x.partial").glob("*")) if (tmp_path / "x.partial").exists() else True
     assert not (tmp_path / "x").exists()
@@ -660,3 +662,44 @@ def test_export_during_a_training_names_the_process_that_holds_the_run(full_run,
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_verify_export_record_never_writes_into_a_run_folders_model_or_over_a_users_file(tmp_path, capsys):
+    """Issue 34 case 2: --record into the run's own model/ made eval and export refuse the run from then on."""
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "model.safetensors").write_text("weights")
+    (run / "train_settings.json").write_text("{}")
+    RunFolder(run).mark_finished(3)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "verification.json").write_text("my notes")
+    for export_dir, says in ((run / "model", f"into the run folder {run.resolve()}'s own model"),
+                             (run, f"into the run folder {run.resolve()},"),
+                             (elsewhere, "which the kit did not write")):
+        assert main(["verify-export", str(export_dir), "--against", str(run), "--record"]) == 2
+        assert says in _no_traceback(capsys)
+    assert not (run / "model" / "verification.json").exists() and not (run / "verification.json").exists()
+    assert (elsewhere / "verification.json").read_text() == "my notes"
+    RunFolder(run).check_model()  # model/ holds what training wrote
+
+
+def test_export_merged_and_gguf_without_llama_cpp_says_so_before_building_anything(tmp_path, monkeypatch, capsys):
+    """Issue 34 case 18: the merged export was built (46 s) before llama.cpp was found missing."""
+    import grpo_kit.runs.export as export_module
+
+    monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
+    monkeypatch.setattr(export_module, "_run", lambda *a, **k: pytest.fail("an export began"))
+    assert main(["export", str(tmp_path / "run"), "--format", "merged", "gguf"]) == 2
+    err = _no_traceback(capsys)
+    assert "llama.cpp's converter is not in" in err
+
+
+def test_an_out_that_is_a_link_is_called_a_link(tmp_path):
+    """Issue 34 case 19: a symlink to a folder was called "a file"."""
+    from grpo_kit.runs.export import check_out
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"--out: .*out is a link, and an export is a folder of its own"):
+        check_out(tmp_path / "out", tmp_path / "run", "merged")

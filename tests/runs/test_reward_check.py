@@ -155,3 +155,38 @@ def test_verdicts_say_only_what_the_numbers_support(tmp_path):
     assert graded.format_only is False and "can teach the format" not in graded.markdown()
     formats = check_rewards(records, task, RewardSet({"xmlcount_reward_func": 1.0, "correctness_reward_func": 0.0}))
     assert formats.format_only and "can teach the format but not solving" in formats.markdown()
+def _worked_run(folder: Path) -> Path:
+    """A run folder whose sampled baseline is :func:`_sum3_records`' completions of its questions (nothing generated)."""
+    from grpo_kit.runs.measure import plan_from_settings
+
+    settings = {"task": "sum3", "samples": 4, "slice": {"n": 6}, "seed": 0, "max_new_tokens": 8, "temperature": 0.7,
+                "preset": "cpu-tiny"}
+    rows = list(plan_from_settings(settings).questions())
+    completions = [[render(*worked(r["a"], r["b"], r["c"]))] + [render(*sloppy(r["a"], r["b"], r["c"]))] * 3
+                   for r in rows]
+    folder.mkdir()
+    records = score(rows, completions, task=get_task("sum3"))
+    (folder / "baseline_sampled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "eval_settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+def test_reward_check_says_in_one_line_which_reward_raises_and_json_stays_json(tmp_path, monkeypatch, capsys):
+    """Issue 34 cases 9 and 20: a raising reward gave a 25-line traceback (or 'error: ...' without its name), and a
+    reward that prints broke --json."""
+    (tmp_path / "mine.py").write_text(
+        "def broken(completions, **kwargs):\n"
+        "    raise ValueError('bad gold')\n"
+        "def chatty(completions, **kwargs):\n"
+        "    print('scoring', len(completions))\n"
+        "    return [1.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = _worked_run(tmp_path / "run")
+    assert main(["reward-check", str(run), "--rewards", "mine:broken"]) == 2
+    err = capsys.readouterr().err
+    assert "reward broken raised ValueError: bad gold" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["reward-check", str(run), "--json", "--rewards", "mine:chatty", "xmlcount_reward_func"]) == 0
+    captured = capsys.readouterr()
+    assert set(json.loads(captured.out)["rewards"]) == {"chatty", "xmlcount_reward_func"}
+    assert "scoring" in captured.err
