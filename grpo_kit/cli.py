@@ -273,13 +273,16 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
     from grpo_kit.training.presets import get_preset
 
     task, preset = get_task(args.task), get_preset(args.preset, **parse_sets(args.set))
+    budget, said = (args.max_new_tokens, None) if args.max_new_tokens else _new_tokens(task, args.model or preset.model)
     plan = EvalPlan(task=task, preset=preset,
                     model=args.model, slice={"n": args.eval_size} if args.eval_size else
-                    {"fraction": args.eval_fraction}, seed=args.seed,
-                    max_new_tokens=args.max_new_tokens or _new_tokens(task, args.model or preset.model),
+                    {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=budget,
                     samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
                     backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
                     cache_dir=args.cache_dir)
+    if said:
+        plan.questions()  # a slice out of range is refused in one line before anything else is said
+        log.info(said)
     results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
     print(results["greedy"].summary.round(3).to_markdown(), flush=True)
     if not plan.task.trains:  # an evaluation-only task: nothing to train on it
@@ -312,17 +315,17 @@ def _eval_after(args: argparse.Namespace) -> int:
     return 0
 
 
-def _new_tokens(task: Any, model: str | None) -> int:
-    """``eval --before``'s default completion budget: from the task's answers for a task file on the tiny policy
-    (:func:`grpo_kit.policy.warm_start.completion_budget`), else 256 (a model's own reasoning has no such bound)."""
+def _new_tokens(task: Any, model: str | None) -> tuple[int, str | None]:
+    """``eval --before``'s default completion budget and the line that says where it comes from: from the task's
+    answers for a task file on the tiny policy (:func:`grpo_kit.policy.warm_start.completion_budget`), else 256 (a
+    model's own reasoning has no such bound) and no line."""
     if model is not None or task.file is None or task.demonstration is None:
-        return 256
+        return 256, None
     from grpo_kit.policy.warm_start import completion_budget
 
     budget = completion_budget(task)
-    log.info(f"completions of up to {budget} new tokens, from the longest answer the tiny policy is warm-started on "
-             "(--max-new-tokens changes it)")
-    return budget
+    return budget, (f"completions of up to {budget} new tokens, from the longest answer the tiny policy is "
+                    "warm-started on (--max-new-tokens changes it)")
 
 
 #: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
