@@ -35,6 +35,8 @@ from grpo_kit.training.presets import Preset, get_preset, with_algorithm
 
 __all__ = ["PROGRESS", "RunSpec", "probe_rewards"]
 
+logger = logging.getLogger(__name__)
+
 #: How a run shows its progress: a bar (notebooks), one log line per step (command line, launchers), or nothing.
 PROGRESS = ("bar", "lines", "none")
 

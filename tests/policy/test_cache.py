@@ -139,14 +139,19 @@ def test_train_trains_from_the_warm_start_the_baseline_measured(tmp_path):
     from pathlib import Path
 
     from grpo_kit.cli import _parser, _run_spec
+    from grpo_kit.policy.source import PolicySource
     from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.tasks import get_task
 
     example = Path(__file__).resolve().parents[2] / "examples" / "capitals" / "task.yaml"
     run = tmp_path / "run"
     run.mkdir()
     warm = {**WarmStart(steps=30).__dict__}
-    (run / "eval_settings.json").write_text(json.dumps({"task": str(example), "warm": warm, "model_override": None}))
+    measured = PolicySource.of(None, get_task(str(example)), warm=WarmStart(steps=30), cache_dir=str(tmp_path / "c"))
+    (run / "eval_settings.json").write_text(json.dumps({"task": str(example), "warm": warm, "model_override": None,
+                                                        "base_model": measured.name,
+                                                        "cache_dir": str(tmp_path / "c")}))
     spec = _run_spec(_parser().parse_args(["train", "--run-dir", str(run), "--cache-dir", str(tmp_path / "c")]))
     assert spec.policy.tiny.warm.steps == 30  # not the 75 a new run on this task would get
-    given = _run_spec(_parser().parse_args(["train", "--run-dir", str(run), "--warm-steps", "40"]))
-    assert given.policy.tiny.warm.steps == 40
+    with pytest.raises(ValueError, match="--warm-steps 30"):  # another warm start would not be what was measured
+        _run_spec(_parser().parse_args(["train", "--run-dir", str(run), "--warm-steps", "40"]))
