@@ -44,7 +44,7 @@ def build_checkpoint(folder: Path, hidden: int, layers: int) -> None:
 
 
 def route_overrides(folder: str, args: argparse.Namespace) -> dict:
-    """Preset overrides shared by both routes: one optimiser step = ``args.batch`` completions (no gradient
+    """Recipe overrides shared by both routes: one optimiser step = ``args.batch`` completions (no gradient
     accumulation, whatever the preset's), ``args.completion``-token completions, no vLLM, no checkpoints."""
     return dict(model=folder, lora_rank=args.rank, lora_alpha=args.rank, load_in_4bit=False, fast_inference=False,
                 max_steps=args.steps, per_device_train_batch_size=args.batch, gradient_accumulation_steps=1,

@@ -148,7 +148,7 @@ def _run_spec(args: argparse.Namespace) -> Any:
     """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
     from grpo_kit.runs.spec import RunSpec
     from grpo_kit.tasks import get_task
-    from grpo_kit.training.presets import get_preset, with_algorithm
+    from grpo_kit.training.presets import device_preset
     from grpo_kit.training.tracking import setup_wandb
 
     overrides = parse_sets(args.set)
@@ -159,17 +159,21 @@ def _run_spec(args: argparse.Namespace) -> Any:
         overrides["report_to"] = setup_wandb(args.wandb_project)
     rewards = parse_rewards(args.rewards) if args.rewards else None
     task = args.task if args.task is not None else _recorded_task(args.run_dir)
-    run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{get_task(task).name}"
-    # the preset, then the named algorithm, then --set (which may change any field of either); built here because
-    # the preset's own seed is a field like any other, beside the run's --seed
-    preset = get_preset(args.preset)
-    if getattr(args, "algorithm", None) is not None:
-        preset = with_algorithm(preset, args.algorithm)
-    preset = get_preset(preset, **overrides)
-    return RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
+    source = _recipe_source(args)
+    name = Path(source).stem if args.config else source or device_preset()
+    run_dir = args.run_dir or Path("runs") / f"{name}-{get_task(task).name}"
+    return RunSpec.resolve(source, task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
-                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines")
+                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
+                           algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides)
+
+
+def _recipe_source(args: argparse.Namespace) -> str | None:
+    """``--config FILE`` or ``--preset NAME`` (``None``: the shipped recipe that fits this machine)."""
+    if args.config is not None and args.preset is not None:
+        raise ValueError("--config and --preset both name the recipe: give one")
+    return args.config if args.config is not None else args.preset
 
 
 def _recorded_task(run_dir: str | None) -> str:
@@ -227,7 +231,8 @@ def _eval(args: argparse.Namespace) -> int:
         from grpo_kit.tasks import get_task
         from grpo_kit.training.presets import get_preset
 
-        plan = EvalPlan(task=get_task(args.task), preset=get_preset(args.preset, **parse_sets(args.set)),
+        plan = EvalPlan(task=get_task(args.task), preset=get_preset(_recipe_source(args), argv=args.trl,
+                                                                    **parse_sets(args.set)),
                         model=args.model, slice={"n": args.eval_size} if args.eval_size else
                         {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=args.max_new_tokens,
                         samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
@@ -245,6 +250,7 @@ def _eval(args: argparse.Namespace) -> int:
         return 0
     defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
     ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
+    ignored += args.trl[:1]
     if ignored:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
                          f"the baseline's settings ({run.eval_settings}). Drop them, or measure a new baseline with "
@@ -260,7 +266,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 #: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
 #: baseline's settings, so giving one without --before is refused rather than ignored.
-_BEFORE_ONLY = {"--preset": "preset", "--task": "task", "--model": "model", "--set": "set", "--eval-size": "eval_size",
+_BEFORE_ONLY = {"--preset": "preset", "--config": "config", "--task": "task", "--model": "model", "--set": "set",
+                "--eval-size": "eval_size",
                 "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
                 "--temperature": "temperature", "--backend": "backend", "--seed": "seed", "--warm-steps": "warm_steps",
                 "--cache-dir": "cache_dir", "--replace-baseline": "replace_baseline"}
@@ -422,6 +429,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     train = sub.add_parser("train", help="GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
+    train.set_defaults(trl=[])
+    train.add_argument("--config", default=None, metavar="FILE.yaml",
+                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
+                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
     train.add_argument("--preset", default=None, choices=list(PRESETS),
                        help="the recipe (default: the one that fits this machine's GPU, cpu-tiny without one)")
     train.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
@@ -445,7 +456,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="held-out completion budget (default the preset's max_completion_length)")
     train.add_argument("--train-size", type=_positive, default=None, help="train questions (seeded slice)")
     train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="any preset field, e.g. --set learning_rate=1e-5 --set lora_rank=16")
+                       help="any recipe key, e.g. --set learning_rate=1e-5 --set lora_r=16 (or TRL's own form: "
+                       "--learning_rate 1e-5)")
     train.add_argument("--report-to", choices=["none", "wandb"], default="none")
     train.add_argument("--wandb-project", default="grpo-kit")
     train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")
@@ -460,6 +472,10 @@ def _parser() -> argparse.ArgumentParser:
                     "same settings again reuse the baseline; other settings are refused)")
     ev.add_argument("--replace-baseline", action="store_true", help="--before: replace a baseline measured with "
                     "other settings, and the evaluation after training and report made against it")
+    ev.set_defaults(trl=[])
+    ev.add_argument("--config", default=None, metavar="FILE.yaml",
+                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
+                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
     ev.add_argument("--task", default=DEFAULT_TASK, metavar="NAME|PATH.yaml",
                     help=f"--before: the task: {', '.join(TASKS)}, or a task file")
@@ -509,6 +525,10 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
                                        "resume, problems), without loading a model or needing a GPU")
+    plan.set_defaults(trl=[])
+    plan.add_argument("--config", default=None, metavar="FILE.yaml",
+                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
+                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
     plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets); default: the one "
                       "the notebooks pick for --device (or this machine's GPU): t4-16gb colab-t4, a100-40gb a100")
     plan.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any preset field")
@@ -609,7 +629,8 @@ def _plan(args: argparse.Namespace) -> int:
     overrides = parse_sets(args.set)
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
-    result = make_plan(args.preset, overrides, device=args.device, processes=args.gpus, launch=args.launch,
+    result = make_plan(_recipe_source(args), overrides, argv=args.trl, device=args.device, processes=args.gpus,
+                       launch=args.launch,
                        run_dir=args.run_dir, resume=args.resume, model=args.model)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
@@ -650,10 +671,15 @@ def _doctor(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input)."""
     configure_logging()
+    parser = _parser()
     try:
-        args = _parser().parse_args(argv)
+        args, rest = parser.parse_known_args(argv)
+        if rest and not hasattr(args, "trl"):  # only train, eval --before and plan take a recipe's --KEY VALUE
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
     except SystemExit as e:  # argparse printed the problem and the usage
         return e.code if isinstance(e.code, int) else 2
+    if rest:
+        args.trl = rest
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, ConnectionError) as e:

@@ -139,7 +139,7 @@ def doctor(preset: Any = None, driver: Any = nvidia_driver) -> dict[str, Any]:
     """What this machine runs against what ``preset`` needs: ``python -m grpo_kit doctor``.
 
     Args:
-        preset: a preset name or :class:`grpo_kit.training.presets.Preset` (``None``: the one that fits here).
+        preset: a preset name or :class:`grpo_kit.training.presets.Recipe` (``None``: the one that fits here).
         driver: returns the NVIDIA driver's version or ``None`` (default: :func:`nvidia_driver`).
 
     Returns:
@@ -205,14 +205,14 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
     the kit's log, and import the GPU stack in the order it needs (Unsloth first on its routes).
 
     Args:
-        preset: a preset name or :class:`grpo_kit.training.presets.Preset`; ``None``: the one that fits this
+        preset: a preset name or :class:`grpo_kit.training.presets.Recipe`; ``None``: the one that fits this
             machine (T4: ``colab-t4``, A100/H100: ``a100``, no GPU: ``cpu-tiny``).
         preset_overrides: preset fields to replace.
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): when on, the preset is ``cpu-tiny`` (the kit's
             tiny policy on the CPU) with the switch's ``preset_overrides`` applied after ``preset_overrides``.
 
     Returns:
-        The :class:`grpo_kit.training.presets.Preset`.
+        The :class:`grpo_kit.training.presets.Recipe`.
 
     Raises:
         ValueError: an unknown preset or field (before any model loads).

@@ -17,17 +17,15 @@ REWARDS = get_task("gsm8k").reward_set()
 @pytest.mark.parametrize("name", ["multi-gpu-lora", "full-80gb"])
 def test_trls_colocated_vllm_gets_the_recipes_context_length(name):
     """Defect 1: unset, vLLM takes the model's 131,072 tokens and does not fit 0.3 of an 80 GB card."""
-    from grpo_kit.training.trainer import grpo_config_kwargs
-
     preset = PRESETS[name]
-    kwargs = grpo_config_kwargs(preset, "out", REWARDS)
+    kwargs = preset.grpo_kwargs("out", REWARDS.weights)
     assert kwargs["vllm_max_model_length"] == preset.max_prompt_tokens + preset.max_completion_length
 
 
 def test_without_a_context_length_the_plan_says_vllm_will_not_start():
     from grpo_kit.training.plan import make_plan
 
-    unset = make_plan("multi-gpu-lora", {"extra": {"vllm_max_model_length": 131072}}, device="a100-80gb",
+    unset = make_plan("multi-gpu-lora", {"vllm_max_model_length": 131072}, device="a100-80gb",
                       launch="ddp", processes=8)
     assert unset["fatal"] and any("vLLM will not start" in line for line in unset["problems"])
     assert unset["memory"]["kv_cache_needed"] == 16.0  # 131,072 tokens x 128 KiB
