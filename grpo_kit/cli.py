@@ -401,6 +401,7 @@ def _parser() -> argparse.ArgumentParser:
     from grpo_kit.demo import DemoConfig
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
     from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.runs.export import FORMATS
     from grpo_kit.tasks import DEFAULT_TASK, TASKS
     from grpo_kit.training.presets import PRESETS
 
@@ -563,7 +564,7 @@ def _parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="the run's trained policy merged (safetensors) or as GGUF, verified against it "
                          "before it is called done, with a model card; optionally uploaded to the Hub")
     exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
-    exp.add_argument("--format", nargs="+", choices=["merged", "gguf"], default=["merged"])
+    exp.add_argument("--format", nargs="+", choices=FORMATS, default=[FORMATS[0]])
     exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
     exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
     exp.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
