@@ -646,7 +646,7 @@ def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: print the report; exit 2 when something would stop the preset here."""
     import json
 
-    from grpo_kit.notebook import doctor, format_doctor, nvidia_driver
+    from grpo_kit.training.doctor import doctor, format_doctor, nvidia_driver
 
     if args.install_plan:
         import importlib.metadata

@@ -1,9 +1,22 @@
-"""The checks every setting of a run passes before anything loads: what each field admits, and the combinations
-that cannot work.
+"""The checks every setting of a run passes before anything loads: only what TRL and Unsloth do not check, or check
+only after the model loaded.
 
-The range rules are data (:data:`RULES`), so one table says what each field admits;
-:func:`check_settings` adds the rules between fields (the GPU routes, TRL's batch rule, the dataset's
-columns against the rewards) and says, for each problem, which value to change and to what.
+Why each is here (read against trl 1.15.0/1.16.0, transformers 5.17.0, unsloth 2026.10.7):
+
+- Names and types of recipe keys: TRL's own parser (:func:`grpo_kit.training.presets.get_preset`), not here.
+- The ranges of :data:`RULES` (learning rate, steps, lengths, temperature, LoRA rank, vLLM's share, beta, ...):
+  ``GRPOConfig.__post_init__`` and ``TrainingArguments`` validate none of them; a zero learning rate or a
+  temperature of 0 would train nothing or turn the first loss into NaN, after the model loaded.
+- The generation batch divisible by ``num_generations`` and ``num_generations >= 2``: TRL checks them in
+  ``GRPOConfig.__post_init__``, which the run builds after the model loaded (and which cannot be built on a
+  machine without the GPU a recipe's bf16 asks for, where ``plan`` runs).
+- ``optim``, ``lr_scheduler_type`` and ``report_to`` names, and an installed ``report_to``: transformers refuses
+  them only when the trainer is built, after the model loaded.
+- The GPU routes (Unsloth with full fine-tuning and ``fast_inference``, 4-bit without Unsloth, Unsloth on several
+  processes, TRL's colocated vLLM on a CPU): Unsloth and TRL fail late or train something else (unsloth #2846,
+  #3577, #2435).
+- The dataset's columns against the rewards: TRL calls a reward first at the first step.
+- Algorithm combinations: :func:`grpo_kit.training.algorithms.check_algorithm` says why each.
 """
 
 from __future__ import annotations

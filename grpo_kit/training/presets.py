@@ -309,6 +309,8 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
         # the named variant's values first (TRL's defaults, written out, without one), the recipe's own keys over them
         values = {**get_algorithm(values.get("algorithm", KitArgs.algorithm)).fields, **values}
     overrides = _trl_names(overrides)
+    if str({**values, **overrides}.get("use_unsloth")).lower() in ("true", "1", "yes"):
+        _unsloth_first()  # before anything imports TRL, the parser included
     _refuse_unknown([*values, *overrides])
     if "name" in overrides and overrides["name"] != name:
         raise ValueError("name is the recipe's own name: choose a recipe with --preset or --config (python -m "
@@ -316,8 +318,6 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
     if "algorithm" in overrides:  # a variant replaces the recipe's algorithm keys; the other overrides come last
         values.update(get_algorithm(overrides["algorithm"]).fields)
     values = {**values, **overrides}
-    if values.get("use_unsloth") is True:
-        _unsloth_first()
     return Recipe(name, {k: v for k, v in _typed(values, argv).items() if k != "name"})
 
 
