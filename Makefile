@@ -124,13 +124,20 @@ docs: $(DOCS_STAMP)
 # 7 minutes (measured 407 s once installed). Each test file runs on one process, so a module's expensive fixture (a trained policy,
 # a reference run) is built once. (Finer `xdist_group`s would balance better, but pytest 9.2 with xdist 3.8
 # silently ignores them: pytest-xdist #1386.)
-test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP)
+# The viewer's browser tests (tests/runs/test_view.py) open it in Debian's headless Chromium through Debian's
+# chromedriver, driven by Selenium (requirements-cpu.txt): no browser is downloaded. Installed where missing (CI runs
+# as root on Debian); chromium-driver pulls chromium.
+CHROMEDRIVER := /usr/bin/chromedriver
+$(CHROMEDRIVER):
+	apt-get update -qq && apt-get install -y -qq chromium chromium-driver
+
+test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
 		-m "not rebuild"
 
 # The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
 # experiments). CI runs `make test`.
-test-quick: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP)
+test-quick: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
 	$(VENV)/bin/ruff check .
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
 		-m "not slow and not rebuild"

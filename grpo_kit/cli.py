@@ -148,6 +148,7 @@ def _run_spec(args: argparse.Namespace) -> Any:
     """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
     from grpo_kit.runs.spec import RunSpec
     from grpo_kit.tasks import get_task
+    from grpo_kit.training.groups import GroupsKept
     from grpo_kit.training.presets import device_preset
     from grpo_kit.training.tracking import setup_wandb
 
@@ -166,7 +167,8 @@ def _run_spec(args: argparse.Namespace) -> Any:
                            resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
                            warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
-                           algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides)
+                           algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides,
+                           groups=GroupsKept(args.groups_every, args.groups_per_step))
 
 
 def _recipe_source(args: argparse.Namespace) -> str | None:
@@ -362,6 +364,14 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.view import write_view
+
+    path = write_view(args.run_dirs, out=args.out, names=args.names, seed=args.seed)
+    print(path, flush=True)
+    return 0
+
+
 def _reward_check(args: argparse.Namespace) -> int:
     import json
 
@@ -456,6 +466,11 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-max-new-tokens", type=_positive, default=None,
                        help="held-out completion budget (default the preset's max_completion_length)")
     train.add_argument("--train-size", type=_positive, default=None, help="train questions (seeded slice)")
+    train.add_argument("--groups-every", type=_positive, default=1, metavar="N",
+                       help="keep the training groups (completions, rewards, advantages) of every N-th logged step "
+                       "in groups/ (default 1)")
+    train.add_argument("--groups-per-step", type=_nonnegative, default=16, metavar="K",
+                       help="keep at most K groups a step (default 16; 0 keeps none)")
     train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                        help="any recipe key, e.g. --set learning_rate=1e-5 --set lora_r=16 (or TRL's own form: "
                        "--learning_rate 1e-5)")
@@ -514,6 +529,16 @@ def _parser() -> argparse.ArgumentParser:
                          "the first run folder)")
     compare.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
     compare.set_defaults(func=_compare)
+
+    view = sub.add_parser("view", help="one self-contained HTML page of what the runs did: before/after table, every "
+                          "question's completions side by side with flip and text filters, training curves and "
+                          "groups, reward-check")
+    view.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (several: sharing a baseline)")
+    view.add_argument("--out", default=None, help="the HTML file (default: view.html in the run folder; "
+                      "for several, comparison/view.html beside the first)")
+    view.add_argument("--names", nargs="+", default=None, help="the runs' names (default: folders)")
+    view.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
+    view.set_defaults(func=_view)
 
     check = sub.add_parser("reward-check", help="before training: from the baseline's sampled completions, whether a "
                            "reward set can teach (zero-variance share, correlation with correctness), per reward")

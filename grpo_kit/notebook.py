@@ -1,7 +1,8 @@
 """What the notebooks' cells do, one call per step: install the stack, check the GPU, plan the baseline, plan the
-training run, open a trained run, export it, plan a comparison, log to wandb; the ``cpu_demo`` switch that runs a
-notebook on a CPU with the kit's tiny policy; and the doctor (:func:`grpo_kit.training.doctor.doctor`, also
-``python -m grpo_kit doctor``): the installed stack, the driver and the GPU against a recipe.
+training run, open a trained run, export it, plan a comparison, log to wandb, show the run viewer; the ``cpu_demo``
+switch that runs a notebook on a CPU with the kit's tiny policy; and the doctor
+(:func:`grpo_kit.training.doctor.doctor`, also ``python -m grpo_kit doctor``): the installed stack, the driver and
+the GPU against a recipe.
 
 Importing this module imports no third-party package, so the install cell can call it right after
 installing the kit itself.
@@ -19,9 +20,9 @@ from typing import Any
 
 from grpo_kit.training.doctor import _disk_version, _live_version, doctor, format_doctor, nvidia_driver
 
-__all__ = ["Comparison", "CpuDemo", "cpu_demo_settings", "doctor", "export_run", "format_doctor", "gpu_check",
-           "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline", "plan_comparison",
-           "plan_training"]
+__all__ = ["Comparison", "CpuDemo", "RunView", "cpu_demo_settings", "doctor", "export_run", "format_doctor",
+           "gpu_check", "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline",
+           "plan_comparison", "plan_training", "view_runs"]
 
 def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
     """Install what the notebooks need beside the runtime's torch, keeping that torch (the notebooks' first cell).
@@ -443,3 +444,43 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
         print(f"{name}: {spec.rewards}; algorithm {spec.preset.algorithm}")
     return Comparison(specs=specs, plan=plan, root=root)
 
+
+
+@dataclass
+class RunView:
+    """The viewer page :func:`view_runs` wrote: ``path``, shown inline in a notebook (an ``<iframe>`` holding the
+    page, so it needs no server and works on Colab and Jupyter alike)."""
+
+    path: Path
+    height: int = 760
+
+    def _repr_html_(self) -> str:
+        import html
+
+        page = self.path.read_text(encoding="utf-8")
+        return (f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:{self.height}px;'
+                f'border:1px solid #d0d7de" sandbox="allow-scripts"></iframe>'
+                f"<p>{html.escape(str(self.path))}: the same page, to open in a browser or share.</p>")
+
+
+def view_runs(run_dirs: Any, out: str | Path | None = None, names: Any = None, height: int = 760) -> RunView:
+    """Write the run viewer (``python -m grpo_kit view``: :func:`grpo_kit.runs.view.write_view`) and show it inline.
+
+    Args:
+        run_dirs: a run folder (a path or :class:`grpo_kit.runs.folder.RunFolder`) or several sharing a baseline.
+        out: the HTML file (default ``view.html`` in the run folder; for several, ``comparison/view.html`` beside the
+            first).
+        names: the runs' names (default the folders' names).
+        height: the inline frame's height in pixels.
+
+    Returns:
+        :class:`RunView` (the notebook shows it; ``.path`` is the file).
+
+    Raises:
+        FileNotFoundError, ValueError: see :func:`grpo_kit.runs.view.write_view`.
+    """
+    from grpo_kit.runs.view import write_view
+
+    dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) or hasattr(run_dirs, "path") else list(run_dirs)
+    dirs = [getattr(d, "path", d) for d in dirs]
+    return RunView(write_view(dirs, out=out, names=names), height)

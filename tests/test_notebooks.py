@@ -103,6 +103,7 @@ def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
     assert "merged export (float32)" in shown and "PASSED" in shown  # the export section, verified
     assert (run / "export" / "merged" / "README.md").is_file()
     assert ("Countdown reward" in shown) == (task == "countdown")
+    assert (run / "view.html").is_file() and "the same page, to open in a browser" in shown  # the run viewer, inline
     logged = {k for row in json.loads((run / "log_history.json").read_text()) for k in row}
     if task == "countdown":
         assert {"rewards/countdown_reward_func/mean", "rewards/xmlcount_reward_func/mean"} <= logged
@@ -138,3 +139,4 @@ def test_compare_notebook_trains_two_variants_on_one_baseline(tmp_path):
     assert "baseline -> format-only" in shown and "baseline -> correctness" in shown
     assert "format-only -> correctness" in shown and "Holm" in shown
     assert "reward correctness_reward_func" in shown  # the settings that differ: its weight, 0 against 2
+    assert (run_dir / "comparison" / "view.html").is_file() and "the same page, to open in a browser" in shown

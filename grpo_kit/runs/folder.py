@@ -201,6 +201,9 @@ class RunFolder:
     lock_file = property(lambda self: self.path / ".lock", doc="held by the one process writing the folder")
     lock_holder = property(lambda self: self.path / ".lock-holder.json", doc="who holds the lock (for the message)")
     heldout = property(lambda self: self.path / "heldout", doc="held-out evaluations during training, per step")
+    groups = property(lambda self: self.path / "groups",
+                      doc="training groups kept per step: prompt, completions, rewards, advantages (Parquet)")
+    view = property(lambda self: self.path / "view.html", doc="the run viewer (python -m grpo_kit view)")
     alarms = property(lambda self: self.path / "alarms.jsonl", doc="reward-hacking and stale-weights alarms")
     report = property(lambda self: self.path / "report.md", doc="the before/after report")
 

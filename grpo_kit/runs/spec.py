@@ -28,6 +28,7 @@ from grpo_kit.tasks.rewards import probe
 from grpo_kit.tasks.task_file import check_digest
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
 from grpo_kit.training.checks import check_settings
+from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import Recipe, get_preset
 
@@ -75,6 +76,7 @@ class RunSpec:
         eval_max_new_tokens: the held-out completion budget (default the preset's ``max_completion_length``).
         seed: seeds the data slices (the tiny policy's seed is the preset's ``seed``).
         progress: one of :data:`PROGRESS`.
+        groups: which training groups the run folder keeps (``groups/``; :class:`grpo_kit.training.groups.GroupsKept`).
         train_split: the task's train split, read once by :meth:`resolve`, less the validation questions.
         validation: the validation questions (:func:`grpo_kit.tasks.data.carve_validation`), with ``eval_steps``.
     """
@@ -92,6 +94,7 @@ class RunSpec:
     eval_max_new_tokens: int | None = None
     seed: int = 0
     progress: str = "bar"
+    groups: GroupsKept = GroupsKept()
     train_split: Any = field(default=None, repr=False, compare=False)
     validation: Any = field(default=None, repr=False, compare=False)
 
@@ -102,8 +105,9 @@ class RunSpec:
                 eval_steps: int | None = None, eval_size: int | None = None, eval_max_new_tokens: int | None = None,
                 seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
-                launch: Launch | None = None, algorithm: str | None = None, argv: Sequence[str] = (),
-                recipe_overrides: Mapping[str, Any] | None = None, **overrides: Any) -> RunSpec:
+                launch: Launch | None = None, algorithm: str | None = None, groups: GroupsKept | None = None,
+                argv: Sequence[str] = (), recipe_overrides: Mapping[str, Any] | None = None,
+                **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
@@ -116,7 +120,7 @@ class RunSpec:
                 mapping; ``None``: the task's rewards.
             model: a Hub id or folder instead of the preset's model.
             run_dir: the run folder.
-            resume, train_size, eval_steps, eval_max_new_tokens, seed, progress: see the attributes.
+            resume, train_size, eval_steps, eval_max_new_tokens, seed, progress, groups: see the attributes.
             eval_size: validation questions (default the task's ``validation_size``, else 100 or a fifth of the
                 train split's rows, whichever is fewer); carved out of the train split only with ``eval_steps``.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
@@ -204,8 +208,8 @@ class RunSpec:
         spec = cls(preset=preset, task=task, rewards=reward_set, policy=policy, folder=folder, launch=launch,
                    resume=resume, train_size=train_size, eval_steps=eval_steps,
                    eval_size=len(validation) if validation is not None else eval_size or 100,
-                   eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, train_split=train_split,
-                   validation=validation)
+                   eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, groups=groups or GroupsKept(),
+                   train_split=train_split, validation=validation)
         if resume and folder.train_settings.is_file():
             recorded = folder.read_settings(folder.train_settings, "train", ("identity",))
             check_same_run(recorded["identity"], spec.identity(), folder.path)

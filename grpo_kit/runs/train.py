@@ -23,6 +23,7 @@ computes its own completions' rewards, and only the main process writes the run 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import platform
@@ -37,7 +38,7 @@ from grpo_kit.system.files import write_text
 from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
-from grpo_kit.training.presets import recipe_yaml
+from grpo_kit.training.presets import get_preset, recipe_yaml
 
 __all__ = ["TrainResult", "model_card", "package_versions", "train"]
 
@@ -145,7 +146,8 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
         :class:`TrainResult`. The run folder holds ``checkpoints/checkpoint-<step>/``, ``model/``
         (adapter or full model), ``log_history.json``, ``training_curves.png``,
         ``train_settings.json`` (with the algorithm: :func:`grpo_kit.training.algorithms.algorithm_settings`),
-        ``model/README.md`` (:func:`model_card`), and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
+        ``model/README.md`` (:func:`model_card`), ``groups/step-<N>.parquet`` (the training groups kept:
+        :mod:`grpo_kit.training.groups`), and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
         ``alarms.jsonl``.
 
         A ``--resume`` of a run that finished at ``max_steps`` trains nothing (``already_finished``); one killed
@@ -183,6 +185,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     from grpo_kit.policy.warm_start import quiet_progress
     from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
     from grpo_kit.training.callbacks import HeldOutEval, StaleWeightsAlarm, StepPrinter
+    from grpo_kit.training.groups import keep_groups, trl_completions_settings
     from grpo_kit.training.trainer import build_trainer, save_policy
 
     resume_from = latest_complete(folder.checkpoints) if spec.resume else None
@@ -236,7 +239,12 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.progress == "lines" and main:
         callbacks.append(StepPrinter(f"{len(spec.validation)} validation questions held out of the {spec.task.name} "
                                      "train split" if spec.validation is not None else ""))
-    trainer = build_trainer(model, tokenizer, train_set, preset, spec.rewards, str(folder.checkpoints),
+    if spec.groups.on:  # TRL writes each logged step's completions; the callback keeps them in groups/
+        callbacks.append(keep_groups(folder.groups, spec.groups, spec.rewards.names, spec.rewards.weights,
+                                     preset.num_generations, is_main_process=main))
+    logged = get_preset(preset, **{k: v for k, v in trl_completions_settings().items() if k not in preset.settings}) \
+        if spec.groups.on else preset
+    trainer = build_trainer(model, tokenizer, train_set, logged, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
     if spec.progress == "bar":
         quiet_progress(trainer)

@@ -171,8 +171,8 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
                              fatal=False))
     if preset.bf16 and not gpu.bf16:
         found.append(Problem(f"preset {preset.name!r} computes in bfloat16 (bf16=True) and {gpu.name} has none "
-                             "(compute capability below 8.0): use preset colab-t4, or --set bf16=False --set "
-                             "\"extra={'fp16': True}\"", kind="bf16"))
+                             "(compute capability below 8.0): use preset colab-t4, or --bf16 false --fp16 true",
+                             kind="bf16"))
     if kind in ("zero3", "fsdp2") and preset.lora_rank is not None:
         found.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_rank {preset.lora_rank}) "
                              "does not need: use --launch ddp (configs/accelerate/ddp.yaml)", fatal=False))

@@ -16,11 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from grpo_kit.cli import main
+from grpo_kit.training.groups import read_groups
 from grpo_kit.training.checkpoints import checkpoints, is_complete, latest_complete
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +102,16 @@ def test_train_writes_the_run_folder_with_checkpoints(uninterrupted):
 
     curves = training_curves(history)  # the curves drawn into training_curves.png, beside the rewards
     assert curves["eval/strict_accuracy"][0] == [0, 2, 4, 6] and "eval/flexible_accuracy_ci_high" in curves
+    # What the policy generated: one group of 8 completions a step, TRL's rewards and advantages, TRL's copy gone
+    groups = read_groups(run_dir / "groups")
+    assert groups.groupby("step").size().to_dict() == {s: 8 for s in range(1, 7)}
+    assert not list((run_dir / "checkpoints" / "completions").iterdir())
+    rewards = {row["step"]: row["reward"] for row in history if "reward" in row}
+    for step, rows in groups.groupby("step"):
+        assert rows["total"].mean() == pytest.approx(rewards[step], abs=1e-5)  # TRL's logged mean reward
+        assert rows["total"].to_numpy() == pytest.approx(rows["reward/strict_format_reward_func"].to_numpy()
+                                                          + rows["reward/xmlcount_reward_func"].to_numpy())
+        assert abs(rows["advantage"].sum()) < 1e-4 and rows["prompt"].nunique() == 1
 
 
 def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, tiny_policy_files, tmp_path):
@@ -122,6 +134,8 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
     assert resumed == pytest.approx(expected, abs=1e-6)
     a, b = load_file(straight / "model" / "model.safetensors"), load_file(run_dir / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # The groups kept survive the kill: the killed run's steps after its checkpoint are replaced by the resumed ones
+    pd.testing.assert_frame_equal(read_groups(run_dir / "groups"), read_groups(straight / "groups"))
 
 
 def test_extending_a_finished_run_trains_the_added_steps_on_the_longer_schedule(uninterrupted, tiny_policy_files,

@@ -26,6 +26,7 @@ import torch  # noqa: E402
 
 from grpo_kit.tasks import RewardSet, get_task  # noqa: E402
 from grpo_kit.training.algorithms import ALGORITHMS  # noqa: E402
+from grpo_kit.training.groups import GroupsKept, keep_groups, read_groups, trl_completions_settings  # noqa: E402
 from grpo_kit.training.presets import PRESETS, get_preset, with_algorithm  # noqa: E402
 from grpo_kit.training.trainer import build_grpo_config, build_trainer, is_unsloth_trainer  # noqa: E402
 
@@ -157,15 +158,25 @@ def test_unsloths_trainer_runs_grpo_steps_and_moves_the_adapter(tiny_policy, gsm
                         per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
                         max_completion_length=8, learning_rate=0.05, lr_scheduler_type="constant", warmup_ratio=0.0,
                         optim="adamw_torch", save_steps=100, max_prompt_tokens=200)
+    preset = get_preset(preset, **trl_completions_settings())  # what a run keeps
     lora = _unsloth_lora(model)
     before = {n: p.detach().clone() for n, p in lora.named_parameters() if p.requires_grad}
-    trainer = build_trainer(lora, tokenizer, gsm8k_train_small, preset, FORMAT_AND_LENGTH, str(tmp_path))
+    keep = keep_groups(tmp_path / "groups", GroupsKept(), FORMAT_AND_LENGTH.names, FORMAT_AND_LENGTH.weights, 4)
+    trainer = build_trainer(lora, tokenizer, gsm8k_train_small, preset, FORMAT_AND_LENGTH, str(tmp_path),
+                            callbacks=[keep])
     trainer.args.disable_tqdm = True
     trainer.train()
     after = dict(trainer.model.named_parameters())
     moved = sum(not torch.equal(p, after[n].detach()) for n, p in before.items())
     assert moved == len(before), f"{moved} of {len(before)} adapter tensors changed"
-    assert [row["step"] for row in trainer.state.log_history if "reward" in row] == [1, 2]
+    rewards = {row["step"]: row["reward"] for row in trainer.state.log_history if "reward" in row}
+    assert list(rewards) == [1, 2]
+    # Unsloth's generated trainer writes trl 1.15.0's completion log, which the run folder keeps per step
+    groups = read_groups(tmp_path / "groups")
+    assert groups.groupby("step").size().to_dict() == {1: 4, 2: 4}
+    assert {"reward/strict_format_reward_func", "reward/length_reward", "advantage"} <= set(groups.columns)
+    for step, rows in groups.groupby("step"):
+        assert rows["total"].mean() == pytest.approx(rewards[step], abs=1e-5)
 
 
 def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):

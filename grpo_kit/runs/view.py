@@ -1,0 +1,218 @@
+"""``python -m grpo_kit view RUN_DIR [RUN_DIR ...]``: one self-contained HTML page of what runs did.
+
+The page (:func:`grpo_kit.evaluation.viewer.viewer_html`) holds the before/after table with intervals; every
+question with its greedy completion before and after side by side, its gold answer, each reward and the
+strict/flexible verdicts, filterable by flip, metric and text; the training curves and held-out accuracy by step
+with the alarms marked; the training groups kept by step (:mod:`grpo_kit.training.groups`) with their rewards and
+advantages, zero-variance groups marked; reward-check's table; and for several runs sharing a baseline,
+``compare``'s tables and each run's verdict per question. It needs no network and no server: it opens from a file
+manager, Drive or ``IPython.display``.
+
+Everything is read from the run folders; a section whose files are missing (no training yet, no sampled
+baseline) says what writes them instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from grpo_kit.evaluation.compare import compare, paired_ids
+from grpo_kit.evaluation.scoring import EvalResult
+from grpo_kit.evaluation.viewer import MARK, viewer_html
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.system.files import write_text
+from grpo_kit.tasks import get_task
+from grpo_kit.training.groups import kept_steps, read_groups
+
+__all__ = ["view_data", "write_view"]
+
+log = logging.getLogger(__name__)
+#: A group whose totals spread less than this has zero variance: GRPO's advantage is 0 for each of its completions.
+ZERO_STD = 1e-9
+
+
+def _number(value: Any, digits: int = 4) -> float | None:
+    """A JSON-safe rounded number (``None`` for NaN, infinity or a missing value)."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else float(value)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def _table(frame: Any) -> list[dict[str, Any]]:
+    """A DataFrame as rows of JSON-safe values."""
+    return [{k: (v if isinstance(v, str) else _number(v)) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _evaluation(run: RunFolder, path: Path) -> EvalResult | None:
+    if not path.is_file():
+        return None
+    settings = run.read_json(run.eval_settings, "02_baseline_eval (or python -m grpo_kit eval --before)")
+    task = get_task(settings["task"], digest=settings.get("task_digest"))
+    return EvalResult.from_jsonl(path, task=task)
+
+
+def _answers(result: EvalResult, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The first sample of each question: its completion, extracted answer and each metric's value, by id."""
+    out = {}
+    for r in result.records:
+        if r["sample"] == 0:
+            out[r["id"]] = {"completion": r["completion"], "extracted": r.get("extracted"),
+                            "values": {k: _number(r.get(k)) for k in keys}}
+    return out
+
+
+def _curves(run: RunFolder) -> dict[str, Any]:
+    from grpo_kit.evaluation.plots import training_curves
+
+    history = run.read_json(run.log_history, "train") if run.log_history.is_file() else []
+    curves = {k: [s, [_number(v) for v in vals]] for k, (s, vals) in training_curves(history).items()}
+    return {"curves": curves, "alarms": [{k: (v if isinstance(v, str) else _number(v) if not isinstance(v, dict)
+                                              else None) for k, v in a.items()} for a in run.read_alarms()]}
+
+
+def _groups(run: RunFolder) -> dict[str, Any]:
+    """The kept training groups, column-wise per group (the page's largest part, inflated only when shown), and per
+    kept step the share of groups whose completions all scored the same total (they teach nothing)."""
+    frame = read_groups(run.groups)
+    rewards = [c for c in frame.columns if c.startswith("reward/")]
+    out = []
+    for (step, group), rows in frame.groupby(["step", "group"], sort=True):
+        out.append({"step": int(step), "group": int(group), "prompt": rows["prompt"].iloc[0],
+                    "std": _number(rows["group_std"].iloc[0]),
+                    "completions": rows["completion"].tolist(),
+                    "rewards": {c.removeprefix("reward/"): [_number(v, 3) for v in rows[c]] for c in rewards},
+                    "total": [_number(v, 3) for v in rows["total"]],
+                    "advantage": [_number(v, 3) for v in rows["advantage"]]})
+    steps = sorted({g["step"] for g in out})
+    zero = {s: [0, 0] for s in steps}
+    for g in out:
+        zero[g["step"]][0] += (g["std"] or 0.0) < ZERO_STD
+        zero[g["step"]][1] += 1
+    return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": steps,
+            "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out}
+
+
+def _reward_check(run: RunFolder) -> dict[str, Any] | None:
+    if not run.baseline_sampled.is_file():
+        return None
+    from grpo_kit.runs.reward_check import reward_check
+
+    try:
+        check = reward_check(run)
+    except (OSError, ValueError) as e:
+        return {"error": str(e)}
+    data = check.to_json()
+    return {"headline": data["headline"], "questions": data["questions"], "samples": data["samples"],
+            "weights": data["reward_set"]["weights"],
+            "rows": [{"reward": name, **{k: _number(v) for k, v in s.items()}} for name, s in data["rewards"].items()]
+            + [{"reward": "reward set (weighted total)",
+                **{k: _number(v) for k, v in data["reward_set"].items() if k != "weights"}}]}
+
+
+def _check_folders(run_dirs: Sequence[str | Path]) -> None:
+    """Refuse no folder or a missing one (a mistyped path is named, not created)."""
+    if not run_dirs:
+        raise ValueError("give at least one run folder (python -m grpo_kit view RUN_DIR [RUN_DIR ...])")
+    for d in run_dirs:
+        if not Path(d).is_dir():
+            raise FileNotFoundError(f"no run folder at {d}: give folders that eval and train wrote")
+
+
+def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0) -> dict[str, Any]:
+    """What the viewer page shows, as one JSON-safe dict (:func:`grpo_kit.evaluation.viewer.viewer_html` draws it).
+
+    Args:
+        run_dirs: one or more run folders; several must share one baseline (``compare``'s rule).
+        names: the runs' names (default the folders' names).
+        seed: the bootstrap's seed for the intervals.
+
+    Returns:
+        ``{"runs": [...], "questions": [...], "metrics": [...], "headline": str, "compare": ... | None}``: per
+        run its before/after table, curves, alarms, groups and reward check; per question (first sample) the
+        gold answer, the completion before and after each run and each metric's value.
+
+    Raises:
+        FileNotFoundError: a run folder is missing, or has no baseline (the message names the step that writes it).
+        ValueError: several runs that do not share a baseline (the message names what differs).
+    """
+    _check_folders(run_dirs)
+    folders = [RunFolder(d) for d in run_dirs]
+    names = list(names) if names is not None else [f.path.name for f in folders]
+    if len(names) != len(folders) or len(set(names)) != len(names):
+        names = [str(f.path) for f in folders]
+    comparison = None
+    if len(folders) > 1:
+        from grpo_kit.runs.compare import compare_runs
+
+        report = compare_runs([f.path for f in folders], names=names, seed=seed)
+        comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
+                      "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
+    before = _evaluation(folders[0], folders[0].require(folders[0].baseline, "02_baseline_eval (or python -m "
+                                                                                 "grpo_kit eval --before)"))
+    metrics = before.metrics()
+    keys = [m.key for m in metrics]
+    base = _answers(before, keys)
+    runs, afters = [], []
+    for name, run in zip(names, folders):
+        after = _evaluation(run, run.trained)
+        entry: dict[str, Any] = {"name": name, "path": str(run.path), "table": None, "stale": None}
+        if after is not None:
+            paired_ids(before.records, after.records)  # refuses what is not paired
+            frame = compare(before, after, seed=seed)
+            entry["table"] = _table(frame)
+            entry["format_only_gain"] = _number(frame.attrs.get("format_only_gain"))
+            with contextlib.suppress(OSError, ValueError):
+                entry["stale"] = run.stale_results()
+        afters.append(_answers(after, keys) if after is not None else None)
+        entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run))
+        runs.append(entry)
+    questions = []
+    first = {r["id"]: r for r in before.records if r["sample"] == 0}
+    for qid, r in first.items():
+        questions.append({"id": qid, "index": r["index"], "question": r["question"], "answer": r["answer"],
+                          "before": base[qid], "after": [a.get(qid) if a is not None else None for a in afters]})
+    return {"runs": runs, "questions": questions, "headline": before.task.headline, "task": before.task.name,
+            "metrics": [{"key": m.key, "label": m.label, "binary": m.binary, "max": _number(m.max_value)}
+                        for m in metrics], "compare": comparison}
+
+
+def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, names: Sequence[str] | None = None,
+               seed: int = 0) -> Path:
+    """Write the viewer page of ``run_dirs`` (:func:`view_data`) as one HTML file, whole or not at all.
+
+    Args:
+        run_dirs: one or more run folders.
+        out: the file (default ``view.html`` in the run folder; for several runs ``comparison/view.html`` beside the
+            first, where ``compare`` writes its tables).
+        names: the runs' names.
+        seed: the bootstrap's seed.
+
+    Returns:
+        the file's path.
+
+    Raises:
+        FileNotFoundError, ValueError: see :func:`view_data`; ``out`` is a folder, or a file that this command did
+            not write (it is not replaced).
+    """
+    _check_folders(run_dirs)
+    if out is None:  # several runs: beside compare's tables (its default --out)
+        out = RunFolder(run_dirs[0]).view if len(run_dirs) == 1 else Path(run_dirs[0]).parent / "comparison" / "view.html"
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder: give a file name ending in .html")
+    if out.exists():
+        with open(out, encoding="utf-8", errors="replace") as f:
+            if MARK not in f.read(512):
+                raise ValueError(f"{out} exists and was not written by python -m grpo_kit view: give another --out")
+    data = view_data(run_dirs, names, seed)
+    write_text(out, viewer_html(data))
+    return out
