@@ -1,5 +1,4 @@
-"""The notebooks' install cell and the doctor, with every reading faked: the driver, the versions, the GPU
-(issue 23, defect 8)."""
+"""The notebooks' install cell and the doctor, with every reading faked: the driver, the versions, the GPU."""
 
 from __future__ import annotations
 

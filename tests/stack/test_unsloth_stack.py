@@ -198,7 +198,7 @@ def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):
 
 
 def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_path):
-    """Issue 23, defect 4: Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False
+    """Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False
     (unsloth/models/rl.py), so TRL never logs the gap; the kit's plan says the alarm is not armed on that route."""
     from grpo_kit.training.callbacks import stale_weights_alarm
 
