@@ -240,7 +240,9 @@ def run_identity(preset: Recipe, task: str, model: str, rewards: RewardSet,
     """What a run trains, as JSON-able values: the preset's fields (less those a resumed run may change,
     :data:`grpo_kit.training.presets.RESUMABLE_FIELDS`), the task, the model, the rewards with their weights and
     how its training questions were chosen (``data``: ``train_size`` and ``seed``)."""
-    fields = {"name": preset.name, **{k: v for k, v in preset.settings.items() if k not in RESUMABLE_FIELDS}}
+    # lora_rank beside TRL's use_peft/lora_r: what export and the cards read of a run folder, whatever its version
+    fields = {"name": preset.name, **{k: v for k, v in preset.settings.items() if k not in RESUMABLE_FIELDS},
+              "lora_rank": preset.lora_rank}
     return json.loads(json.dumps({"preset": fields, "task": task, "model": model,
                                   "rewards": dict(zip(rewards.names, rewards.weights)), **(data or {})}, default=str))
 
