@@ -68,8 +68,12 @@ $(DS_STAMP): requirements-deepspeed.txt $(STAMP)
 $(LLAMA_STAMP): requirements-llama.txt $(STAMP)
 	rm -rf $(LLAMA_DIR)
 	$(PY) -m pip download --quiet --no-deps --no-binary llama-cpp-python -d $(LLAMA_DIR)/dist -r requirements-llama.txt
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install --quiet --no-deps \
-		--target $(LLAMA_DIR) $(LLAMA_DIR)/dist/*
+	@echo "compiling llama.cpp into $(LLAMA_DIR)/ for GGUF export: 7 minutes of CPU time, about 12 minutes on 2 quiet" \
+		"cores, 20 to 40 on busy ones (once; pip prints nothing until it ends, so a line every 30 s says it runs)"
+	@start=$$(date +%s); ( while sleep 30; do echo "  compiling llama.cpp: $$(( $$(date +%s) - start )) s"; done ) & \
+		ticker=$$!; CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install \
+		--quiet --no-deps --target $(LLAMA_DIR) $(LLAMA_DIR)/dist/*; status=$$?; kill $$ticker; \
+		echo "llama.cpp compiled in $$(( $$(date +%s) - start )) s"; exit $$status
 	mkdir -p $(LLAMA_DIR)/llama.cpp
 	tar -xzf $(LLAMA_DIR)/dist/llama_cpp_python-*.tar.gz -C $(LLAMA_DIR)/llama.cpp --strip-components=3 \
 		--wildcards '*/vendor/llama.cpp/convert_hf_to_gguf.py' '*/vendor/llama.cpp/conversion' \
@@ -159,15 +163,17 @@ test-gpu: $(GPU_STAMP)
 		echo "== $$f"; GRPO_KIT_REQUIRE_GPU_STACK=1 $(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu $$f || exit 1; \
 	done
 
-# The GPU proof (benchmarks/gpu_proof.py): GRPO steps at the presets' real shapes with random weights, peak
-# memory against `plan`'s estimate, s/step, tokens/s, evaluation throughput. Needs CUDA and no network: it runs
-# with the Python it is given (default python3), once the wheels of `make wheels` are installed there.
+# The GPU proof in one device call (benchmarks/gpu_call.sh: the carried wheels installed into a folder of their own,
+# then benchmarks/gpu_proof.py into OUT, a row per route appended to raw.jsonl as it finishes). On a lent machine the
+# device tool runs `bash benchmarks/gpu_call.sh --out "$OUT"` (docs/development/benchmarks.md); here, on a CUDA
+# machine whose python3 has the stack: make gpu-proof OUT=DIR.
 .PHONY: gpu-proof wheels
+OUT ?= benchmarks/results/gpu-proof
 gpu-proof:
-	PYTHONPATH=$(CURDIR) $(PYTHON) benchmarks/gpu_proof.py --out benchmarks/results/gpu-proof
+	bash benchmarks/gpu_call.sh --out $(OUT)
 
-# The wheels a GPU machine without network needs for the proof (pinned, CPython 3.12 manylinux), split into
-# wheels/part-<n> folders of at most 60 MiB (one device call each); wheels/manifest.json lists them.
+# The wheels a lent GPU machine lacks for the proof (pinned, CPython 3.12 manylinux; unsloth and bitsandbytes
+# repacked without what is never imported there), with wheels/manifest.json: at most 25 MiB with the tree.
 wheels: $(STAMP)
 	$(PY) benchmarks/wheel_bundle.py --out wheels
 

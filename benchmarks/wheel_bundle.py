@@ -1,52 +1,64 @@
-"""The wheels a GPU machine without network needs for the GPU proof, downloaded here and split into parts that
-each fit one call of the device tool (at most 64 MiB of files travel with a call).
+"""The wheels a lent GPU machine lacks for the GPU proof, repacked without what is never imported at run time, so
+that they travel with the working tree in ONE call of the device tool (``benchmarks/gpu_call.sh``).
 
-The machine has torch, transformers, peft, accelerate, triton, numpy and pandas; the proof also needs TRL and
-datasets (and what they pull that is not there), and for Unsloth's routes unsloth, unsloth_zoo and bitsandbytes
-(:data:`GROUPS`). Every wheel is pinned and downloaded for CPython 3.12 on manylinux x86_64, without
-dependencies (``pip download --no-deps``), so that exactly the listed files travel.
+The machine (its image, 'cuda': torch 2.11.0+cu130, transformers 5.17.0, accelerate, peft, huggingface_hub, pyarrow,
+pandas, aiohttp, xxhash, fsspec, httpx, sentencepiece, einops, psutil, tqdm, pyyaml, ...) lacks TRL, datasets and
+what datasets imports that is not there (dill, multiprocess), and Unsloth's route: unsloth, unsloth_zoo and
+bitsandbytes (:data:`BUNDLE`). Unsloth's other requirements (tyro, diffusers, torchao, hf_transfer, msgspec,
+cut_cross_entropy, structlog, ...) are imported only by paths the proof does not take (``import unsloth`` tries
+them inside ``try``, or only its command line and Studio import them), and xformers from PyPI is a CUDA 12.8 build
+that does not load on the machine's CUDA 13.0 torch (Unsloth then attends through PyTorch's SDPA).
 
-  python benchmarks/wheel_bundle.py --out wheels            # download, then split into wheels/part-1, part-2, ...
-  python benchmarks/wheel_bundle.py --out wheels --no-download   # split and list what is already in wheels/
+Two wheels are repacked (:data:`REPACK`), each listed in ``manifest.json`` with what was removed and why:
+unsloth without ``studio/`` and ``unsloth_cli/`` (82.5 MB unpacked: Unsloth Studio's web app and the ``unsloth``
+command), bitsandbytes with only the CPU library and the one for the machine's CUDA. Every wheel is pinned and
+downloaded for CPython 3.12 on manylinux x86_64, without dependencies (``pip download --no-deps``).
 
-``wheels/manifest.json`` lists each wheel with its size, SHA-256, group and part; a wheel larger than the
-limit cannot travel and is listed under ``too_large`` (a CUDA vLLM wheel would be one), never dropped silently.
-The ``core`` group's parts come first. On the GPU machine, one call per part, each carrying ``wheels/part-<n>``
-and installing it: ``pip install --no-deps --no-index wheels/part-<n>/*.whl`` (the machine keeps what a call
-installed while it stays warm).
+  python benchmarks/wheel_bundle.py --out wheels                # download, repack, write wheels/manifest.json
+  python benchmarks/wheel_bundle.py --out wheels --no-download  # repack and list what is in wheels/ already
+  python benchmarks/wheel_bundle.py --check wheels              # the bundle plus the tree fit one call (exit 2 if not)
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import fnmatch
 import hashlib
 import json
 import re
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: At most this much travels with one device call (the device tool's limit, 64 MiB, less room for the code).
-PART_LIMIT = 60 * 2**20
-#: What the proof needs beyond the GPU machine's own packages, in two groups that travel in order: ``core`` for
-#: every route (TRL and its data stack), ``unsloth`` for Unsloth's routes. Packages the kit pins are taken from
-#: requirements.txt; their dependencies at the versions pip's resolver chose for requirements-stack.txt (the
-#: stack suite's environment, trl 1.15.0 + unsloth 2026.10.7, November 2026).
-GROUPS: dict[str, dict[str, str | None]] = {
-    "core": {"trl": None, "datasets": None, "math-verify": None, "latex2sympy2_extended": "1.11.0",
-             "antlr4-python3-runtime": "4.13.2", "pyarrow": "26.0.1", "dill": "0.4.1", "multiprocess": "0.70.19",
-             "xxhash": "4.1.0", "fsspec": "2026.2.0", "aiohttp": "3.14.5", "aiohappyeyeballs": "2.7.1",
-             "aiosignal": "1.4.0", "frozenlist": "1.8.0", "multidict": "7.2.1", "yarl": "1.25.1",
-             "propcache": "0.5.4", "attrs": "26.1.0", "httpx": "0.28.1"},
-    "unsloth": {"unsloth": None, "unsloth_zoo": None, "bitsandbytes": None, "xformers": None, "tyro": "1.0.17",
-                "docstring_parser": "0.18.0", "typeguard": "4.6.0", "cut_cross_entropy": "25.1.1",
-                "torchao": "0.18.0", "msgspec": "0.22.0", "sentencepiece": "0.2.3", "hf_transfer": "0.1.9",
-                "einops": "0.8.2", "diffusers": "0.42.1", "typer": "0.29.2", "structlog": "26.1.0",
-                "nest_asyncio": "1.6.0"},
+#: The bundle and the tracked tree together, at most (the device tool's 64 MiB a call, kept well under: the issue's
+#: budget, so the upload stays short).
+LIMIT = 25 * 2**20
+#: The CUDA of the lent machine's torch (2.11.0+cu130): bitsandbytes keeps this library (``BNB_CUDA_VERSION`` aside,
+#: bitsandbytes 0.50.2 cextension.py loads ``libbitsandbytes_cuda<torch.version.cuda>.so``, read in cuda_specs.py).
+MACHINE_CUDA = "130"
+#: What travels, ``{package: version}``; ``None``: requirements.txt's pin. dill and multiprocess at the versions
+#: datasets 4.8.5 resolves with (requirements-stack.txt's environment).
+BUNDLE: dict[str, str | None] = {"trl": None, "datasets": None, "dill": "0.4.1", "multiprocess": "0.70.19",
+                                 "unsloth": None, "unsloth_zoo": None, "bitsandbytes": None}
+#: Repacked wheels: ``{package: (patterns removed, why)}``; a pattern matches paths inside the wheel
+#: (``fnmatch``), and ``{keep}`` in a pattern's exception list is kept.
+REPACK: dict[str, dict[str, object]] = {
+    "unsloth": {"remove": ["studio/*", "unsloth_cli/*"], "keep": [],
+                "why": "Unsloth Studio's web app and the `unsloth` command line (top-level packages of their own); "
+                       "`import unsloth` imports neither (unsloth/__init__.py), and the console script is dropped "
+                       "with them"},
+    "bitsandbytes": {"remove": ["bitsandbytes/libbitsandbytes_*.so"],
+                     "keep": ["bitsandbytes/libbitsandbytes_cpu.so",
+                              f"bitsandbytes/libbitsandbytes_cuda{MACHINE_CUDA}.so"],
+                     "why": f"the libraries of other CUDA, ROCm and XPU versions: bitsandbytes loads the one for "
+                            f"torch.version.cuda (bitsandbytes/cextension.py), cuda{MACHINE_CUDA} on the lent "
+                            "machine; the CPU one stays for import on a CPU"},
 }
-#: CPython 3.12 on x86_64 Linux with glibc up to 2.35 (Ubuntu 22.04), as pip names the tags wheels may carry.
+#: CPython 3.12 on x86_64 Linux with glibc up to 2.35, as pip names the tags wheels may carry.
 PLATFORM = ("--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
             "--abi", "abi3", "--abi", "none",
             *(arg for minor in range(35, 16, -1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")),
@@ -54,8 +66,8 @@ PLATFORM = ("--only-binary=:all:", "--python-version", "3.12", "--implementation
 
 
 def pins(requirements: Path = ROOT / "requirements.txt",
-         groups: dict[str, dict[str, str | None]] | None = None) -> dict[str, dict[str, str]]:
-    """``{group: {package: version}}``: a ``None`` version is read from ``requirements`` (an exact pin).
+         bundle: dict[str, str | None] | None = None) -> dict[str, str]:
+    """``{package: version}``: a ``None`` version is read from ``requirements`` (an exact pin).
 
     Raises:
         ValueError: a package left to ``requirements`` that it does not pin with ``==``.
@@ -65,67 +77,15 @@ def pins(requirements: Path = ROOT / "requirements.txt",
         match = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)", line)
         if match:
             found[_normal(match.group(1))] = match.group(2)
-    groups = GROUPS if groups is None else groups
-    missing = [n for group in groups.values() for n, v in group.items() if v is None and _normal(n) not in found]
+    bundle = BUNDLE if bundle is None else bundle
+    missing = [n for n, v in bundle.items() if v is None and _normal(n) not in found]
     if missing:
         raise ValueError(f"{requirements} pins no exact version of {missing}: pin them (NAME==VERSION)")
-    return {g: {n: v if v is not None else found[_normal(n)] for n, v in group.items()} for g, group in groups.items()}
+    return {n: v if v is not None else found[_normal(n)] for n, v in bundle.items()}
 
 
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def download_command(versions: dict[str, dict[str, str]], folder: Path) -> list[str]:
-    """The ``pip download`` command for every pinned package: no dependencies, CPython 3.12 manylinux wheels."""
-    return [sys.executable, "-m", "pip", "download", "--no-deps", *PLATFORM, "-d", str(folder),
-            *(f"{name}=={version}" for group in versions.values() for name, version in group.items())]
-
-
-@dataclass(frozen=True)
-class Wheel:
-    """One downloaded file: its name, size in bytes and SHA-256."""
-
-    name: str
-    size: int
-    sha256: str
-
-
-def wheels_in(folder: Path) -> list[Wheel]:
-    """The wheels in ``folder`` (not in its parts), by name."""
-    found = []
-    for path in sorted(folder.glob("*.whl")):
-        found.append(Wheel(path.name, path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()))
-    return found
-
-
-def split(wheels: list[Wheel], limit: int = PART_LIMIT) -> tuple[list[list[Wheel]], list[Wheel]]:
-    """Pack wheels into parts of at most ``limit`` bytes each (largest first, each into the first part it fits).
-
-    Returns:
-        ``(parts, too_large)``: every wheel is in exactly one part, or in ``too_large`` when it alone exceeds
-        ``limit``.
-
-    >>> parts, big = split([Wheel("a", 40, ""), Wheel("b", 30, ""), Wheel("c", 25, ""), Wheel("d", 200, "")], 64)
-    >>> [[w.name for w in p] for p in parts], [w.name for w in big]
-    ([['a'], ['b', 'c']], ['d'])
-    """
-    parts: list[list[Wheel]] = []
-    room: list[int] = []
-    too_large = []
-    for wheel in sorted(wheels, key=lambda w: (-w.size, w.name)):
-        if wheel.size > limit:
-            too_large.append(wheel)
-            continue
-        for index, free in enumerate(room):
-            if wheel.size <= free:
-                parts[index].append(wheel)
-                room[index] -= wheel.size
-                break
-        else:
-            parts.append([wheel])
-            room.append(limit - wheel.size)
-    return parts, too_large
 
 
 def _project(wheel_name: str) -> str:
@@ -133,65 +93,165 @@ def _project(wheel_name: str) -> str:
     return _normal(wheel_name.split("-")[0])
 
 
-def bundle(folder: Path, versions: dict[str, dict[str, str]], limit: int = PART_LIMIT) -> dict[str, object]:
-    """Move the wheels in ``folder`` into ``part-<n>/`` folders of at most ``limit`` bytes each, group by group
-    (the ``core`` parts first), and write ``manifest.json``.
+def download_command(versions: dict[str, str], folder: Path) -> list[str]:
+    """The ``pip download`` command for every pinned package: no dependencies, CPython 3.12 manylinux wheels."""
+    return [sys.executable, "-m", "pip", "download", "--no-deps", *PLATFORM, "-d", str(folder),
+            *(f"{name}=={version}" for name, version in versions.items())]
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """One wheel file: its name, size in bytes and SHA-256."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+def wheels_in(folder: Path) -> list[Wheel]:
+    """The wheels in ``folder``, by name."""
+    return [Wheel(p.name, p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.glob("*.whl"))]
+
+
+def _removed(path: str, rule: dict[str, object]) -> bool:
+    return any(fnmatch.fnmatch(path, p) for p in rule["remove"]) and path not in rule["keep"]  # type: ignore[union-attr]
+
+
+def repack(wheel: Path, rule: dict[str, object]) -> dict[str, object]:
+    """Rewrite ``wheel`` in place without the files ``rule`` removes; its ``RECORD`` (and ``entry_points.txt``,
+    whose console scripts would name a removed module) rewritten to match, so pip installs it as any wheel.
+
+    Returns:
+        ``{"removed": [paths], "removed_bytes": int (unpacked), "why": str}``.
+    """
+    removed: list[str] = []
+    removed_bytes = 0
+    lines: list[str] = []
+    tmp = wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as target:
+        infos = source.infolist()
+        gone = {i.filename for i in infos if _removed(i.filename, rule)}
+        record = next(i.filename for i in infos if i.filename.endswith(".dist-info/RECORD"))
+        for info in infos:
+            name = info.filename
+            if name in gone:
+                removed.append(name)
+                removed_bytes += info.file_size
+                continue
+            if name == record:
+                continue  # written last, from what was kept
+            data = source.read(info)
+            if name.endswith(".dist-info/entry_points.txt") and gone:
+                data = b""  # the console script (`unsloth = unsloth_cli:app`) would name a removed module
+            target.writestr(info, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            lines.append(f"{name},sha256={digest},{len(data)}")
+        target.writestr(record, "\n".join(lines + [f"{record},,"]) + "\n")
+    tmp.replace(wheel)  # whole or not at all
+    tops = sorted({p.split("/")[0] + "/" if "/" in p else p for p in removed} if len(removed) > 20 else removed)
+    return {"removed": tops, "removed_files": len(removed), "removed_bytes": removed_bytes, "why": rule["why"]}
+
+
+def tree_bytes(root: Path = ROOT) -> int:
+    """The bytes of the tracked tree (``git ls-files``): what travels with a device call besides the bundle.
 
     Raises:
-        ValueError: a pinned package has no wheel in ``folder`` (the download failed or was skipped), or a
-            wheel belongs to no group.
+        subprocess.CalledProcessError: ``root`` is not a git checkout.
     """
-    for part in sorted(folder.glob("part-*")):  # re-split from scratch
-        for path in part.glob("*.whl"):
-            path.rename(folder / path.name)
-        part.rmdir()
-    wheels = wheels_in(folder)
-    group_of = {_normal(n): g for g, group in versions.items() for n in group}
-    strays = sorted(w.name for w in wheels if _project(w.name) not in group_of)
-    have = {_project(w.name) for w in wheels}
-    missing = sorted(n for n in group_of if n not in have)
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=root, check=True, capture_output=True).stdout.split(b"\0")
+    return sum((root / n.decode()).stat().st_size for n in names if n and (root / n.decode()).is_file())
+
+
+def bundle(folder: Path, versions: dict[str, str], repack_rules: dict[str, dict[str, object]] | None = None,
+           tree: int | None = None, limit: int = LIMIT) -> dict[str, object]:
+    """Repack the wheels in ``folder`` (once: a wheel the manifest lists as repacked is left as it is) and write
+    ``manifest.json``: each wheel with its size, SHA-256 and what was removed and why, the tree's bytes and the
+    total against ``limit``.
+
+    Raises:
+        ValueError: a pinned package has no wheel in ``folder`` (the download failed or was skipped), or a wheel
+            belongs to none.
+    """
+    rules = REPACK if repack_rules is None else repack_rules
+    wheels = {_project(p.name): p for p in sorted(folder.glob("*.whl"))}
+    wanted = {_normal(n) for n in versions}
+    missing, strays = sorted(wanted - set(wheels)), sorted(p.name for n, p in wheels.items() if n not in wanted)
     if missing or strays:
-        raise ValueError(f"{folder}: no wheel for {missing}, and wheels of no group {strays}: run without "
+        raise ValueError(f"{folder}: no wheel for {missing}, and wheels of no package listed {strays}: run without "
                          "--no-download (pip download), or remove the strays")
-    parts: list[tuple[str, list[Wheel]]] = []
-    too_large: list[Wheel] = []
-    for group in versions:
-        packed, big = split([w for w in wheels if group_of[_project(w.name)] == group], limit)
-        parts += [(group, p) for p in packed]
-        too_large += big
-    for number, (_, part) in enumerate(parts, start=1):
-        target = folder / f"part-{number}"
-        target.mkdir()
-        for wheel in part:
-            (folder / wheel.name).rename(target / wheel.name)
+    try:
+        before = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        done = {w["name"]: w["repacked"] for w in before["wheels"] if w.get("repacked")}
+    except (OSError, ValueError, KeyError, TypeError):
+        done = {}
+    listed = []
+    for project, path in sorted(wheels.items()):
+        rule = next((r for n, r in rules.items() if _normal(n) == project), None)
+        repacked = done.get(path.name) or (repack(path, rule) if rule is not None else None)
+        data = path.read_bytes()
+        listed.append({"name": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                       "repacked": repacked})
+    total = sum(w["bytes"] for w in listed)
+    tree = tree_bytes() if tree is None else tree
     manifest = {"limit_bytes": limit, "python": "cp312", "platform": "manylinux x86_64", "pins": versions,
-                "parts": [{"part": f"part-{n}", "group": g, "bytes": sum(w.size for w in p),
-                           "wheels": [{"name": w.name, "bytes": w.size, "sha256": w.sha256} for w in p]}
-                          for n, (g, p) in enumerate(parts, start=1)],
-                "too_large": [{"name": w.name, "bytes": w.size} for w in too_large]}
+                "wheels": listed, "bundle_bytes": total, "tree_bytes": tree, "total_bytes": total + tree,
+                "fits": total + tree <= limit}
     tmp = folder / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     tmp.replace(folder / "manifest.json")  # whole or not at all
     return manifest
 
 
+def check(folder: Path, limit: int = LIMIT) -> str | None:
+    """Why the bundle in ``folder`` cannot travel in one call (``None``: it can): no manifest, a wheel the manifest
+    does not list or whose size differs, or the bundle and the tree over ``limit``. Runs where the tree has no
+    ``.git`` (the device machine): then the tree's bytes are the manifest's."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        listed = {w["name"]: w["bytes"] for w in manifest["wheels"]}
+        tree = int(manifest["tree_bytes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{folder}/manifest.json is missing or damaged: run python benchmarks/wheel_bundle.py --out {folder}"
+    found = {p.name: p.stat().st_size for p in folder.glob("*.whl")}
+    if found != listed:
+        return f"{folder} holds other wheels than its manifest lists: run python benchmarks/wheel_bundle.py again"
+    try:
+        tree = tree_bytes()
+    except (OSError, subprocess.CalledProcessError):
+        pass  # no git here: the manifest's measure of the tree
+    total = sum(found.values()) + tree
+    if total > limit:
+        return (f"the bundle ({sum(found.values()) / 2**20:.1f} MiB) and the tree ({tree / 2**20:.1f} MiB) are "
+                f"{total / 2**20:.1f} MiB, over {limit / 2**20:g} MiB")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="wheels", help="the bundle's folder")
-    parser.add_argument("--no-download", action="store_true", help="split what is in --out already")
-    parser.add_argument("--limit-mib", type=float, default=PART_LIMIT / 2**20, help="bytes per part, in MiB")
+    parser.add_argument("--no-download", action="store_true", help="repack what is in --out already")
+    parser.add_argument("--check", metavar="FOLDER", default=None, help="only check that FOLDER fits one call")
+    parser.add_argument("--limit-mib", type=float, default=LIMIT / 2**20, help="bundle plus tree, in MiB")
     args = parser.parse_args(argv)
+    limit = int(args.limit_mib * 2**20)
+    if args.check is not None:
+        problem = check(Path(args.check), limit)
+        print(f"wheel bundle: {problem}" if problem else f"wheel bundle {args.check}: fits one call", flush=True)
+        return 2 if problem else 0
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     versions = pins()
     if not args.no_download:
         subprocess.check_call(download_command(versions, folder))
-    manifest = bundle(folder, versions, int(args.limit_mib * 2**20))
-    for part in manifest["parts"]:
-        print(f"{part['part']}: {part['bytes'] / 2**20:.1f} MiB, {', '.join(w['name'] for w in part['wheels'])}")
-    for wheel in manifest["too_large"]:
-        print(f"cannot travel (over {args.limit_mib:g} MiB alone): {wheel['name']} ({wheel['bytes'] / 2**20:.1f} MiB)")
-    return 0
+    manifest = bundle(folder, versions, limit=limit)
+    for wheel in manifest["wheels"]:
+        cut = wheel["repacked"]
+        note = f" (repacked: -{cut['removed_bytes'] / 2**20:.1f} MiB unpacked)" if cut else ""
+        print(f"{wheel['name']}: {wheel['bytes'] / 2**20:.2f} MiB{note}")
+    print(f"bundle {manifest['bundle_bytes'] / 2**20:.1f} MiB + tree {manifest['tree_bytes'] / 2**20:.1f} MiB = "
+          f"{manifest['total_bytes'] / 2**20:.1f} MiB (limit {limit / 2**20:g} MiB)")
+    return 0 if manifest["fits"] else 2
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import errno
 import logging
 import sys
 from collections.abc import Sequence
@@ -163,12 +164,41 @@ def _run_spec(args: argparse.Namespace) -> Any:
     source = _recipe_source(args)
     name = Path(source).stem if args.config else source or device_preset()
     run_dir = args.run_dir or Path("runs") / f"{name}-{get_task(task).name}"
-    return RunSpec.resolve(source, task, rewards=rewards, model=args.model, run_dir=run_dir,
-                           resume=args.resume, train_size=args.train_size, eval_steps=args.eval_steps,
+    train_size, kept, recorded_size = args.train_size, {}, None
+    if args.resume:  # the recorded plan (steps, checkpoints, questions) unless this command changes it
+        kept, recorded_size = _recorded_plan(run_dir, overrides)
+        train_size = recorded_size if train_size is None else train_size
+        overrides = {**kept, **overrides}
+    spec = RunSpec.resolve(source, task, rewards=rewards, model=args.model, run_dir=run_dir,
+                           resume=args.resume, train_size=train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
                            warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
                            algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides,
                            groups=GroupsKept(args.groups_every, args.groups_per_step))
+    if args.resume and (kept or recorded_size is not None) and spec.launch.is_main:  # said once the run is accepted
+        log.info(f"resuming with the plan {Path(run_dir) / 'train_settings.json'} records: "
+                 + ", ".join(f"{k} {v}" for k, v in {**kept, "train_size": train_size}.items() if v is not None)
+                 + " (--max-steps, --save-steps or --set change it)")
+    return spec
+
+
+def _recorded_plan(run_dir: str | Path, given: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """What a run folder's ``train_settings.json`` records of its plan (max_steps, save_steps, ... less the fields in
+    ``given``) and its ``train_size``: what ``train --resume`` keeps unless told otherwise. Empty for a new folder."""
+    import json
+
+    from grpo_kit.training.presets import PLAN_FIELDS
+
+    try:
+        recorded = json.loads((Path(run_dir) / "train_settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}, None  # none yet, or damaged: the run spec reports a damaged file with what to do
+    if not isinstance(recorded, dict):
+        return {}, None
+    plan = recorded.get("plan") if isinstance(recorded.get("plan"), dict) else {"max_steps": recorded.get("max_steps")}
+    size = (recorded.get("identity") or {}).get("train_size") if isinstance(recorded.get("identity"), dict) else None
+    return ({k: v for k, v in plan.items() if k in PLAN_FIELDS and k not in given and v is not None},
+            size if isinstance(size, int) else None)
 
 
 def _recipe_source(args: argparse.Namespace) -> str | None:
@@ -224,39 +254,64 @@ def _eval(args: argparse.Namespace) -> int:
     import datasets
 
     from grpo_kit.runs.folder import RunFolder
-    from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
 
-    run = RunFolder(args.run_dir)
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
-    if args.before:
-        from grpo_kit.policy.warm_start import WarmStart
-        from grpo_kit.tasks import get_task
-        from grpo_kit.training.presets import get_preset
+    if not args.before:
+        return _eval_after(args)
+    created = not Path(args.run_dir).exists()
+    try:
+        return _eval_before(args, RunFolder(args.run_dir))
+    except BaseException:  # a refused or interrupted first baseline leaves no empty run folder behind
+        leftover = {p.name for p in Path(args.run_dir).iterdir()} if Path(args.run_dir).is_dir() else set()
+        if created and leftover <= {".lock", ".lock-holder.json"}:
+            import shutil
 
-        plan = EvalPlan(task=get_task(args.task), preset=get_preset(_recipe_source(args), argv=args.trl,
-                                                                    **parse_sets(args.set)),
-                        model=args.model, slice={"n": args.eval_size} if args.eval_size else
-                        {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=args.max_new_tokens,
-                        samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
-                        backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
-                        cache_dir=args.cache_dir)
-        results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
-        print(results["greedy"].summary.round(3).to_markdown(), flush=True)
-        if not plan.task.trains:  # an evaluation-only task: nothing to train on it
-            log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
-                     "split, so this baseline is a measurement on its own (train on another task, in another run "
-                     "folder)")
-            return 0
-        log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
-                 f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+            shutil.rmtree(args.run_dir, ignore_errors=True)
+        raise
+
+
+def _eval_before(args: argparse.Namespace, run: Any) -> int:
+    from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.runs.measure import EvalPlan, measure_before
+    from grpo_kit.tasks import get_task
+    from grpo_kit.training.presets import get_preset
+
+    task, preset = get_task(args.task), get_preset(_recipe_source(args), argv=args.trl,
+                                                      **parse_sets(args.set))
+    budget, said = (args.max_new_tokens, None) if args.max_new_tokens else _new_tokens(task, args.model or preset.model)
+    plan = EvalPlan(task=task, preset=preset,
+                    model=args.model, slice={"n": args.eval_size} if args.eval_size else
+                    {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=budget,
+                    samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
+                    backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
+                    cache_dir=args.cache_dir)
+    if said:
+        plan.questions()  # a slice out of range is refused in one line before anything else is said
+        log.info(said)
+    results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
+    print(results["greedy"].summary.round(3).to_markdown(), flush=True)
+    if not plan.task.trains:  # an evaluation-only task: nothing to train on it
+        log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
+                 "split, so this baseline is a measurement on its own (train on another task, in another run "
+                 "folder)")
         return 0
+    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
+             f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+    return 0
+
+
+def _eval_after(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.folder import RunFolder
+    from grpo_kit.runs.measure import measure_after
+
     defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
     ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
     ignored += args.trl[:1]
     if ignored:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
-                         f"the baseline's settings ({run.eval_settings}). Drop them, or measure a new baseline with "
-                         "--before in a new run folder")
+                         f"the baseline's settings ({Path(args.run_dir) / 'eval_settings.json'}). Drop them, or "
+                         "measure a new baseline with --before in a new run folder")
+    run = RunFolder.existing(args.run_dir)  # a mistyped folder is named, not created
     measured = measure_after(run, batch_size=args.batch_size)
     report = run.report.read_text(encoding="utf-8")
     print(report.split("## Diagnostics")[0].strip() + "\n", flush=True)
@@ -264,6 +319,19 @@ def _eval(args: argparse.Namespace) -> int:
         print(report[report.index("## Alarms"):].split("\n## ")[0], flush=True)
     log.info(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
     return 0
+
+
+def _new_tokens(task: Any, model: str | None) -> tuple[int, str | None]:
+    """``eval --before``'s default completion budget and the line that says where it comes from: from the task's
+    answers for a task file on the tiny policy (:func:`grpo_kit.policy.warm_start.completion_budget`), else 256 (a
+    model's own reasoning has no such bound) and no line."""
+    if model is not None or task.file is None or task.demonstration is None:
+        return 256, None
+    from grpo_kit.policy.warm_start import completion_budget
+
+    budget = completion_budget(task)
+    return budget, (f"completions of up to {budget} new tokens, from the longest answer the tiny policy is "
+                    "warm-started on (--max-new-tokens changes it)")
 
 
 #: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
@@ -302,7 +370,7 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import ExportRefused, check_repo_id, export
+    from grpo_kit.runs.export import ExportRefused, check_repo_id, check_tools, export
 
     if args.quant is not None and "gguf" not in args.format:
         raise ValueError(f"--quant {args.quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the "
@@ -311,13 +379,19 @@ def _export(args: argparse.Namespace) -> int:
         check_repo_id(args.push_to_hub)
         if len(args.format) != 1:
             raise ValueError("--push-to-hub uploads one export: give one --format")
+    try:  # every format's tools before any export: a missing llama.cpp is said before a merged export is built
+        for format in args.format:
+            check_tools(format)
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     done = []
     for format in args.format:
         out = args.out if args.out is None or len(args.format) == 1 else str(Path(args.out) / format)
         try:
             folder, verification = export(args.run_dir, format=format, quant=args.quant if format == "gguf" else None,
                                           out=out, questions=args.questions, push_to_hub=None, private=args.private,
-                                          threshold=args.threshold)
+                                          threshold=args.threshold, base=args.base)
         except ExportRefused as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -338,8 +412,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _verify_export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import verification_record, verify_export
+    from grpo_kit.runs.export import check_record, verification_record, verify_export
 
+    if args.record:
+        check_record(args.export)  # before any model loads
     try:
         verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
     except ImportError as e:  # llama-cpp-python not built
@@ -373,11 +449,14 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _reward_check(args: argparse.Namespace) -> int:
+    import contextlib
     import json
 
     from grpo_kit.runs.reward_check import reward_check
 
-    check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
+    # what a user's reward prints goes to standard error, so that --json's standard output stays JSON
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
     print(json.dumps(check.to_json(), indent=1) if args.json else check.markdown(), flush=True)
     return 0
 
@@ -477,7 +556,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--report-to", choices=["none", "wandb"], default="none")
     train.add_argument("--wandb-project", default="grpo-kit")
     train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")
-    train.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps")
+    train.add_argument("--warm-steps", type=_positive, default=None,
+                       help="tiny policy only: warm-start steps (default the baseline's, else sized to the task)")
     train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")
     train.set_defaults(func=_train)
 
@@ -500,14 +580,18 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--eval-size", type=_positive, default=None, help="--before: test questions (seeded slice)")
     ev.add_argument("--eval-fraction", type=_fraction, default=0.5, help="--before: share of the test split "
                     "(the blog post: 0.5), when --eval-size is not given")
-    ev.add_argument("--max-new-tokens", type=_positive, default=256)
+    ev.add_argument("--max-new-tokens", type=_positive, default=None,
+                    help="--before: each completion's budget in tokens (default 256; a task file on the tiny policy: "
+                    "from its longest answer)")
     ev.add_argument("--samples", type=_nonnegative, default=0, help="--before: sampled completions per question")
     ev.add_argument("--temperature", type=float, default=0.7, help="--before: temperature of the samples")
     ev.add_argument("--backend", choices=["vllm", "transformers"], default=None,
                     help="--before: generation backend for plain-transformers presets (default vLLM where usable)")
     ev.add_argument("--batch-size", type=_positive, default=32)
     ev.add_argument("--seed", type=_nonnegative, default=0)
-    ev.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps")
+    ev.add_argument("--warm-steps", type=_positive, default=None,
+                    help="tiny policy only: warm-start steps (default 300; a task file: 20 passes over its train rows, "
+                    "60 to 300)")
     ev.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR)
     ev.set_defaults(func=_eval)
 
@@ -595,6 +679,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
     exp.add_argument("--threshold", type=_share, default=None, help="the share of identical completions "
                      "(quantized GGUF: of agreeing answers) to require instead of the type's measured one")
+    exp.add_argument("--base", default=None, metavar="PATH", help="a local folder holding the 16-bit base an Unsloth "
+                     "LoRA run merges into (without it Unsloth downloads it from the Hub: about 16 GB for 8B)")
     exp.add_argument("--push-to-hub", default=None, metavar="OWNER/NAME", help="upload the verified export")
     exp.add_argument("--private", action=argparse.BooleanOptionalAction, default=True,
                      help="the Hub repository's visibility when created (default private)")
@@ -695,7 +781,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input)."""
+    """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input; 1: the system
+    refused, e.g. a full disk; 130: Ctrl-C), each problem said in one line on standard error."""
     configure_logging()
     parser = _parser()
     try:
@@ -711,3 +798,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:  # a library's failure (Unsloth's, vLLM's): its message, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line; the kit's files are written whole or not at all
+        again = ("python -m grpo_kit train --resume continues from the newest complete checkpoint"
+                 if args.command == "train" else "run it again to go on")
+        print(f"interrupted: {args.command} stopped; what it finished is kept ({again})", file=sys.stderr)
+        return 130
+    except OSError as e:  # a full disk, a folder that vanished: the system's words and the file, in one line
+        folder = getattr(args, "run_dir", None) or getattr(args, "out", None)
+        where = f" ({e.filename})" if e.filename else f" (writing under {folder})" if folder else ""
+        fix = ("free space there and run the command again" if e.errno in (errno.ENOSPC, errno.EDQUOT)
+               else "fix that and run the command again")
+        print(f"error: {e.strerror or e}{where}: {fix}; every file is written whole or not at all, so nothing "
+              "half-written is trusted", file=sys.stderr)
+        return 1

@@ -118,11 +118,9 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
     torch.manual_seed(config.seed)
     wall: dict[str, float] = {}
 
-    log.info(f"warm start of the tiny policy (cached in {spec.policy.tiny.folder})")
     start = time.perf_counter()
     model, tokenizer, cached = warm_started_tiny_policy(spec.policy.tiny, progress=config.progress)
     wall["warm start"] = time.perf_counter() - start
-    log.info("warm start " + ("loaded from cache" if cached else f"trained in {wall['warm start']:.0f} s"))
 
     samples = f"greedy + {config.samples} samples each" if config.samples else "greedy"
     log.info(f"baseline evaluation on {config.eval_size} {task.name} test questions ({samples})")
@@ -133,8 +131,6 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
     wall["baseline evaluation"] = time.perf_counter() - start
     print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
 
-    log.info(f"GRPO: {preset.max_steps} steps, rewards: {', '.join(spec.rewards.names)}; checkpoints every "
-             f"{preset.save_steps} steps in {run.checkpoints}")
     start = time.perf_counter()
     trained = train(spec, policy=(model, tokenizer))
     wall["GRPO training"] = time.perf_counter() - start
@@ -287,7 +283,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     import torch
 
     from grpo_kit.evaluation.summary import sampled_metrics
-    from grpo_kit.runs.compare import compare_runs, share_baseline
+    from grpo_kit.runs.compare import check_comparison_out, compare_runs, share_baseline
 
     total_start = time.perf_counter()
     task = get_task(config.task_name)
@@ -299,6 +295,10 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
                     warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir)
     root = Path(config.runs_dir) / config.folder_name
     folders = {name: RunFolder(root / name) for name in variants}
+    previous = root / "report.md"  # an earlier demo's (rewritten at the end); anything else in root is refused
+    if previous.is_file() and previous.read_text(encoding="utf-8").startswith("# grpo_kit compare demo:"):
+        previous.unlink()
+    check_comparison_out(root, [f.path for f in folders.values()])
     for folder in folders.values():  # a fresh experiment: what an earlier one trained or measured goes
         with folder.lock("compare demo"):
             _fresh(folder)
@@ -313,7 +313,6 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     plan.questions()
     wall: dict[str, float] = {}
 
-    log.info(f"warm start of the tiny policy (cached in {plan.source.tiny.folder})")
     start = time.perf_counter()
     model, tokenizer, cached = warm_started_tiny_policy(plan.source.tiny, progress=config.progress)
     wall["warm start"] = time.perf_counter() - start

@@ -65,24 +65,31 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
         if plan.fatal:
             raise RuntimeError(plan.problems[0])
         print(plan.describe())
-        wanted, index = _pins(plan.install), plan.extra_index_url
+        wanted, xformers = _pins(plan.install), plan.xformers
     else:
         row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
-        wanted, index = {name: row["packages"][name] for name in ("transformers", "datasets")}, None
+        wanted, xformers = {name: row["packages"][name] for name in ("transformers", "datasets")}, None
     missing = {name: version for name, version in wanted.items() if _disk_version(name) != version}
     missing |= {name: version for name, version in _pins(table["kit"]).items() if _disk_version(name) is None}
-    if not missing:
+    if xformers is not None and _disk_version("xformers") != _pins([xformers])["xformers"]:
+        wanted |= _pins([xformers])
+    else:
+        xformers = None
+    if not missing and xformers is None:
         print("Everything the notebook needs is installed; nothing to do.")
         return False
-    before = {name: _live_version(_module_of(name)) for name in missing}
-    command = [sys.executable, "-m", "pip", "install", "-q", *(f"{n}=={v}" for n, v in missing.items())]
-    command += ["--extra-index-url", index] if index else []
+    before = {name: _live_version(_module_of(name)) for name in [*missing, *(["xformers"] if xformers else [])]}
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
     with tempfile.TemporaryDirectory() as folder:
+        keep = []
         if torch is not None:  # keep the runtime's torch: pip fails instead of replacing it
             constraints = Path(folder) / "constraints.txt"
             constraints.write_text(f"torch=={torch}\n")
-            command += ["-c", str(constraints)]
-        subprocess.check_call(command)
+            keep = ["-c", str(constraints)]
+        if xformers is not None:  # first, from PyTorch's index for this CUDA: unsloth's own `xformers>=0.0.27.post2`
+            subprocess.check_call([*pip, "--no-deps", "--index-url", plan.xformers_index_url, xformers, *keep])
+        if missing:  # is then met, and pip takes no CUDA 12.8 build of it from PyPI
+            subprocess.check_call([*pip, *(f"{n}=={v}" for n, v in missing.items()), *keep])
     wrong = [f"{name} {_disk_version(name)} (wanted {version})" for name, version in wanted.items()
              if _disk_version(name) != version]
     if torch is not None and _disk_version("torch") != torch:
@@ -188,8 +195,8 @@ class CpuDemo:
     ``cpu_demo = {"eval_size": 20, ...}`` changes some.
 
     Attributes:
-        warm_start_steps: the tiny policy's supervised warm-start steps (``None``: the kit's default, whose result
-            is cached under ``.cache/``).
+        warm_start_steps: the tiny policy's supervised warm-start steps (``None``: the kit's default, sized to a task
+            file's rows by :func:`grpo_kit.policy.warm_start.warm_steps_for`, whose result is cached under ``.cache/``).
         eval_size: test questions evaluated (replaces the notebook's share of the test split).
         max_new_tokens: each completion's budget in tokens (the ``cpu-tiny`` preset's completions are 64).
         batch_size: prompts per generate call.
@@ -354,9 +361,12 @@ def open_run(run_dir: str, use_drive: bool | None = None) -> tuple[Any, Any]:
     return run, plan
 
 
-def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_repo: str | None = None) -> str:
+def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_repo: str | None = None,
+               base: str | None = None) -> str:
     """Notebook 04's export: each format of :func:`grpo_kit.runs.export.export`, checked against the trained policy
     on ``questions`` held-out questions, and the merged export uploaded to ``hub_repo`` (private) when given.
+    ``base``: a local folder holding the 16-bit base an Unsloth LoRA run merges into
+    (:func:`grpo_kit.runs.export.merge_base`).
 
     Returns:
         One line per export: its folder and its verification's summary (and the upload's address).
@@ -370,7 +380,7 @@ def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_re
     formats = [formats] if isinstance(formats, str) else list(formats)
     if hub_repo and "merged" not in formats:
         raise ValueError(f"hub_repo uploads the merged export: add 'merged' to export_formats (got {formats})")
-    exports = {fmt: export(run.path, fmt, questions=questions) for fmt in formats}
+    exports = {fmt: export(run.path, fmt, questions=questions, base=base) for fmt in formats}
     lines = [f"{folder}: {verification.summary()}" for folder, verification in exports.values()]
     if hub_repo:
         lines.append(str(push_to_hub(exports["merged"][0], hub_repo, private=True)))

@@ -5,9 +5,14 @@ with it, read from the packages' own metadata on the registry (no wheel is downl
     python scripts/install_table.py --check    # compare the shipped table with the registry; exit 1 on a difference
 
 Each row keeps the torch release, takes the GPU stack's pins from requirements.txt (unsloth, unsloth_zoo, trl,
-transformers, peft, accelerate, datasets, bitsandbytes), the newest vLLM whose ``Requires-Dist`` pins a torch of
-that release, and the newest xformers whose torch requirement admits it; then every Requires-Dist among the row's
-packages is checked (markers read for Linux x86-64, CPython 3.12). A CUDA is read from torch's own requirements
+transformers, peft, accelerate, datasets, bitsandbytes) and the newest vLLM whose ``Requires-Dist`` pins a torch of
+that release; then every Requires-Dist among the row's packages is checked (markers read for Linux x86-64,
+CPython 3.12). xformers is read from Unsloth's own metadata: its ``cu<XYZ>onlytorch<release>`` extras name the
+xformers built for that torch on PyTorch's index for each CUDA (``xformers==0.0.35; ... extra ==
+"cu128onlytorch2110"``). PyPI's xformers wheel is one CUDA's build (0.0.35: CUDA 12.8, for torch 2.10), so a row
+installs xformers only from PyTorch's index for the runtime's CUDA; where Unsloth names no build for its torch, the
+row says so (pip then takes PyPI's as unsloth's dependency, and Unsloth falls back to PyTorch's SDPA where it does
+not load). A CUDA is read from torch's own requirements
 (``cuda-toolkit[...]==13.0.2`` or ``nvidia-cuda-runtime-cu12==12.8.90``): PyPI's vLLM wheels are built against
 PyPI's torch of the version they pin, so a vLLM's CUDA is that torch's.
 """
@@ -31,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "grpo_kit" / "system" / "install_table.json"
 #: The torch releases with a row (Colab shipped 2.11 in 2026; 2.14 is the newest Unsloth 2026.10 admits, < 2.15).
 MINORS = ("2.11", "2.12", "2.13", "2.14")
-#: The GPU stack's packages taken from requirements.txt for every row (torch, vllm and xformers are chosen per row).
+#: The GPU stack's packages taken from requirements.txt for every row (torch and vllm are chosen per row, xformers read
+#: from unsloth's metadata).
 STACK = ("unsloth", "unsloth_zoo", "trl", "transformers", "peft", "accelerate", "datasets", "bitsandbytes")
 #: Manylinux tags a Colab or cloud GPU machine (glibc 2.35) installs; pip matches --platform tags exactly.
 PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
@@ -103,6 +109,29 @@ def torch_cuda(meta: dict) -> str:
     raise ValueError(f"torch {meta['version']} names no CUDA runtime in its requirements")
 
 
+def xformers_of(unsloth: dict, torch_version: str) -> tuple[str | None, list[str]]:
+    """The xformers Unsloth's metadata names for ``torch_version`` and the CUDAs PyTorch's index builds it for.
+
+    >>> xformers_of({"requires_dist": ['xformers==0.0.35; platform_machine == "x86_64" and extra == '
+    ...              '"cu128onlytorch2110"', 'xformers==0.0.35; extra == "cu130onlytorch2110"',
+    ...              'xformers==0.0.34; extra == "cu128onlytorch2100"']}, "2.11.0")
+    ('0.0.35', ['12.8', '13.0'])
+    """
+    release = torch_version.replace(".", "")
+    found: dict[str, str] = {}
+    for line in unsloth["requires_dist"]:
+        requirement = Requirement(line)
+        extra = re.search(r'extra == "cu(\d+)(\d)onlytorch(\d+)"', str(requirement.marker or ""))
+        if canonicalize_name(requirement.name) == "xformers" and extra and extra.group(3) == release:
+            exact = [spec.version for spec in requirement.specifier if spec.operator == "=="]
+            if exact:
+                found[f"{int(extra.group(1))}.{extra.group(2)}"] = exact[0]
+    versions = set(found.values())
+    if len(versions) != 1:
+        return None, []
+    return versions.pop(), sorted(found, key=Version)
+
+
 def check_row(metas: dict[str, dict]) -> list[str]:
     """Every Requires-Dist among the row's packages that the row's versions do not satisfy, a line each."""
     problems = []
@@ -122,6 +151,7 @@ def derive_row(minor: str, metas: dict[str, dict]) -> dict:
     """
     torch_meta = metas["torch"]
     vllm = metas.get("vllm")
+    xformers, xformers_cudas = xformers_of(metas["unsloth"], torch_meta["version"])
     problems = check_row(metas)
     if vllm is not None and any(p.startswith("vllm ") for p in problems):
         problems = [f"no vLLM: {p}" if p.startswith("vllm ") else p for p in problems]
@@ -132,7 +162,12 @@ def derive_row(minor: str, metas: dict[str, dict]) -> dict:
     return {"torch_minor": minor, "torch": torch_meta["version"], "cuda": torch_cuda(torch_meta),
             "vllm": vllm and vllm["version"], "vllm_torch": vllm and torch_pin(vllm),
             "vllm_cuda": vllm and torch_cuda(torch_meta),
-            "xformers": metas["xformers"]["version"] if "xformers" in metas else None,
+            "xformers": xformers, "xformers_cudas": xformers_cudas,
+            "xformers_note": None if xformers else (
+                f"unsloth {metas['unsloth']['version']} names no xformers build for torch {torch_meta['version']} "
+                "(its cu*onlytorch* extras): pip takes PyPI's as unsloth's dependency, one CUDA's build for another "
+                "torch (0.0.35: CUDA 12.8, torch 2.10), and where it does not load Unsloth attends through PyTorch's "
+                "scaled_dot_product_attention"),
             "packages": {name: metas[canonicalize_name(name)]["version"] for name in STACK},
             "problems": problems, "requires": requires}
 
@@ -149,7 +184,7 @@ def pins() -> dict[str, str]:
 
 
 def row_metadata(minor: str, pinned: dict[str, str]) -> dict[str, dict]:
-    """The metadata of a row's packages: the newest torch of ``minor`` and the vLLM and xformers chosen for it."""
+    """The metadata of a row's packages: the newest torch of ``minor`` and the vLLM chosen for it."""
     torch_versions = [v for v in versions("torch") if v.startswith(minor + ".")]
     chosen = None
     for version in versions("vllm"):
@@ -164,12 +199,6 @@ def row_metadata(minor: str, pinned: dict[str, str]) -> dict[str, dict]:
     metas = fetch([f"torch=={torch_version}"] + [f"{name}=={pinned[name]}" for name in STACK])
     if chosen:
         metas["vllm"] = chosen
-    for version in versions("xformers"):
-        meta = fetch([f"xformers=={version}"])["xformers"]
-        torch_req = next((r for r in _requirements(meta) if canonicalize_name(r.name) == "torch"), None)
-        if torch_req is None or torch_req.specifier.contains(torch_version):
-            metas["xformers"] = meta
-            break
     return metas
 
 
@@ -195,7 +224,8 @@ def main() -> int:
         return 0 if same else 1
     TABLE.write_text(text)
     print(f"wrote {TABLE.relative_to(ROOT)}: " + "; ".join(
-        f"torch {r['torch']} (CUDA {r['cuda']}): vllm {r['vllm']}, xformers {r['xformers']}" for r in table["rows"]))
+        f"torch {r['torch']} (CUDA {r['cuda']}): vllm {r['vllm']}, "
+        f"xformers {r['xformers']} {r['xformers_cudas']}" for r in table["rows"]))
     return 0
 
 

@@ -32,3 +32,17 @@ def test_the_api_reference_lists_every_module():
     modules = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "grpo_kit").rglob("*.py")
                if p.name not in ("__init__.py", "__main__.py") and "shipped" not in p.parts}
     assert not modules - listed, sorted(modules - listed)
+
+
+def test_no_wrapped_line_of_prose_starts_as_a_heading():
+    """Python-Markdown reads '#3504), so ...' at the start of a line as a heading (CommonMark would not): a wrapped
+    issue number must not open a line outside code blocks."""
+    found = []
+    for page in (ROOT / "docs").rglob("*.md"):
+        fenced = False
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced and re.match(r"#+[^#\s]", line):
+                found.append(f"{page.relative_to(ROOT)}:{number}: {line[:60]}")
+    assert not found, found

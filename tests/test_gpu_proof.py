@@ -1,14 +1,88 @@
-"""Issue 21's GPU proof, what a CPU can check: the script runs its code at toy shapes and refuses without CUDA,
-and the wheel bundle splits into parts that each travel in one device call (small fake wheels, no download)."""
+"""The GPU proof (issues 21 and 33), what a CPU can check: the one-call script end to end at toy shapes (bundle
+checked, wheels installed into a folder of their own, every row in the given folder), the refusal without CUDA, a
+route at toy shapes, and the wheel bundle's repacking (small fake wheels, no download; the real repacked wheels
+import on the CPU stack in tests/stack/test_gpu_bundle.py)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from benchmarks import gpu_proof, wheel_bundle
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_wheel(folder: Path, name: str, version: str, files: dict[str, str], entry_points: str = "") -> Path:
+    """A valid wheel (pip installs it) holding ``files`` and a dist-info with ``RECORD``."""
+    info = f"{name}-{version}.dist-info"
+    files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    if entry_points:
+        files[f"{info}/entry_points.txt"] = entry_points
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        record = []
+        for file, text in files.items():
+            z.writestr(file, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+            record.append(f"{file},sha256={digest},{len(text.encode())}")
+        z.writestr(f"{info}/RECORD", "\n".join(record + [f"{info}/RECORD,,"]) + "\n")
+    return path
+
+
+def test_the_one_call_script_runs_end_to_end_at_toy_shapes_into_the_given_folder(tmp_path):
+    """benchmarks/gpu_call.sh --miniature: the same steps as on the lent machine (bundle checked against its
+    manifest and the size limit, installed with pip --target, the proof run into --out), on this CPU."""
+    bundle = tmp_path / "wheels"
+    bundle.mkdir()
+    make_wheel(bundle, "grpo_kit_probe", "1.0", {"grpo_kit_probe/__init__.py": "VALUE = 1\n"})
+    manifest = wheel_bundle.bundle(bundle, {"grpo_kit_probe": "1.0"}, repack_rules={})
+    assert manifest["fits"] and manifest["tree_bytes"] > 1_000_000  # the tracked tree, measured by git
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_call.sh"), "--miniature", "--out", str(out),
+                           "--wheels", str(bundle), "--python", sys.executable, "--", "--routes", "eval"],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["call.log", "log.txt", "raw.jsonl", "summary.md"]
+    rows = [json.loads(line) for line in (out / "raw.jsonl").read_text().splitlines()]
+    assert [r["route"] for r in rows] == ["machine", "pipeline-smoke", "eval"]
+    smoke = rows[1]
+    assert smoke["ok"] and [s["step"] for s in smoke["steps"]] == [
+        "02 plan_baseline", "02 measure_before", "03 plan_training", "03 train", "04 open_run", "04 measure_after",
+        "04 export_run (merged, verified)"]
+    assert all(s["seconds"] >= 0 for s in smoke["steps"]) and "PASSED" in smoke["steps"][-1]["verification"]
+    assert rows[2]["questions_per_s"] > 0
+    call = (out / "call.log").read_text()
+    assert "fits one call" in call and "installed 1 wheels" in call and "exit 0" in call
+    assert "Pipeline smoke" in (out / "summary.md").read_text()
+
+
+def test_the_script_refuses_a_bundle_its_manifest_does_not_describe(tmp_path):
+    bundle = tmp_path / "wheels"
+    bundle.mkdir()
+    make_wheel(bundle, "grpo_kit_probe", "1.0", {"grpo_kit_probe/__init__.py": ""})
+    wheel_bundle.bundle(bundle, {"grpo_kit_probe": "1.0"}, repack_rules={})
+    make_wheel(bundle, "stray", "2.0", {"stray/__init__.py": ""})
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_call.sh"), "--miniature", "--out",
+                           str(tmp_path / "out"), "--wheels", str(bundle), "--python", sys.executable],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "holds other wheels than its manifest lists" in done.stdout
+    assert not (tmp_path / "out" / "raw.jsonl").exists()
+    assert "manifest.json is missing" in wheel_bundle.check(tmp_path)
+    (bundle / "stray-2.0-py3-none-any.whl").unlink()
+    assert wheel_bundle.check(bundle) is None
+    assert "over 1 MiB" in wheel_bundle.check(bundle, limit=2**20)  # with the tree, over a 1 MiB limit
 
 
 def test_without_cuda_the_proof_refuses_clearly(capsys):
@@ -31,57 +105,49 @@ def test_the_word_tokenizer_covers_every_id():
     assert all(len(tokenizer(p)["input_ids"]) == 12 for p in prompts)
 
 
-def _fake_wheel(folder, name, size):
-    path = folder / name
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
-        z.writestr("payload", b"x" * size)
-    return path
-
-
-GROUPS = {"core": {"trl": None, "pyarrow": "26.0.1"}, "unsloth": {"unsloth": None, "bitsandbytes": None,
-                                                                  "vllm": None}}
-
-
-def test_the_bundle_splits_group_by_group_under_the_limit(tmp_path):
-    versions = wheel_bundle.pins(groups=GROUPS)
-    assert versions["core"] == {"trl": "1.15.0", "pyarrow": "26.0.1"}  # requirements.txt's pin and the listed one
-    assert versions["unsloth"]["bitsandbytes"] == "0.50.2"
-    sizes = {"trl-1.15.0-py3-none-any.whl": 900, "pyarrow-26.0.1-cp312-cp312-manylinux_2_28_x86_64.whl": 5200,
-             "unsloth-2026.10.7-py3-none-any.whl": 3000, "bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl": 4100,
-             "vllm-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl": 20000}
-    for name, size in sizes.items():
-        _fake_wheel(tmp_path, name, size)
-    limit = 6400
-    manifest = wheel_bundle.bundle(tmp_path, versions, limit)
-    parts = manifest["parts"]
-    assert [p["group"] for p in parts] == ["core", "unsloth", "unsloth"]  # core first: every route needs it
-    assert all(p["bytes"] <= limit for p in parts)
-    for part in parts:
-        on_disk = sorted(f.name for f in (tmp_path / part["part"]).iterdir())
-        assert on_disk == sorted(w["name"] for w in part["wheels"])
-        assert sum((tmp_path / part["part"] / n).stat().st_size for n in on_disk) == part["bytes"]
-    listed = [w["name"] for p in parts for w in p["wheels"]] + [w["name"] for w in manifest["too_large"]]
-    assert sorted(listed) == sorted(sizes)  # every wheel once
-    assert [w["name"] for w in manifest["too_large"]] == ["vllm-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"]
-    assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
-    again = wheel_bundle.bundle(tmp_path, versions, limit=100_000)  # re-split what is already in parts
-    assert len(again["parts"]) == 2 and not again["too_large"]
+def test_a_repacked_wheel_drops_what_is_never_imported_and_still_installs(tmp_path):
+    """unsloth 2026.10.7's wheel is 29.5 MiB, 82.5 MB of it Unsloth Studio (studio/) and its command line
+    (unsloth_cli/, the `unsloth` console script); import unsloth reads neither."""
+    bundle = tmp_path / "wheels"
+    bundle.mkdir()
+    make_wheel(bundle, "unsloth", "2026.10.7", {"unsloth/__init__.py": "OK = True\n", "studio/app.js": "x" * 5000,
+                                                 "unsloth_cli/__init__.py": "app = None\n"},
+               entry_points="[console_scripts]\nunsloth = unsloth_cli:app\n")
+    make_wheel(bundle, "trl", "1.15.0", {"trl/__init__.py": ""})
+    manifest = wheel_bundle.bundle(bundle, {"unsloth": "2026.10.7", "trl": "1.15.0"}, tree=0)
+    unsloth = next(w for w in manifest["wheels"] if w["name"].startswith("unsloth"))
+    assert unsloth["repacked"]["removed"] == ["studio/app.js", "unsloth_cli/__init__.py"]
+    assert "`import unsloth` imports neither" in unsloth["repacked"]["why"]
+    assert next(w for w in manifest["wheels"] if w["name"].startswith("trl"))["repacked"] is None
+    with zipfile.ZipFile(bundle / unsloth["name"]) as z:
+        assert not any(n.startswith(("studio/", "unsloth_cli/")) for n in z.namelist())
+        record = z.read("unsloth-2026.10.7.dist-info/RECORD").decode()
+    assert "studio/" not in record and "unsloth/__init__.py,sha256=" in record
+    again = wheel_bundle.bundle(bundle, {"unsloth": "2026.10.7", "trl": "1.15.0"}, tree=0)  # repacked once only
+    assert again["wheels"][1]["repacked"] == unsloth["repacked"] and again["wheels"][1]["sha256"] == unsloth["sha256"]
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site),
+                    *map(str, bundle.glob("*.whl"))], check=True)
+    out = subprocess.run([sys.executable, "-c", "import unsloth; print(unsloth.OK)"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(site)}, cwd=tmp_path)
+    assert out.stdout.strip() == "True" and not (site / "studio").exists() and not (site / "bin").exists()
 
 
 def test_a_missing_or_stray_wheel_is_named(tmp_path):
-    versions = wheel_bundle.pins(groups=GROUPS)
-    _fake_wheel(tmp_path, "trl-1.15.0-py3-none-any.whl", 10)
-    _fake_wheel(tmp_path, "left_over-1.0-py3-none-any.whl", 10)
-    with pytest.raises(ValueError, match=r"no wheel for \['bitsandbytes', 'pyarrow', 'unsloth', 'vllm'\], and "
-                                         r"wheels of no group \['left_over-1.0-py3-none-any.whl'\]"):
-        wheel_bundle.bundle(tmp_path, versions)
+    make_wheel(tmp_path, "trl", "1.15.0", {"trl/__init__.py": ""})
+    make_wheel(tmp_path, "left_over", "1.0", {"left_over/__init__.py": ""})
+    with pytest.raises(ValueError, match=r"no wheel for \['bitsandbytes'\], and wheels of no package listed "
+                                         r"\['left_over-1.0-py3-none-any.whl'\]"):
+        wheel_bundle.bundle(tmp_path, {"trl": "1.15.0", "bitsandbytes": "0.50.2"}, tree=0)
 
 
-def test_the_download_is_pinned_for_cpython_3_12_manylinux_without_dependencies(tmp_path):
-    command = wheel_bundle.download_command(wheel_bundle.pins(), tmp_path)
+def test_the_bundle_is_what_the_machine_lacks_pinned_for_cpython_3_12(tmp_path):
+    versions = wheel_bundle.pins()
+    assert versions == {"trl": "1.15.0", "datasets": "4.8.5", "dill": "0.4.1", "multiprocess": "0.70.19",
+                        "unsloth": "2026.10.7", "unsloth_zoo": "2026.10.7", "bitsandbytes": "0.50.2"}
+    command = wheel_bundle.download_command(versions, tmp_path)
     assert command[3:5] == ["download", "--no-deps"] and "--only-binary=:all:" in command
     assert command[command.index("--python-version") + 1] == "3.12"
-    assert "trl==1.15.0" in command and "unsloth==2026.10.7" in command and "bitsandbytes==0.50.2" in command
     assert all("==" in arg for arg in command[command.index(str(tmp_path)) + 1:])
     with pytest.raises(ValueError, match="pins no exact version of \\['nothing'\\]"):
-        wheel_bundle.pins(groups={"core": {"nothing": None}})
+        wheel_bundle.pins(bundle={"nothing": None})

@@ -58,14 +58,26 @@ def test_without_a_driver_the_cpu_set_is_installed_and_on_a_ready_machine_nothin
 def test_the_runtimes_torch_is_kept_and_every_version_read_back(monkeypatch, capsys):
     runtime = FakeRuntime(monkeypatch, {"torch": "2.11.0+cu128", **KIT})
     assert notebook.install_stack(driver=lambda: "570.172.08")
-    (argv,) = runtime.calls
-    assert "unsloth==2026.10.7" in argv and not any(a.startswith(("torch==", "vllm==")) for a in argv)
+    xformers, argv = runtime.calls
+    assert "unsloth==2026.10.7" in argv and not any(a.startswith(("torch==", "vllm==", "xformers")) for a in argv)
     assert runtime.constraints == "torch==2.11.0+cu128\n"  # pip may not replace it
-    assert argv[argv.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu128"
+    # xformers alone from PyTorch's index for this CUDA (PyPI's 0.0.35 is one CUDA's build, unsloth METADATA's
+    # cu128onlytorch2110 extra names this one)
+    assert xformers[xformers.index("--index-url") + 1] == "https://download.pytorch.org/whl/cu128"
+    assert "xformers==0.0.35" in xformers and "--no-deps" in xformers and "-c" in xformers
     out = capsys.readouterr().out
     assert "without fast_inference" in out and "no restart needed" in out
     assert not notebook.install_stack(driver=lambda: "570.172.08")  # a second run: everything is there
-    assert len(runtime.calls) == 1
+    assert len(runtime.calls) == 2
+
+
+def test_a_cuda_13_runtime_without_an_xformers_build_gets_none_and_the_reason(monkeypatch, capsys):
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.13.0+cu130", **KIT})
+    assert notebook.install_stack(driver=lambda: "580.82.07")
+    (argv,) = runtime.calls
+    assert not any(a.startswith("xformers") for a in argv)
+    assert "xformers: none built for it (unsloth 2026.10.7 names no xformers build for torch 2.13.0" in \
+        capsys.readouterr().out
 
 
 def test_a_version_another_package_changed_is_named(monkeypatch):
@@ -96,7 +108,10 @@ def test_the_driver_table():
 
     assert driver_problem("580.65.06", "13.0", "x") is None and driver_problem("590.1", "13.0", "x") is None
     assert driver_problem("575.51.03", "12.9", "x") is None
-    assert "needs >= 570.26" in driver_problem("565.57.01", "12.8", "x")
+    # CUDA 12 minor-version compatibility (NVIDIA's CUDA Compatibility guide): every 12.x runs on >= 525.60.13
+    assert driver_problem("535.104.05", "12.8", "x") is None and driver_problem("525.60.13", "12.9", "x") is None
+    assert "needs >= 525.60.13" in driver_problem("520.61.05", "12.8", "x")
+    assert "needs >= 580.65.06" in driver_problem("575.51.03", "13.0", "x")
 
 
 def test_every_notebook_installs_from_the_repository_its_install_cell_names():

@@ -1,4 +1,5 @@
-"""The notebooks run headless on the CPU preset (01-04 in order, 05 on its own); committed copies carry no outputs."""
+"""The notebooks run headless on the CPU preset (01-04 in order, 05 on its own); committed copies carry no outputs, and
+the documentation site's copies (docs/notebooks/) carry the outputs of a CPU run of the current code cells."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+DOCS = NOTEBOOKS.parent / "docs" / "notebooks"
 ORDER = ["01_explore.ipynb", "02_baseline_eval.ipynb", "03_train_grpo.ipynb", "04_post_training_eval.ipynb"]
 COMPARE = "05_compare_runs.ipynb"
 
@@ -23,6 +25,20 @@ def test_committed_notebooks_carry_no_outputs(name):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", []), f"{name}: the first code cell must be tagged parameters"
     assert "colab.research.google.com" in nb.cells[0].source
+
+
+@pytest.mark.parametrize("name", [*ORDER, COMPARE])
+def test_the_docs_show_each_notebook_as_it_ran_on_a_cpu(name):
+    """docs/notebooks/NAME is NAME run (scripts/notebook_outputs.py): the same code cells, each executed, none failed,
+    the cells that show a table, a report or a plot showing it, and a note naming the machine and the date."""
+    shown = nbformat.read(DOCS / name, as_version=4)
+    source = [c.source for c in nbformat.read(NOTEBOOKS / name, as_version=4).cells if c.cell_type == "code"]
+    ran = [c for c in shown.cells if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
+    assert [c.source for c in ran] == source, f"docs/notebooks/{name} is out of date: run scripts/notebook_outputs.py"
+    assert all(c.execution_count is not None for c in ran), f"docs/notebooks/{name}: a cell did not run"
+    assert not [o for c in ran for o in c.outputs if o.output_type == "error"], f"docs/notebooks/{name}: a cell failed"
+    assert "cores, load average" in shown.cells[1].source and "scripts/notebook_outputs.py" in shown.cells[1].source
+    _check_outputs(DOCS / name)
 
 
 @pytest.mark.parametrize("name", [*ORDER, COMPARE])

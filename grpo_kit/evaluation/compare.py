@@ -121,9 +121,12 @@ def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, see
     ``wrong_to_right``, ``right_to_wrong`` and the exact McNemar ``mcnemar_p`` (NaN for graded
     metrics such as the XML tag count and the total). ``attrs`` holds the headline test (the task's
     headline metric, :attr:`grpo_kit.tasks.Task.headline`: ``metric``, ``label``, ``wrong_to_right``,
-    ``right_to_wrong``, ``mcnemar_p``) and ``format_only_gain``: the part
-    of the strict-accuracy gain that flexible accuracy does not show
-    (``delta strict - delta flexible``), i.e. the gain from format compliance alone.
+    ``right_to_wrong``, ``mcnemar_p``), and where both accuracies exist ``format_only_gain``: the part of the
+    strict-accuracy gain that flexible accuracy does not show, i.e. the gain from format compliance alone:
+    ``delta strict - min(max(delta flexible, 0), delta strict)`` when strict accuracy rose, else 0, so it lies in
+    ``[0, delta strict]`` (a flexible accuracy that fell does not make the format's part larger than the gain), and
+    ``format_only_questions``: the questions strict match turned wrong->right whose answer flexible extract already
+    read right before (at most ``strict_wrong_to_right``), with ``strict_gain`` and ``flexible_gain`` (the deltas).
 
     Raises:
         ValueError: the evaluations cover different questions (the message says how many match),
@@ -156,7 +159,13 @@ def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, see
     label = next((m.label for m in before.metrics() if m.key == headline), headline)
     frame.attrs.update(paired_test(before, after), metric=headline, label=label)
     if {"strict_correct", "flexible_correct"} <= set(deltas):
-        frame.attrs["format_only_gain"] = float(deltas["strict_correct"] - deltas["flexible_correct"])
+        strict, flexible = deltas["strict_correct"], deltas["flexible_correct"]
+        frame.attrs["format_only_gain"] = float(strict - min(max(flexible, 0.0), strict)) if strict > 0 else 0.0
+        s_b, s_a = per_question(before.records, "strict_correct"), per_question(after.records, "strict_correct")
+        f_b = per_question(before.records, "flexible_correct")
+        frame.attrs["format_only_questions"] = sum(1 for i in ids if not s_b[i] and s_a[i] and f_b[i])
+        frame.attrs.update(strict_gain=float(strict), flexible_gain=float(flexible),
+                           strict_wrong_to_right=sum(1 for i in ids if not s_b[i] and s_a[i]))
     return frame
 
 

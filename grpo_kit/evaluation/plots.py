@@ -9,7 +9,8 @@ from typing import Any
 
 from grpo_kit.system.files import replaced
 
-__all__ = ["MAX_CHART_INCHES", "plot_before_after", "plot_runs", "plot_training_curves", "training_curves"]
+__all__ = ["MAX_CHART_INCHES", "plot_before_after", "plot_runs", "plot_training_curves", "smoothed",
+           "training_curves"]
 
 #: The widest chart drawn, in inches (1760 px at the 110 dpi charts are saved with).
 MAX_CHART_INCHES = 16
@@ -49,13 +50,54 @@ def training_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, tuple[li
     return curves
 
 
+def smoothed(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean of the last ``window`` values at each point (fewer at the start).
+
+    >>> smoothed([0, 1, 2, 3], 2)
+    [0.0, 0.5, 1.5, 2.5]
+    """
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _panel(key: str, heldout: str, rewards: dict[str, Any], total_max: float, max_length: int | None
+           ) -> tuple[str, str, float | None]:
+    """A curve's panel title in words, its y-axis label and the largest value it can take (``None``: no bound)."""
+    if key == "reward":
+        return "Total reward (weighted sum)", "reward", total_max
+    if key == "completions/mean_length":
+        return "Completion length", "tokens (mean)", max_length
+    if key.startswith("eval/"):
+        rule = key.removeprefix("eval/").removesuffix("_accuracy")
+        return f"{heldout.capitalize()} {rule} accuracy (95% CI)", "accuracy", 1.0
+    name = key.removeprefix("rewards/").removesuffix("/mean")
+    reward = rewards.get(name)
+    return (reward.label, name, reward.max_value) if reward is not None else (f"Reward {name}", name, None)
+
+
 def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path | None = None,
-                         title: str = "GRPO training", heldout: str = "held-out") -> Any:
+                         title: str = "GRPO training", heldout: str = "held-out", rewards: Any = None,
+                         max_length: int | None = None) -> Any:
     """Draw one small panel per curve of :func:`training_curves`; save a PNG when ``path`` is given.
 
-    Held-out strict and flexible accuracy, when logged, get a panel each with their 95% interval
-    as a band, beside the reward curves; ``heldout`` names their split in the panel titles (``"validation"``:
-    questions held out of the train split).
+    Each panel is titled in words with the largest value the curve can take (a dashed line at it): a reward's from
+    its description (:class:`grpo_kit.tasks.rewards.Reward`), the total reward's the weighted sum of those, the
+    completion length's the token budget. Per-step values are noisy (a handful of completions each), so each
+    curve is drawn faint with its trailing mean (:func:`smoothed`, over a tenth of the steps) on top. Held-out strict
+    and flexible accuracy, when logged, get a panel each with their 95% interval as a band; ``heldout`` names
+    their split (``"validation"``: questions held out of the train split).
+
+    Args:
+        log_history: ``trainer.state.log_history``.
+        path: where to save a PNG, if given.
+        title: the figure's title.
+        heldout: the held-out split's name in the accuracy panels.
+        rewards: the run's :class:`grpo_kit.tasks.rewards.RewardSet` (names, labels, maxima and weights); without
+            it the built-in rewards are described by name and the total has no maximum.
+        max_length: the completion budget in tokens (``max_completion_length``).
 
     Returns:
         The ``matplotlib.figure.Figure``.
@@ -65,28 +107,45 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
     """
     import matplotlib.pyplot as plt  # headless machines fall back to the Agg backend by themselves
 
+    from grpo_kit.tasks.rewards import BUILTIN_REWARDS, Reward
+
     curves = training_curves(log_history)
     accuracies = [k for k in curves if k.startswith("eval/") and not k.endswith(("_ci_low", "_ci_high"))]
     intervals = {key: (curves.pop(f"{key}_ci_low", None), curves.pop(f"{key}_ci_high", None)) for key in accuracies}
     if not curves:
         raise ValueError("the log history has no rewards/<name>/mean, reward or completion length entries")
-    cols = 4
+    described = {name: Reward.of(func) for name, func in BUILTIN_REWARDS.items()}
+    total_max = math.nan
+    if rewards is not None:
+        described.update({r.name: r for r in rewards.rewards})
+        total_max = sum(w * r.max_value for r, w in zip(rewards.rewards, rewards.weights))
+    cols = min(4, len(curves))
     rows = -(-len(curves) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
     for ax, (key, (steps, values)) in zip(axes.flat, curves.items()):
-        ax.plot(steps, values, lw=1.2, marker="o" if key in intervals else None, ms=3)
-        low, high = intervals.get(key, (None, None))
-        if low and high:
-            ax.fill_between(low[0], low[1], high[1], alpha=0.25)  # the 95% interval
-            ax.set_ylim(-0.02, 1.02)
-        name = key.removeprefix("rewards/").removesuffix("/mean")
-        ax.set_title(f"{heldout} {name.removeprefix('eval/')} (95% CI)" if key in intervals else name, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
+        words, unit, top = _panel(key, heldout, described, total_max, max_length)
+        if key in intervals:
+            ax.plot(steps, values, lw=1.4, marker="o", ms=3)
+            low, high = intervals[key]
+            if low and high:
+                ax.fill_between(low[0], low[1], high[1], alpha=0.25)  # the 95% interval
+        else:
+            window = max(1, len(values) // 10)
+            ax.plot(steps, values, lw=0.8, alpha=0.3, color="C0", label="per step")
+            ax.plot(steps, smoothed(values, window), lw=1.8, color="C0",
+                    label=f"mean of {window} steps" if window > 1 else None)
+        if top is not None and math.isfinite(top) and top > 0:
+            ax.axhline(top, ls="--", lw=0.8, color="0.4")
+            ax.set_ylim(min(0.0, min(values)) - 0.02 * top, top * 1.06)
+            words += f", max {top:g}"
+        ax.set_title(words, fontsize=9)
+        ax.set_xlabel("training step", fontsize=8)
+        ax.set_ylabel(unit, fontsize=7)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(curves):]:
         ax.axis("off")
-    fig.suptitle(title)
+    fig.suptitle(f"{title}: faint lines per step, bold their running mean; dashed lines the maximum", fontsize=10)
     fig.tight_layout()
     return _saved(fig, path)
 

@@ -4,7 +4,6 @@ metrics, diagnostics and the alarms raised while training, as markdown.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,7 @@ from grpo_kit.evaluation.scoring import EvalResult
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BeforeAfter", "alarms_markdown", "report_markdown"]
+__all__ = ["BeforeAfter", "alarms_markdown", "format_only_sentence", "report_markdown"]
 
 
 @dataclass
@@ -50,10 +49,30 @@ def alarms_markdown(alarms: list[dict[str, Any]]) -> str:
                          f"{a['reward_after']:.3f} while {a.get('split', 'held-out')} {a['rule']} accuracy fell "
                          f"{a['accuracy_before']:.3f} -> {a['accuracy_after']:.3f} ({a['right_to_wrong']} "
                          f"right->wrong, {a['wrong_to_right']} wrong->right, McNemar p = {a['mcnemar_p']:.2g})")
+        elif a.get("kind") == "reward_never_judged":
+            lines.append(f"- **Reward never judged**: {a['reward']} returned no number for any of the "
+                         f"{a['completions']} completions of training (None for every one"
+                         + (f", or raised {a['raised']} times" if a.get("raised") else "") + "), up to step "
+                         f"{a['step']}: it taught nothing")
         else:
             lines.append(f"- **Stale vLLM weights** at step {a['step']}: mean log-probability gap "
                          f"{a['mean_logp_gap']:.3f} nats per token (threshold {a['threshold']:g})")
     return "\n".join(lines)
+
+
+def format_only_sentence(table: pd.DataFrame) -> str:
+    """The report's sentence on the part of the strict-accuracy gain due to the answer format alone
+    (:func:`grpo_kit.evaluation.compare.compare`'s ``format_only_gain``, which lies between 0 and the strict gain), with
+    a leading space; empty when the table has no strict and flexible accuracy."""
+    if "format_only_gain" not in table.attrs:
+        return ""
+    a = table.attrs
+    if a["strict_gain"] <= 0:
+        return f" Strict accuracy did not rise ({a['strict_gain']:+.3f}), so none of it is format only."
+    return (f" Of the strict-accuracy gain of {a['strict_gain']:+.3f}, {a['format_only_gain']:+.3f} is format only "
+            f"(flexible accuracy, which reads the answer anywhere, changed {a['flexible_gain']:+.3f}); "
+            f"{a['format_only_questions']} of the {a['strict_wrong_to_right']} questions strict match turned "
+            "wrong->right were already right by flexible extract.")
 
 
 def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings: dict[str, Any] | None = None,
@@ -81,8 +100,7 @@ def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings
              "strict-match and flexible-extract).", "", "## Greedy", "", compare_markdown(table), "",
              f"{headline}: {hard['wrong_to_right']} wrong->right, {hard['right_to_wrong']} right->wrong, exact "
              f"McNemar p = {hard['mcnemar_p']:.3g}."]
-    gain = table.attrs.get("format_only_gain", math.nan)
-    lines[-1] += f" Part of the strict-accuracy gain that flexible accuracy does not show (format only): {gain:+.3f}."
+    lines[-1] += format_only_sentence(table)
     lines.append("")
     if measured.before_sampled is not None and measured.after_sampled is not None:
         lines += [f"## Sampled ({measured.samples} per question, temperature {measured.temperature})", "",

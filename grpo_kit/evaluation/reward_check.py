@@ -86,8 +86,10 @@ def _stats(records: Sequence[dict[str, Any]], value: Any, correct: Any, max_valu
 
 @dataclass
 class RewardCheck:
-    """What :func:`check_rewards` found: ``rewards`` (per reward), ``reward_set`` (the weighted total), and what it
-    was computed from (``headline``, ``questions``, ``samples``, ``source``)."""
+    """What :func:`check_rewards` found: ``rewards`` (per reward), ``reward_set`` (the weighted total), what it
+    was computed from (``headline``, ``questions``, ``samples``, ``source``), how many samples were right by the
+    headline (``right`` of ``judged``), and whether none of the set's trained rewards reads a dataset column
+    (``format_only``: it cannot know the gold answer)."""
 
     rewards: dict[str, dict[str, Any]]
     reward_set: dict[str, Any]
@@ -96,11 +98,15 @@ class RewardCheck:
     samples: int
     source: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    right: int = 0
+    judged: int = 0
+    format_only: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The check as one JSON object: ``{"rewards": {NAME: {...}}, "reward_set": {"weights": {...}, ...}, ...}``."""
         return {"rewards": self.rewards, "reward_set": self.reward_set, "headline": self.headline,
-                "questions": self.questions, "samples": self.samples, "source": self.source}
+                "questions": self.questions, "samples": self.samples, "source": self.source,
+                "right": self.right, "judged": self.judged, "verdicts": self.verdicts()}
 
     def markdown(self) -> str:
         """The check as a markdown table, one row per reward and one for the reward set, with what it means."""
@@ -122,10 +128,31 @@ class RewardCheck:
         lines += ["", f"From {self.samples} sampled completions of each of {self.questions} questions ({self.source}): "
                       f"at step 0 GRPO would learn nothing from {share:.0%} of the prompts (every completion of "
                       "the group scored the same total)."]
-        if t["correlation"] is None or t["correlation"] < 0.1:
-            lines.append(f"The weighted total does not follow {self.headline}: this set pays wrong answers as well "
-                         "as right ones, so it can teach the format but not solving.")
+        lines += self.verdicts()
         return "\n".join(lines)
+
+    def verdicts(self) -> list[str]:
+        """What the numbers support, one sentence each: no correlation is read where the baseline got nothing right
+        (or everything), and a set is called a format reward only when none of its trained rewards reads the gold
+        answer (``format_only``)."""
+        t = self.reward_set
+        if self.right == 0 or self.right == self.judged:
+            which = "no right answers" if self.right == 0 else "only right answers"
+            return [f"The baseline's samples hold {which} ({self.headline}): the correlation with it cannot be "
+                    "measured, so this check cannot tell whether the set pays right answers more than wrong ones."
+                    + (" GRPO's correctness rewards need some right answers among a group's completions to have "
+                       "anything to reward: start from a stronger policy or an easier slice, or warm-start longer."
+                       if self.right == 0 else "")]
+        format_only = (["None of its trained rewards reads the gold answer, so it can teach the format but not "
+                        "solving."] if self.format_only else [])
+        if t["correlation"] is None:
+            return ["Every sample got the same weighted total: at step 0 this set gives GRPO nothing to learn from.",
+                    *format_only]
+        if t["correlation"] >= 0.1:
+            return [f"The weighted total follows {self.headline} (r = {t['correlation']:.2f}): it pays right answers "
+                    "more than wrong ones on these samples."]
+        return [f"The weighted total does not follow {self.headline} (r = {t['correlation']:.2f}): on these samples "
+                "it pays wrong answers as much as right ones.", *format_only]
 
     def _repr_markdown_(self) -> str:
         return self.markdown()
@@ -173,4 +200,6 @@ def check_rewards(records: Sequence[dict[str, Any]], task: Task, rewards: Reward
     per_question = {r["id"] for r in records}
     return RewardCheck(rewards=out, reward_set=reward_set, headline=task.headline, questions=len(per_question),
                        samples=len(records) // max(1, len(per_question)), source=source,
-                       labels={r.name: r.label for r in rewards.rewards})
+                       labels={r.name: r.label for r in rewards.rewards},
+                       right=sum(1 for r in records if correct(r)), judged=len(records),
+                       format_only=all(not r.columns for r, w in zip(rewards.rewards, rewards.weights) if w))

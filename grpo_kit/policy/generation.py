@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from grpo_kit.system.progress import announce, expected_seconds, phase_bar
+
 __all__ = ["Backend", "Generation", "Sampling", "TransformersBackend", "base_weights_digest", "model_fingerprint"]
 
 Prompt = list[dict[str, str]]
@@ -123,6 +125,19 @@ def base_weights_digest(model: Any) -> str:
     return _digest({n: p for n, p in model.named_parameters() if "lora_" not in n}, strip_peft=True)
 
 
+def _counting(bar: Any) -> Any:
+    """A ``StoppingCriteriaList`` that stops nothing and moves ``bar`` by one token per decoding step."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _Count(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            bar.update(1)
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_Count()])
+
+
 class TransformersBackend:
     """Batched generation with ``model.generate``: prompts sorted by length, left padded.
 
@@ -130,16 +145,30 @@ class TransformersBackend:
         model: a causal LM (``PreTrainedModel`` or a peft model).
         tokenizer: its tokenizer, with a chat template and a pad token.
         batch_size: prompts per ``generate`` call (completions per call: ``batch_size * n``).
-        progress: show a tqdm bar over batches.
+        progress: announce a long generation and show a bar of decoding steps, labelled greedy or sampled
+            (:func:`grpo_kit.system.progress.phase_bar`).
+        name: what generates, before that label ("the trained policy", "the export").
     """
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True) -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True,
+                 name: str = "") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.progress = progress
+        self.name = name
+
+    def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling) -> None:
+        """The line before a generation long enough to wait for (:func:`grpo_kit.system.progress.announce`)."""
+        parameters = sum(p.numel() for p in self.model.parameters())
+        seconds = sum(expected_seconds("generate", parameters, sequences=len(b) * sampling.n, batches=1,
+                                       new_tokens=sampling.max_new_tokens) for b in batches)
+        if seconds >= 10:
+            announce(f"{label} completions of {questions} questions (up to {sampling.max_new_tokens} new tokens each, "
+                     f"{len(batches)} batch{'es' if len(batches) > 1 else ''})", seconds,
+                     "fewer questions, a smaller max_new_tokens or fewer samples shorten it")
 
     def identity(self) -> str:
         """The model's fingerprint plus a hash of the chat template and special tokens."""
@@ -164,7 +193,6 @@ class TransformersBackend:
             ``sampling.n``. Special tokens (EOS, padding) are removed from the text.
         """
         import torch
-        from tqdm.auto import tqdm
 
         texts = [self._render(p) for p in prompts]
         lengths = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
@@ -177,31 +205,40 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"
         was_training = self.model.training
         self.model.eval()
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        label = "greedy" if sampling.greedy else f"sampled ({sampling.n} per question)"
+        label = f"{self.name}, {label}" if self.name else label
+        if self.progress:
+            self._announce(label, len(prompts), batches, sampling)
         try:
-            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-            for batch_no, batch in enumerate(tqdm(batches, desc="generate", unit="batch", disable=not self.progress)):
-                enc = self.tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
-                                     add_special_tokens=False).to(self.model.device)
-                kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
-                                              eos_token_id=eos, num_return_sequences=sampling.n)
-                if sampling.greedy:
-                    kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-                else:
-                    torch.manual_seed(sampling.seed + batch_no)
-                    kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-                with torch.no_grad():
-                    out = self.model.generate(**enc, **kwargs)
-                new = out[:, enc["input_ids"].shape[1]:]
-                for row, ids in enumerate(new.tolist()):
-                    ended = eos in ids
-                    ids = ids[:ids.index(eos) + 1] if ended else [t for t in ids if t != pad]
-                    text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                    results[batch[row // sampling.n]].append(
-                        Generation(text=text, num_tokens=len(ids),
-                                   truncated=not ended and len(ids) >= sampling.max_new_tokens))
-                if on_result is not None:
-                    for i in batch:
-                        on_result(i, results[i])
+            with phase_bar(label, len(batches) * sampling.max_new_tokens, "token", enabled=self.progress) as bar:
+                for batch_no, batch in enumerate(batches):
+                    bar.set_postfix_str(f"batch {batch_no + 1}/{len(batches)}, {len(batch)} questions", refresh=False)
+                    start = bar.n
+                    enc = self.tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
+                                         add_special_tokens=False).to(self.model.device)
+                    kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
+                                                  eos_token_id=eos, num_return_sequences=sampling.n,
+                                                  stopping_criteria=_counting(bar))
+                    if sampling.greedy:
+                        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+                    else:
+                        torch.manual_seed(sampling.seed + batch_no)
+                        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+                    with torch.no_grad():
+                        out = self.model.generate(**enc, **kwargs)
+                    bar.update(start + sampling.max_new_tokens - bar.n)  # a batch that stopped early: its budget done
+                    new = out[:, enc["input_ids"].shape[1]:]
+                    for row, ids in enumerate(new.tolist()):
+                        ended = eos in ids
+                        ids = ids[:ids.index(eos) + 1] if ended else [t for t in ids if t != pad]
+                        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                        results[batch[row // sampling.n]].append(
+                            Generation(text=text, num_tokens=len(ids),
+                                       truncated=not ended and len(ids) >= sampling.max_new_tokens))
+                    if on_result is not None:
+                        for i in batch:
+                            on_result(i, results[i])
         finally:
             self.tokenizer.padding_side = previous_side
             self.model.train(was_training)

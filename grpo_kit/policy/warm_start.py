@@ -31,6 +31,7 @@ import logging
 import os
 import random
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,18 @@ from grpo_kit.tasks import DEFAULT_TASK, Task, get_task
 from grpo_kit.tasks.answer_format import render
 
 __all__ = [
+    "WARM_EPOCHS",
+    "WARM_STEPS_RANGE",
     "TinyPolicy",
     "WarmStart",
     "SHIPPED_DIR",
-    "quiet_progress",
     "ship",
+    "step_bar",
     "warm_start",
+    "completion_budget",
+    "drop_own_progress",
     "warm_start_dataset",
+    "warm_steps_for",
     "warm_started_tiny_policy",
 ]
 
@@ -100,6 +106,46 @@ def _plain(reasoning: str, answer: str, lead: str = "") -> str:
     return f"{lead}\n{reasoning}\n#### {answer}" if lead else f"{reasoning}\n#### {answer}"
 
 
+#: Passes over a task file's train rows that :func:`warm_steps_for` sizes a warm start to, and its bounds in steps.
+WARM_EPOCHS, WARM_STEPS_RANGE = 20, (60, WarmStart.steps)
+
+
+def warm_steps_for(task: Task, batch_size: int = WarmStart.batch_size) -> int:
+    """The warm start's steps for ``task``: the kit's own tasks keep :attr:`WarmStart.steps` (300, what the shipped
+    policy was built with); a task file of your own gets :data:`WARM_EPOCHS` passes over its train rows, between 60
+    and 300 steps (a few hundred rows learn the answer format in a minute or two on 2 CPU cores, where 300 steps
+    over 60 rows would repeat each 80 times).
+
+    >>> from grpo_kit.tasks import get_task
+    >>> warm_steps_for(get_task("gsm8k"))
+    300
+    """
+    if task.file is None or not task.trains:
+        return WarmStart.steps
+    rows = len(task.load("train"))
+    low, high = WARM_STEPS_RANGE
+    return max(low, min(high, -(-WARM_EPOCHS * rows // batch_size)))
+
+
+def completion_budget(task: Task, settings: WarmStart = WarmStart(), most: int = 256) -> int:
+    """New tokens enough for the tiny policy's answers on ``task``: the longest warm-start target of its train rows in
+    either style (:func:`warm_start_dataset`), in bytes (a byte-level tokenizer never needs more tokens than bytes),
+    plus 8, rounded up to a multiple of 8, between 16 and ``most``. What ``eval --before`` uses for a task file on the
+    tiny policy, where the kit's default of 256 would spend minutes decoding past answers a few words long.
+
+    Raises:
+        ValueError: the task has no demonstrations (:func:`warm_start_dataset`).
+    """
+    if task.demonstration is None:
+        raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
+    longest = 0
+    for row in task.load("train"):
+        demo = task.demonstration(row, settings.reasoning)
+        if demo is not None:
+            longest = max(longest, len(render(*demo).encode()), len(_plain(*demo, settings.plain_lead).encode()))
+    return max(16, min(most, -(-(longest + 8) // 8) * 8))
+
+
 def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: str | Task = DEFAULT_TASK) -> Any:
     """Build the prompt/completion dataset: each row's demonstration in the answer format with probability
     ``xml_share`` (or the task's own :attr:`grpo_kit.tasks.Task.warm_xml_share`), else in the plain style.
@@ -136,20 +182,78 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: st
     return Dataset.from_list(rows)
 
 
-def quiet_progress(trainer: Any) -> Any:
-    """Keep a transformers ``Trainer``'s progress bar but stop it printing a dict of metrics at every logging
-    step (the warm start's trainer and the GRPO trainer both use it). The metrics still reach
-    ``trainer.state.log_history`` (and wandb when enabled). Returns the trainer."""
+def drop_own_progress(trainer: Any) -> Any:
+    """Remove a transformers ``Trainer``'s own progress display (its bar, its notebook table of losses, its printed
+    dicts), where :func:`step_bar` shows the steps instead. Returns the trainer."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    class _QuietProgress(ProgressCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            return None
-
-    trainer.pop_callback(PrinterCallback)  # used instead of the bar when tqdm is disabled
-    if trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(_QuietProgress())
+    for callback in (ProgressCallback, PrinterCallback):
+        trainer.pop_callback(callback)
+    for callback in list(trainer.callback_handler.callbacks):  # its module imports IPython: matched by name
+        if type(callback).__name__ == "NotebookProgressCallback":
+            trainer.remove_callback(callback)
     return trainer
+
+
+def step_bar(label: str, shows: str = "loss", enabled: bool = True) -> Any:
+    """A transformers ``TrainerCallback`` that shows a trainer's steps as a labelled bar
+    (:func:`grpo_kit.system.progress.phase_bar`) with the last logged value (``shows``), seconds per step, and
+    "saving checkpoint-N" while a checkpoint is written. Add it to the trainer's callbacks in place of transformers'
+    own ``ProgressCallback``; its ``close()`` ends the bar where training stopped early (an error, Ctrl-C).
+
+    Args:
+        label: what the steps are ("warm start", "GRPO").
+        shows: the logged value shown beside the bar.
+        enabled: ``False``: nothing is drawn.
+    """
+    import contextlib
+
+    from transformers import TrainerCallback
+
+    from grpo_kit.system.progress import phase_bar
+
+    class _StepBar(TrainerCallback):
+        def __init__(self) -> None:
+            self.bar, self.stack, self.value, self.started, self.first = None, contextlib.ExitStack(), None, 0.0, 0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.bar = self.stack.enter_context(phase_bar(label, state.max_steps, "step", enabled=enabled))
+            self.bar.update(state.global_step)
+            self.started, self.first = time.perf_counter(), state.global_step
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if isinstance((logs or {}).get(shows), (int, float)):
+                self.value = logs[shows]
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.bar is None:
+                return
+            self.bar.update(state.global_step - self.bar.n)
+            per_step = (time.perf_counter() - self.started) / max(1, state.global_step - self.first)
+            text = f"{per_step:.1f} s/step" + (f", {shows} {self.value:.3f}" if self.value is not None else "")
+            self.bar.set_postfix_str(text + (f", saving checkpoint-{state.global_step}" if control.should_save else ""),
+                                     refresh=False)
+
+        def on_save(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.set_postfix_str(self.bar.postfix.split(", saving")[0] if self.bar.postfix else "",
+                                         refresh=False)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.close()
+
+        def close(self) -> None:
+            self.stack.close()
+            self.bar = None
+
+    return _StepBar()
+
+
+def _mean_tokens(tokenizer: Any, rows: Any, most: int = 64) -> float:
+    """Mean tokens of the first ``most`` warm-start examples (prompt and completion, in the chat template)."""
+    picked = [rows[i] for i in range(min(most, len(rows)))]
+    texts = [tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=False) for r in picked]
+    return sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) / max(1, len(texts))
 
 
 def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
@@ -166,7 +270,7 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
         dataset: train rows of ``task`` (see :func:`warm_start_dataset`).
         output_dir: where the model and tokenizer are saved (``save_pretrained``).
         settings: :class:`WarmStart`.
-        progress: show TRL's progress bar.
+        progress: announce the warm start with its expected time and show a bar of its steps (:func:`step_bar`).
         task: the task the rows belong to.
 
     Returns:
@@ -174,6 +278,16 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
     """
     from trl import SFTConfig, SFTTrainer
 
+    from grpo_kit.system.progress import announce, expected_seconds
+
+    rows = warm_start_dataset(dataset, settings, task)
+    if progress:
+        tokens = _mean_tokens(tokenizer, rows)
+        announce(f"warm start of the tiny policy on {get_task(task).name}: {settings.steps} steps of "
+                 f"{settings.batch_size} worked answers (about {tokens:.0f} tokens each)",
+                 expected_seconds("warm start", sum(p.numel() for p in model.parameters()), steps=settings.steps,
+                                  batch=settings.batch_size, tokens=tokens),
+                 "--warm-steps shortens it; it is cached, once per task and settings")
     config = SFTConfig(
         output_dir=str(output_dir),
         max_steps=settings.steps,
@@ -190,11 +304,15 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
         bf16=False,
         gradient_checkpointing=False,
         seed=settings.seed,
-        disable_tqdm=not progress,
+        disable_tqdm=True,
     )
-    trainer = SFTTrainer(model=model, args=config, train_dataset=warm_start_dataset(dataset, settings, task),
-                         processing_class=tokenizer)
-    quiet_progress(trainer).train()
+    bar = step_bar("warm start", "loss", enabled=progress)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer, callbacks=[bar])
+    drop_own_progress(trainer)
+    try:
+        trainer.train()
+    finally:
+        bar.close()
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
@@ -245,13 +363,15 @@ class TinyPolicy:
         self.folder.parent.mkdir(parents=True, exist_ok=True)
         building = self.folder.with_name(f".{self.folder.name}.restoring-{os.getpid()}")
         shutil.rmtree(building, ignore_errors=True)
-        shutil.copytree(self.shipped, building)
-        shutil.rmtree(self.folder, ignore_errors=True)  # an incomplete folder of a killed build
         try:
+            shutil.copytree(self.shipped, building)
+            shutil.rmtree(self.folder, ignore_errors=True)  # an incomplete folder of a killed build
             os.replace(building, self.folder)
         except OSError:  # another process restored it first: the same files
+            if not (self.folder / _COMPLETE).is_file():
+                raise  # a full disk, not a race
+        finally:  # also on Ctrl-C or a full disk: nothing half-copied is left
             shutil.rmtree(building, ignore_errors=True)
-        log.info(f"tiny policy restored from the copy shipped with the kit ({self.shipped.name})")
         return True
 
     def request(self) -> dict[str, Any]:
@@ -284,8 +404,11 @@ def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool
     """
     from grpo_kit.policy.loading import load_policy
 
+    shipped = not (tiny.folder / _COMPLETE).is_file() and tiny.shipped is not None
     if tiny.cached:
         model, tokenizer = load_policy(tiny.folder, dtype="float32")
+        log.info(f"tiny policy for {tiny.task.name}: " + ("the copy shipped with the kit" if shipped else
+                                                         "warm-started earlier") + f", loaded from {tiny.folder}")
         return model, tokenizer, True
     model, tokenizer = _build_cache(tiny, train, progress)
     return model, tokenizer, False
@@ -300,12 +423,15 @@ def _build_cache(tiny: TinyPolicy, train: Any = None, progress: bool = True) -> 
     model, tokenizer = build_tiny_policy(tiny.task.texts(train), seed=tiny.seed, spec=tiny.spec)
     building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
-    warm_start(model, tokenizer, train, building, tiny.warm, progress=progress, task=tiny.task)
-    (building / _COMPLETE).write_text(json.dumps(tiny.request(), indent=1), encoding="utf-8")
-    shutil.rmtree(folder, ignore_errors=True)  # an incomplete folder of an older kit or a killed build
     try:
+        warm_start(model, tokenizer, train, building, tiny.warm, progress=progress, task=tiny.task)
+        (building / _COMPLETE).write_text(json.dumps(tiny.request(), indent=1), encoding="utf-8")
+        shutil.rmtree(folder, ignore_errors=True)  # an incomplete folder of an older kit or a killed build
         os.replace(building, folder)
     except OSError:  # another process finished the same cache first: theirs is identical (deterministic)
+        if not (folder / _COMPLETE).is_file():
+            raise  # a full disk, not a race
+    finally:  # also on Ctrl-C: an interrupted warm start leaves no half-built folder behind
         shutil.rmtree(building, ignore_errors=True)
     return model, tokenizer
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,17 @@ from typing import Any
 
 from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.runs.measure import evaluated_with, own_rewards, plan_from_settings
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
-__all__ = ["BASELINE_KEYS", "RunsReport", "compare_runs", "differing_settings", "share_baseline"]
+__all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "compare_runs",
+           "differing_settings", "share_baseline"]
+
+#: What :func:`compare_runs` writes into its ``out_dir``; ``runs_comparison.md`` begins with this heading.
+COMPARISON_FILES = ("runs_comparison.md", "runs_metrics.csv", "runs_pairs.csv", "runs_comparison.png")
+_HEADING = re.compile(r"# \d+ runs against their shared baseline$")
 
 #: What a shared baseline means: these ``eval_settings.json`` entries are equal in every run folder.
 BASELINE_KEYS = (("task", "task"), ("slice", "question slice"), ("seed", "slice seed"), ("questions", "questions"),
@@ -125,6 +131,53 @@ def differing_settings(trained: dict[str, dict[str, Any]]) -> dict[str, dict[str
     return out
 
 
+def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Path:
+    """Refuse a folder for :func:`compare_runs`' tables that would overwrite what is not a comparison, before any work.
+
+    ``out`` may be new, empty, or a folder that holds only a previous comparison (:data:`COMPARISON_FILES`, its
+    ``runs_comparison.md`` written by the kit, whose files are replaced) and the compared run folders themselves. It
+    may not be, or lie inside, a run folder (one holding ``train_settings.json``, ``eval_settings.json`` or
+    ``finished.json``): a run folder holds only what its own steps write, and a file added to ``model/`` makes
+    ``export`` and ``eval`` refuse the run.
+
+    Args:
+        out: the folder asked for (``--out``).
+        run_dirs: the run folders compared.
+
+    Returns:
+        ``out`` as a path.
+
+    Raises:
+        ValueError: any other ``out``; the message names the path and what to choose instead.
+    """
+    out = Path(out)
+    fix = "choose a new or empty folder for --out (or one a previous compare wrote, whose tables are replaced)"
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ValueError(f"--out {out} is a file{' or a link' if out.is_symlink() else ''}: give a folder for the "
+                         "tables and the chart")
+    run = enclosing_run(out)
+    if run is not None:
+        where = f"is the run folder {run[0]}" if not run[1] else f"lies inside the run folder {run[0]} (its {run[1]})"
+        raise ValueError(f"--out {out} {where}, which holds only what the run's own steps write: {fix}")
+    if not out.is_dir():
+        return out
+    runs = {Path(d).resolve() for d in run_dirs}
+    foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
+                     if p.resolve() not in runs and p.name not in COMPARISON_FILES)
+    ours = out / COMPARISON_FILES[0]
+    if not foreign and any((out / name).exists() for name in COMPARISON_FILES):
+        try:
+            heading = ours.read_text(encoding="utf-8").partition("\n")[0]
+        except (OSError, UnicodeDecodeError):
+            heading = ""
+        if not _HEADING.match(heading):
+            foreign = sorted(name for name in COMPARISON_FILES if (out / name).exists())
+    if foreign:
+        raise ValueError(f"--out: {out} holds files that are not a comparison compare wrote ({', '.join(foreign[:5])}"
+                         f"{', ...' if len(foreign) > 5 else ''}), which compare would overwrite or mix with: {fix}")
+    return out
+
+
 def _names(folders: Sequence[RunFolder]) -> list[str]:
     names = [f.path.name for f in folders]
     return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
@@ -151,7 +204,8 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         ValueError: the runs do not share a baseline (the message names each setting that differs, with each run's
             value); the same folder given twice, or two folders holding the same trained weights; ``names`` of the
             wrong length or holding ``|``; a run's evaluation after training is not of the model it holds now (it was
-            trained further or its model/ edited: ``RunFolder.stale_results``); ``out_dir`` is a file.
+            trained further or its model/ edited: ``RunFolder.stale_results``); ``out_dir`` is a file, lies in a run
+            folder or holds what is not a comparison (:func:`check_comparison_out`).
         grpo_kit.runs.folder.RunFolderBusy: another process is writing one of the run folders (they are locked
             while compared).
     """
@@ -160,8 +214,8 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     for d in run_dirs:  # a mistyped path is named, not created
         if not Path(d).is_dir():
             raise FileNotFoundError(f"no run folder at {d}: give folders that train and eval wrote")
-    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise ValueError(f"--out {out_dir} is a file: give a folder for the tables and the chart")
+    if out_dir is not None:
+        check_comparison_out(out_dir, run_dirs)
     folders = [RunFolder(d) for d in run_dirs]
     if len({f.path.resolve() for f in folders}) != len(folders):
         raise ValueError("the same run folder is given twice: compare different runs")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -31,11 +32,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.system.files import sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
-           "check_out", "check_repo_id", "export", "model_card", "parameter_count", "push_to_hub",
+           "check_out", "check_record", "check_repo_id", "check_tools", "export", "merge_base", "model_card",
+           "parameter_count", "push_to_hub",
            "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
@@ -171,12 +173,165 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
     return task, rows, int(budget)
 
 
+#: Suffixes of Unsloth's pre-quantized repositories, whose 16-bit original its merge reads instead (unsloth
+#: 2026.10.7 ``models/mapper.py``: ``unsloth/Meta-Llama-3.1-8B-Instruct-unsloth-bnb-4bit`` and ``...-bnb-4bit`` map to
+#: ``unsloth/Meta-Llama-3.1-8B-Instruct``).
+_QUANTIZED_SUFFIXES = ("-unsloth-bnb-4bit", "-bnb-4bit")
+_BASE_HELP = ("pass --base PATH (notebook 04: export_base = PATH), a local folder holding that 16-bit model "
+              "(config.json and *.safetensors, e.g. from `hf download NAME --local-dir PATH` on a machine online)")
+
+
+def _safetensors_model(folder: Path) -> bool:
+    """Whether ``folder`` holds an unquantized model Unsloth's merge reads: ``config.json`` without a 4-bit
+    ``quantization_config`` and ``*.safetensors`` (every shard its index names)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    quantization = config.get("quantization_config") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or (isinstance(quantization, dict) and (
+            quantization.get("load_in_4bit") or quantization.get("quant_method") in ("bitsandbytes", "gptq", "awq"))):
+        return False
+    try:
+        shards = set(json.loads((folder / "model.safetensors.index.json").read_text(encoding="utf-8"))["weight_map"]
+                     .values())
+    except (OSError, ValueError, KeyError, AttributeError):
+        shards = set()
+    return any(folder.glob("*.safetensors")) and all((folder / name).is_file() for name in shards)
+
+
+def _hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` as huggingface_hub reads it (``constants.HF_HUB_OFFLINE``) or as set since its import."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in (
+        "1", "true", "yes", "on")
+
+
+def _hub_weights_bytes(repo: str) -> int:
+    """The bytes of ``repo``'s safetensors files on the Hub (one metadata request, 30 s at most).
+
+    Raises:
+        Exception: whatever huggingface_hub raises when the Hub cannot be reached or the repository is not there.
+    """
+    from huggingface_hub import HfApi
+
+    info = HfApi().model_info(repo, files_metadata=True, timeout=30)
+    return sum(f.size or 0 for f in info.siblings or () if f.rfilename.endswith(".safetensors"))
+
+
+def _cached_snapshot(repo: str) -> Path | None:
+    """The Hugging Face cache's complete copy of ``repo`` (its snapshot folder), or ``None``; no network."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(repo, local_files_only=True))
+    except Exception:  # not cached (LocalEntryNotFoundError), or a damaged cache: the Hub decides then
+        return None
+    return folder if _safetensors_model(folder) else None
+
+
+def merge_base(run_dir: str | Path, base: str | Path | None = None) -> Path | None:
+    """Where the merged export of an Unsloth LoRA run gets its 16-bit base, settled before any model loads.
+
+    Unsloth's ``save_pretrained_merged(..., "merged_16bit")`` does not merge into the weights in memory: it reads
+    the 16-bit original of the adapter's base again (unsloth 2026.10.7 ``save.py``
+    ``unsloth_generic_save_pretrained_merged`` -> unsloth_zoo ``saving_utils.py`` ``merge_and_overwrite_lora``),
+    from a local folder when ``determine_base_model_source`` finds one (the literal name, or its last part in the
+    working folder; the Hugging Face cache is never looked at), else from the Hub: about 16 GB for an 8B model,
+    and offline it raises "could not reach the Hugging Face Hub". The kit hands it a local folder (the model
+    config's ``_name_or_path``, which ``merge_and_overwrite_lora`` reads) where it has one: ``base``, a local
+    copy Unsloth would find itself, or a complete copy in the Hugging Face cache.
+
+    Args:
+        run_dir: the run folder.
+        base: a local folder holding the 16-bit base (``export --base``).
+
+    Returns:
+        the local folder to merge from, or ``None``: no 16-bit base is read (not an Unsloth LoRA run), or Unsloth
+        downloads it from the Hub, which answered (a log line gives its size).
+
+    Raises:
+        ValueError: ``base`` for a run that needs none, or not a folder holding an unquantized safetensors model;
+            ``HF_HUB_OFFLINE`` set where the base would come from the Hub (the message names ``--base``).
+        ConnectionError: the Hub does not answer for the base (the message names ``--base``).
+    """
+    run = RunFolder(run_dir)
+    settings = run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
+    preset = settings.get("identity", {}).get("preset", {}) if isinstance(settings, dict) else {}
+    adapter = run.model / "adapter_config.json"
+    if not (preset.get("use_unsloth") and adapter.is_file()):
+        if base is not None:
+            raise ValueError(f"--base is for a LoRA run trained through Unsloth, whose merge reads a 16-bit base; "
+                             f"{run.path} merges into the base it loads: drop --base")
+        return None
+    if base is not None:
+        folder = Path(base).expanduser()
+        if not _safetensors_model(folder):
+            raise ValueError(f"--base {base} is not a folder holding an unquantized model (config.json without a "
+                             "4-bit quantization_config, and its *.safetensors): give the 16-bit original the run's "
+                             "base was quantized from")
+        return folder.resolve()
+    try:
+        name = str(json.loads(adapter.read_text(encoding="utf-8"))["base_model_name_or_path"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"{adapter} is damaged or was edited (no base_model_name_or_path): restore it") from None
+    for suffix in _QUANTIZED_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    for local in (Path(name), Path(name.split("/")[-1])):  # where merge_and_overwrite_lora looks itself
+        if _safetensors_model(local):
+            return local.resolve()
+    cached = _cached_snapshot(name)
+    if cached is not None:
+        log.info(f"export: Unsloth's merge reads the 16-bit base {name} from the Hugging Face cache ({cached})")
+        return cached
+    needs = f"this run's merged export needs the 16-bit base {name}, which Unsloth's merge downloads from the Hub"
+    if _hub_offline():
+        raise ValueError(f"{needs}, and HF_HUB_OFFLINE is set: {_BASE_HELP}")
+    try:
+        size = _hub_weights_bytes(name)
+    except Exception as e:  # offline, DNS, timeout, gated, not found: huggingface_hub raises several types
+        raise ConnectionError(f"{needs}, and the Hub does not answer for it ({type(e).__name__}): {_BASE_HELP}") \
+            from None
+    log.warning(f"export: Unsloth's merge downloads the 16-bit base {name} from the Hugging Face Hub ({size / 1e9:.1f} "
+                "GB) into the export's folder, and the merged export takes as much again; --base PATH uses a local "
+                "copy instead")
+    return None
+
+
+def _generation_placement(saved_dtype: str | None) -> dict[str, Any]:
+    """``from_pretrained`` arguments for generating with a saved model in this process: on the first GPU where
+    there is one, in the saved dtype unless the card has no bfloat16 (then float16: a T4 or V100,
+    :class:`grpo_kit.policy.devices.Gpu`); on a CPU as saved (``"auto"``).
+    """
+    from grpo_kit.policy.devices import first_gpu
+
+    gpu = first_gpu()
+    if gpu is None:
+        return {"dtype": "auto"}
+    dtype = "float16" if saved_dtype == "bfloat16" and not gpu.bf16 else "auto"
+    return {"dtype": dtype, "device_map": {"": 0}}
+
+
+def _saved_dtype(folder: Path) -> str | None:
+    """The dtype a saved model's ``config.json`` records (transformers 5 writes ``dtype``, 4 ``torch_dtype``)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    found = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+    return str(found).removeprefix("torch.") if found else None
+
+
 def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, bool]:
     """The trained policy as training and the after-table saw it: ``(model, tokenizer, through_unsloth)``.
 
     A run trained through Unsloth loads through Unsloth again, on its GPU (its 4-bit base where it trained on one:
     the adapter's base is Unsloth's pre-quantized ``*-bnb-4bit`` repository, unsloth ``models/mapper.py``);
-    others load as saved (an adapter on its base, or the full model), in the saved dtype.
+    others load as saved (an adapter on its base, or the full model), on the GPU where there is one
+    (:func:`_generation_placement`).
     """
     from grpo_kit.policy.loading import Loading, load_policy, load_unsloth_policy
 
@@ -187,7 +342,7 @@ def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, b
         model, tokenizer = load_unsloth_policy(str(run.model), loading)
         return model, tokenizer, True
     try:
-        model, tokenizer = load_policy(run.model, dtype="auto")
+        model, tokenizer = load_policy(run.model, **_generation_placement(_saved_dtype(run.model)))
     except OSError as e:  # an adapter's base model moved or deleted, a file transformers cannot read
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load the trained model in {run.model} ({first}): an adapter needs its base model "
@@ -228,8 +383,20 @@ def _check_disk(where: Path, parameters: int, format: str, quant: str | None, fl
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if free < needed * 1.05:
-        raise ValueError(f"this {format} export needs about {needed / 1e9:.1f} GB free under {folder}, and "
-                         f"{free / 1e9:.1f} GB are: free some space, or give --out a folder on a larger disk")
+        raise ValueError(f"this {format} export needs about {_size(needed)} of free space under {folder}, which "
+                         f"has {_size(free)}: free some space, or give --out a folder on a larger disk")
+
+
+def _size(n: float) -> str:
+    """Bytes in the unit that shows them (a tiny policy's export is megabytes: "0.0 GB" said nothing).
+
+    >>> _size(3.2e9), _size(48e6), _size(512), _size(0)
+    ('3.2 GB', '48 MB', '512 bytes', '0 bytes')
+    """
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if unit == "GB" else f"{n / scale:.0f} {unit}"
+    return f"{n:.0f} bytes"
 
 
 def _merge(model: Any) -> Any:
@@ -264,7 +431,7 @@ def _reference(run: RunFolder, settings: dict[str, Any], questions: int) -> dict
     task, rows, budget = _heldout(run, settings, questions)
     model, tokenizer, unsloth = _load_trained(run, settings)
     sampling = Sampling(temperature=0.0, max_new_tokens=budget)
-    result = evaluate(TransformersBackend(model, tokenizer, progress=False), rows, sampling, task=task)
+    result = evaluate(TransformersBackend(model, tokenizer, name="the trained policy"), rows, sampling, task=task)
     # Unsloth merges its own (save_pretrained_merged), into the 16-bit original of a 4-bit base: no merge here
     merged = None if unsloth else _merge(model)
     quantized_base = any(getattr(p, "quant_state", None) is not None for p in model.parameters())
@@ -287,9 +454,10 @@ def _compare_weights(export_dir: Path, merged: Any) -> dict[str, Any]:
         if ref is None or ref.shape != tensor.shape:
             differing.append(name)
             continue
-        diff = (tensor.float() - ref.float()).abs().max().item() if tensor.numel() else 0.0
+        ref = ref.float().cpu()  # the reference may sit on the GPU, one tensor at a time comes over
+        diff = (tensor.float() - ref).abs().max().item() if tensor.numel() else 0.0
         worst = max(worst, diff)
-        if diff > 1e-6 * max(1.0, ref.float().abs().max().item()):
+        if diff > 1e-6 * max(1.0, ref.abs().max().item()):
             differing.append(name)
     tied = getattr(merged.config, "tie_word_embeddings", False)  # a tied head is saved once, as the embedding
     missing = [n for n in reference if n not in found and not (tied and n == "lm_head.weight")]
@@ -356,6 +524,8 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     if gguf is not None:
         from grpo_kit.policy.llama_cpp import LlamaCppBackend
 
+        _free_reference(ref)
+
         def render(prompt: Any) -> str:
             return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
 
@@ -365,11 +535,13 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         from grpo_kit.policy.generation import TransformersBackend
         from grpo_kit.policy.loading import load_policy
 
-        model, export_tokenizer = load_policy(export, dtype="auto")
-        backend = TransformersBackend(model, export_tokenizer, progress=False)
-        kind, dtype = "merged", _dtype_name(model)
-        if ref["model"] is not None and dtype == ref["dtype"]:
+        saved = _saved_dtype(export)
+        if ref["model"] is not None and saved == ref["dtype"]:
             weights = _compare_weights(export, ref["model"])
+        _free_reference(ref)  # an 8B reference and its export do not both fit on one card
+        model, export_tokenizer = load_policy(export, **_generation_placement(saved))
+        backend = TransformersBackend(model, export_tokenizer, name="the export")
+        kind, dtype = "merged", saved or _dtype_name(model)
     result = evaluate(backend, ref["rows"], ref["sampling"], task=ref["task"])
     before, after = ref["records"], result.records
     # Bytes that end inside a UTF-8 character are spelled U+FFFD by one decoder and dropped by another: the same
@@ -416,6 +588,18 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
                         run=str(run.path.resolve()), step=run.finished_step(), model_digest=digest)
 
 
+def _free_reference(reference: dict[str, Any]) -> None:
+    """Drop the trained policy's models from ``reference`` (its answers stay) and return their GPU memory."""
+    reference["model"] = reference["trained"] = None
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _check_numbers(questions: Any, threshold: Any) -> None:
     if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
         raise ValueError(f"questions must be a whole number >= 1, got {questions!r}")
@@ -457,6 +641,11 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
     import importlib.metadata
 
+    try:
+        version = importlib.metadata.version("grpo_kit")
+    except importlib.metadata.PackageNotFoundError:  # run from a clone, not installed (the GPU proof's machine)
+        version = "(not installed: run from a clone)"
+
     run, settings = _run(run_dir)
     identity = settings.get("identity", {})
     preset = identity.get("preset", {})
@@ -477,7 +666,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
              + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
              "## Before and after training (from the run's report.md)", "", _report_table(run), "",
              "## Verification of this export", "", verification.summary(), "",
-             f"Made by grpo_kit {importlib.metadata.version('grpo_kit')}.", ""]
+             f"Made by grpo_kit {version}.", ""]
     return "\n".join(lines)
 
 
@@ -490,11 +679,38 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
     (peft ``tuners/lora/bnb.py``) that no GGUF converter reads.
     """
     if reference["model"] is None:
-        reference["trained"].save_pretrained_merged(str(folder), reference["tokenizer"], save_method="merged_16bit")
+        trained, base = reference["trained"], reference.get("base")
+        if base is None:
+            trained.save_pretrained_merged(str(folder), reference["tokenizer"], save_method="merged_16bit")
+            return folder
+        _check_base_shape(base, trained.config)
+        # merge_and_overwrite_lora finds its base from the config's _name_or_path (a local folder first:
+        # :func:`merge_base`)
+        named = trained.config._name_or_path
+        trained.config._name_or_path = str(base)
+        try:
+            trained.save_pretrained_merged(str(folder), reference["tokenizer"], save_method="merged_16bit")
+        finally:
+            trained.config._name_or_path = named
         return folder
     reference["model"].save_pretrained(str(folder), safe_serialization=True)
     reference["tokenizer"].save_pretrained(str(folder))
     return folder
+
+
+def _check_base_shape(base: Path, config: Any) -> None:
+    """Refuse a ``--base`` whose architecture is not the trained policy's (Unsloth would merge by tensor name).
+
+    Raises:
+        ValueError: a field of ``base/config.json`` differs from the loaded model's config (both values named).
+    """
+    saved = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    keys = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    differing = [f"{k} {saved.get(k)!r} != {getattr(config, k, None)!r}" for k in keys
+                 if k in saved and saved.get(k) != getattr(config, k, saved.get(k))]
+    if differing:
+        raise ValueError(f"--base {base} is another architecture than the trained policy ({'; '.join(differing)}): "
+                         "give the 16-bit original of the run's base")
 
 
 def _is_export(folder: Path, kind: str, passed: bool) -> bool:
@@ -536,7 +752,8 @@ def check_out(out: str | Path, run_dir: str | Path, kind: str) -> Path:
             raise ValueError(f"--out {out} is inside the run folder's own {inside}: {fix}")
     for path, passed in ((out, True), (out.with_name(out.name + ".refused"), False)):
         if path.is_symlink() or (path.exists() and not path.is_dir()):
-            raise ValueError(f"--out: {path} is a file, and an export is a folder: {fix}")
+            what = "a link" if path.is_symlink() else "a file"  # replacing a link's target would reach elsewhere
+            raise ValueError(f"--out: {path} is {what}, and an export is a folder of its own: {fix}")
         if path.is_dir() and any(path.iterdir()) and not _is_export(path, kind, passed):
             held = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())[:5])
             raise ValueError(f"--out: {path} holds files that are not a {kind} export ({held}), which exporting "
@@ -550,6 +767,21 @@ def _export_lock(out: Path) -> Any:
 
     return hold_lock(out.with_name(f".{out.name}.lock"), out.with_name(f".{out.name}.lock-holder.json"), out,
                      "export")
+
+
+def check_tools(format: str) -> None:
+    """Check that what exporting ``format`` needs is installed, before any work (a GGUF needs llama.cpp's converter
+    and quantizer, and llama-cpp-python to verify it).
+
+    Raises:
+        FileNotFoundError: llama.cpp is not built (the message says how to build it).
+        ImportError: llama-cpp-python is not installed.
+    """
+    if format == "gguf":
+        from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
+
+        _converter()
+        import_llama_cpp()
 
 
 def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | Path) -> Path:
@@ -575,7 +807,7 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
 
 def export(run_dir: str | Path, format: str = "merged", quant: str | None = None, out: str | Path | None = None,
            questions: int = 32, push_to_hub: str | None = None, private: bool = True,
-           threshold: float | None = None) -> tuple[Path, Verification]:
+           threshold: float | None = None, base: str | Path | None = None) -> tuple[Path, Verification]:
     """Export a run's trained policy and verify it (:func:`verify_export`) before calling it done.
 
     Args:
@@ -589,13 +821,17 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         push_to_hub: ``owner/name`` to upload the verified export to (:func:`push_to_hub`).
         private: the Hub repository's visibility when created.
         threshold: replaces the type's threshold (see :func:`verify_export`).
+        base: a local folder holding the 16-bit base an Unsloth LoRA run merges into (:func:`merge_base`); without
+            it Unsloth downloads that base from the Hub, which is checked before any model loads.
 
     Returns:
         ``(the export folder, its Verification)``; the folder holds the model, ``README.md`` and
         ``verification.json``.
 
     Raises:
-        ValueError: a bad format, quant or question count (before any model loads).
+        ValueError: a bad format, quant, question count or ``base``; the 16-bit base needed from the Hub with
+            ``HF_HUB_OFFLINE`` set (all before any model loads).
+        ConnectionError: the Hub does not answer for that base (before any model loads).
         ExportRefused: the export failed its check (kept in ``<out>.refused``).
         FileNotFoundError: no run folder or trained model; llama.cpp not built (GGUF).
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder (training it).
@@ -612,28 +848,26 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     _check_numbers(questions, threshold)
     if push_to_hub is not None:
         check_repo_id(push_to_hub)
-    if format == "gguf":
-        from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
-
-        _converter()
-        import_llama_cpp()
+    check_tools(format)
     run, settings = _run(run_dir)
+    merge_from = merge_base(run.path, base)
     out = check_out(out if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}"),
                     run.path, format)
     # One writer per export folder, and no training rewrites model/ while it is exported.
     with _export_lock(out), run.lock("export"):
         check_out(out, run.path, format)  # again, now that no other export can be writing it
         run.check_model()
-        return _export(run, settings, format, quant, out, questions, push_to_hub, private, threshold)
+        return _export(run, settings, format, quant, out, questions, push_to_hub, private, threshold, merge_from)
 
 
 def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, out: Path, questions: int,
-            push_to_hub: str | None, private: bool, threshold: float | None) -> tuple[Path, Verification]:
+            push_to_hub: str | None, private: bool, threshold: float | None,
+            base: Path | None = None) -> tuple[Path, Verification]:
     out.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))  # this export's own
     folder.chmod(0o755)  # mkdtemp's 0o700 would follow the export
     try:
-        done, verification = _build(run, settings, format, quant, folder, out, questions, threshold)
+        done, verification = _build(run, settings, format, quant, folder, out, questions, threshold, base)
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
     if push_to_hub is not None:
@@ -642,27 +876,33 @@ def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | 
 
 
 def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, folder: Path, out: Path,
-           questions: int, threshold: float | None) -> tuple[Path, Verification]:
+           questions: int, threshold: float | None, base: Path | None = None) -> tuple[Path, Verification]:
     from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
+    from grpo_kit.system.progress import phase_bar
 
     reference = _reference(run, settings, questions)
+    reference["base"] = base
     _check_disk(folder, reference["parameters"], format, quant, float32=reference["dtype"] == "float32")
     if format == "merged":
-        _merged_to(reference, folder)
+        with phase_bar("merging and saving", None):
+            _merged_to(reference, folder)
     else:
-        merged = _merged_to(reference, folder / "merged")
+        with phase_bar("merging and saving", None):
+            merged = _merged_to(reference, folder / "merged")
         gguf = folder / f"{run.path.name}-{quant}.gguf"
         if quant in CONVERTER_TYPES:
-            convert_to_gguf(merged, gguf, quant)
+            with phase_bar(f"converting to GGUF {quant} (llama.cpp's convert_hf_to_gguf.py)", None):
+                convert_to_gguf(merged, gguf, quant)
         else:  # through float32 only for a small model: an 8B model's float32 GGUF is 32 GB of disk
             between = "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
                 "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
-            full = convert_to_gguf(merged, folder / f"full-{between}.gguf.tmp", between)
-            quantize_gguf(full, gguf, quant)
+            with phase_bar(f"converting to GGUF {between} (llama.cpp's convert_hf_to_gguf.py)", None):
+                full = convert_to_gguf(merged, folder / f"full-{between}.gguf.tmp", between)
+            with phase_bar(f"quantizing to {quant} (llama.cpp's llama_model_quantize)", None):
+                quantize_gguf(full, gguf, quant)
             full.unlink()
         shutil.rmtree(merged)
     verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold)
-    log.info(verification.summary())
     return _finish(folder, out, verification, run.path), verification
 
 
@@ -726,8 +966,45 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
     return str(url)
 
 
+def check_record(export: str | Path) -> Path:
+    """Where ``verify-export --record`` would write ``verification.json``, refused before any work when that
+    overwrites what is not the kit's or lies in a run folder's own files (as :func:`check_out` for ``export --out``).
+
+    Args:
+        export: the checked export: a folder, or a ``.gguf`` file (its folder receives the record).
+
+    Returns:
+        The ``verification.json`` path.
+
+    Raises:
+        ValueError: the folder is, or lies inside, a run folder's own files (its ``model/``, whose every file
+            ``finished.json`` fingerprints, ``checkpoints/``, ...; its ``export/`` is allowed), or it holds a
+            ``verification.json`` the kit did not write. The message says what to do instead.
+    """
+    folder = Path(export) if Path(export).is_dir() else Path(export).parent
+    record = folder / "verification.json"
+    run = enclosing_run(folder)
+    if run is not None and run[1] != "export":
+        where = f"the run folder {run[0]}" + (f"'s own {run[1]}" if run[1] else "")
+        raise ValueError(f"--record would write {record} into {where}, which holds only what training wrote "
+                         f"(eval and export would then refuse the run): check {export} without --record, or export "
+                         "the run with python -m grpo_kit export, which verifies and records")
+    if record.exists():
+        try:
+            kit = "kind" in json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError, TypeError):
+            kit = False
+        if not kit:
+            raise ValueError(f"--record would overwrite {record}, which the kit did not write: move it aside, or "
+                             "check without --record")
+    return record
+
+
 def verification_record(export: str | Path, verification: Verification) -> Path:
     """Write ``verification.json`` into an export folder checked by :func:`verify_export` (the CLI's
-    ``verify-export`` does, so a verified export made elsewhere can be uploaded); returns its path."""
-    folder = Path(export) if Path(export).is_dir() else Path(export).parent
-    return write_json(folder / "verification.json", asdict(verification))
+    ``verify-export`` does, so a verified export made elsewhere can be uploaded); returns its path.
+
+    Raises:
+        ValueError: the place is refused (:func:`check_record`).
+    """
+    return write_json(check_record(export), asdict(verification))

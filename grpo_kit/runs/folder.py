@@ -26,8 +26,8 @@ from filelock import FileLock, Timeout
 
 from grpo_kit.system.files import append_jsonl, read_jsonl, sha256_file, write_json, write_jsonl
 
-__all__ = ["COLAB_DRIVE", "RunFolder", "RunFolderBusy", "files_digest", "hold_lock", "in_colab", "model_files",
-           "resolve_run_dir"]
+__all__ = ["COLAB_DRIVE", "RunFolder", "RunFolderBusy", "enclosing_run", "files_digest", "hold_lock", "in_colab",
+           "model_files", "resolve_run_dir"]
 
 # One lock object per folder in this process, so that a step that holds it (the demo) can call another that takes
 # it too (train): filelock counts the nested acquisitions of one object.
@@ -95,6 +95,26 @@ def model_files(folder: Path) -> dict[str, str]:
     return out
 
 
+#: Files only a run folder holds: a folder with one of them is a run folder.
+_RUN_MARKERS = ("train_settings.json", "eval_settings.json", "finished.json")
+
+
+def enclosing_run(path: str | Path) -> tuple[Path, str] | None:
+    """The run folder that ``path`` is or lies inside, and the first part of ``path`` below it (``""`` for the run
+    folder itself, ``"model"`` for ``RUN/model/x``); ``None`` when it lies in no run folder. A run folder is one that
+    holds ``train_settings.json``, ``eval_settings.json`` or ``finished.json``.
+
+    >>> enclosing_run("/") is None
+    True
+    """
+    target = Path(path).resolve()
+    for folder in (target, *target.parents):
+        if any((folder / name).is_file() for name in _RUN_MARKERS):
+            inside = target.relative_to(folder).parts
+            return folder, inside[0] if inside else ""
+    return None
+
+
 def files_digest(files: dict[str, str]) -> str:
     """One SHA-256 over :func:`model_files`' names and hashes: the trained weights' digest.
 
@@ -103,6 +123,12 @@ def files_digest(files: dict[str, str]) -> str:
     """
     return hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in sorted(files.items()))
                           .encode()).hexdigest()
+
+
+def _seal(step: Any, digest: Any) -> str:
+    """What ``finished.json`` records beside its step: a hash of the step and the weights' digest, so that a step
+    edited by hand (a 3-step run made to read 999 in its report and card) is told apart from the one training wrote."""
+    return hashlib.sha256(f"grpo_kit finished {step} {digest}".encode()).hexdigest()[:16]
 
 
 @contextlib.contextmanager
@@ -257,20 +283,31 @@ class RunFolder:
         """The step training finished at (``finished.json``), or ``None`` when it has not finished.
 
         Raises:
-            ValueError: ``finished.json`` is damaged (the message says what to do).
+            ValueError: ``finished.json`` is damaged, or its step was edited (it no longer matches the seal training
+                wrote beside it); the message says what to do.
         """
         if not self.finished.is_file():
             return None
         record = self.read_settings(self.finished, "train --resume (it finishes the save again)", ("step",))
-        return int(record["step"])
+        step = record["step"]
+        sealed = record.get("seal")
+        if isinstance(step, bool) or not isinstance(step, int) or (
+                sealed is not None and sealed != _seal(step, record.get("model_digest"))):
+            raise ValueError(f"{self.finished} was edited (its step, {step!r}, is not the step training recorded "
+                             "there): restore it, or train again into a new run folder; the report and the model "
+                             "card would say a wrong number of steps")
+        return step
 
-    def mark_finished(self, step: int) -> None:
+    def mark_finished(self, step: int, alarms: list[dict[str, Any]] | None = None) -> None:
         """Record that training saved its model at ``step`` (written last, after ``model/`` and the log history),
         with the SHA-256 of each file of ``model/`` (:func:`model_files`) and their digest, which :meth:`check_model`
-        holds ``model/`` to later."""
+        holds ``model/`` to later, and the alarms training raised (``alarms.jsonl``'s, e.g. a reward that never
+        judged anything)."""
         files = model_files(self.model)
+        digest = files_digest(files)
         write_json(self.finished, {"step": step, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                   "model_digest": files_digest(files), "model_files": files})
+                                   "model_digest": digest, "model_files": files, "alarms": list(alarms or []),
+                                   "seal": _seal(step, digest)})
 
     def check_model(self) -> str | None:
         """Check that ``model/`` still holds what training wrote (``finished.json``'s SHA-256 of each file).

@@ -100,9 +100,15 @@ class EvalPlan:
         """The evaluation slice (a ``datasets.Dataset``).
 
         Raises:
-            ValueError: the slice is out of range for the test split.
+            ValueError: the slice is out of range for the test split (the message names the option, ``--eval-size``
+                or ``--eval-fraction``, and the split's size).
         """
-        return take_slice(self.task.load("test"), seed=self.seed, **self.slice)
+        test = self.task.load("test")
+        n = self.slice.get("n")
+        if n is not None and not isinstance(n, bool) and isinstance(n, int) and not 0 < n <= len(test):
+            raise ValueError(f"--eval-size {n} (eval_size): the test split of {self.task.name} holds {len(test)} "
+                             f"questions: give a number from 1 to {len(test)}")
+        return take_slice(test, seed=self.seed, **self.slice)
 
     def greedy(self) -> Sampling:
         """The greedy decoding of the headline evaluation."""

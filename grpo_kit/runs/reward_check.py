@@ -12,6 +12,7 @@ from grpo_kit.evaluation.reward_check import RewardCheck, check_rewards
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.measure import plan_from_settings
+from grpo_kit.runs.spec import probe_rewards
 from grpo_kit.tasks import RewardSet
 
 __all__ = ["reward_check"]
@@ -34,7 +35,9 @@ def reward_check(run_dir: str | Path | RunFolder, rewards: RewardSet | Sequence[
 
     Raises:
         FileNotFoundError: no run folder, or no baseline in it (the message names the step that writes it).
-        ValueError: the baseline has no sampled completions; its task's data changed; an unknown reward.
+        ValueError: the baseline has no sampled completions; its task's data changed; an unknown reward; a reward
+            that ``train`` would refuse (:func:`grpo_kit.runs.spec.probe_rewards`: one that returns other than one
+            number or ``None`` per completion), named.
     """
     path = run_dir.path if isinstance(run_dir, RunFolder) else Path(run_dir)
     if not path.is_dir():
@@ -48,5 +51,7 @@ def reward_check(run_dir: str | Path | RunFolder, rewards: RewardSet | Sequence[
                          "(eval --before --samples 8; notebook 02: samples = 8) in a new run folder")
     result = EvalResult.from_jsonl(run.baseline_sampled, task=plan.task)
     reward_set = reward_set or plan.task.reward_set()
-    scored = with_rewards(result, list(plan.questions()), reward_set.rewards)
+    questions = list(plan.questions())
+    probe_rewards(reward_set, plan.task, questions)  # what train refuses is refused here, naming the reward
+    scored = with_rewards(result, questions, reward_set.rewards)
     return check_rewards(scored.records, plan.task, reward_set, source=str(run.baseline_sampled))

@@ -9,6 +9,7 @@ once, here, and kept on the spec.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 from grpo_kit.policy.devices import Launch, cuda_available, unsloth_problem
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
-from grpo_kit.policy.vllm import vllm_usable
+from grpo_kit.policy.routes import usable_loading
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
@@ -32,12 +33,25 @@ from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import Recipe, get_preset
 
-__all__ = ["PROGRESS", "RunSpec"]
+__all__ = ["PROGRESS", "RunSpec", "probe_rewards"]
 
 logger = logging.getLogger(__name__)
 
 #: How a run shows its progress: a bar (notebooks), one log line per step (command line, launchers), or nothing.
 PROGRESS = ("bar", "lines", "none")
+
+
+def probe_rewards(rewards: RewardSet, task: Task, rows: Any) -> None:
+    """Call every reward once as TRL will (:func:`grpo_kit.tasks.rewards.probe`) on the first two rows of ``rows``,
+    each with its gold answer in the answer format as the completion: what ``train`` and ``reward-check`` both do
+    before anything else, so a reward one of them refuses the other refuses too.
+
+    Raises:
+        ValueError: a reward raised, or returned other than one number (or ``None``) per completion; the message names
+            the reward.
+    """
+    picked = [rows[i] for i in range(min(2, len(rows)))]
+    probe(rewards, picked, [render("probe", task.gold(row)) for row in picked])
 
 
 def _whole_or_none(name: str, value: Any) -> None:
@@ -55,6 +69,46 @@ def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
                 continue
             if isinstance(recorded, dict) and recorded.get("task") == task.ref:
                 check_digest(task, recorded.get("task_digest"), folder.path)
+
+
+def _same_policy(a: str, b: str) -> bool:
+    """Whether two recorded policy names are one policy (a folder given by two paths is)."""
+    return a == b or (Path(a).is_dir() and Path(b).is_dir() and Path(a).resolve() == Path(b).resolve())
+
+
+def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int, chosen: bool) -> PolicySource:
+    """The policy to train in a run folder whose baseline was measured: the baseline's own when the command chose
+    none (no model, warm start or shape given: the tiny policy the baseline warm-started), else ``policy``, which must
+    be the one the baseline measured.
+
+    Raises:
+        ValueError: ``policy`` is not what the baseline measured (a before/after table would pair two policies, and
+            only ``eval`` after training would say so); the message names both and what to pass.
+    """
+    try:
+        measured = json.loads((run_dir / "eval_settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return policy  # no baseline yet (or a damaged one, which eval reports)
+    base = measured.get("base_model") if isinstance(measured, dict) else None
+    if not isinstance(base, str) or _same_policy(policy.name, base):
+        return policy
+    if not chosen and isinstance(measured.get("warm"), dict):
+        try:
+            theirs = PolicySource.of(None, task, seed=seed, warm=WarmStart(**measured["warm"]),
+                                     spec=TinyPolicySpec(**measured["tiny_spec"]) if measured.get("tiny_spec") else None,
+                                     cache_dir=measured.get("cache_dir") or DEFAULT_CACHE_DIR)
+        except (TypeError, ValueError):
+            theirs = None
+        if theirs is not None and theirs.name == base:
+            logger.info(f"training the tiny policy the baseline in {run_dir} measured ({base}: warm start of "
+                        f"{theirs.tiny.warm.steps} steps)")
+            return theirs
+    warm = measured.get("warm") if isinstance(measured.get("warm"), dict) else None
+    how = (f"--warm-steps {warm.get('steps')} (and the baseline's cache folder, {measured.get('cache_dir')})" if warm
+           else f"--model {base}")
+    raise ValueError(f"the baseline in {run_dir} measured {base}, and this would train {policy.name}: the before/after "
+                     f"table would pair two policies. Train what the baseline measured ({how}, or leave the policy "
+                     "options out), or measure this policy's baseline in a new run folder (eval --before)")
 
 
 @dataclass(frozen=True)
@@ -177,22 +231,20 @@ class RunSpec:
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
-        if preset.use_unsloth and preset.fast_inference and cuda_available() and not vllm_usable():
-            # a runtime whose torch no vLLM release is built for (python -m grpo_kit doctor --install-plan)
-            logger.warning("vLLM is not installed, so this run trains through Unsloth without fast_inference "
-                           "(generation through transformers, several times slower): python -m grpo_kit doctor "
-                           "--install-plan says which vLLM, if any, fits this runtime's torch")
-            preset = get_preset(preset, fast_inference=False)
+        if preset.use_unsloth and preset.fast_inference and not usable_loading(preset.loading, "training").fast_inference:
+            preset = get_preset(preset, fast_inference=False)  # as evaluation does (policy/routes.py)
         preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
         if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
-            rows = [train_split[i] for i in range(min(2, len(train_split)))]
-            probe(reward_set, rows, [render("probe", task.gold(row)) for row in rows])
+            probe_rewards(reward_set, task, train_split)
         if preset.use_vllm and preset.vllm_mode == "server":
             from grpo_kit.policy.vllm import check_vllm_server
 
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
         _check_recorded_data(folder, task, resume)
+        policy = _baseline_policy(folder.path, policy, task, preset.seed,
+                                  chosen=model is not None or preset.model is not None or warm is not None
+                                  or warm_steps is not None or tiny_spec is not None)
         found = latest_complete(folder.checkpoints)
         if not resume and (folder.finished.is_file() or folder.model.exists()):
             finished = folder.finished_step()

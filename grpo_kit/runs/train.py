@@ -37,6 +37,7 @@ from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
+from grpo_kit.training.presets import PLAN_FIELDS
 from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
 from grpo_kit.training.presets import get_preset, recipe_yaml
 
@@ -102,7 +103,24 @@ def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
         with PartialState(cpu=spec.preset.use_cpu).main_process_first():
             if spec.launch.is_main:
                 spec.policy.build(in_own_process=True)
-    return spec.policy.load(spec.preset.loading, progress=spec.progress == "bar")
+    return spec.policy.load(spec.preset.loading, progress=spec.progress != "none")
+
+
+def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, done: int) -> None:
+    """The line before GRPO training: its steps and completions, the time expected here, what shortens it."""
+    from grpo_kit.system.progress import announce, expected_seconds
+
+    preset = spec.preset
+    prompts = [train_set[i]["prompt"] for i in range(min(32, len(train_set)))]
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    prompt_tokens = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) / max(1, len(texts))
+    completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
+    per_step = expected_seconds("grpo step", sum(p.numel() for p in model.parameters()), completions=completions,
+                                new_tokens=preset.max_completion_length, prompt_tokens=prompt_tokens)
+    announce(f"GRPO on {spec.task.name}: {preset.max_steps - done} steps of {completions} completions "
+             f"({completions // preset.num_generations} prompts x {preset.num_generations}, up to "
+             f"{preset.max_completion_length} new tokens each), a checkpoint every {preset.save_steps} steps",
+             per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
 
 
 def _forget_after(folder: RunFolder, step: int) -> None:
@@ -182,9 +200,10 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     prepare_stack(preset.loading)  # Unsloth before transformers, TRL and peft
     from grpo_kit.policy.generation import base_weights_digest
-    from grpo_kit.policy.warm_start import quiet_progress
+    from grpo_kit.policy.warm_start import drop_own_progress, step_bar
+    from grpo_kit.system.progress import phase_bar
     from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
-    from grpo_kit.training.callbacks import HeldOutEval, StaleWeightsAlarm, StepPrinter
+    from grpo_kit.training.callbacks import HeldOutEval, RewardWatch, StaleWeightsAlarm, StepPrinter
     from grpo_kit.training.groups import keep_groups, trl_completions_settings
     from grpo_kit.training.trainer import build_trainer, save_policy
 
@@ -217,11 +236,13 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
                                      if r.name not in BUILTIN_REWARDS},
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
+                "plan": {name: getattr(preset, name) for name in PLAN_FIELDS},
                 "heldout": ({"split": "validation", "carved_from": "train", "questions": len(spec.validation),
                              "seed": spec.seed} if spec.validation is not None else None),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
-            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
+            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps,
+                                                      "plan": {name: getattr(preset, name) for name in PLAN_FIELDS}})
         write_text(folder.recipe, recipe_yaml(preset))
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
@@ -239,6 +260,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.progress == "lines" and main:
         callbacks.append(StepPrinter(f"{len(spec.validation)} validation questions held out of the {spec.task.name} "
                                      "train split" if spec.validation is not None else ""))
+    bar = step_bar("GRPO", "reward", enabled=spec.progress != "none" and main)
+    callbacks.append(bar)
     if spec.groups.on:  # TRL writes each logged step's completions; the callback keeps them in groups/
         callbacks.append(keep_groups(folder.groups, spec.groups, spec.rewards.names, spec.rewards.weights,
                                      preset.num_generations, is_main_process=main))
@@ -246,13 +269,10 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         if spec.groups.on else preset
     trainer = build_trainer(model, tokenizer, train_set, logged, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
-    if spec.progress == "bar":
-        quiet_progress(trainer)
-    else:
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        trainer.pop_callback(ProgressCallback)
-        trainer.pop_callback(PrinterCallback)
+    trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))
+    drop_own_progress(trainer)  # the step bar shows the steps, with the reward and seconds per step
+    if spec.progress != "none" and main and resume_step != preset.max_steps:
+        _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0)
     if resume_step == preset.max_steps:
         if main:
             log.info(f"{resume_from.name} is the last step: finishing the save of the model, without training")
@@ -261,8 +281,13 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     else:
         if resume_from is not None and main:
             log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
-    model_dir = save_policy(trainer, tokenizer, folder.model)
+        try:
+            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+        finally:
+            bar.close()
+    with phase_bar(f"saving the trained policy into {folder.model}", None, "s",
+                   enabled=spec.progress != "none" and main):
+        model_dir = save_policy(trainer, tokenizer, folder.model)
     log_history = trainer.state.log_history
     if main:
         folder.write_json(folder.log_history, log_history)
@@ -273,8 +298,9 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
 
         plt.close(plot_training_curves(log_history, folder.curves,
                                        title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
-                                       heldout="validation"))
-        folder.mark_finished(trainer.state.global_step)
+                                       heldout="validation", rewards=spec.rewards,
+                                       max_length=preset.max_completion_length))
+        folder.mark_finished(trainer.state.global_step, alarms=folder.read_alarms())
         if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
             log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "
                         f"is stale: {stale}")

@@ -8,6 +8,12 @@ the torch found). Every vLLM release pins one torch (``Requires-Dist: torch==X``
 for the CUDA of PyPI's torch of that version (vllm 0.32.0's ``_C_stable_libtorch.abi3.so`` links
 ``libcudart.so.13``): a runtime whose torch is another version, or the same version built for another CUDA major,
 has no vLLM, and the Unsloth route runs without ``fast_inference`` there (generation through transformers).
+xformers likewise: PyPI's wheel is one CUDA's build (xformers 0.0.35's ``cpp_lib.json``: torch 2.10.0+cu128, its
+``_C.so`` linking ``libcudart.so.12``), so the plan takes the xformers Unsloth's metadata names for the runtime's
+torch from PyTorch's index for the runtime's CUDA (``unsloth`` METADATA, extras ``cu<XYZ>onlytorch<release>``), in a
+pip call of its own before the rest (unsloth's own ``xformers>=0.0.27.post2`` is then met). Where there is no such
+build, pip takes PyPI's as unsloth's dependency; it does not load on a CUDA 13 torch, and Unsloth attends through
+PyTorch's scaled_dot_product_attention, warning once.
 
 ``scripts/install_table.py`` writes the table from the packages' own metadata (``pip install --dry-run --no-deps
 --report``: Requires-Dist without downloading wheels). Importing this module imports no third-party package: the
@@ -23,15 +29,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MIN_DRIVER", "InstallPlan", "cuda_of", "driver_problem", "install_plan", "install_table",
+__all__ = ["MIN_DRIVER", "PYTORCH_INDEX", "InstallPlan", "cuda_of", "driver_problem", "install_plan", "install_table",
            "version_tuple"]
 
 TABLE = Path(__file__).with_name("install_table.json")
 
-#: The oldest Linux driver each CUDA release runs on (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
-#: Corresponding Driver Versions", the GA release of each).
-MIN_DRIVER = {"13.0": "580.65.06", "12.9": "575.51.03", "12.8": "570.26", "12.6": "560.28.03", "12.4": "550.54.14",
-              "12.1": "530.30.02"}
+#: The oldest Linux driver each CUDA major runs on, by minor-version compatibility (NVIDIA's CUDA Compatibility
+#: guide, "Minor Version Compatibility": an application built with any CUDA 12.x runtime runs on a driver >= 525.60.13,
+#: one built with 13.x on >= 580; the toolkit's own GA driver per minor is only what ships with it). torch ships
+#: compiled kernels (SASS) for the cards it supports, so it needs no newer driver to JIT PTX.
+MIN_DRIVER = {"13": "580.65.06", "12": "525.60.13", "11": "450.80.02"}
+#: PyTorch's wheel index for one CUDA (``cu128``): torch, torchvision and xformers built for it.
+PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -69,10 +78,12 @@ def driver_problem(driver: str | None, cuda: str, what: str) -> str | None:
     True
     >>> driver_problem("570.172.08", "13.0", "vllm 0.32.0")
     'NVIDIA driver 570.172.08 found, vllm 0.32.0 (CUDA 13.0) needs >= 580.65.06'
+    >>> driver_problem("535.104.05", "12.8", "torch 2.11.0+cu128") is None  # CUDA 12 minor-version compatibility
+    True
     """
     if driver is None:
         return f"no NVIDIA driver found (nvidia-smi), and {what} (CUDA {cuda}) needs one"
-    needed = MIN_DRIVER.get(cuda)
+    needed = MIN_DRIVER.get(cuda.split(".")[0])
     if needed is not None and version_tuple(driver) < version_tuple(needed):
         return f"NVIDIA driver {driver} found, {what} (CUDA {cuda}) needs >= {needed}"
     return None
@@ -97,9 +108,9 @@ class InstallPlan:
         keep_torch: the runtime's torch stays; ``False`` when none is installed (the row's torch is installed).
         install: ``name==version`` of every package pip installs (torch among them only when not kept).
         vllm: the vLLM version installed, or ``None`` (the Unsloth route then runs without ``fast_inference``).
-        extra_index_url: PyTorch's index for a torch built for another CUDA than PyPI's (``.../whl/cu128``), so
-            xformers and torchvision resolve to builds for that CUDA, as Unsloth's own install command does
-            (``unsloth/_auto_install.py``); ``None`` for PyPI's builds.
+        xformers: ``xformers==VERSION`` installed from ``xformers_index_url`` alone (``pip install --no-deps
+            --index-url``: PyTorch's index for the runtime's CUDA, where the build for this torch and CUDA is), or
+            ``None``; ``xformers_note`` says why none.
         problems: one line each; with ``fatal`` the first says why no route exists and what to do.
         fatal: no GPU route exists for this runtime (the CLI exits 2, the notebook cell stops before downloading).
     """
@@ -110,7 +121,9 @@ class InstallPlan:
     keep_torch: bool
     install: list[str] = field(default_factory=list)
     vllm: str | None = None
-    extra_index_url: str | None = None
+    xformers: str | None = None
+    xformers_index_url: str | None = None
+    xformers_note: str | None = None
     problems: list[str] = field(default_factory=list)
     fatal: bool = False
 
@@ -124,8 +137,9 @@ class InstallPlan:
                 else f"torch is installed: {next((p for p in self.install if p.startswith('torch==')), 'none')}")
         lines = [f"{head}; NVIDIA driver: {self.driver or 'none'}",
                  f"vLLM: {self.vllm or 'none (the Unsloth route runs without fast_inference)'}",
-                 "install: " + (" ".join(self.install) if self.install else "nothing")
-                 + (f" (also from {self.extra_index_url})" if self.extra_index_url else "")]
+                 "install: " + (" ".join(self.install) if self.install else "nothing"),
+                 f"xformers: {self.xformers} from {self.xformers_index_url}" if self.xformers else
+                 f"xformers: none built for it ({self.xformers_note or 'not installed'})"]
         return "\n".join(lines + [f"problem: {p}" for p in self.problems])
 
 
@@ -176,7 +190,8 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
                 f"a newer driver, or install a torch {supported.replace(', ', '/')} built for your driver's CUDA "
                 "first (PyTorch's index, e.g. --index-url https://download.pytorch.org/whl/cu126) and run this again"])
         install = [f"torch=={row['torch']}"] + _packages(row, with_vllm=True)
-        return InstallPlan(None, row["cuda"], driver, keep_torch=False, install=install, vllm=row["vllm"])
+        return InstallPlan(None, row["cuda"], driver, keep_torch=False, install=install, vllm=row["vllm"],
+                           **_xformers(row, row["cuda"]))
     minor = ".".join(torch.split("+")[0].split(".")[:2])
     row = _row_for(minor, table)
     if row is None:
@@ -200,9 +215,20 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
         problems.append(f"{why_not}: the Unsloth route runs without fast_inference here (generation through "
                         "transformers, several times slower); a runtime matching the vLLM row avoids that")
     install = _packages(row, with_vllm=why_not is None)
-    index = None if cuda == row["cuda"] else f"https://download.pytorch.org/whl/cu{cuda.replace('.', '')}"
     return InstallPlan(torch, cuda, driver, keep_torch=True, install=install, vllm=None if why_not else row["vllm"],
-                       extra_index_url=index, problems=problems)
+                       problems=problems, **_xformers(row, cuda))
+
+
+def _xformers(row: dict[str, Any], cuda: str) -> dict[str, Any]:
+    """The plan's xformers fields for a runtime of ``cuda`` (see :class:`InstallPlan`)."""
+    if row.get("xformers") and cuda in row.get("xformers_cudas", ()):
+        return {"xformers": f"xformers=={row['xformers']}",
+                "xformers_index_url": PYTORCH_INDEX.format(tag="cu" + cuda.replace(".", ""))}
+    note = row.get("xformers_note") or (f"PyTorch's index builds xformers {row['xformers']} for torch {row['torch']} "
+                                        f"for CUDA {', '.join(row['xformers_cudas'])} only, and this runtime's is "
+                                        f"{cuda}: pip takes PyPI's as unsloth's dependency, and where it does not load "
+                                        "Unsloth attends through PyTorch's scaled_dot_product_attention")
+    return {"xformers_note": note}
 
 
 def _why_no_vllm(row: dict[str, Any], torch: str, cuda: str, driver: str) -> str | None:
@@ -219,8 +245,6 @@ def _why_no_vllm(row: dict[str, Any], torch: str, cuda: str, driver: str) -> str
 
 def _packages(row: dict[str, Any], with_vllm: bool) -> list[str]:
     names = dict(row["packages"])
-    if row.get("xformers"):
-        names["xformers"] = row["xformers"]
     if with_vllm and row["vllm"]:
         names["vllm"] = row["vllm"]
     return [f"{name}=={version}" for name, version in names.items()]

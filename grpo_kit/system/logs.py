@@ -2,7 +2,8 @@
 
 Every module logs through ``logging.getLogger(__name__)``, so all of them sit under the ``grpo_kit``
 logger. A library user's own logging setup is left alone: :func:`configure_logging` only adds a
-handler when none of the kit's is there yet. Progress bars stay tqdm's.
+handler when none of the kit's is there yet. Progress bars stay tqdm's; a line logged while one is drawn is written
+above it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ class _Handler(logging.StreamHandler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = self.fixed if self.fixed is not None else sys.stderr
-        super().emit(record)
+        from tqdm import tqdm
+
+        with tqdm.external_write_mode(file=self.stream):  # a line under a progress bar, not into it
+            super().emit(record)
 
 
 class _Format(logging.Formatter):

@@ -56,6 +56,10 @@ def get_task(task: str | Path | Task, digest: Mapping[str, str] | None = None) -
     if isinstance(task, Task):
         found = task
     elif is_task_file(task):
+        if digest is not None and not Path(task).expanduser().is_file():  # recorded by a run folder, since moved
+            raise ValueError(f"the task file {task}, which this run folder was measured and trained on, is no longer "
+                             "there (moved or deleted): put it back at that path (with its data files); the run's "
+                             "results are checked against its data")
         found = load_task(task)
     elif task in TASKS:
         found = TASKS[task]

@@ -4,8 +4,10 @@
 - ``number``: compared as numbers (:mod:`grpo_kit.tasks.numbers`); strict reads the first number inside
   ``<answer>`` of a completion in the strict layout, flexible the last number anywhere (lm-evaluation-harness's
   flexible-extract for GSM8K). Reward: ``soft_correctness_reward_func``.
-- ``text``: compared as normalised strings: case, punctuation and surrounding whitespace ignored, inner whitespace
-  runs made one space (lm-evaluation-harness's ``exact_match`` with ``ignore_case`` and ``ignore_punctuation``).
+- ``text``: compared as normalised strings (:func:`normalize_text`): case and surrounding whitespace ignored, word
+  joiners (hyphens, dashes, underscores, slashes) read as the spaces they stand for, the rest of ASCII punctuation
+  removed, inner whitespace runs made one space (lm-evaluation-harness's ``exact_match`` with ``ignore_case`` and
+  ``ignore_punctuation``, which would delete the joiners: "thirty-eight" would read "thirtyeight").
   Strict reads ``<answer>`` of a strictly formatted completion; flexible the ``<answer>`` however it is written,
   else the text after the last ``####``, else the last non-empty line. Reward: ``text_correctness_reward_func``.
 - ``math``: checked with math-verify (:mod:`grpo_kit.tasks.math_verify`); strict reads ``<answer>`` of a strictly
@@ -27,29 +29,40 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly
-from grpo_kit.tasks.numbers import last_number, normalize_number, parse_number
+from grpo_kit.tasks.numbers import exact_number, last_number, normalize_number
 from grpo_kit.tasks.rewards import builtin, describe, golds, texts
 
-__all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "AnswerType", "answer_type", "choice_correctness_reward_func",
-           "choice_letter", "gold_number", "last_boxed", "normalize_text", "text_correctness_reward_func"]
+__all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "answer_type",
+           "choice_correctness_reward_func", "choice_letter", "gold_number", "last_boxed", "normalize_text",
+           "text_correctness_reward_func"]
 
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
+#: Characters that join words ("thirty-eight", "well_known", "either/or"): read as a space, so "thirty-eight" and
+#: "thirty eight" compare equal. Hyphen-minus, underscore and slash, and Unicode's hyphens and dashes (U+2010 to U+2015,
+#: U+2212 minus); the soft hyphen (U+00AD) and word joiner (U+2060) are invisible, so they join without a space.
+WORD_JOINERS = "-_/\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+_PUNCTUATION = str.maketrans({**dict.fromkeys(string.punctuation), **dict.fromkeys(WORD_JOINERS, " "),
+                              "\u00ad": None, "\u2060": None})
 _SPACES = re.compile(r"\s+")
 _BOXED_OPEN = re.compile(r"\s*\{")
 #: Longest ``\\boxed{...}`` content read, in characters.
 MAX_BOXED_CHARS = 4096
-# A letter answer: "B", "(B)", "B.", "B)", "B: text", "B. text".
-_LETTER = re.compile(r"\(?([A-Za-z])\)?(?:[.):]|\s|$)")
+# A letter answer: "B", "(B)", "B.", "B)", "B: text", "B. text"; not "A and B" or "a cat" (words, not one option).
+_LETTER = re.compile(r"\(?([A-Za-z])\)?(?:[.):]|$)")
 _PAREN_LETTER = re.compile(r"\(([A-Z])\)")
 _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
 
 def normalize_text(text: str | None) -> str | None:
-    """A text answer in the form compared: lower case, punctuation removed, whitespace runs one space, stripped
-    (``None`` and a text that normalises to nothing give ``None``).
+    """A text answer in the form compared: lower case, word joiners (:data:`WORD_JOINERS`) made spaces, the rest of
+    ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``), whitespace runs
+    one space, stripped (``None`` and a text that normalises to nothing give ``None``).
 
     >>> normalize_text("  Paris. "), normalize_text("New  York!"), normalize_text("?!")
     ('paris', 'new york', None)
+    >>> normalize_text("Two hundred and sixty-five") == normalize_text("two hundred and sixty five")
+    True
+    >>> normalize_text("O'Brien"), normalize_text("Guinea\u2013Bissau")
+    ('obrien', 'guinea bissau')
     """
     if text is None:
         return None
@@ -90,10 +103,10 @@ def _after_hashes(text: str) -> str | None:
 
 def choice_letter(text: str | None) -> str | None:
     """The option letter an answer states (``"B"``, ``"(b)"``, ``"B. Paris"``), upper case; ``None`` when it does not
-    start with one.
+    start with one, or states more than one ("A and B").
 
-    >>> [choice_letter(s) for s in ["B", "(c)", "D. Paris", "A: yes", "Paris", None]]
-    ['B', 'C', 'D', 'A', None, None]
+    >>> [choice_letter(s) for s in ["B", "(c)", "D. Paris", "A: yes", "Paris", "A and B", None]]
+    ['B', 'C', 'D', 'A', None, None, None]
     """
     if not text:
         return None
@@ -102,17 +115,13 @@ def choice_letter(text: str | None) -> str | None:
 
 
 def gold_number(gold: str) -> str | None:
-    """A gold answer of type ``number`` in canonical form (``"$1,200.0"`` gives ``"1200"``); ``None`` when the text is
-    not one number.
+    """A gold answer of type ``number`` in canonical form (``"$1,200.0"`` gives ``"1200"``, ``"2e3"`` ``"2000"``);
+    ``None`` when the text is not exactly one number as written (:func:`grpo_kit.tasks.numbers.exact_number`).
 
-    >>> gold_number("$1,200.0"), gold_number("-3"), gold_number("12 apples"), gold_number("x")
+    >>> gold_number("$1,200.0"), gold_number("\u22123"), gold_number("1,5"), gold_number("12 apples")
     ('1200', '-3', None, None)
     """
-    stripped = gold.strip().rstrip("%")
-    number = parse_number(stripped)
-    if number is None or not re.fullmatch(r"-?\$?-?[\d,]+(\.\d+)?", stripped):
-        return None
-    return normalize_number(number)
+    return exact_number(gold)
 
 
 @builtin
@@ -221,7 +230,8 @@ def answer_type(name: str, choices: str = "ABCD") -> AnswerType:
     if name == "number":
         return AnswerType("number", strictly(lambda t: normalize_number(extract_final_answer(t))), last_number,
                           lambda a, g: a == normalize_number(g), "soft_correctness_reward_func", gold_number,
-                          "a number")
+                          "a number as written (a point for decimals and commas only between thousands, as in "
+                          "1,234.5; 2e3 is read too)")
     if name == "text":
         return AnswerType("text", strictly(lambda t: normalize_text(extract_xml_answer(t))), _text_flexible,
                           lambda a, g: a == normalize_text(g), "text_correctness_reward_func",

@@ -376,7 +376,7 @@ def load_countdown(split: str = "test", source: str = "bundled", n: int = 1000, 
         rows = numbered(make_puzzles(n, seed=seed + (0 if split == "train" else 1_000_003)), "generated")
     else:
         rows = local_rows(source, split, "countdown", "Countdown")
-    check_rows(rows, {"nums": (list,), "target": (int, float)},
+    rows = check_rows(rows, {"nums": (list,), "target": (int, float)},
                "Countdown rows need 'nums' (a list of whole numbers) and 'target' (a whole number)")
     examples = []
     for where, row in rows:

@@ -9,7 +9,9 @@ loader is asked for ``source="hub"``. Each task's own module loads its rows (:mo
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +21,14 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 __all__ = [
+    "ROW_BATCH",
     "Located",
     "build_prompt",
     "carve_validation",
+    "check_row",
     "check_rows",
     "drop_long_prompts",
+    "iter_rows",
     "local_rows",
     "numbered",
     "read_rows",
@@ -45,44 +50,72 @@ def build_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict
 Located = tuple[str, Any]
 
 
-def _read_jsonl(path: Path) -> list[Located]:
-    """The non-blank lines of a JSONL file, parsed, each with its ``file:line``.
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: an object that names a key twice is refused (json would keep the last silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the key {twice!r} is given twice in one object (JSON keeps only the last): keep one")
+    return out
+
+
+def _read_jsonl(path: Path) -> Iterator[Located]:
+    """The non-blank lines of a JSONL file, parsed one at a time (a bad line is reported as soon as it is read), each
+    with its ``file:line``; a UTF-8 byte order mark (what some editors write first) is skipped.
 
     Raises:
-        ValueError: a line that is not UTF-8 or not JSON, or the file holds no rows (the message names the line).
+        ValueError: a line that is not UTF-8 or not JSON, an object that names a key twice, or the file holds no rows
+            (the message names the line).
     """
-    rows = []
+    rows = 0
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise ValueError(f"{path}:{line_no} is not UTF-8 text ({e.reason} at byte {e.start}): save the file "
                                  "as UTF-8") from None
             if line.strip():
                 try:
-                    rows.append((f"{path}:{line_no}", json.loads(line)))
+                    row = json.loads(line, object_pairs_hook=_unique_keys)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{line_no} is not a JSON line: {e}") from None
+                except ValueError as e:
+                    raise ValueError(f"{path}:{line_no}: {e}") from None
+                rows += 1
+                yield f"{path}:{line_no}", row
     if not rows:
         raise ValueError(f"{path} holds no rows: give a JSONL file with one JSON object per line")
     return rows
 
 
-def _read_csv(path: Path) -> list[Located]:
-    """The rows of a CSV file with a header line, each named ``file:line`` (every value is text).
+def _read_csv(path: Path) -> Iterator[Located]:
+    """The rows of a CSV file with a header line, each named ``file:line`` (every value is text); a UTF-8 byte order
+    mark (Excel's "CSV UTF-8") is skipped.
 
     Raises:
-        ValueError: the file is not UTF-8 or not CSV, or holds no rows.
+        ValueError: the file is not UTF-8 or not CSV; its header names a column twice or leaves one unnamed; a row
+            has more cells than the header (which would be dropped); or it holds no rows.
     """
     import csv
 
-    rows = []
+    rows = 0
     try:
-        with path.open(encoding="utf-8", newline="") as f:
+        with path.open(encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            twice = [name for i, name in enumerate(header) if name in header[:i]]
+            if twice:
+                raise ValueError(f"{path}:1: the header names the column {twice[0]!r} twice (only the last would be "
+                                 "read): give each column its own name")
             for row in reader:
-                rows.append((f"{path}:{reader.line_num}", {k: v for k, v in row.items() if k is not None}))
+                where = f"{path}:{reader.line_num}"
+                if None in row:
+                    raise ValueError(f"{where} has {len(header) + len(row[None])} cells and the header "
+                                     f"{len(header)}: the extra cells would be dropped; quote a value holding a comma")
+                rows += 1
+                yield where, row
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save the file as UTF-8") from None
     except csv.Error as e:
@@ -92,8 +125,9 @@ def _read_csv(path: Path) -> list[Located]:
     return rows
 
 
-def _read_parquet(path: Path) -> list[Located]:
-    """The rows of a Parquet file, each named ``file row <i>`` (read with pyarrow, which ``datasets`` installs).
+def _read_parquet(path: Path) -> Iterator[Located]:
+    """The rows of a Parquet file, a batch at a time, each named ``file row <i>`` (read with pyarrow, which
+    ``datasets`` installs).
 
     Raises:
         ValueError: the file is not Parquet, or holds no rows.
@@ -101,22 +135,29 @@ def _read_parquet(path: Path) -> list[Located]:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        batches = pq.ParquetFile(path).iter_batches(batch_size=ROW_BATCH)
+        first = next(batches, None)
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not Parquet
         raise ValueError(f"{path} is not a Parquet file ({type(e).__name__}: {e})") from None
-    return numbered(table.to_pylist(), str(path))
+    rows = (row for batch in ([first] if first is not None else []) for row in batch.to_pylist())
+    yield from numbered(itertools.chain(rows, (row for batch in batches for row in batch.to_pylist())), str(path))
+
+
+#: Rows read and converted at a time (Parquet batches, the Arrow chunks a task file's rows are kept in).
+ROW_BATCH = 4096
 
 
 #: How each data file is read, by suffix.
 READERS = {".jsonl": _read_jsonl, ".json": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
 
 
-def read_rows(path: str | Path) -> list[Located]:
-    """The rows of a JSONL, CSV or Parquet file (by its suffix), each with where it came from.
+def iter_rows(path: str | Path) -> Iterator[Located]:
+    """The rows of a JSONL, CSV or Parquet file (by its suffix), one at a time, each with where it came from: a file
+    of any size is read in constant memory, and a row that cannot be read is reported as soon as it is reached.
 
     Raises:
-        ValueError: no such file, a suffix that is none of ``.jsonl``, ``.csv``, ``.parquet``, a row that cannot be
-            read (the message names the file and line), or no rows.
+        ValueError: no such file, a suffix that is none of ``.jsonl``, ``.csv``, ``.parquet`` (raised at once), a row
+            that cannot be read (the message names the file and line), or no rows.
     """
     path = Path(path)
     if not path.is_file():
@@ -128,25 +169,43 @@ def read_rows(path: str | Path) -> list[Located]:
     return reader(path)
 
 
-def numbered(rows: list[Any], origin: str) -> list[Located]:
-    """Rows from elsewhere (the Hub, a generator), each named ``<origin> row <i>``."""
-    if not rows:
+def read_rows(path: str | Path) -> list[Located]:
+    """Every row of a data file as a list (:func:`iter_rows`, whose errors it raises)."""
+    return list(iter_rows(path))
+
+
+def numbered(rows: Iterable[Any], origin: str) -> Iterator[Located]:
+    """Rows from elsewhere (the Hub, a generator), each named ``<origin> row <i>``, one at a time.
+
+    Raises:
+        ValueError: ``rows`` is empty (when the last is reached).
+    """
+    i = -1
+    for i, row in enumerate(rows):
+        yield f"{origin} row {i}", row
+    if i < 0:
         raise ValueError(f"{origin} holds no rows")
-    return [(f"{origin} row {i}", row) for i, row in enumerate(rows)]
 
 
-def check_rows(rows: list[Located], fields: dict[str, tuple[type, ...]], need: str) -> None:
-    """Raise a ``ValueError`` naming the first row that is not an object with each field of ``fields`` set
-    (not null, not empty) to a value of its types."""
-    for where, row in rows:
-        if not isinstance(row, dict):
-            raise ValueError(f"{where} holds a JSON {type(row).__name__}, not an object: {need}")
-        for name, types in fields.items():
-            value = row.get(name)
-            if name not in row or value is None or value == "" or value == []:
-                raise ValueError(f"{where}: {name!r} is {'missing' if name not in row else repr(value)}; {need}")
-            if not isinstance(value, types) or isinstance(value, bool):
-                raise ValueError(f"{where}: {name!r} is a {type(value).__name__} ({str(value)[:40]!r}); {need}")
+def check_row(where: str, row: Any, fields: dict[str, tuple[type, ...]], need: str) -> None:
+    """Raise a ``ValueError`` naming ``where`` when ``row`` is not an object with each field of ``fields`` set (not
+    null, not empty, not only whitespace) to a value of its types."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where} holds a JSON {type(row).__name__}, not an object: {need}")
+    for name, types in fields.items():
+        value = row.get(name)
+        if name not in row or value is None or (isinstance(value, str) and not value.strip()) or value == []:
+            raise ValueError(f"{where}: {name!r} is {'missing' if name not in row else repr(value)}; {need}")
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ValueError(f"{where}: {name!r} is a {type(value).__name__} ({str(value)[:40]!r}); {need}")
+
+
+def check_rows(rows: Iterable[Located], fields: dict[str, tuple[type, ...]], need: str) -> list[Located]:
+    """Check every row (:func:`check_row`, whose error names the first bad one); return them as a list."""
+    out = list(rows)
+    for where, row in out:
+        check_row(where, row, fields, need)
+    return out
 
 
 def local_rows(source: str | Path, split: str, task: str, display: str) -> list[Located]:
@@ -162,7 +221,7 @@ def local_rows(source: str | Path, split: str, task: str, display: str) -> list[
     if not path.is_file():
         raise ValueError(f"no {display} file at {path}: pass source='bundled' or a JSONL file / a folder holding "
                          f"{split}.jsonl")
-    return _read_jsonl(path)
+    return list(_read_jsonl(path))
 
 
 def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = None, seed: int = 0) -> Dataset:

@@ -58,7 +58,7 @@ def extract_hash_answer(solution: str) -> str | None:
 
 
 def _to_examples(rows: list[Located], system_prompt: str) -> list[dict[str, Any]]:
-    check_rows(rows, {"question": (str,), "answer": (str,)},
+    rows = check_rows(rows, {"question": (str,), "answer": (str,)},
                "GSM8K rows need a 'question' and an 'answer' (the worked solution ending '#### N'), both text")
     examples = []
     for where, row in rows:

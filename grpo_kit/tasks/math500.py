@@ -53,7 +53,7 @@ def load_math500(split: str = "test", source: str = "bundled", system_prompt: st
         rows = numbered(list(load_dataset(HUB_ID, split="test")), HUB_ID)
     else:
         rows = local_rows(source, split, "math500", "MATH-500")
-    check_rows(rows, {"problem": (str,), "answer": (str, int, float)},
+    rows = check_rows(rows, {"problem": (str,), "answer": (str, int, float)},
                "MATH-500 rows need a 'problem' (text) and an 'answer' (LaTeX text or a number)")
     examples = []
     for i, (_, row) in enumerate(rows):

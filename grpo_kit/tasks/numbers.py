@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_NUMBER_CHARS", "is_integer_literal", "last_number", "normalize_number", "numbers_equal",
-           "parse_number"]
+__all__ = ["MAX_NUMBER_CHARS", "exact_number", "is_integer_literal", "last_number", "normalize_number",
+           "numbers_equal", "parse_number"]
 
 # A number: optional sign and `$`, thousands groups, optional decimals and `%`. The sign may stand
 # before or after the `$` ("-$5" and "$-5" both give -5). A minus is the hyphen-minus, the minus sign U+2212 or the
 # en dash U+2013, which typesetting and chat models write for it: read as "+3" they would score -3 as 3.
 _MINUS = "-\u2212\u2013"
-_NUMBER = re.compile(rf"([{_MINUS}]?)\$?([{_MINUS}]?)(\d{{1,3}}(?:,\d{{3}})+|\d+)(\.\d+)?%?", re.ASCII)
+# Digits with commas are one number, read only when the commas group thousands ("1,234,567") or follow the Indian
+# lakh grouping ("12,34,567"); otherwise ("1,5", "1,00": a decimal comma, or a list) the number is not read at all,
+# rather than cut short at the first comma. An exponent ("1.5e-07", "2e3") is part of the number.
+_NUMBER = re.compile(rf"([{_MINUS}]?)\$?([{_MINUS}]?)(\d+(?:,\d+)*)(\.\d+)?([eE][{_MINUS}+]?\d+)?%?", re.ASCII)
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+|\d{1,2}(?:,\d{2})*,\d{3}", re.ASCII)
 _NUMBER_PREFIX = 3  # "-$-" at most stands before a number's first digit
 _DIGIT = re.compile(r"\d", re.ASCII)
 _DIGITS = "0123456789"
@@ -28,9 +32,10 @@ _INTEGER_LITERAL = re.compile(r"[+-]?\d+", re.ASCII)
 def parse_number(text: str) -> str | None:
     """Return the first number in ``text`` as a plain numeric string.
 
-    The sign is kept; ``$``, ``%`` and thousands commas are dropped. The regex of the blog
-    post's notebook dropped the sign and returned ``"0"`` when nothing matched; here ``"-3"`` stays ``"-3"``
-    and no number gives ``None``.
+    The sign is kept; ``$``, ``%`` and thousands commas are dropped (the Indian grouping "12,34,567" too); an
+    exponent is kept. The regex of the blog post's notebook dropped the sign and returned ``"0"`` when nothing
+    matched; here ``"-3"`` stays ``"-3"`` and no number gives ``None``. A first number whose commas group nothing
+    ("1,5": a decimal comma, or a list) is not read (``None``) rather than read as its first digits.
 
     Args:
         text: any text.
@@ -44,8 +49,10 @@ def parse_number(text: str) -> str | None:
     '-3'
     >>> parse_number("it is \u22123 degrees"), parse_number("it is \u20133 degrees")  # minus sign, en dash
     ('-3', '-3')
-    >>> parse_number("96%")
-    '96'
+    >>> parse_number("96%"), parse_number("12,34,567"), parse_number("1.5e-07")
+    ('96', '1234567', '1.5e-07')
+    >>> parse_number("1,5") is None, parse_number("1,00") is None
+    (True, True)
     >>> parse_number("none") is None
     True
     """
@@ -56,9 +63,35 @@ def parse_number(text: str) -> str | None:
     return None if match is None else _number_text(match)
 
 
-def _number_text(match: re.Match) -> str:
+def _number_text(match: re.Match) -> str | None:
+    """The number ``match`` holds as plain text; ``None`` when its commas are not a grouping (see ``_NUMBER``)."""
+    digits = match.group(3)
+    if "," in digits and not _GROUPED.fullmatch(digits):
+        return None
     sign = "-" if (match.group(1) or match.group(2)) else ""
-    return sign + match.group(3).replace(",", "") + (match.group(4) or "")
+    exponent = (match.group(5) or "").translate(_ASCII_MINUS)
+    return sign + digits.replace(",", "") + (match.group(4) or "") + exponent
+
+
+_ASCII_MINUS = str.maketrans({"\u2212": "-", "\u2013": "-"})
+
+
+def exact_number(text: str) -> str | None:
+    """``text`` read as exactly one number, in canonical form (:func:`normalize_number`); ``None`` when it is not one
+    number as written: words around it, commas that group nothing ("1,5": write 1.5 or 15), two numbers.
+
+    What a gold answer of type ``number`` must be. The forms :func:`parse_number` reads in completions are read here
+    too: a sign (the minus sign U+2212 and the en dash too), ``$``, thousands or lakh commas, decimals, an exponent,
+    ``%``.
+
+    >>> [exact_number(s) for s in ["$1,200.0", "\u22123", "1.5e-07", "2e3", "12,34,567", " 7 "]]
+    ['1200', '-3', '0.00000015', '2000', '1234567', '7']
+    >>> [exact_number(s) for s in ["1,5", "1,00", "12 apples", "3 4", "x"]]
+    [None, None, None, None, None]
+    """
+    match = _NUMBER.fullmatch(text.strip())
+    number = _number_text(match) if match is not None else None
+    return normalize_number(number) if number is not None else None
 
 
 def is_integer_literal(text: str) -> bool:
@@ -104,6 +137,8 @@ def normalize_number(text: str | None) -> str | None:
 
     if text is None or not text.isascii():  # Decimal() reads '٣' as 3; no rule reads it as a number
         return None
+    if len(text) < 19 and _INTEGER_LITERAL.fullmatch(text):  # most answers: exact as an int, and 5x faster
+        return str(int(text))
     try:
         value = Decimal(text)
     except InvalidOperation:
@@ -136,4 +171,5 @@ def last_number(text: str) -> str | None:
         return None
     start = max(0, last_digit - MAX_NUMBER_CHARS)
     matches = list(_NUMBER.finditer(text, start, last_digit + 2))  # a "%" may follow the last digit
-    return normalize_number(_number_text(matches[-1])) if matches else None
+    number = _number_text(matches[-1]) if matches else None
+    return normalize_number(number) if number is not None else None

@@ -32,6 +32,7 @@ import inspect
 import logging
 import math
 import numbers
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -53,6 +54,7 @@ __all__ = [
     "LARGEST_REWARD",
     "SEED_REWARDS",
     "Reward",
+    "RewardCalls",
     "RewardFunc",
     "RewardSet",
     "builtin",
@@ -92,8 +94,8 @@ def gold_text(value: Any) -> str | None:
     """A gold answer as text: a ``str`` as it is, an ``int`` or a finite ``float`` as its number (``2.0`` is
     ``"2"``, ``2.5`` is ``"2.5"``); anything else (``None``, a list, ``True``) cannot be read: ``None``.
 
-    >>> [gold_text(v) for v in ["72", 72, 72.0, 2.5, None, True, float("nan")]]
-    ['72', '72', '72', '2.5', None, None, None]
+    >>> [gold_text(v) for v in ["72", 72, 72.0, 2.5, 1e300, None, True, float("nan")]]
+    ['72', '72', '72', '2.5', '1e+300', None, None, None]
     """
     if isinstance(value, str):
         return value
@@ -102,7 +104,8 @@ def gold_text(value: Any) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float) and math.isfinite(value):
-        return str(int(value)) if value.is_integer() else repr(value)
+        # exactly as Python writes it beyond 2**53: str(int(1e300)) would be the float's 301 digits, not 10**300
+        return str(int(value)) if value.is_integer() and abs(value) < 2 ** 53 else repr(value)
     return None
 
 
@@ -405,6 +408,28 @@ def _usable(value: Any) -> bool:
     return isinstance(value, numbers.Real) and math.isfinite(value) and abs(value) <= LARGEST_REWARD
 
 
+@dataclass
+class RewardCalls:
+    """What a :func:`guarded` reward did so far in this process (``checked.calls``), read by the training callback
+    :class:`grpo_kit.training.callbacks.RewardWatch`.
+
+    Attributes:
+        completions: completions it was asked to judge.
+        judged: of those, how many it gave a usable number (not ``None``, not skipped).
+        seconds: wall time spent in the function.
+        raised: calls that raised (each counted as "cannot judge" for all its completions).
+    """
+
+    completions: int = 0
+    judged: int = 0
+    seconds: float = 0.0
+    raised: int = 0
+
+
+#: Argument names TRL passes that are the trainer's objects, not data: handed to a reward as they are.
+_NOT_DATA = ("trainer_state", "log_extra", "log_metric", "environments")
+
+
 def guarded(func: RewardFunc) -> RewardFunc:
     """``func`` with its output checked on every call, so that a reward's mistake never crashes a run.
 
@@ -412,17 +437,21 @@ def guarded(func: RewardFunc) -> RewardFunc:
     infinity returned by a reward would poison (inf) or silently drop a sample. Each value that is not ``None``,
     a finite real number within :data:`LARGEST_REWARD` (``bool`` counts as 0/1; numpy numbers and arrays are read as
     TRL reads them, :func:`as_values`) becomes ``None`` with a warning naming the reward and the completion's
-    index; a result that is not a list of one value per completion becomes all ``None``, with a warning. Each call
-    gets its own copy of ``completions``, so a reward that edits it in place cannot change what the next reward
-    reads. An exception still propagates (a bug to fix, not a judgement). Linear in the number of completions.
+    index; a result that is not a list of one value per completion becomes all ``None``, with a warning. An
+    exception the reward raises (``SystemExit`` included; Ctrl-C is not caught) is "cannot judge" for all the call's
+    completions too, with a warning naming the reward, the exception and the training step (TRL's ``trainer_state``).
+    Each call gets its own copy of the completions, prompts and dataset columns, so a reward that edits them in place
+    (``answer.clear()``) cannot change what the next reward reads. Linear in the number of completions.
 
     Args:
         func: a reward in TRL's contract.
 
     Returns:
-        A reward with ``func``'s ``__name__`` and attributes, returning ``list[float | None]``.
+        A reward with ``func``'s ``__name__`` and attributes, returning ``list[float | None]``; its ``calls``
+        attribute (:class:`RewardCalls`) counts what it judged and the seconds it took.
     """
     shown = [0]
+    calls = RewardCalls()
 
     def warn(message: str) -> None:
         shown[0] += 1
@@ -433,9 +462,25 @@ def guarded(func: RewardFunc) -> RewardFunc:
     @functools.wraps(func)
     def checked(*args: Any, **kwargs: Any) -> list[float | None]:
         n = len(kwargs.get("completions") or (args[1] if len(args) > 1 else ()))
-        if "completions" in kwargs:  # the next reward reads the completions as the policy wrote them
-            kwargs["completions"] = copy.deepcopy(kwargs["completions"])
-        out = as_values(func(*args, **kwargs))
+        # the next reward reads the completions, prompts and columns as the policy and the dataset gave them
+        kwargs = {k: v if k in _NOT_DATA else copy.deepcopy(v) for k, v in kwargs.items()}
+        calls.completions += n
+        start = time.perf_counter()
+        try:
+            out = as_values(func(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - a reward never ends training; Ctrl-C does
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            calls.raised += 1
+            step = getattr(kwargs.get("trainer_state"), "global_step", None)
+            if calls.raised == 1:  # once: a reward that raises at every step would flood the log
+                log.warning(f"reward {func.__name__} raised {type(e).__name__}: {e}"
+                            + (f" at step {step + 1}" if isinstance(step, int) else "")
+                            + f": treated as 'cannot judge' for these {n} completions (later exceptions of this "
+                            "reward are counted, not shown); fix the reward")
+            return [None] * n
+        finally:
+            calls.seconds += time.perf_counter() - start
         if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Sequence) or len(out) != n:
             size = len(out) if isinstance(out, Sequence) else type(out).__name__
             warn(f"returned {size} for {n} completions (it must return a list of one number or None per "
@@ -451,8 +496,10 @@ def guarded(func: RewardFunc) -> RewardFunc:
                 warn(f"returned {value!r} for completion {i}, which is not a finite number within "
                      f"{LARGEST_REWARD:g}: treated as 'cannot judge' (return None for that on purpose)")
                 values.append(None)
+        calls.judged += sum(v is not None for v in values)
         return values
 
+    checked.calls = calls  # type: ignore[attr-defined]
     return checked
 
 

@@ -25,15 +25,18 @@ run folder can refuse data that changed since it was measured (:func:`check_dige
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.system.files import sha256_file
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT
 from grpo_kit.tasks.answer_types import ANSWER_TYPES, answer_type
-from grpo_kit.tasks.data import Located, build_prompt, check_rows, numbered, read_rows
+from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, iter_rows, numbered
 from grpo_kit.tasks.numbers import parse_number
 from grpo_kit.tasks.rewards import BUILTIN_REWARDS, RewardSet, gold_text
 from grpo_kit.tasks.task import Example, ExtractionRule, Task
@@ -63,6 +66,26 @@ def is_task_file(task: Any) -> bool:
     return isinstance(task, (str, Path)) and str(task).lower().endswith(TASK_FILE_SUFFIXES)
 
 
+@functools.cache
+def _unique_key_loader() -> type:
+    """A ``yaml.SafeLoader`` that refuses a mapping naming a key twice (YAML says keys are unique; PyYAML keeps the
+    last one silently, so a second ``answer:`` would replace the first)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice (only the "
+                                                            "last would be read): keep one", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
@@ -70,13 +93,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ValueError(f"no task file at {path}: give the path of a YAML task file (see the tutorial 'Your own "
                          "data')")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        if problem.startswith("the key "):
+            raise ValueError(f"{where}: {problem}") from None
         raise ValueError(f"{where} is not YAML ({problem}): a task file is a YAML mapping of keys such as name, "
                          "train, test, question, answer, answer_type") from None
     if not isinstance(data, dict):
@@ -93,8 +118,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Located]], dict[str, str]]:
-    """Each split's rows, and the data files read (``{split: file}``)."""
+def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Iterator[Located]], dict[str, str]]:
+    """Each split's rows (read as they are consumed), and the data files read (``{split: file}``)."""
     hub = data.get("hub")
     files = {split: data[split] for split in ("train", "test") if data.get(split) is not None}
     if hub is not None and files:
@@ -106,15 +131,12 @@ def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Locate
         if not isinstance(hub, dict) or not isinstance(hub.get("path"), str) or set(hub) - set(_HUB_KEYS):
             raise ValueError(f"{path}: field 'hub' must be a mapping with path: owner/name and optionally "
                              f"{', '.join(_HUB_KEYS[1:])}, got {hub!r}")
-        from datasets import load_dataset
-
         splits = {"train": hub.get("train_split"), "test": hub.get("test_split", "test")}
         rows = {}
         for split, name in splits.items():
             if name is not None:
                 origin = f"{hub['path']}[{name}]"
-                rows[split] = numbered([dict(r) for r in load_dataset(hub["path"], hub.get("name"), split=name)],
-                                       origin)
+                rows[split] = numbered(map(dict, _hub_split(path, hub, name)), origin)
         return rows, {}
     rows, read = {}, {}
     for split, name in files.items():
@@ -123,34 +145,89 @@ def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Locate
         file = (path.parent / name).resolve()
         if not file.is_file():
             raise ValueError(f"{path}: {split}: no data file at {file} (paths are relative to the task file)")
-        rows[split], read[split] = read_rows(file), str(file)
+        rows[split], read[split] = iter_rows(file), str(file)
     return rows, read
 
 
-def _examples(path: Path, rows: list[Located], data: dict[str, Any], kind: Any, system_prompt: str
-              ) -> list[dict[str, Any]]:
+def _hub_split(path: Path, hub: dict[str, Any], split: str) -> Any:
+    """One split of a task file's Hub dataset (``datasets.load_dataset``), every failure one line naming the task file.
+
+    Offline, ``datasets`` retries for about half a minute before it gives up: when ``HF_HUB_OFFLINE`` is not set, the
+    Hub's host is tried first with a 5-second timeout, and an unreachable Hub is said at once.
+
+    Raises:
+        ValueError: the Hub cannot be reached, or the dataset, its configuration or the split cannot be loaded.
+    """
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    fix = ("check hub: in the task file and your connection, or set HF_HUB_OFFLINE=1 to use a copy already in the "
+           "Hugging Face cache")
+    if not constants.HF_HUB_OFFLINE and not os.environ.get("HF_DATASETS_OFFLINE"):
+        url = urlparse(constants.ENDPOINT)
+        try:
+            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 5).close()
+        except OSError as e:
+            raise ValueError(f"{path}: hub: the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached "
+                             f"({e.strerror or e}), so {hub['path']} cannot be downloaded: {fix}") from None
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(hub["path"], hub.get("name"), split=split)
+    except Exception as e:  # noqa: BLE001 - datasets raises many kinds (ConnectionError, DatasetNotFoundError, ...)
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path}: hub: cannot load {hub['path']}" + (f" ({hub['name']})" if hub.get("name") else "")
+                         + f" split {split!r}: {reason}; {fix}") from None
+
+
+def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, Any], kind: Any, system_prompt: str
+              ) -> Any:
+    """A split's rows checked and turned into the task's examples, one at a time (a bad row is reported as soon as
+    it is read), kept as an Arrow table built a batch at a time: memory holds the examples once, in Arrow's compact
+    form, plus one batch of Python objects (``benchmarks/task_file_load.py``)."""
+    import pyarrow as pa
+
     question, answer, solution = data["question"], data["answer"], data.get("solution")
     need = (f"{path} names {question!r} as the question field and {answer!r} as the answer field"
             + (f" and {solution!r} as the solution field" if solution else ""))
     fields: dict[str, tuple[type, ...]] = {question: (str,), answer: (str, int, float)}
     if solution:
         fields[solution] = (str,)
-    check_rows(rows, fields, need)
-    examples = []
+    own = (question, answer, solution, "prompt", "question", "answer", "solution")
+    chunks, batch = [], []
+
+    def flush() -> None:
+        try:
+            chunks.append(pa.Table.from_pylist(batch))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a field with values of different types in different rows
+            raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values "
+                             "of one type in every row") from None
+        batch.clear()
+
     for where, row in rows:
+        check_row(where, row, fields, need)
         value = gold_text(row[answer])
         gold = kind.gold(value) if value is not None else None
         if gold is None:
             raise ValueError(f"{where}: {answer!r} is {row[answer]!r}, not {kind.needs} (answer_type {kind.name} in "
                              f"{path})")
-        extra = {k: v for k, v in row.items() if k not in (question, answer, solution, "prompt", "question", "answer",
-                                                           "solution")}
-        example = {**extra, "question": row[question], "answer": gold,
-                   "prompt": build_prompt(row[question], system_prompt)}
+        example = {k: v for k, v in row.items() if k not in own}
+        example.update(question=row[question], answer=gold, prompt=build_prompt(row[question], system_prompt))
         if solution:
             example["solution"] = row[solution]
-        examples.append(example)
-    return examples
+        batch.append(example)
+        if len(batch) == ROW_BATCH:
+            flush()
+    if batch:
+        flush()
+    try:
+        return pa.concat_tables(chunks, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values of "
+                         "one type in every row") from None
 
 
 def _rewards(path: Path, data: dict[str, Any], correctness: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
@@ -173,14 +250,21 @@ def _rewards(path: Path, data: dict[str, Any], correctness: str) -> tuple[tuple[
     return tuple(given), tuple(float(w) for w in given.values())
 
 
-def _warn_overlap(path: Path, examples: dict[str, list[dict[str, Any]]]) -> int:
+def _questions(table: Any) -> Iterator[str]:
+    """A table's questions with their whitespace runs made one space, a chunk of the column at a time."""
+    for chunk in table.column("question").chunks:
+        for question in chunk.to_pylist():
+            yield " ".join(question.split())
+
+
+def _warn_overlap(path: Path, examples: dict[str, Any]) -> int:
     if "train" not in examples:
         return 0
-    train = {" ".join(e["question"].split()) for e in examples["train"]}
-    both = sum(1 for e in examples["test"] if " ".join(e["question"].split()) in train)
+    train = {hash(q) for q in _questions(examples["train"])}  # hashes: a set of the questions would copy them all
+    both = sum(1 for q in _questions(examples["test"]) if hash(q) in train)
     if both:
-        log.warning(f"{path}: {both} of {len(examples['test'])} test questions are also in the train split: accuracy "
-                    "on them measures memory, not solving; remove them from one of the files")
+        log.warning(f"{path}: {both} of {examples['test'].num_rows} test questions are also in the train split: "
+                    "accuracy on them measures memory, not solving; remove them from one of the files")
     return both
 
 
@@ -238,7 +322,8 @@ def load_task(path: str | Path) -> Task:
     rows, files = _split_rows(path, data)
     key = (_signature(path), *(_signature(Path(f)) for f in files.values()))
     if not files or key not in _CACHE:
-        examples = {split: _examples(path, split_rows, data, kind, system_prompt) for split, split_rows in rows.items()}
+        examples = {split: _examples(path, split, split_rows, data, kind, system_prompt)
+                    for split, split_rows in rows.items()}
         _warn_overlap(path, examples)
         digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
         task = _task(path, data, name, kind, examples, rewards, weights, validation_size, digest)
@@ -248,7 +333,7 @@ def load_task(path: str | Path) -> Task:
     return _CACHE[key]
 
 
-def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict[str, list[dict[str, Any]]],
+def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict[str, Any],
           rewards: tuple[str, ...], weights: tuple[float, ...] | None, validation_size: int | None,
           digest: dict[str, str]) -> Task:
     solution = bool(data.get("solution"))
@@ -261,12 +346,12 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict
 
     def loader(split: str = "test", **kwargs: Any) -> Any:
         from datasets import Dataset
+        from datasets.table import InMemoryTable
 
-        try:
-            return Dataset.from_list(examples[split])
-        except (TypeError, ValueError) as e:  # pyarrow: a field with values of different types in different rows
-            raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values "
-                             "of one type in every row") from None
+        # the kept table itself, not a copy; fingerprinted by the data's SHA-256 (datasets would otherwise hash the
+        # whole table on every load: seconds, and a transient copy of it in memory)
+        fingerprint = hashlib.sha256(json.dumps([sorted(digest.items()), split, kind.name]).encode()).hexdigest()
+        return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
 
     def correct(answer: str, example: Example) -> bool:
         return kind.same(answer, str(example["answer"]))

@@ -34,8 +34,8 @@ from grpo_kit.training.presets import Recipe
 if TYPE_CHECKING:
     from grpo_kit.tasks import Task
 
-__all__ = ["STALE_METRIC", "HeldOutEval", "RunRecords", "StaleWeightsAlarm", "StepPrinter", "reward_hacking",
-           "stale_weights_alarm", "training_reward"]
+__all__ = ["SLOW_REWARD_SECONDS", "STALE_METRIC", "HeldOutEval", "RewardWatch", "RunRecords", "StaleWeightsAlarm",
+           "StepPrinter", "reward_hacking", "stale_weights_alarm", "training_reward"]
 
 log = logging.getLogger(__name__)
 _RULES = ("strict", "flexible")
@@ -311,6 +311,63 @@ def _unarmed(args: Any) -> str:
                    else "") + f", and {STALE_METRIC} is logged only when it is on; set extra "
                 "vllm_importance_sampling_correction=True to arm the alarm")
     return f"the trainer logged no {STALE_METRIC}"
+
+
+#: Seconds a reward may take within one optimiser step before the step log names it (a reward runs on every
+#: completion of every step, so it adds to each step's time as much as generation does).
+SLOW_REWARD_SECONDS = 1.0
+
+
+class RewardWatch(TrainerCallback):
+    """What the rewards did at each step, from the :func:`grpo_kit.tasks.rewards.guarded` functions' counters.
+
+    A reward that took more than ``slow`` seconds within a step is named in the step log with its seconds. A reward
+    that has judged none of its completions (``None`` for all, or raised every time) is warned about once after the
+    first step, and when training ends having judged none, raises the never-judged alarm: a warning, a line in
+    ``alarms.jsonl`` (:func:`grpo_kit.evaluation.report.alarms_markdown` puts it in the report) and its entry in
+    ``finished.json``. Such a reward moved no advantage: with every reward like it, the loss is 0 and nothing learned.
+
+    Args:
+        rewards: the trainer's reward functions (``trainer.reward_funcs``: the guarded ones carry ``calls``).
+        records: where the alarm is kept (the run folder; ``None``: nowhere).
+        slow: see above (default :data:`SLOW_REWARD_SECONDS`).
+
+    Attributes:
+        alarms: the never-judged alarms raised.
+    """
+
+    def __init__(self, rewards: Sequence[Any], records: RunRecords | None = None,
+                 slow: float = SLOW_REWARD_SECONDS) -> None:
+        self.rewards = [(f.__name__, f.calls) for f in rewards if hasattr(f, "calls")]
+        self.records, self.slow = records, slow
+        self.seconds = {name: calls.seconds for name, calls in self.rewards}
+        self.warned: set[str] = set()
+        self.alarms: list[dict[str, Any]] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        for name, calls in self.rewards:
+            took, self.seconds[name] = calls.seconds - self.seconds[name], calls.seconds
+            if took > self.slow:
+                log.warning(f"step {state.global_step}: reward {name} took {took:.1f} s of this step (it runs on "
+                            "every completion of every step): make it faster, e.g. cache what it computes")
+            if calls.completions and not calls.judged and name not in self.warned:
+                self.warned.add(name)
+                log.warning(f"step {state.global_step}: reward {name} has judged none of its {calls.completions} "
+                            "completions so far (None for every one" + (f", or raised {calls.raised} times"
+                                                                         if calls.raised else "") +
+                            "): it moves nothing; check it with python -m grpo_kit reward-check")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for name, calls in self.rewards:
+            if calls.completions and not calls.judged:
+                alarm = {"kind": "reward_never_judged", "step": state.global_step, "reward": name,
+                         "completions": calls.completions, "raised": calls.raised}
+                self.alarms.append(alarm)
+                log.warning(f"ALARM: reward {name} judged none of the {calls.completions} completions of this training "
+                            "(None for every one" + (f", or raised {calls.raised} times" if calls.raised else "")
+                            + "): it taught nothing; fix it and train again")
+                if self.records is not None:
+                    self.records.append_alarm(alarm)
 
 
 class StepPrinter(TrainerCallback):

@@ -86,7 +86,7 @@ def doctor(preset: Any = None, driver: Any = nvidia_driver) -> dict[str, Any]:
         problems.append(f"preset {config.name!r} needs a CUDA GPU and torch sees none (torch {torch.__version__}, "
                         f"CUDA build {cuda or 'none'}, driver {found or 'none'})")
     return {"versions": versions, "torch_cuda": cuda, "driver": found,
-            "driver_needed": MIN_DRIVER.get(".".join(cuda.split(".")[:2])) if cuda else None,
+            "driver_needed": MIN_DRIVER.get(cuda.split(".")[0]) if cuda else None,
             "gpu": None if gpu is None else gpu.name, "bf16": None if gpu is None else gpu.bf16,
             "free_gib": None if free is None else round(free, 2), "preset": config.name, "needed_gib": needed,
             "problems": problems}

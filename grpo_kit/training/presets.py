@@ -28,8 +28,8 @@ from grpo_kit.policy.devices import Gpu, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading
 from grpo_kit.training.algorithms import get_algorithm
 
-__all__ = ["PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "device_preset", "get_preset",
-           "preset_for_device", "recipe_yaml", "with_algorithm"]
+__all__ = ["PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "device_preset",
+           "get_preset", "preset_for_device", "recipe_yaml", "with_algorithm"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,8 @@ def _trl_names(values: Mapping[str, Any]) -> dict[str, Any]:
 #: Fields a resumed run may change: how long it runs and how it saves and logs, not what it trains.
 RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "logging_steps", "report_to",
                               "description"})
+#: Of those, the run's plan: recorded in ``train_settings.json`` and kept by a resume that does not change them.
+PLAN_FIELDS = ("max_steps", "save_steps", "save_total_limit", "logging_steps")
 
 
 def _parser() -> Any:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import Launch
-from grpo_kit.policy.warm_start import quiet_progress
 from grpo_kit.system.files import write_json
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import ALGORITHM_FIELDS
@@ -29,7 +28,6 @@ __all__ = [
     "check_trains_as_asked",
     "grpo_config",
     "is_unsloth_trainer",
-    "quiet_progress",
     "save_policy",
 ]
 

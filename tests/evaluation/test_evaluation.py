@@ -7,6 +7,7 @@ import math
 import pytest
 
 from grpo_kit.evaluation.compare import compare, compare_markdown, flipped, flips, paired_test
+from grpo_kit.evaluation.report import format_only_sentence
 from grpo_kit.evaluation.scoring import EvalResult, evaluate, score
 from grpo_kit.evaluation.stats import mcnemar_exact
 from grpo_kit.evaluation.summary import sampled_metrics, summarize
@@ -173,6 +174,8 @@ def test_compare_reports_intervals_flips_and_format_only_gain():
     assert table.loc["Strict accuracy", "delta"] == 0.5
     assert table.loc["Flexible accuracy", "delta"] == 0.0
     assert compare(before, after).attrs["format_only_gain"] == 0.5
+    assert compare(before, after).attrs["format_only_questions"] == 2  # both were right, unformatted
+    assert "+0.500 is format only" in format_only_sentence(compare(before, after))
     assert table.loc["Strict accuracy", "wrong_to_right"] == 2
     assert table.loc["Strict accuracy", "delta_low"] <= 0.5 <= table.loc["Strict accuracy", "delta_high"]
     assert math.isnan(table.loc["Total", "mcnemar_p"])
@@ -180,8 +183,42 @@ def test_compare_reports_intervals_flips_and_format_only_gain():
     assert "| Strict accuracy | 0.000 [0.000, 0.000] | 0.500 [" in markdown
 
 
+def test_the_format_only_part_never_exceeds_the_strict_gain():
+    # the demo's case: strict +0.25, flexible -0.25; "strict - flexible" would call +0.5 of a +0.25 gain format only
+    before = evaluate(ScriptedBackend(["4", "4", "5", "5"]), EXAMPLES)
+    after = evaluate(ScriptedBackend([GOOD, "x", "5", "5"]), EXAMPLES)
+    table = compare(before, after)
+    assert table.attrs["strict_gain"] == 0.25 and table.attrs["flexible_gain"] == -0.25
+    assert table.attrs["format_only_gain"] == 0.25
+    assert "Of the strict-accuracy gain of +0.250, +0.250 is format only" in format_only_sentence(table)
+    fell = compare(after, before)
+    assert fell.attrs["format_only_gain"] == 0.0
+    assert "did not rise (-0.250), so none of it is format only" in format_only_sentence(fell)
+
+
 def test_diagnostics():
     result = evaluate(ScriptedBackend([GOOD, "4", GOOD, "x"]), EXAMPLES)
     d = result.diagnostics()
     assert d["has <answer>"] == 0.5 and d["truncation_rate"] == 0.0
     assert d["max_tokens"] == len(GOOD)
+
+
+def test_training_curves_are_titled_in_words_with_their_maximum(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from grpo_kit.evaluation.plots import plot_training_curves, smoothed
+    from grpo_kit.tasks.rewards import RewardSet
+
+    rewards = RewardSet({"xmlcount_reward_func": 1.0, "correctness_reward_func": 2.0})
+    history = [{"step": s, "reward": s / 10, "completions/mean_length": 30.0, "rewards/xmlcount_reward_func/mean": 0.1,
+                "rewards/correctness_reward_func/mean": s % 2} for s in range(1, 21)]
+    fig = plot_training_curves(history, tmp_path / "curves.png", rewards=rewards, max_length=64)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    # 0.5 (XML tag count) x weight 1 + 1.0 (hard correctness) x weight 2
+    assert titles == ["XML tag count, max 0.5", "Hard correctness, max 1", "Total reward (weighted sum), max 2.5",
+                      "Completion length, max 64"]
+    raw, mean = fig.axes[1].get_lines()[:2]  # the raw values faint, their running mean over 2 of 20 steps on top
+    assert raw.get_alpha() < 1 and mean.get_alpha() is None and raw.get_linewidth() < mean.get_linewidth()
+    assert list(mean.get_ydata()) == smoothed([s % 2 for s in range(1, 21)], 2)
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    plt.close(fig)

@@ -110,3 +110,48 @@ def test_a_line_cut_by_a_crash_is_skipped(tmp_path):
     assert len(cache) == 1 and cache.get("a").text == "x" and cache.get("b") is None
     cache.add("c", cache.get("a"))  # appended after the cut line, on a line of its own
     assert GenerationCache(path).get("c").text == "x"
+
+
+def test_a_task_file_gets_a_warm_start_and_a_budget_sized_to_its_rows(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from grpo_kit.policy.source import PolicySource
+    from grpo_kit.policy.warm_start import completion_budget, warm_steps_for
+    from grpo_kit.tasks import get_task
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "capitals"
+    capitals = get_task(str(example / "task.yaml"))
+    assert warm_steps_for(capitals) == 75  # 20 passes over 60 rows of 16 per step
+    assert warm_steps_for(get_task("gsm8k")) == 300  # the kit's own tasks keep the shipped policy's warm start
+    assert PolicySource.of(None, capitals).tiny.warm.steps == 75
+    longest = max(len(f"Let's think step by step.\n\n#### {row['answer']}".encode()) for row in capitals.load("train"))
+    assert completion_budget(capitals) >= longest + 8 and completion_budget(capitals) % 8 == 0
+    folder = tmp_path / "big"
+    shutil.copytree(example, folder)
+    rows = (folder / "train.jsonl").read_text().splitlines()
+    (folder / "train.jsonl").write_text("\n".join(rows * 10) + "\n")  # 600 rows: capped at 300 steps
+    assert warm_steps_for(get_task(str(folder / "task.yaml"))) == 300
+
+
+def test_train_trains_from_the_warm_start_the_baseline_measured(tmp_path):
+    import json
+    from pathlib import Path
+
+    from grpo_kit.cli import _parser, _run_spec
+    from grpo_kit.policy.source import PolicySource
+    from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.tasks import get_task
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "capitals" / "task.yaml"
+    run = tmp_path / "run"
+    run.mkdir()
+    warm = {**WarmStart(steps=30).__dict__}
+    measured = PolicySource.of(None, get_task(str(example)), warm=WarmStart(steps=30), cache_dir=str(tmp_path / "c"))
+    (run / "eval_settings.json").write_text(json.dumps({"task": str(example), "warm": warm, "model_override": None,
+                                                        "base_model": measured.name,
+                                                        "cache_dir": str(tmp_path / "c")}))
+    spec = _run_spec(_parser().parse_args(["train", "--run-dir", str(run), "--cache-dir", str(tmp_path / "c")]))
+    assert spec.policy.tiny.warm.steps == 30  # not the 75 a new run on this task would get
+    with pytest.raises(ValueError, match="--warm-steps 30"):  # another warm start would not be what was measured
+        _run_spec(_parser().parse_args(["train", "--run-dir", str(run), "--warm-steps", "40"]))

@@ -322,9 +322,59 @@ def test_an_unsloth_preset_without_vllm_evaluates_both_sides_through_unsloth(tmp
     assert all(loading.use_unsloth and not loading.fast_inference for _, loading in loads)
 
 
+def test_a_fast_inference_preset_without_vllm_evaluates_through_unsloth_as_training_does(tmp_path, monkeypatch,
+                                                                                        caplog):
+    """Issue 33: on a runtime without vLLM (Colab's cu128 torch) `train` turned fast_inference off but evaluation
+    still took `unsloth-vllm`, and Unsloth raised "Please install vLLM before enabling fast_inference" (unsloth
+    2026.10.7 models/loader.py). Both now take `unsloth`, say so in one line, and record the route taken."""
+    from grpo_kit.runs.folder import RunFolder
+    from grpo_kit.runs.measure import EvalPlan, measure_before
+
+    loads = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(grpo_kit.policy.routes, "vllm_usable", lambda: False)
+    monkeypatch.setattr(grpo_kit.policy.loading, "load_unsloth_policy",
+                        lambda name, loading: loads.append(loading) or (None, None))
+    monkeypatch.setattr(grpo_kit.policy.loading, "check_adapter_trained", lambda path: None)
+    preset = get_preset("a100")
+    assert preset.fast_inference and eval_route(preset.loading) == "unsloth"
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    with caplog.at_level("WARNING", logger="grpo_kit.policy.routes"):
+        before = load_eval_backend(_source(preset, model="base"), preset.loading)
+    said = [r.getMessage() for r in caplog.records if "without fast_inference" in r.getMessage()]
+    assert len(said) == 1 and "vLLM is not installed" in said[0]  # one line per load
+    after = load_eval_backend(_source(preset, model="base"), preset.loading, trained=tmp_path / "adapter")
+    assert before.route == after.route == "unsloth"
+    assert len(loads) == 2 and not any(loading.fast_inference for loading in loads)
+
+    class Answers:  # a backend that answers at once: what measure_before records is the point here
+        route = None
+        model = None
+
+        def identity(self):
+            return "answers"
+
+        def generate(self, prompts, sampling, on_result=None):
+            from grpo_kit.policy.generation import Generation
+
+            rows = [[Generation(text="<answer>1</answer>", num_tokens=3, truncated=False)] * sampling.n
+                    for _ in prompts]
+            if on_result is not None:
+                for i, row in enumerate(rows):
+                    on_result(i, row)
+            return rows
+
+    monkeypatch.setattr(grpo_kit.policy.routes, "load_eval_backend", lambda *a, **k: Answers())
+    run = RunFolder(tmp_path / "run")
+    measure_before(EvalPlan(task=GSM8K, preset=preset, model="base", slice={"n": 2}, max_new_tokens=8), run)
+    assert run.read_json(run.eval_settings, "eval --before")["route"] == "unsloth"
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 @pytest.mark.parametrize("fast_inference", [True, False])
-def test_every_preset_has_one_route_for_before_and_after(name, fast_inference):
+def test_every_preset_has_one_route_for_before_and_after(name, fast_inference, monkeypatch):
+    monkeypatch.setattr(grpo_kit.policy.routes, "vllm_usable", lambda: True)
     preset = get_preset(name)
     if preset.use_unsloth:
         preset = get_preset(preset, fast_inference=fast_inference)

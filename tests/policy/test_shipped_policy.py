@@ -67,3 +67,22 @@ def test_a_rebuild_of_the_shipped_policy_evaluates_the_same(tmp_path):
     for metric in ("strict_correct", "flexible_correct", "strict_format_reward_func"):
         assert [r[metric] for r in results[0].records].count(0) == pytest.approx(
             [r[metric] for r in results[1].records].count(0), abs=3), metric
+
+
+def test_an_interrupted_warm_start_leaves_no_half_built_folder(tmp_path, monkeypatch):
+    """Issue 34 case 11: each interrupted warm start left .tiny-policy-*.building-<pid>/ in the cache."""
+    import grpo_kit.policy.tiny as tiny_module
+    import grpo_kit.policy.warm_start as warm_start_module
+    from grpo_kit.policy.warm_start import TinyPolicy, _build_cache
+    from grpo_kit.tasks import get_task
+
+    def interrupted(model, tokenizer, train, folder, warm, **kwargs):
+        (folder / "half").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tiny_module, "build_tiny_policy", lambda *a, **k: (None, None))
+    monkeypatch.setattr(warm_start_module, "warm_start", interrupted)
+    tiny = TinyPolicy(get_task("sum3"), cache_dir=str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        _build_cache(tiny, train=tiny.task.load("train").select(range(2)))
+    assert list(tmp_path.iterdir()) == []

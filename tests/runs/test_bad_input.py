@@ -312,7 +312,8 @@ def test_a_model_trained_from_something_else_is_refused(tmp_path, capsys, field,
     (["train", "--preset", "cpu-tiny", "--set", "nosuch=1"], "unknown recipe key 'nosuch'"),
     (["train", "--preset", "cpu-tiny", "--rewards", "typo_reward"], "unknown reward 'typo_reward'"),
     (["train", "--preset", "cpu-tiny", "--set", "max_steps"], "write FIELD=VALUE"),
-    (["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "5000", "--run-dir", "{tmp}/x"], "n must be between"),
+    (["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "5000", "--run-dir", "{tmp}/x"],
+     "--eval-size 5000 (eval_size): the test split of gsm8k holds"),
 ])
 def test_the_command_line_rejects_bad_arguments_before_any_work(args, message, capsys, tmp_path):
     assert main([a.replace("{tmp}", str(tmp_path)) for a in args]) == 2
@@ -408,3 +409,61 @@ def test_a_chart_of_many_runs_stays_readable():
     fig = plot_runs(metrics)
     assert fig.get_size_inches()[0] <= MAX_CHART_INCHES
     plt.close(fig)
+
+
+def test_ctrl_c_and_a_full_disk_end_any_command_in_one_line(monkeypatch, tmp_path, capsys):
+    """Issue 34 cases 10 and 11: a full disk during eval gave an OSError traceback; Ctrl-C 31-55 frames."""
+    import errno
+
+    import grpo_kit.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    def disk_full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "baseline.jsonl"))
+
+    for func, code, says in ((interrupted, 130, "interrupted: eval stopped; what it finished is kept"),
+                             (disk_full, 1, f"error: No space left on device ({tmp_path / 'run' / 'baseline.jsonl'}): "
+                                            "free space there and run the command again")):
+        monkeypatch.setattr(cli, "_eval", func)
+        assert main(["eval", "--before", "--run-dir", str(tmp_path / "run")]) == code
+        err = capsys.readouterr().err
+        assert err.startswith(says) and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_ctrl_c_during_training_prints_one_line_and_resume_goes_on(tiny_policy_files, tmp_path):
+    """Issue 34 case 11, as a user meets it: SIGINT (Ctrl-C) while a train command runs."""
+    import signal
+
+    command = [sys.executable, "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files),
+               "--run-dir", str(tmp_path / "run"), "--max-steps", "50", "--train-size", "16", "--rewards",
+               "xmlcount_reward_func", "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=8"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)})
+    seen = []
+    for line in child.stdout:
+        seen.append(line)
+        if "step 1/50" in line:
+            child.send_signal(signal.SIGINT)
+            break
+    seen.extend(child.stdout)
+    assert child.wait(timeout=120) == 130, "".join(seen)[-3000:]
+    out = "".join(seen)
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith("interrupted: train stopped"), out[-3000:]
+
+
+def test_a_refused_first_baseline_leaves_no_run_folder_and_names_the_option(tmp_path, capsys):
+    """Issue 34 cases 19 and 21: --eval-size 100000 said "n must be between 1 and 20" without naming the option, and
+    left an empty run folder behind; eval after training created a mistyped folder."""
+    run = tmp_path / "run"
+    example = ROOT / "examples" / "capitals" / "task.yaml"
+    assert main(["eval", "--before", "--run-dir", str(run), "--task", str(example), "--preset", "cpu-tiny",
+                 "--eval-size", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --eval-size 100000 (eval_size): the test split of capitals holds")
+    assert "Traceback" not in err
+    assert not run.exists()
+    assert main(["eval", "--run-dir", str(tmp_path / "typo")]) == 2
+    assert "no run folder at" in capsys.readouterr().err and not (tmp_path / "typo").exists()

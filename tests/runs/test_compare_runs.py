@@ -232,3 +232,30 @@ def test_compare_takes_the_run_folders_locks(tmp_path, questions):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_compare_out_never_overwrites_a_users_files_or_writes_into_a_run_folder(tmp_path, questions, capsys):
+    """Issue 34 case 1: --out under export --out's rules: new, empty, or a previous comparison; no run folder."""
+    from grpo_kit.cli import main
+
+    a = write_run(tmp_path / "a", questions, 0, 0.9, 1)
+    b = write_run(tmp_path / "b", questions, 0, 0.5, 2, preset={"beta": 0.04})
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "runs_comparison.md").write_text("my own notes")
+    model_before = sorted(p.name for p in (a / "model").iterdir())
+    for out, says in ((mine, "holds files that are not a comparison compare wrote (runs_comparison.md)"),
+                      (a / "model", f"lies inside the run folder {a.resolve()} (its model)"),
+                      (b, f"is the run folder {b.resolve()}")):
+        capsys.readouterr()
+        assert main(["compare", str(a), str(b), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "choose a new or empty folder" in err and len(err.strip().splitlines()) == 1
+    assert (mine / "runs_comparison.md").read_text() == "my own notes"
+    assert sorted(p.name for p in (a / "model").iterdir()) == model_before
+    assert not (b / "runs_comparison.md").exists()
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0  # its own comparison, replaced
+    both = tmp_path / "both"
+    c, d = write_run(both / "c", questions, 0, 0.9, 1), write_run(both / "d", questions, 0, 0.5, 2)
+    assert main(["compare", str(c), str(d), "--out", str(both)]) == 0  # a folder holding only the runs compared

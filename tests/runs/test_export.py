@@ -151,9 +151,11 @@ def test_a_tampered_export_fails_verify_export(full_run, tmp_path, capsys):
     assert verification.weights["differing"] == [name]
 
 
-def test_the_model_card_carries_the_runs_report_table(full_run, capsys):
+def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_on_stderr):
     assert main(["export", str(full_run), "--format", "merged", "--questions", str(QUESTIONS)]) == 0
-    assert "merged export (float32)" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "merged export (float32)" in printed.out
+    assert (printed.out + printed.err).count("PASSED") == 1  # the verdict once, not logged and printed
     folder = full_run / "export" / "merged"
     verification = Verification(**json.loads((folder / "verification.json").read_text()))
     card = (folder / "README.md").read_text()
@@ -327,11 +329,174 @@ def test_a_4bit_unsloth_run_is_merged_by_unsloth_into_the_16bit_original_and_che
     assert (out / "config.json").is_file() and verification.agreement == 1.0
 
 
+def _as_unsloth_hub_run(lora_run: Path, folder: Path) -> Path:
+    """An Unsloth QLoRA run whose adapter sits on Unsloth's pre-quantized Hub repository, as a real one does."""
+    run = _as_unsloth_4bit_run(lora_run, folder)
+    adapter = run / "model" / "adapter_config.json"
+    config = json.loads(adapter.read_text())
+    config["base_model_name_or_path"] = "unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit"
+    adapter.write_text(json.dumps(config))
+    RunFolder(run).mark_finished(2)
+    return run
+
+
+def _no_model_loads(monkeypatch):
+    import grpo_kit.policy.loading
+
+    for name in ("load_unsloth_policy", "load_policy"):
+        monkeypatch.setattr(grpo_kit.policy.loading, name, lambda *a, **k: pytest.fail("a model loaded"))
+
+
+def test_an_unsloth_runs_export_offline_is_refused_in_one_line_before_anything_loads(lora_run, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Issue 33: Unsloth's merged_16bit merge reads the 16-bit original from the Hub (unsloth 2026.10.7 save.py
+    unsloth_generic_save_pretrained_merged -> unsloth_zoo saving_utils.py merge_and_overwrite_lora,
+    determine_base_model_source: the literal path and the working folder, never the Hugging Face cache), and offline
+    it raised "could not reach the Hugging Face Hub" after the reference had loaded, as a traceback."""
+    import grpo_kit.runs.export
+
+    run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
+    _no_model_loads(monkeypatch)
+    monkeypatch.setattr(grpo_kit.runs.export, "_cached_snapshot", lambda repo: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["export", str(run), "--out", str(tmp_path / "merged")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unsloth/Meta-Llama-3.1-8B-Instruct," in err
+    assert "HF_HUB_OFFLINE is set" in err and "--base PATH" in err
+    assert not (tmp_path / "merged").exists()
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(grpo_kit.runs.export, "_hub_offline", lambda: False)
+
+    def unreachable(repo):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(grpo_kit.runs.export, "_hub_weights_bytes", unreachable)
+    with pytest.raises(ConnectionError, match=r"the Hub does not answer for it \(OSError\): pass --base PATH"):
+        export(run, "merged", questions=QUESTIONS, out=tmp_path / "merged")
+
+
+def test_an_unsloth_runs_export_says_how_much_it_downloads(lora_run, tmp_path, monkeypatch, caplog):
+    import grpo_kit.runs.export
+    from grpo_kit.runs.export import merge_base
+
+    run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
+    monkeypatch.setattr(grpo_kit.runs.export, "_cached_snapshot", lambda repo: None)
+    monkeypatch.setattr(grpo_kit.runs.export, "_hub_offline", lambda: False)
+    monkeypatch.setattr(grpo_kit.runs.export, "_hub_weights_bytes", lambda repo: 16_060_522_496)
+    with caplog.at_level("WARNING", logger="grpo_kit.runs.export"):
+        assert merge_base(run) is None  # Unsloth downloads it
+    assert "downloads the 16-bit base unsloth/Meta-Llama-3.1-8B-Instruct from the Hugging Face Hub (16.1 GB)" \
+        in caplog.text
+
+
+def test_an_unsloth_runs_base_is_taken_from_the_hugging_face_cache_offline(lora_run, tiny_policy_files, tmp_path,
+                                                                           monkeypatch):
+    import huggingface_hub.constants
+
+    from grpo_kit.runs.export import merge_base
+
+    run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
+    repo = tmp_path / "hub" / "models--unsloth--Meta-Llama-3.1-8B-Instruct"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    shutil.copytree(tiny_policy_files, repo / "snapshots" / "0123abcd")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert merge_base(run) == repo / "snapshots" / "0123abcd"
+
+
+def test_base_hands_unsloths_merge_a_local_16bit_copy(lora_run, tiny_policy_files, tmp_path, monkeypatch):
+    """--base PATH becomes the config's _name_or_path while Unsloth merges: merge_and_overwrite_lora maps that name
+    (get_model_name) and determine_base_model_source takes a local folder holding safetensors first (priority 1)."""
+    import grpo_kit.policy.loading
+    from grpo_kit.policy.loading import load_policy
+
+    run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
+    seen = []
+
+    def load_unsloth_policy(name, loading):  # the adapter on the tiny policy, named as on the Hub
+        from peft import PeftModel
+
+        base, tokenizer = load_policy(tiny_policy_files, dtype="float32")
+        model = PeftModel.from_pretrained(base, name)
+        model.config._name_or_path = "unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit"
+
+        def save_pretrained_merged(folder, tokenizer, save_method):
+            seen.append(model.config._name_or_path)
+            model.merge_and_unload().save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+
+        model.save_pretrained_merged = save_pretrained_merged
+        return model, tokenizer
+
+    monkeypatch.setattr(grpo_kit.policy.loading, "load_unsloth_policy", load_unsloth_policy)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["export", str(run), "--out", str(tmp_path / "merged"), "--questions", str(QUESTIONS), "--base",
+                 str(tiny_policy_files)]) == 0
+    assert seen == [str(Path(tiny_policy_files).resolve())] and (tmp_path / "merged" / "config.json").is_file()
+
+
+def test_a_base_that_cannot_serve_is_refused_before_anything_loads(lora_run, tmp_path, monkeypatch, capsys):
+    run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
+    _no_model_loads(monkeypatch)
+    (tmp_path / "empty").mkdir()
+    assert main(["export", str(run), "--base", str(tmp_path / "empty")]) == 2
+    assert "is not a folder holding an unquantized model" in capsys.readouterr().err
+    assert main(["export", str(lora_run), "--base", str(tmp_path / "empty")]) == 2  # not an Unsloth run
+    assert "--base is for a LoRA run trained through Unsloth" in capsys.readouterr().err
+
+
+def test_a_library_runtime_error_is_one_line_not_a_traceback(lora_run, tmp_path, monkeypatch, capsys):
+    import grpo_kit.policy.loading
+
+    run = _as_unsloth_4bit_run(lora_run, tmp_path / "qlora")
+
+    def load_unsloth_policy(name, loading):
+        raise RuntimeError("Unsloth: could not reach the Hugging Face Hub while checking (ConnectError)")
+
+    monkeypatch.setattr(grpo_kit.policy.loading, "load_unsloth_policy", load_unsloth_policy)
+    assert main(["export", str(run), "--out", str(tmp_path / "merged")]) == 1
+    assert capsys.readouterr().err.startswith("error: Unsloth: could not reach")
+
+
+def test_verification_generates_on_the_gpu_after_the_reference_is_freed(lora_run, tmp_path, monkeypatch):
+    """Issue 33: the export was loaded with no device placement, so an 8B model answered on the CPU (hours). Now on
+    the first GPU, once the reference is gone, bfloat16 as float16 on a card without it (a T4 faked here)."""
+    import gc
+    import weakref
+
+    import grpo_kit.policy.devices
+    import grpo_kit.policy.loading
+    from grpo_kit.policy.devices import Gpu
+    from grpo_kit.runs.export import _generation_placement
+
+    monkeypatch.setattr(grpo_kit.policy.devices, "first_gpu", lambda: Gpu("Tesla T4", 14.7, False))
+    assert _generation_placement("bfloat16") == {"dtype": "float16", "device_map": {"": 0}}
+    real, loaded = grpo_kit.policy.loading.load_policy, []
+
+    def load_policy(path, dtype="auto", device_map=None):
+        if loaded:
+            gc.collect()
+            assert loaded[0][2]() is None, "the reference still held while the export loads"
+        model, tokenizer = real(path, dtype="float32")  # no CUDA here: the CPU stands in for the card
+        loaded.append((Path(path), (dtype, device_map), weakref.ref(model)))
+        return model, tokenizer
+
+    monkeypatch.setattr(grpo_kit.policy.loading, "load_policy", load_policy)
+    out, verification = export(lora_run, "merged", questions=QUESTIONS, out=tmp_path / "merged")
+    assert verification.passed and [where for _, where, _ in loaded] == [("auto", {"": 0})] * 2
+    assert loaded[0][0] == lora_run / "model" and loaded[1][0].name.startswith(".merged.partial")
+    monkeypatch.setattr(grpo_kit.policy.devices, "first_gpu", lambda: None)
+    assert _generation_placement("bfloat16") == {"dtype": "auto"}  # a CPU: as today
+
+
 def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_path, monkeypatch):
     import grpo_kit.runs.export
 
     monkeypatch.setattr(grpo_kit.runs.export.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1000))
-    with pytest.raises(ValueError, match=r"this merged export needs about 0.0 GB free under .*, and 0.0 GB are"):
+    # issue 34 case 19: "needs about 0.0 GB free ... and 0.0 GB are"
+    with pytest.raises(ValueError, match=r"this merged export needs about \d+ (kB|MB) of free space under .*, which has "
+                                         r"1 kB: free some space"):
         export(full_run, "merged", questions=QUESTIONS, out=tmp_path / "x")
     assert not list((tmp_path / "x.partial").glob("*")) if (tmp_path / "x.partial").exists() else True
     assert not (tmp_path / "x").exists()
@@ -497,3 +662,44 @@ def test_export_during_a_training_names_the_process_that_holds_the_run(full_run,
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_verify_export_record_never_writes_into_a_run_folders_model_or_over_a_users_file(tmp_path, capsys):
+    """Issue 34 case 2: --record into the run's own model/ made eval and export refuse the run from then on."""
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "model.safetensors").write_text("weights")
+    (run / "train_settings.json").write_text("{}")
+    RunFolder(run).mark_finished(3)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "verification.json").write_text("my notes")
+    for export_dir, says in ((run / "model", f"into the run folder {run.resolve()}'s own model"),
+                             (run, f"into the run folder {run.resolve()},"),
+                             (elsewhere, "which the kit did not write")):
+        assert main(["verify-export", str(export_dir), "--against", str(run), "--record"]) == 2
+        assert says in _no_traceback(capsys)
+    assert not (run / "model" / "verification.json").exists() and not (run / "verification.json").exists()
+    assert (elsewhere / "verification.json").read_text() == "my notes"
+    RunFolder(run).check_model()  # model/ holds what training wrote
+
+
+def test_export_merged_and_gguf_without_llama_cpp_says_so_before_building_anything(tmp_path, monkeypatch, capsys):
+    """Issue 34 case 18: the merged export was built (46 s) before llama.cpp was found missing."""
+    import grpo_kit.runs.export as export_module
+
+    monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
+    monkeypatch.setattr(export_module, "_run", lambda *a, **k: pytest.fail("an export began"))
+    assert main(["export", str(tmp_path / "run"), "--format", "merged", "gguf"]) == 2
+    err = _no_traceback(capsys)
+    assert "llama.cpp's converter is not in" in err
+
+
+def test_an_out_that_is_a_link_is_called_a_link(tmp_path):
+    """Issue 34 case 19: a symlink to a folder was called "a file"."""
+    from grpo_kit.runs.export import check_out
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"--out: .*out is a link, and an export is a folder of its own"):
+        check_out(tmp_path / "out", tmp_path / "run", "merged")

@@ -101,3 +101,92 @@ def test_reward_check_needs_a_sampled_baseline(tmp_path, capsys):
     assert main(["reward-check", str(run)]) == 2
     err = capsys.readouterr().err
     assert "has no sampled completions" in err and len(err.strip().splitlines()) == 1
+
+
+def _sampled_run(tmp_path: Path, right: bool) -> Path:
+    """A run folder holding a sum3 baseline of 4 questions x 3 samples, all right or all wrong, without a model."""
+    from grpo_kit.system.files import write_jsonl
+    from grpo_kit.runs.measure import plan_from_settings
+
+    settings = {"task": "sum3", "samples": 3, "slice": {"n": 4}, "seed": 0, "max_new_tokens": 8, "temperature": 0.7,
+                "preset": "cpu-tiny"}
+    rows = list(plan_from_settings(settings).questions())
+    task = get_task("sum3")
+    completions = [[render("x", str(int(row["answer"]) + (0 if right else 1))) for _ in range(3)] for row in rows]
+    run = tmp_path / "run"
+    write_jsonl(run / "baseline_sampled.jsonl", score(rows, completions, task=task))
+    (run / "eval_settings.json").write_text(json.dumps(settings))
+    return run
+
+
+def one_for_the_batch(completions=None, **kwargs):
+    return [1.0]
+
+
+def a_word(completions=None, **kwargs):
+    return ["good"] * len(completions)
+
+
+def guess_length(completions=None, answer=None, **kwargs):
+    return [float(len(c[0]["content"]) % 2) for c in completions]
+
+
+@pytest.mark.parametrize("reward, said", [(one_for_the_batch, "returned [1.0] for 2 completions"),
+                                          (a_word, "returned ['good', 'good'] for 2 completions")])
+def test_reward_check_refuses_what_train_refuses_naming_the_reward(tmp_path, reward, said):
+    from grpo_kit.runs.reward_check import reward_check
+
+    run = _sampled_run(tmp_path, right=False)
+    with pytest.raises(ValueError, match=f"reward {reward.__name__} {said.replace('[', '.').replace(']', '.')}"):
+        reward_check(run, [reward])
+
+
+def test_verdicts_say_only_what_the_numbers_support(tmp_path):
+    from grpo_kit.runs.reward_check import reward_check
+
+    nothing_right = reward_check(_sampled_run(tmp_path, right=False), {guess_length: 1.0}).markdown()
+    assert "no right answers" in nothing_right and "cannot be measured" in nothing_right
+    assert "format" not in nothing_right.split("\n\n")[-1]  # guess_length reads the answer: not a format reward
+    task = get_task("sum3")
+    records = _sum3_records()
+    for r in records:
+        r["guess_length"] = float(r["index"] % 2)  # reads the answer (its signature says so), follows nothing
+    graded = check_rewards(records, task, RewardSet({guess_length: 1.0}))
+    assert graded.format_only is False and "can teach the format" not in graded.markdown()
+    formats = check_rewards(records, task, RewardSet({"xmlcount_reward_func": 1.0, "correctness_reward_func": 0.0}))
+    assert formats.format_only and "can teach the format but not solving" in formats.markdown()
+def _worked_run(folder: Path) -> Path:
+    """A run folder whose sampled baseline is :func:`_sum3_records`' completions of its questions (nothing generated)."""
+    from grpo_kit.runs.measure import plan_from_settings
+
+    settings = {"task": "sum3", "samples": 4, "slice": {"n": 6}, "seed": 0, "max_new_tokens": 8, "temperature": 0.7,
+                "preset": "cpu-tiny"}
+    rows = list(plan_from_settings(settings).questions())
+    completions = [[render(*worked(r["a"], r["b"], r["c"]))] + [render(*sloppy(r["a"], r["b"], r["c"]))] * 3
+                   for r in rows]
+    folder.mkdir()
+    records = score(rows, completions, task=get_task("sum3"))
+    (folder / "baseline_sampled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "eval_settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+def test_reward_check_says_in_one_line_which_reward_raises_and_json_stays_json(tmp_path, monkeypatch, capsys):
+    """Issue 34 cases 9 and 20: a raising reward gave a 25-line traceback (or 'error: ...' without its name), and a
+    reward that prints broke --json."""
+    (tmp_path / "mine.py").write_text(
+        "def broken(completions, **kwargs):\n"
+        "    raise ValueError('bad gold')\n"
+        "def chatty(completions, **kwargs):\n"
+        "    print('scoring', len(completions))\n"
+        "    return [1.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = _worked_run(tmp_path / "run")
+    assert main(["reward-check", str(run), "--rewards", "mine:broken"]) == 2
+    err = capsys.readouterr().err
+    assert "reward broken raised ValueError: bad gold" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["reward-check", str(run), "--json", "--rewards", "mine:chatty", "xmlcount_reward_func"]) == 0
+    captured = capsys.readouterr()
+    assert set(json.loads(captured.out)["rewards"]) == {"chatty", "xmlcount_reward_func"}
+    assert "scoring" in captured.err

@@ -273,3 +273,24 @@ def test_a_reader_names_a_mistyped_run_folder_instead_of_creating_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="no run folder at .*typo"):
         notebook.open_run(str(tmp_path / "typo"), use_drive=False)
     assert not (tmp_path / "typo").exists()
+
+
+def test_an_edited_finished_step_is_refused_not_reported(tmp_path, capsys):
+    """Issue 34 case 6: finished.json's step edited to 999 put "after training step 999" into report.md and "999
+    steps" into the model card of a 3-step run."""
+    from grpo_kit.runs.folder import RunFolder
+
+    run = RunFolder(tmp_path / "run")
+    run.model.mkdir()
+    (run.model / "model.safetensors").write_text("weights")
+    run.train_settings.write_text("{}")
+    run.mark_finished(3)
+    assert run.finished_step() == 3
+    record = json.loads(run.finished.read_text())
+    run.finished.write_text(json.dumps({**record, "step": 999}))
+    with pytest.raises(ValueError, match=r"finished.json was edited \(its step, 999, is not the step training "
+                                         "recorded there\\)"):
+        run.finished_step()
+    assert main(["export", str(run.path)]) == 2
+    err = capsys.readouterr().err
+    assert "finished.json was edited" in err and len(err.strip().splitlines()) == 1

@@ -50,3 +50,36 @@ def test_a_second_train_from_the_cache_reads_the_split_once(counted, tmp_path, m
     counted.update(check_settings=0, train_split=0)
     assert main([*args, "--run-dir", str(tmp_path / "b")]) == 0  # the tiny policy now comes from its cache
     assert counted == {"check_settings": 1, "train_split": 1}
+
+
+def test_train_trains_the_policy_the_baseline_measured_or_refuses_before_loading(tmp_path, capsys, monkeypatch):
+    """Issue 34 case 13: another --warm-steps built a new warm start and trained 213 s before eval refused; without
+    --warm-steps, train began a 300-step warm start instead of the baseline's."""
+    import dataclasses
+    import json
+
+    from grpo_kit.policy.source import PolicySource
+    from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.runs.spec import RunSpec
+    from grpo_kit.tasks import get_task
+    from grpo_kit.training.presets import get_preset
+
+    task, preset = get_task("sum3"), get_preset("cpu-tiny")
+    warm = WarmStart(steps=20)
+    measured = PolicySource.of(None, task, seed=preset.seed, warm=warm, cache_dir=str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval_settings.json").write_text(json.dumps({
+        "task": "sum3", "base_model": measured.name, "warm": dataclasses.asdict(warm), "tiny_spec": None,
+        "cache_dir": str(tmp_path / "cache")}))
+    spec = RunSpec.resolve("cpu-tiny", "sum3", run_dir=run)  # no policy option: the baseline's
+    assert spec.policy.name == measured.name and spec.policy.tiny.warm.steps == 20
+
+    import grpo_kit.policy.source as source
+
+    monkeypatch.setattr(source.PolicySource, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    capsys.readouterr()
+    assert main(["train", "--preset", "cpu-tiny", "--task", "sum3", "--run-dir", str(run), "--warm-steps", "30"]) == 2
+    err = capsys.readouterr().err
+    assert f"the baseline in {run} measured {measured.name}, and this would train tiny:" in err
+    assert "--warm-steps 20" in err and len(err.strip().splitlines()) == 1

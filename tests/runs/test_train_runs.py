@@ -122,8 +122,15 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
     found = latest_complete(run_dir / "checkpoints")
     assert found is not None and found.name in ("checkpoint-2", "checkpoint-4")
 
-    result = _train(_train_args(tiny_policy_files, run_dir, "--resume"))
+    # Issue 34 case 12: without --max-steps, --save-steps and --train-size a resume ran the preset's 100 steps with
+    # checkpoints every 10; it keeps the recorded plan, and says so
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    for option in ("--max-steps", "--save-steps", "--train-size"):
+        del args[args.index(option):args.index(option) + 2]
+    result = _train(args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "with the plan" in result.stderr and "max_steps 6, save_steps 2" in result.stderr
+    assert "train_size 32" in result.stderr
     assert f"[grpo_kit] resuming from {found}" in result.stderr
     history = json.loads((run_dir / "log_history.json").read_text())
     resumed, expected = _rewards_by_step(history), _rewards_by_step(json.loads((straight / "log_history.json")
@@ -426,3 +433,47 @@ def test_a_checkpoint_whose_weights_were_replaced_is_refused_naming_the_file(uni
     err = capsys.readouterr().err
     assert f"{newest / 'model.safetensors'} is not the file training saved" in err and "Traceback" not in err
     assert _snapshot(run_dir) == before
+
+
+def test_a_reward_that_raises_edits_a_column_never_judges_or_is_slow_never_ends_training(tiny_policy_files, tmp_path):
+    """Issue 34 cases 7, 8, 22: a KeyError at step 2 ended the run with a traceback; a reward clearing the 'answer'
+    column ended it blaming the data; a reward judging nothing trained to the end with no alarm; a slow one
+    slowed every step without a word."""
+    (tmp_path / "mine.py").write_text(
+        "import time\n"
+        "def raises_at_step_2(completions, trainer_state=None, **kwargs):\n"
+        "    if trainer_state is not None and trainer_state.global_step >= 1:\n"
+        "        return {}['missing']\n"
+        "    return [0.0] * len(completions)\n"
+        "def vandal(completions, answer, **kwargs):\n"
+        "    answer.clear()\n"
+        "    return [0.0] * len(completions)\n"
+        "def judges_nothing(completions, **kwargs):\n"
+        "    return [None] * len(completions)\n"
+        "def slow(completions, **kwargs):\n"
+        "    time.sleep(1.2)\n"
+        "    return [0.0] * len(completions)\n")
+    args = _train_args(tiny_policy_files, tmp_path / "run")
+    start = args.index("--rewards") + 1
+    args[start:start + 2] = ["mine:raises_at_step_2", "mine:vandal", "correctness_reward_func", "mine:judges_nothing",
+                             "mine:slow"]
+    args[args.index("--max-steps") + 1] = "2"
+    args = args[:args.index("--eval-steps")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    err = result.stderr
+    assert "Traceback" not in err
+    assert "reward raises_at_step_2 raised KeyError: 'missing' at step 2: treated as 'cannot judge'" in err
+    assert err.count("reward raises_at_step_2 raised") == 1
+    assert "entries in the 'answer' column" not in err
+    assert "step 1: reward slow took 1." in err and "step 2: reward slow took 1." in err
+    assert "ALARM: reward judges_nothing judged none of the" in err
+    finished = json.loads((tmp_path / "run" / "finished.json").read_text())
+    assert [a["reward"] for a in finished["alarms"]] == ["judges_nothing"]
+    assert [a["kind"] for a in map(json.loads, (tmp_path / "run" / "alarms.jsonl").read_text().splitlines())] == [
+        "reward_never_judged"]
+    from grpo_kit.evaluation.report import alarms_markdown
+
+    assert "**Reward never judged**: judges_nothing returned no number" in alarms_markdown(finished["alarms"])

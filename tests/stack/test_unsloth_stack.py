@@ -227,3 +227,61 @@ def test_plans_unsloth_changes_are_what_the_generated_trainer_does(tmp_path):
         output_dir=str(tmp_path), use_cpu=True).vllm_importance_sampling_correction)
     assert {field: new for field, (_, new) in changes.items()} == {
         "vllm_importance_sampling_correction": False, "use_vllm": True, "vllm_mode": "colocate", "top_k": -1}
+
+
+def test_eval_before_and_after_of_an_unsloth_preset_without_vllm_take_unsloths_route(tiny_policy_files, tmp_path,
+                                                                                       monkeypatch):
+    """Issue 33: on a runtime without vLLM `train` turned fast_inference off, but `eval --before` and `eval` still
+    asked Unsloth for it, and the real Unsloth raises "Please install vLLM before enabling `fast_inference`" (unsloth
+    2026.10.7 models/loader.py, FastLanguageModel.from_pretrained, before anything else). With vLLM hidden, the
+    kit's commands run the a100 preset's baseline, two GRPO steps and the evaluation after through Unsloth's real
+    loader without fast_inference, and record that route. Unsloth's loader then reads the GPU's properties, which a
+    CPU has not: there (and only there) the tiny policy stands in, loaded by transformers."""
+    import functools
+
+    from peft import LoraConfig, get_peft_model
+    from unsloth import FastLanguageModel
+
+    import grpo_kit.policy.loading
+    from grpo_kit.cli import main
+    from grpo_kit.policy.loading import load_policy
+    from grpo_kit.runs.folder import RunFolder
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # absent: importlib.util.find_spec("vllm") answers None
+    monkeypatch.setattr(grpo_kit.policy.loading, "require_cuda", lambda what: None)
+    real = FastLanguageModel.from_pretrained
+    asked = []
+
+    def from_pretrained(**kwargs):
+        asked.append(kwargs["fast_inference"])
+        try:
+            return real(**kwargs)  # Unsloth's own check of vLLM comes first
+        except ImportError:
+            raise
+        except Exception:  # then it reads the GPU (get_device_stats): a CPU has none
+            model, tokenizer = load_policy(kwargs["model_name"], dtype="float32")
+            return model, tokenizer
+
+    def lora(model, r, lora_alpha, target_modules, **kwargs):
+        peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=lora_alpha, target_modules=target_modules,
+                                                      task_type="CAUSAL_LM"))
+        peft_model.for_training = functools.partial(FastLanguageModel.for_training, peft_model)
+        peft_model.for_inference = functools.partial(FastLanguageModel.for_inference, peft_model)
+        return peft_model
+
+    monkeypatch.setattr(FastLanguageModel, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(FastLanguageModel, "get_peft_model", lora)
+    run = tmp_path / "run"
+    common = ["--run-dir", str(run)]
+    cpu = [f"--set={s}" for s in ("load_in_4bit=False", "bf16=False", "use_cpu=True", "gradient_checkpointing=False",
+                                  "max_completion_length=8", "max_prompt_tokens=200")]
+    assert main(["eval", "--before", "--preset", "a100", "--model", str(tiny_policy_files), "--eval-size", "4",
+                 "--max-new-tokens", "8", *cpu, *common]) == 0
+    assert RunFolder(run).read_json(RunFolder(run).eval_settings, "eval --before")["route"] == "unsloth"
+    assert main(["train", "--preset", "a100", "--model", str(tiny_policy_files), "--max-steps", "2", "--save-steps",
+                 "2", "--train-size", "8", "--rewards", "tests.stack.conftest:length_reward", *cpu,
+                 *(f"--set={s}" for s in ("per_device_train_batch_size=4", "num_generations=4",
+                                          "gradient_accumulation_steps=1", "learning_rate=0.05", "optim=adamw_torch",
+                                          "warmup_ratio=0.0", "lr_scheduler_type=constant")), *common]) == 0
+    assert main(["eval", *common]) == 0
+    assert (run / "report.md").is_file() and asked and not any(asked)  # never fast_inference

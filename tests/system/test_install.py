@@ -29,13 +29,26 @@ def test_colabs_torch_2_11_cu128_is_kept_and_the_plan_says_why_no_vllm_serves_it
     assert "unsloth==2026.10.7" in plan["install"] and "trl==1.15.0" in plan["install"]
     # vllm 0.26.0 is the release whose metadata pins torch 2.11.0, and PyPI builds it for CUDA 13.0
     assert any("vllm 0.26.0" in p and "CUDA 13.0" in p and "without fast_inference" in p for p in plan["problems"])
-    assert plan["extra_index_url"] == "https://download.pytorch.org/whl/cu128"  # xformers for that CUDA
+    assert plan["xformers"] == "xformers==0.0.35" and not any(p.startswith("xformers") for p in plan["install"])
+    assert plan["xformers_index_url"] == "https://download.pytorch.org/whl/cu128"  # the build for that CUDA
 
 
 def test_the_pinned_runtime_gets_vllm_0_32(capsys):
     code, plan = _plan(capsys, "--torch", "2.13.0+cu130", "--driver", "580.82.07")
     assert code == 0 and plan["keep_torch"] and plan["vllm"] == "0.32.0" and plan["problems"] == []
-    assert "vllm==0.32.0" in plan["install"] and plan["extra_index_url"] is None
+    assert "vllm==0.32.0" in plan["install"] and plan["xformers"] is None  # no xformers build for torch 2.13
+    assert "scaled_dot_product_attention" in plan["xformers_note"]
+
+
+def test_a_cuda_12_runtime_on_a_535_driver_runs_by_minor_version_compatibility(capsys):
+    """Issue 33: MIN_DRIVER per CUDA minor refused CUDA 12.x torch on drivers 535-565; CUDA 12 minor-version
+    compatibility runs any 12.x on >= 525.60.13 (NVIDIA's CUDA Compatibility guide)."""
+    code, plan = _plan(capsys, "--torch", "2.11.0+cu128", "--driver", "535.104.05")
+    assert code == 0 and not plan["fatal"] and plan["xformers"] == "xformers==0.0.35"
+    code, plan = _plan(capsys, "--torch", "2.12.1+cu126", "--driver", "520.61.05")
+    assert code == 2 and "needs >= 525.60.13" in plan["problems"][0]
+    no_build = install_plan("2.12.1+cu128", "570.172.08")  # PyTorch's index builds 0.0.35 for 2.12.1 on 12.6/13.0
+    assert no_build.xformers is None and "for CUDA 12.6, 13.0 only" in no_build.xformers_note
 
 
 @pytest.mark.parametrize("torch", ["2.11.0+cu128", "2.13.0+cu130", None])
@@ -67,7 +80,8 @@ def test_the_table_has_a_row_per_supported_torch_and_the_pinned_row_is_requireme
     pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
                 if "==" in line.split("#")[0])
     row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
-    assert row["torch"] == pins["torch"] and row["vllm"] == pins["vllm"] and row["xformers"] == pins["xformers"]
+    assert row["torch"] == pins["torch"] and row["vllm"] == pins["vllm"]
+    assert row["xformers"] is None and "xformers" in pins  # no build for the pinned torch; PyPI's, unsloth's dependency
     assert row["packages"] == {name: pins[name] for name in row["packages"]}
     for row in table["rows"]:  # each row's own requirements hold among its versions
         assert row["problems"] == [] or row["vllm"] is None
@@ -88,6 +102,6 @@ def test_the_shipped_pinned_row_equals_the_registrys_metadata():
     spec.loader.exec_module(script)
     table = install_table()
     row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
-    requirements = [f"torch=={row['torch']}", f"vllm=={row['vllm']}", f"xformers=={row['xformers']}"]
+    requirements = [f"torch=={row['torch']}", f"vllm=={row['vllm']}"]
     requirements += [f"{name}=={version}" for name, version in row["packages"].items()]
     assert script.derive_row(row["torch_minor"], script.fetch(requirements)) == row

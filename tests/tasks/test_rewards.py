@@ -209,11 +209,14 @@ def test_rewards_never_raise_and_return_one_float_per_completion(data, completio
 # The linear-time parsers decide exactly what the notebook's regular expressions decide (which backtrack
 # quadratically on crafted completions: benchmarks/reward_worst_case.py).
 _FRAGMENTS = ["<reasoning>", "</reasoning>", "<answer>", "</answer>", "<reasoning>\n", "\n</reasoning>\n<answer>\n",
-              "\n</answer>", "\n", " ", "\t", "x", "1", "23", "-", "$", ",", ".", "%", "\\boxed", "{", "}"]
+              "\n</answer>", "\n", " ", "\t", "x", "1", "23", "-", "$", ",", ".", "%", "\\boxed", "{", "}", "e",
+              "\u2212"]
 _STRICT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n*$", re.DOTALL)
 _SOFT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_NUMBER = re.compile(r"(-?)\$?(-?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?%?", re.ASCII)
+# a digit run with its commas is one number, read only when they group thousands or lakhs; an exponent is part of it
+_NUMBER = re.compile(r"([-\u2212\u2013]?)\$?([-\u2212\u2013]?)(\d+(?:,\d+)*)(\.\d+)?([eE][\-\u2212\u2013+]?\d+)?%?",
+                     re.ASCII)
 
 
 def _boxed_reference(text):
@@ -243,7 +246,8 @@ def test_linear_parsers_decide_what_the_regular_expressions_decide(text):
     assert countdown_answer(text) == (found[-1].strip() if found else None)
     numbers = list(_NUMBER.finditer(text))
     assert parse_number(text) == (_number_text(numbers[0]) if numbers else None)
-    assert flexible_answer(text) == (normalize_number(_number_text(numbers[-1])) if numbers else None)
+    last = _number_text(numbers[-1]) if numbers else None
+    assert flexible_answer(text) == (normalize_number(last) if last is not None else None)
     assert last_boxed(text) == _boxed_reference(text)
 
 

@@ -57,6 +57,18 @@ def test_the_example_task_file_loads_as_a_task_by_path():
     assert task.demonstration(test[0], "equations") == ("", test[0]["answer"])
 
 
+@pytest.mark.parametrize("written", ["sixty-five", "sixty\u2010five", "sixty\u2013five", "Sixty five", "sixty_five",
+                                     "sixty/five", "sixty - five"])
+def test_word_joiners_separate_words_in_text_answers(written):
+    # lm-evaluation-harness's ignore_punctuation deletes the hyphen ("sixtyfive"): a joiner stands for a space
+    kind = answer_type("text")
+    assert kind.same(kind.flexible(f"so\n#### {written}"), "Sixty-five")
+    assert BUILTIN_REWARDS["text_correctness_reward_func"](completions=[f"<answer>{written}</answer>"] * 2,
+                                                           answer=["sixty five", "sixtyfive"]) == [1.0, 0.0]
+    assert normalize_text(f"two hundred and {written}") == "two hundred and sixty five"
+    assert normalize_text("sixty\u00adfive") == "sixtyfive"  # a soft hyphen is invisible: it joins
+
+
 def test_text_answers_compare_normalised_and_the_rules_differ_in_layout():
     kind = answer_type("text")
     assert normalize_text(" The  Hague! ") == "the hague"
@@ -251,3 +263,114 @@ def test_csv_and_parquet_data_files_load_like_jsonl(tmp_path):
     assert task.load("test")["answer"] == ["Bamako"] and task.name == "task"
     (tmp_path / "train.csv").write_text("q,a\nCapital of Peru?,\n", encoding="utf-8")
     assert f"{tmp_path / 'train.csv'}:2: 'a' is ''" in _error(tmp_path / "task.yaml")
+
+
+# --- issue 34: numbers read as written or refused, duplicate keys refused, BOMs read -------------------------------
+
+
+def test_numbers_are_read_as_written_or_refused_never_cut_short(tmp_path):
+    """Cases 3 and 17: "1,5" was read as 1, "12,34,567" as 12; "1.5e-07", "2e3", "−3" were refused as gold answers;
+    1e300 became the float's 301 digits."""
+    kind = answer_type("number")
+    assert [kind.gold(g) for g in ("1,5", "1,00", "12,34,567", "1.5e-07", "2e3", "\u22123", "1e+300")] == [
+        None, None, "1234567", "0.00000015", "2000", "-3", "1" + "0" * 300]
+    assert kind.strict(STRICT.format("x", "12,34,567")) == "1234567"
+    assert kind.strict(STRICT.format("x", "1,5")) is None  # not read as 1
+    assert kind.flexible("so it is 1,00") is None and kind.flexible("so it is 2e3") == "2000"
+    path = _write(tmp_path, BASIC.format("number"), [{"q": "a?", "a": 1e300}, {"q": "b?", "a": 1.5e-07}],
+                  [{"q": "c?", "a": "2e3"}, {"q": "d?", "a": "1,5"}])
+    message = _error(path)
+    assert f"{tmp_path / 'test.jsonl'}:2: 'a' is '1,5', not a number as written" in message
+    (tmp_path / "test.jsonl").write_text(json.dumps({"q": "c?", "a": "\u22123"}) + "\n", encoding="utf-8")
+    task = load_task(path)
+    assert task.load("train")["answer"] == ["1" + "0" * 300, "0.00000015"] and task.load("test")["answer"] == ["-3"]
+
+
+def test_a_choice_answer_of_two_letters_is_not_read_as_the_first():
+    """Case 5: "A and B" was read as "A"."""
+    kind = answer_type("choice")
+    assert kind.gold("A and B") is None and choice_letter("a cat") is None
+    assert kind.strict(STRICT.format("x", "A and B")) is None and kind.strict(STRICT.format("x", "B. Paris")) == "B"
+
+
+@pytest.mark.parametrize("case", ["yaml", "json", "csv header", "csv cells"])
+def test_a_key_given_twice_or_a_cell_too_many_is_refused_naming_the_line(tmp_path, case):
+    """Case 4: a second 'answer:' in the task file won silently (every gold answer became the question); so did
+    duplicate JSON keys and CSV headers, and extra CSV cells were dropped."""
+    if case == "yaml":
+        path = _write(tmp_path, BASIC.format("text") + "answer: q\n", _rows(["x"]), _rows(["y"]))
+        assert _error(path) == f"{path}:6: the key 'answer' is given twice (only the last would be read): keep one"
+        return
+    if case == "json":
+        path = _write(tmp_path, BASIC.format("text"), _rows(["x"]), '{"q": "a?", "a": "b"}\n{"q": "c?", "a": "d", '
+                                                                   '"a": "e"}\n')
+        assert _error(path) == (f"{tmp_path / 'test.jsonl'}:2: the key 'a' is given twice in one object (JSON keeps "
+                                "only the last): keep one")
+        return
+    text = "q,a,a\nCapital of Peru?,Lima,x\n" if case == "csv header" else "q,a\nCapital of Peru?,Lima,Cusco\n"
+    (tmp_path / "test.csv").write_text(text, encoding="utf-8")
+    (tmp_path / "task.yaml").write_text("test: test.csv\nquestion: q\nanswer: a\nanswer_type: text\n")
+    message = _error(tmp_path / "task.yaml")
+    assert (f"{tmp_path / 'test.csv'}:1: the header names the column 'a' twice" in message if case == "csv header"
+            else f"{tmp_path / 'test.csv'}:2 has 3 cells and the header 2" in message)
+
+
+def test_a_byte_order_mark_is_read_and_a_blank_question_refused(tmp_path):
+    """Cases 15 and 21: Excel's "CSV UTF-8" (with a BOM) said 'question' is missing; a JSONL with a BOM was refused;
+    a question of only whitespace was accepted."""
+    (tmp_path / "test.csv").write_bytes("\ufeffq,a\nCapital of Peru?,Lima\n".encode())
+    (tmp_path / "train.jsonl").write_bytes("\ufeff".encode() + json.dumps({"q": "Capital of Chad?", "a": "N"}).encode()
+                                           + b"\n")
+    (tmp_path / "task.yaml").write_text("train: train.jsonl\ntest: test.csv\nquestion: q\nanswer: a\n"
+                                        "answer_type: text\n")
+    task = load_task(tmp_path / "task.yaml")
+    assert task.load("test")["question"] == ["Capital of Peru?"] and task.load("train")["answer"] == ["N"]
+    path = _write(tmp_path / "blank", BASIC.format("text"), _rows(["x"]), [{"q": " \n\t", "a": "b"}])
+    assert f"{tmp_path / 'blank' / 'test.jsonl'}:1: 'q' is ' \\n\\t'" in _error(path)
+
+
+def test_a_hub_dataset_while_offline_is_one_line_naming_the_task_file_at_once(tmp_path, monkeypatch):
+    """Case 16: offline, 12 lines of retries over 24 s, then a message without the task file."""
+    import socket
+    import time
+
+    import datasets
+
+    path = tmp_path / "task.yaml"
+    path.write_text("hub: {path: owner/name}\nquestion: q\nanswer: a\nanswer_type: text\n", encoding="utf-8")
+
+    def unreachable(*args, **kwargs):
+        raise OSError(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("load_dataset would retry for 30 s"))
+    start = time.perf_counter()
+    message = _error(path)
+    assert time.perf_counter() - start < 5
+    assert message.startswith(f"{path}: hub: the Hugging Face Hub (https://huggingface.co) cannot be reached (Name or "
+                              "service not known), so owner/name cannot be downloaded")
+    assert "HF_HUB_OFFLINE=1" in message
+
+    from huggingface_hub import constants
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'owner/name' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    assert _error(path).startswith(f"{path}: hub: cannot load owner/name split 'test': Couldn't reach 'owner/name'")
+
+
+def test_a_moved_task_file_is_named_as_the_run_folders_not_as_a_missing_option(tmp_path, capsys):
+    """Case 19: a moved task file said "give the path of a YAML task file", though eval and export take no --task."""
+    moved = tmp_path / "gone" / "task.yaml"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval_settings.json").write_text(json.dumps({"task": str(moved), "task_digest": {str(moved): "00"},
+                                                        "samples": 4, "slice": {"n": 2}, "seed": 0,
+                                                        "max_new_tokens": 8, "temperature": 0.7,
+                                                        "preset": "cpu-tiny"}))
+    assert main(["reward-check", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"the task file {moved}, which this run folder was measured and trained on, is no longer there" in err
+    assert "give the path" not in err

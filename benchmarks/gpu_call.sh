@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The whole command of the GPU proof on a lent GPU machine, in one device call (docs/development/benchmarks.md gives
+# the exact call, the paths to carry and the time limit):
+#   1. check that the carried wheel bundle is the one its manifest lists and fits one call with the tree;
+#   2. install it into a folder of its own, put on PYTHONPATH after the tree (the machine's packages stay as they are);
+#   3. run benchmarks/gpu_proof.py into the given folder ($OUT on the device machine), each route's row appended to
+#      raw.jsonl as it finishes, within the budget.
+#
+#   bash benchmarks/gpu_call.sh --out "$OUT"                   # on the GPU machine
+#   bash benchmarks/gpu_call.sh --miniature --out /tmp/proof   # the same steps on a CPU at toy shapes (make test)
+#
+# Options: --wheels DIR (default wheels/, made by `make wheels`), --budget-s S (default 420), --python PY (default
+# $PYTHON or python3), and after `--` arguments for gpu_proof.py (e.g. -- --routes a100-peft eval).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT_DIR="${OUT:-}"
+WHEELS="$ROOT/wheels"
+BUDGET=420
+PY="${PYTHON:-python3}"
+MINIATURE=()
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT_DIR="$2"; shift 2;;
+    --wheels) WHEELS="$2"; shift 2;;
+    --budget-s) BUDGET="$2"; shift 2;;
+    --python) PY="$2"; shift 2;;
+    --miniature) MINIATURE=(--miniature); shift;;
+    --) shift; EXTRA=("$@"); break;;
+    *) echo "gpu_call.sh: unknown argument $1 (see the header of benchmarks/gpu_call.sh)" >&2; exit 2;;
+  esac
+done
+if [ -z "$OUT_DIR" ]; then
+  echo "gpu_call.sh: give --out DIR (on the device machine: --out \"\$OUT\", the folder that comes back)" >&2
+  exit 2
+fi
+mkdir -p "$OUT_DIR" || exit 2
+LOG="$OUT_DIR/call.log"
+echo "== gpu_call.sh $(date -u +%FT%TZ): wheels $WHEELS, budget ${BUDGET}s ${MINIATURE[*]}" | tee "$LOG"
+
+# 1. The bundle: the wheels its manifest lists, under the size limit with the tree.
+"$PY" "$ROOT/benchmarks/wheel_bundle.py" --check "$WHEELS" 2>&1 | tee -a "$LOG"
+[ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
+
+# 2. Installed beside the machine's packages, never over them (--no-deps: exactly the carried wheels).
+SITE="$(mktemp -d)/site"
+start=$(date +%s)
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl \
+  2>&1 | tee -a "$LOG"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_call.sh: installing the wheels failed" | tee -a "$LOG"; exit 3; }
+echo "installed $(ls "$WHEELS"/*.whl | wc -l) wheels into $SITE in $(( $(date +%s) - start )) s" | tee -a "$LOG"
+export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+# 3. The proof, into the given folder.
+"$PY" "$ROOT/benchmarks/gpu_proof.py" --out "$OUT_DIR" --budget-s "$BUDGET" "${MINIATURE[@]}" "${EXTRA[@]}" \
+  2>&1 | tee -a "$LOG"
+status=${PIPESTATUS[0]}
+echo "== gpu_call.sh done: exit $status; $OUT_DIR holds $(ls "$OUT_DIR" | tr '\n' ' ')" | tee -a "$LOG"
+exit "$status"

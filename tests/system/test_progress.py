@@ -1,0 +1,64 @@
+"""Long phases are announced in one line (what, how long here, what shortens it) and show a labelled bar that moves."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+
+import pytest
+
+from grpo_kit.policy.generation import Sampling, TransformersBackend
+from grpo_kit.system import progress
+from grpo_kit.system.progress import announce, duration, expected_seconds, phase_bar
+
+
+def test_the_ticker_redraws_a_bar_while_one_unit_runs(monkeypatch):
+    import sys
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setattr(stream, "isatty", lambda: True, raising=False)
+    with phase_bar("GRPO", 3, "step", enabled=True):  # tqdm writes to sys.stderr: the stream above
+        time.sleep(2.3)  # one long step: the elapsed time must still move
+    frames = [f for f in stream.getvalue().split("\r") if f.strip()]
+    assert len({f for f in frames if f.startswith("GRPO")}) >= 2, frames
+
+
+def test_a_phase_is_announced_with_its_time_here_and_what_shortens_it(caplog):
+    with caplog.at_level(logging.INFO, logger="grpo_kit"):
+        announce("warm start of the tiny policy on capitals: 75 steps", 95.0, "--warm-steps shortens it")
+    assert caplog.messages == ["warm start of the tiny policy on capitals: 75 steps: about 2 min on this machine "
+                               "(--warm-steps shortens it)"]
+    assert duration(4) == "a few seconds" and duration(600) == "about 10 min"
+
+
+def test_estimates_grow_with_the_size_of_the_phase(monkeypatch):
+    monkeypatch.setattr(progress, "machine_factor", lambda: 1.0)
+    warm = expected_seconds("warm start", steps=75, batch=16, tokens=91)
+    assert expected_seconds("warm start", steps=150, batch=16, tokens=91) == pytest.approx(2 * warm)
+    greedy = expected_seconds("generate", sequences=20, batches=1, new_tokens=64)
+    assert expected_seconds("generate", sequences=80, batches=1, new_tokens=64) > greedy
+    assert expected_seconds("generate", 1.1e9, sequences=20, batches=1, new_tokens=64) == pytest.approx(1000 * greedy)
+    with pytest.raises(ValueError, match="unknown phase kind"):
+        expected_seconds("nap")
+
+
+def test_generation_says_greedy_or_sampled_and_moves_per_token(tiny_policy, monkeypatch, caplog):
+    import sys
+
+    model, tokenizer = tiny_policy
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setattr(progress, "machine_factor", lambda: 1000.0)  # a slow machine: the line is printed
+    prompts = [[{"role": "user", "content": f"What is {i} + 1?"}] for i in range(3)]
+    backend = TransformersBackend(model, tokenizer, batch_size=2, progress=True)
+    with caplog.at_level(logging.INFO, logger="grpo_kit"):
+        backend.generate(prompts, Sampling(max_new_tokens=5))
+        backend.generate(prompts, Sampling(temperature=1.0, n=2, max_new_tokens=5))
+    lines = [m for m in caplog.messages if "on this machine" in m]
+    assert lines[0].startswith("greedy completions of 3 questions (up to 5 new tokens each, 2 batches)")
+    assert lines[1].startswith("sampled (2 per question) completions of 3 questions")
+    assert "shorten it" in lines[0]
+    drawn = stream.getvalue()
+    assert "greedy: 100%" in drawn and "10/10" in drawn and "sampled (2 per question): 100%" in drawn
