@@ -38,7 +38,6 @@ shapes on the CPU (the smoke through ``cpu-tiny``'s route), for the kit's tests,
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -160,7 +159,7 @@ def _preset(route: dict[str, Any], miniature: bool, steps: int) -> Any:
 
     changes = dict(route["set"], max_steps=steps, save_steps=10**6, logging_steps=1, report_to="none")
     if miniature:  # the CPU test: no mixed precision, short sequences
-        changes.update(use_cpu=True, bf16=False, extra={}, gradient_checkpointing=False, max_prompt_tokens=8,
+        changes.update(use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, max_prompt_tokens=8,
                        max_completion_length=8, max_seq_length=16, load_in_4bit=False)
     return get_preset(route["preset"], **changes)
 
@@ -178,6 +177,7 @@ def run_route(name: str, steps: int, miniature: bool, workdir: Path) -> dict[str
     from grpo_kit.policy.devices import Gpu, first_gpu
     from grpo_kit.policy.shapes import ModelShape, build_random
     from grpo_kit.training.memory import estimate_memory
+    from grpo_kit.training.presets import get_preset
     from grpo_kit.training.trainer import build_trainer
 
     preset = _preset(route, miniature, steps)
@@ -215,7 +215,7 @@ def run_route(name: str, steps: int, miniature: bool, workdir: Path) -> dict[str
     step_s = statistics.median(times[1:] or times)
     shape = ModelShape.from_config(config, route["model"])
     gpu = first_gpu() or Gpu("cpu", 0.0, False)
-    estimate = estimate_memory(dataclasses.replace(preset, fast_inference=False, use_vllm=False), shape, gpu)
+    estimate = estimate_memory(get_preset(preset, fast_inference=False, use_vllm=False), shape, gpu)
     result = {"route": name, "model_shape": route["model"], "parameters": shape.parameters,
               "trainable_tensors": len(trainable), "moved_tensors": len(moved), "every_trainable_moved":
               len(moved) == len(trainable), "steps": len(times), "step_s": round(step_s, 3),

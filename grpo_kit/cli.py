@@ -150,7 +150,7 @@ def _run_spec(args: argparse.Namespace) -> Any:
     from grpo_kit.runs.spec import RunSpec
     from grpo_kit.tasks import get_task
     from grpo_kit.training.groups import GroupsKept
-    from grpo_kit.training.presets import get_preset, with_algorithm
+    from grpo_kit.training.presets import device_preset
     from grpo_kit.training.tracking import setup_wandb
 
     overrides = parse_sets(args.set)
@@ -161,22 +161,19 @@ def _run_spec(args: argparse.Namespace) -> Any:
         overrides["report_to"] = setup_wandb(args.wandb_project)
     rewards = parse_rewards(args.rewards) if args.rewards else None
     task = args.task if args.task is not None else _recorded_task(args.run_dir)
-    run_dir = args.run_dir or Path("runs") / f"{get_preset(args.preset).name}-{get_task(task).name}"
+    source = _recipe_source(args)
+    name = Path(source).stem if args.config else source or device_preset()
+    run_dir = args.run_dir or Path("runs") / f"{name}-{get_task(task).name}"
     train_size, kept, recorded_size = args.train_size, {}, None
     if args.resume:  # the recorded plan (steps, checkpoints, questions) unless this command changes it
         kept, recorded_size = _recorded_plan(run_dir, overrides)
         train_size = recorded_size if train_size is None else train_size
         overrides = {**kept, **overrides}
-    # the preset, then the named algorithm, then --set (which may change any field of either); built here because
-    # the preset's own seed is a field like any other, beside the run's --seed
-    preset = get_preset(args.preset)
-    if getattr(args, "algorithm", None) is not None:
-        preset = with_algorithm(preset, args.algorithm)
-    preset = get_preset(preset, **overrides)
-    spec = RunSpec.resolve(preset, task, rewards=rewards, model=args.model, run_dir=run_dir,
+    spec = RunSpec.resolve(source, task, rewards=rewards, model=args.model, run_dir=run_dir,
                            resume=args.resume, train_size=train_size, eval_steps=args.eval_steps,
                            eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
                            warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
+                           algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides,
                            groups=GroupsKept(args.groups_every, args.groups_per_step))
     if args.resume and (kept or recorded_size is not None) and spec.launch.is_main:  # said once the run is accepted
         log.info(f"resuming with the plan {Path(run_dir) / 'train_settings.json'} records: "
@@ -202,6 +199,13 @@ def _recorded_plan(run_dir: str | Path, given: dict[str, Any]) -> tuple[dict[str
     size = (recorded.get("identity") or {}).get("train_size") if isinstance(recorded.get("identity"), dict) else None
     return ({k: v for k, v in plan.items() if k in PLAN_FIELDS and k not in given and v is not None},
             size if isinstance(size, int) else None)
+
+
+def _recipe_source(args: argparse.Namespace) -> str | None:
+    """``--config FILE`` or ``--preset NAME`` (``None``: the shipped recipe that fits this machine)."""
+    if args.config is not None and args.preset is not None:
+        raise ValueError("--config and --preset both name the recipe: give one")
+    return args.config if args.config is not None else args.preset
 
 
 def _recorded_task(run_dir: str | None) -> str:
@@ -272,7 +276,8 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
     from grpo_kit.tasks import get_task
     from grpo_kit.training.presets import get_preset
 
-    task, preset = get_task(args.task), get_preset(args.preset, **parse_sets(args.set))
+    task, preset = get_task(args.task), get_preset(_recipe_source(args), argv=args.trl,
+                                                      **parse_sets(args.set))
     budget, said = (args.max_new_tokens, None) if args.max_new_tokens else _new_tokens(task, args.model or preset.model)
     plan = EvalPlan(task=task, preset=preset,
                     model=args.model, slice={"n": args.eval_size} if args.eval_size else
@@ -301,6 +306,7 @@ def _eval_after(args: argparse.Namespace) -> int:
 
     defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
     ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
+    ignored += args.trl[:1]
     if ignored:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
                          f"the baseline's settings ({Path(args.run_dir) / 'eval_settings.json'}). Drop them, or "
@@ -330,7 +336,8 @@ def _new_tokens(task: Any, model: str | None) -> tuple[int, str | None]:
 
 #: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
 #: baseline's settings, so giving one without --before is refused rather than ignored.
-_BEFORE_ONLY = {"--preset": "preset", "--task": "task", "--model": "model", "--set": "set", "--eval-size": "eval_size",
+_BEFORE_ONLY = {"--preset": "preset", "--config": "config", "--task": "task", "--model": "model", "--set": "set",
+                "--eval-size": "eval_size",
                 "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
                 "--temperature": "temperature", "--backend": "backend", "--seed": "seed", "--warm-steps": "warm_steps",
                 "--cache-dir": "cache_dir", "--replace-baseline": "replace_baseline"}
@@ -483,6 +490,7 @@ def _parser() -> argparse.ArgumentParser:
     from grpo_kit.demo import DemoConfig
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
     from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.runs.export import FORMATS
     from grpo_kit.tasks import DEFAULT_TASK, TASKS
     from grpo_kit.training.presets import PRESETS
 
@@ -511,6 +519,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     train = sub.add_parser("train", help="GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
+    train.set_defaults(trl=[])
+    train.add_argument("--config", default=None, metavar="FILE.yaml",
+                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
+                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
     train.add_argument("--preset", default=None, choices=list(PRESETS),
                        help="the recipe (default: the one that fits this machine's GPU, cpu-tiny without one)")
     train.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
@@ -539,7 +551,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--groups-per-step", type=_nonnegative, default=16, metavar="K",
                        help="keep at most K groups a step (default 16; 0 keeps none)")
     train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="any preset field, e.g. --set learning_rate=1e-5 --set lora_rank=16")
+                       help="any recipe key, e.g. --set learning_rate=1e-5 --set lora_r=16 (or TRL's own form: "
+                       "--learning_rate 1e-5)")
     train.add_argument("--report-to", choices=["none", "wandb"], default="none")
     train.add_argument("--wandb-project", default="grpo-kit")
     train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")
@@ -555,6 +568,10 @@ def _parser() -> argparse.ArgumentParser:
                     "same settings again reuse the baseline; other settings are refused)")
     ev.add_argument("--replace-baseline", action="store_true", help="--before: replace a baseline measured with "
                     "other settings, and the evaluation after training and report made against it")
+    ev.set_defaults(trl=[])
+    ev.add_argument("--config", default=None, metavar="FILE.yaml",
+                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
+                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
     ev.add_argument("--task", default=DEFAULT_TASK, metavar="NAME|PATH.yaml",
                     help=f"--before: the task: {', '.join(TASKS)}, or a task file")
@@ -618,6 +635,10 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
                                        "resume, problems), without loading a model or needing a GPU")
+    plan.set_defaults(trl=[])
+    plan.add_argument("--config", default=None, metavar="FILE.yaml",
+                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
+                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
     plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets); default: the one "
                       "the notebooks pick for --device (or this machine's GPU): t4-16gb colab-t4, a100-40gb a100")
     plan.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any preset field")
@@ -652,7 +673,7 @@ def _parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="the run's trained policy merged (safetensors) or as GGUF, verified against it "
                          "before it is called done, with a model card; optionally uploaded to the Hub")
     exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
-    exp.add_argument("--format", nargs="+", choices=["merged", "gguf"], default=["merged"])
+    exp.add_argument("--format", nargs="+", choices=FORMATS, default=[FORMATS[0]])
     exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
     exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
     exp.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
@@ -720,7 +741,8 @@ def _plan(args: argparse.Namespace) -> int:
     overrides = parse_sets(args.set)
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
-    result = make_plan(args.preset, overrides, device=args.device, processes=args.gpus, launch=args.launch,
+    result = make_plan(_recipe_source(args), overrides, argv=args.trl, device=args.device, processes=args.gpus,
+                       launch=args.launch,
                        run_dir=args.run_dir, resume=args.resume, model=args.model)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
@@ -735,7 +757,7 @@ def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: print the report; exit 2 when something would stop the preset here."""
     import json
 
-    from grpo_kit.notebook import doctor, format_doctor, nvidia_driver
+    from grpo_kit.training.doctor import doctor, format_doctor, nvidia_driver
 
     if args.install_plan:
         import importlib.metadata
@@ -762,10 +784,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input; 1: the system
     refused, e.g. a full disk; 130: Ctrl-C), each problem said in one line on standard error."""
     configure_logging()
+    parser = _parser()
     try:
-        args = _parser().parse_args(argv)
+        args, rest = parser.parse_known_args(argv)
+        if rest and not hasattr(args, "trl"):  # only train, eval --before and plan take a recipe's --KEY VALUE
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
     except SystemExit as e:  # argparse printed the problem and the usage
         return e.code if isinstance(e.code, int) else 2
+    if rest:
+        args.trl = rest
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, ConnectionError) as e:

@@ -1,5 +1,4 @@
-"""The notebooks' install cell and the doctor, with every reading faked: the driver, the versions, the GPU
-(issue 23, defect 8)."""
+"""The notebooks' install cell and the doctor, with every reading faked: the driver, the versions, the GPU."""
 
 from __future__ import annotations
 
@@ -148,8 +147,10 @@ def test_the_doctor_reports_each_reading(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (3 * 2**30, int(14.7 * 2**30)))
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     versions = {"torch": ("2.11.0+cu128", "2.13.0"), "unsloth": (None, "2026.10.7")}
-    monkeypatch.setattr(notebook, "_live_version", lambda name: versions.get(name, (None, None))[0])
-    monkeypatch.setattr(notebook, "_disk_version", lambda name: versions.get(name, (None, None))[1])
+    from grpo_kit.training import doctor
+
+    monkeypatch.setattr(doctor, "_live_version", lambda name: versions.get(name, (None, None))[0])
+    monkeypatch.setattr(doctor, "_disk_version", lambda name: versions.get(name, (None, None))[1])
     report = notebook.doctor("colab-t4", driver=lambda: "550.54.15")
     assert report["gpu"] == "Tesla T4" and report["bf16"] is False and report["free_gib"] == 3.0
     assert report["versions"]["torch"] == {"live": "2.11.0+cu128", "disk": "2.13.0"}

@@ -1,7 +1,7 @@
 """Loading a policy: with transformers (+ peft for a saved adapter) or through Unsloth, and saving it merged.
 
 :class:`Loading` is how a recipe wants its policy loaded (Unsloth or not, 4-bit, LoRA, colocated vLLM);
-the presets build it (:attr:`grpo_kit.training.presets.Preset.loading`), so nothing below the training
+the presets build it (:attr:`grpo_kit.training.presets.Recipe.loading`), so nothing below the training
 wing needs to know what a preset is.
 """
 

@@ -88,7 +88,7 @@ def eval_route(loading: Loading, backend: str | None = None) -> str:
     """The evaluation route (a key of :data:`EVAL_ROUTES`) for a policy loaded as ``loading`` on this machine.
 
     Args:
-        loading: how the policy loads (a preset's :attr:`grpo_kit.training.presets.Preset.loading`).
+        loading: how the policy loads (a preset's :attr:`grpo_kit.training.presets.Recipe.loading`).
         backend: ``"vllm"`` or ``"transformers"`` to choose where the policy loads without Unsloth;
             ``None`` picks vLLM where it is usable.
 
@@ -142,7 +142,7 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
 
     Args:
         source: the policy trained from (the base of a trained adapter).
-        loading: how it loads (:attr:`grpo_kit.training.presets.Preset.loading`).
+        loading: how it loads (:attr:`grpo_kit.training.presets.Recipe.loading`).
         trained: the folder training wrote (a LoRA adapter or a full model); ``None``: the starting policy.
         batch_size: prompts per ``generate`` call (transformers routes).
         backend: ``"vllm"`` / ``"transformers"`` to choose where the policy loads without Unsloth (:func:`eval_route`).

@@ -215,6 +215,8 @@ class RunFolder:
     curves = property(lambda self: self.path / "training_curves.png", doc="reward, length and held-out curves")
     train_settings = property(lambda self: self.path / "train_settings.json",
                               doc="what the run trains: preset, task, model and its fingerprint, rewards, prompt")
+    recipe = property(lambda self: self.path / "recipe.yaml",
+                      doc="the recipe as the run resolved it (TRL's keys; train --config reads it, a resume too)")
     eval_settings = property(lambda self: self.path / "eval_settings.json",
                              doc="the baseline's slice, decoding, route, model and its fingerprint, task and prompt")
     finished = property(lambda self: self.path / "finished.json",

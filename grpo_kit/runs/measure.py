@@ -33,7 +33,7 @@ from grpo_kit.system.files import write_text
 from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
 from grpo_kit.training.algorithms import algorithm_markdown
-from grpo_kit.training.presets import PRESETS, Preset, get_preset
+from grpo_kit.training.presets import PRESETS, Recipe, get_preset
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class EvalPlan:
     """
 
     task: Task
-    preset: Preset
+    preset: Recipe
     model: str | None = None
     slice: dict[str, Any] = field(default_factory=lambda: {"fraction": 0.5})
     seed: int = 0
@@ -124,7 +124,7 @@ class EvalPlan:
         return {"task": self.task.ref, "task_digest": _digest(self.task), "slice": self.slice, "seed": self.seed,
                 "max_new_tokens": self.max_new_tokens,
                 "samples": self.samples, "temperature": self.temperature, "batch_size": self.batch_size,
-                "preset": self.preset.name, "preset_overrides": _overrides(self.preset), "model_override": self.model,
+                "preset": self.preset.name, "recipe": dict(self.preset.settings), "model_override": self.model,
                 "backend": self.backend, "warm": dataclasses.asdict(self.warm) if self.warm else None,
                 "tiny_spec": dataclasses.asdict(self.tiny_spec) if self.tiny_spec else None,
                 "cache_dir": self.cache_dir}
@@ -135,18 +135,11 @@ def _digest(task: Task) -> dict[str, str] | None:
     return dict(task.digest) if task.digest is not None else None
 
 
-def _overrides(preset: Preset) -> dict[str, Any]:
-    """The fields of ``preset`` that differ from the named preset it came from (all of them for a custom one)."""
-    named = PRESETS.get(preset.name)
-    fields = dataclasses.asdict(preset)
-    if named is None:
-        return {k: v for k, v in fields.items() if k != "name"}
-    return {k: v for k, v in fields.items() if v != getattr(named, k)}
-
-
 def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None) -> EvalPlan:
     """Rebuild notebook 02's :class:`EvalPlan` from its ``eval_settings.json`` (:meth:`EvalPlan.settings`)."""
-    preset = get_preset(settings["preset"], **settings.get("preset_overrides", {}))
+    recorded = settings.get("recipe")  # a folder of an earlier version records a preset's overrides
+    preset = get_preset(Recipe(settings["preset"], recorded)) if isinstance(recorded, dict) else \
+        get_preset(settings["preset"], **settings.get("preset_overrides", {}))
     return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest")), preset=preset,
                     model=settings.get("model_override"),
                     slice=settings["slice"], seed=settings["seed"], max_new_tokens=settings["max_new_tokens"],

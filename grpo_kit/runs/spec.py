@@ -31,7 +31,7 @@ from grpo_kit.training.checkpoints import check_same_run, latest_complete, resum
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
-from grpo_kit.training.presets import Preset, get_preset, with_algorithm
+from grpo_kit.training.presets import Recipe, get_preset
 
 __all__ = ["PROGRESS", "RunSpec", "probe_rewards"]
 
@@ -135,7 +135,7 @@ class RunSpec:
         validation: the validation questions (:func:`grpo_kit.tasks.data.carve_validation`), with ``eval_steps``.
     """
 
-    preset: Preset
+    preset: Recipe
     task: Task
     rewards: RewardSet
     policy: PolicySource
@@ -153,19 +153,22 @@ class RunSpec:
     validation: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def resolve(cls, preset: str | Preset | None = None, task: str | Task = DEFAULT_TASK,
+    def resolve(cls, preset: str | Recipe | None = None, task: str | Task = DEFAULT_TASK,
                 rewards: RewardSet | Sequence[Any] | Mapping[Any, float] | None = None, model: str | Path | None = None,
                 run_dir: str | Path = "runs/run", resume: bool = False, train_size: int | None = None,
                 eval_steps: int | None = None, eval_size: int | None = None, eval_max_new_tokens: int | None = None,
                 seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
                 launch: Launch | None = None, algorithm: str | None = None, groups: GroupsKept | None = None,
+                argv: Sequence[str] = (), recipe_overrides: Mapping[str, Any] | None = None,
                 **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
-            preset: a preset name or :class:`grpo_kit.training.presets.Preset` (``None``: the one that fits this
-                machine); ``overrides`` replace its fields.
+            preset: a shipped recipe's name, a recipe file or a :class:`grpo_kit.training.presets.Recipe`
+                (``None``: resuming, the run folder's ``recipe.yaml``; else the shipped one that fits this machine);
+                ``overrides`` and ``recipe_overrides`` (Python values; the latter for keys named like an argument
+                here, such as ``seed``) and ``argv`` (TRL's ``--key value``) replace its keys.
             task: a task name or :class:`grpo_kit.tasks.Task`.
             rewards: a :class:`grpo_kit.tasks.RewardSet`, names and/or functions, or a ``{reward: weight}``
                 mapping; ``None``: the task's rewards.
@@ -191,10 +194,12 @@ class RunSpec:
         if not task.trains:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")
-        preset = get_preset(preset)
-        if algorithm is not None:
-            preset = with_algorithm(preset, algorithm)  # an unknown name raises here
-        preset = get_preset(preset, **overrides)
+        if preset is None and resume and (Path(run_dir) / "recipe.yaml").is_file():
+            preset = Path(run_dir) / "recipe.yaml"  # the recipe the run recorded
+        overrides = {**(recipe_overrides or {}), **overrides}
+        if algorithm is not None:  # its values over the recipe's, the overrides over those; an unknown name raises
+            overrides = {"algorithm": algorithm, **overrides}
+        preset = get_preset(preset, argv=argv, **overrides)
         reward_set = RewardSet(rewards) if rewards is not None else task.reward_set()
         launch = launch or Launch.from_env()
         if progress not in PROGRESS:
@@ -227,7 +232,7 @@ class RunSpec:
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
         if preset.use_unsloth and preset.fast_inference and not usable_loading(preset.loading, "training").fast_inference:
-            preset = dataclasses.replace(preset, fast_inference=False)  # as evaluation does (policy/routes.py)
+            preset = get_preset(preset, fast_inference=False)  # as evaluation does (policy/routes.py)
         preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
         if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
             probe_rewards(reward_set, task, train_split)

@@ -39,6 +39,7 @@ from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.presets import PLAN_FIELDS
 from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
+from grpo_kit.training.presets import get_preset, recipe_yaml
 
 __all__ = ["TrainResult", "model_card", "package_versions", "train"]
 
@@ -86,7 +87,7 @@ def model_card(spec: RunSpec, train_questions: int) -> str:
         f"({preset.lr_scheduler_type}), optimiser {preset.optim}",
         f"- num_generations: {preset.num_generations}, completions per device and step: "
         f"{preset.per_device_train_batch_size} x {preset.gradient_accumulation_steps} accumulated",
-        f"- sampling temperature: {preset.extra.get('generation_kwargs', {}).get('temperature', preset.temperature)}"
+        f"- sampling temperature: {(preset.generation_kwargs or {}).get('temperature', preset.temperature)}"
         f", max completion length {preset.max_completion_length} tokens",
         f"- LoRA rank: {preset.lora_rank}" if preset.lora_rank is not None else "- full fine-tuning", "",
         "## Versions", "", *[f"- {k}: {v}" for k, v in package_versions().items()], ""])
@@ -242,6 +243,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         else:
             folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps,
                                                       "plan": {name: getattr(preset, name) for name in PLAN_FIELDS}})
+        write_text(folder.recipe, recipe_yaml(preset))
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
         _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
@@ -263,8 +265,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.groups.on:  # TRL writes each logged step's completions; the callback keeps them in groups/
         callbacks.append(keep_groups(folder.groups, spec.groups, spec.rewards.names, spec.rewards.weights,
                                      preset.num_generations, is_main_process=main))
-    logged = dataclasses.replace(preset, extra={**trl_completions_settings(), **preset.extra}) if spec.groups.on \
-        else preset
+    logged = get_preset(preset, **{k: v for k, v in trl_completions_settings().items() if k not in preset.settings}) \
+        if spec.groups.on else preset
     trainer = build_trainer(model, tokenizer, train_set, logged, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
     trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))

@@ -161,8 +161,8 @@ def check_algorithm(settings: Any) -> None:
     """Refuse algorithm settings TRL would reject late (after the model loaded) or never compute.
 
     Args:
-        settings: a :class:`grpo_kit.training.presets.Preset` (its :data:`ALGORITHM_FIELDS`, ``algorithm``,
-            ``use_vllm``, ``fast_inference`` and ``extra``).
+        settings: a :class:`grpo_kit.training.presets.Recipe` (its :data:`ALGORITHM_FIELDS`, ``algorithm``,
+            ``use_vllm``, ``fast_inference``, the vLLM importance-sampling keys and ``sync_ref_model``).
 
     Raises:
         ValueError: an unknown ``algorithm``, ``loss_type``, ``importance_sampling_level`` or ``scale_rewards``;
@@ -170,7 +170,7 @@ def check_algorithm(settings: Any) -> None:
             outside [0, 1]; ``loss_type="luspo"`` with token-level ratios (TRL's documentation: it requires
             ``importance_sampling_level="sequence"``); ``loss_type="vespo"`` with vLLM and its importance-sampling
             correction in a mode other than ``token_truncate`` / ``token_mask`` (trl 1.15/1.16's trainer raises
-            this); ``sync_ref_model`` in ``extra`` with ``beta=0`` (no reference model to sync; the trainer raises).
+            this); ``sync_ref_model`` with ``beta=0`` (no reference model to sync; the trainer raises).
     """
     get_algorithm(settings.algorithm)
     if settings.loss_type not in LOSS_TYPES:
@@ -200,15 +200,14 @@ def check_algorithm(settings: Any) -> None:
     if settings.loss_type == "luspo" and settings.importance_sampling_level != "sequence":
         raise ValueError("loss_type 'luspo' scales GSPO's sequence-level loss and needs "
                          "importance_sampling_level='sequence' (--algorithm luspo sets both)")
-    extra = settings.extra or {}
     vllm = settings.use_vllm or settings.fast_inference
-    mode = extra.get("vllm_importance_sampling_mode", "sequence_mask")
-    if (settings.loss_type == "vespo" and vllm and extra.get("vllm_importance_sampling_correction", True)
+    mode = settings.vllm_importance_sampling_mode
+    if (settings.loss_type == "vespo" and vllm and settings.vllm_importance_sampling_correction
             and mode not in ("token_truncate", "token_mask")):
         raise ValueError(f"loss_type 'vespo' with vLLM generation needs vllm_importance_sampling_mode 'token_truncate' "
-                         f"or 'token_mask' (trl's trainer refuses {mode!r}): --set "
-                         "extra='{\"vllm_importance_sampling_mode\": \"token_truncate\"}'")
-    if extra.get("sync_ref_model") and settings.beta == 0:
+                         f"or 'token_mask' (trl's trainer refuses {mode!r}): --vllm_importance_sampling_mode "
+                         "token_truncate")
+    if settings.sync_ref_model and settings.beta == 0:
         raise ValueError("sync_ref_model needs a reference model, and beta = 0 loads none: set beta > 0 or drop "
                          "sync_ref_model")
     if settings.importance_sampling_level == "sequence" and settings.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):

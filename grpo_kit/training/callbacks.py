@@ -29,7 +29,7 @@ from grpo_kit.evaluation.scoring import EvalResult, evaluate
 from grpo_kit.evaluation.stats import mcnemar_exact
 from grpo_kit.evaluation.summary import rule_label
 from grpo_kit.policy.generation import Sampling, TransformersBackend
-from grpo_kit.training.presets import Preset
+from grpo_kit.training.presets import Recipe
 
 if TYPE_CHECKING:
     from grpo_kit.tasks import Task
@@ -228,13 +228,13 @@ def _first_reward(log_history: Sequence[dict[str, Any]]) -> float | None:
 STALE_METRIC = "sampling/sampling_logp_difference/mean"
 
 
-def stale_weights_alarm(preset: Preset) -> dict[str, Any]:
+def stale_weights_alarm(preset: Recipe) -> dict[str, Any]:
     """Whether :class:`StaleWeightsAlarm` can fire on this recipe's route, and why (``python -m grpo_kit plan``'s
     ``alarm``).
 
     TRL logs :data:`STALE_METRIC` only when vLLM generates and ``vllm_importance_sampling_correction`` is on
     (trl 1.15.0, ``grpo_trainer.py``). TRL's default is on; Unsloth's generated trainer turns it off by default
-    (unsloth 2026.10.7, ``unsloth/models/rl.py``, its GRPOConfig replacements). A preset's ``extra`` may set it.
+    (unsloth 2026.10.7, ``unsloth/models/rl.py``, its GRPOConfig replacements). A recipe may set it.
 
     Returns:
         ``{"armed": bool, "metric": str | None, "why": str}``.
@@ -246,11 +246,11 @@ def stale_weights_alarm(preset: Preset) -> dict[str, Any]:
     if not (preset.use_vllm or preset.fast_inference):
         return {"armed": False, "metric": None,
                 "why": "no vLLM: the policy generates its own samples, so they cannot come from stale weights"}
-    correction = preset.extra.get("vllm_importance_sampling_correction", not preset.use_unsloth)
+    correction = preset.settings.get("vllm_importance_sampling_correction", not preset.use_unsloth)
     if not correction:
         whose = ("Unsloth's generated GRPO trainer turns vllm_importance_sampling_correction off by default "
                  "(unsloth/models/rl.py)" if preset.use_unsloth and
-                 "vllm_importance_sampling_correction" not in preset.extra
+                 "vllm_importance_sampling_correction" not in preset.settings
                  else "the preset's extra sets vllm_importance_sampling_correction=False")
         return {"armed": False, "metric": STALE_METRIC,
                 "why": f"{whose}, and the trainer logs {STALE_METRIC} only when it is on: nothing compares vLLM's "

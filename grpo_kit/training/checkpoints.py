@@ -18,14 +18,13 @@ A run folder records what it trains (:func:`run_identity`: preset, task, model, 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.tasks import RewardSet
-from grpo_kit.training.presets import RESUMABLE_FIELDS, Preset
+from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
 __all__ = ["FINGERPRINT", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints", "continue_schedule",
            "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point", "run_identity",
@@ -236,12 +235,14 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
     return found
 
 
-def run_identity(preset: Preset, task: str, model: str, rewards: RewardSet,
+def run_identity(preset: Recipe, task: str, model: str, rewards: RewardSet,
                  data: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a run trains, as JSON-able values: the preset's fields (less those a resumed run may change,
     :data:`grpo_kit.training.presets.RESUMABLE_FIELDS`), the task, the model, the rewards with their weights and
     how its training questions were chosen (``data``: ``train_size`` and ``seed``)."""
-    fields = {k: v for k, v in dataclasses.asdict(preset).items() if k not in RESUMABLE_FIELDS}
+    # lora_rank beside TRL's use_peft/lora_r: what export and the cards read of a run folder, whatever its version
+    fields = {"name": preset.name, **{k: v for k, v in preset.settings.items() if k not in RESUMABLE_FIELDS},
+              "lora_rank": preset.lora_rank}
     return json.loads(json.dumps({"preset": fields, "task": task, "model": model,
                                   "rewards": dict(zip(rewards.names, rewards.weights)), **(data or {})}, default=str))
 

@@ -1,14 +1,26 @@
-"""The checks every setting of a run passes before anything loads: what each field admits, and the combinations
-that cannot work.
+"""The checks every setting of a run passes before anything loads: only what TRL and Unsloth do not check, or check
+only after the model loaded.
 
-The range rules are data (:data:`RULES`), so one table says what each field admits;
-:func:`check_settings` adds the rules between fields (the GPU routes, TRL's batch rule, the dataset's
-columns against the rewards) and says, for each problem, which value to change and to what.
+Why each is here (read against trl 1.15.0/1.16.0, transformers 5.17.0, unsloth 2026.10.7):
+
+- Names and types of recipe keys: TRL's own parser (:func:`grpo_kit.training.presets.get_preset`), not here.
+- The ranges of :data:`RULES` (learning rate, steps, lengths, temperature, LoRA rank, vLLM's share, beta, ...):
+  ``GRPOConfig.__post_init__`` and ``TrainingArguments`` validate none of them; a zero learning rate or a
+  temperature of 0 would train nothing or turn the first loss into NaN, after the model loaded.
+- The generation batch divisible by ``num_generations`` and ``num_generations >= 2``: TRL checks them in
+  ``GRPOConfig.__post_init__``, which the run builds after the model loaded (and which cannot be built on a
+  machine without the GPU a recipe's bf16 asks for, where ``plan`` runs).
+- ``optim``, ``lr_scheduler_type`` and ``report_to`` names, and an installed ``report_to``: transformers refuses
+  them only when the trainer is built, after the model loaded.
+- The GPU routes (Unsloth with full fine-tuning and ``fast_inference``, 4-bit without Unsloth, Unsloth on several
+  processes, TRL's colocated vLLM on a CPU): Unsloth and TRL fail late or train something else (unsloth #2846,
+  #3577, #2435).
+- The dataset's columns against the rewards: TRL calls a reward first at the first step.
+- Algorithm combinations: :func:`grpo_kit.training.algorithms.check_algorithm` says why each.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import sys
@@ -18,8 +30,8 @@ from typing import Any
 
 from grpo_kit.tasks import RewardSet
 from grpo_kit.tasks.rewards import column_problem
-from grpo_kit.training.algorithms import ALGORITHM_FIELDS, check_algorithm
-from grpo_kit.training.presets import Preset
+from grpo_kit.training.algorithms import check_algorithm
+from grpo_kit.training.presets import Recipe
 
 __all__ = ["KNOWN_LORA_TARGETS", "RULES", "Rule", "check_settings"]
 
@@ -63,9 +75,9 @@ RULES: tuple[Rule, ...] = (
     Rule("temperature", _real(0.01, 100), "a number in [0.01, 100] (GRPO samples; 1.0 is TRL's default)"),
     Rule("lora_rank", lambda v: v is None or _count(1)(v), "None (full fine-tuning) or a whole number >= 1"),
     Rule("lora_alpha", _real(0, 1e6, low_open=True), "a number > 0 (usually the rank or twice it)"),
-    Rule("gpu_memory_utilization", _real(0, 1, low_open=True), "a share in (0, 1]"),
+    Rule("vllm_gpu_memory_utilization", _real(0, 1, low_open=True), "a share in (0, 1]"),
     Rule("beta", _real(0, 1e6), "a number >= 0 (0: no KL term, TRL's default)"),
-    Rule("warmup_ratio", _real(0, 1, high_open=True), "a share in [0, 1)"),
+    Rule("warmup_steps", _real(0, 1e9), "a number >= 0 (below 1: a share of the steps)"),
     Rule("weight_decay", _real(0, 1e6), "a number >= 0"),
     Rule("max_grad_norm", _real(0, 1e9, low_open=True), "a number > 0"),
     Rule("adam_beta1", _real(0, 1, high_open=True), "a number in [0, 1)"),
@@ -76,7 +88,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _named_choices(preset: Preset) -> list[tuple[str, Any, list[str]]]:
+def _named_choices(preset: Recipe) -> list[tuple[str, Any, list[str]]]:
     """The fields the kit passes to transformers by name, with the names transformers accepts
     (``OptimizerNames``, ``SchedulerType``, the reporting integrations): a wrong name would fail only once
     the trainer is built, after the model loaded."""
@@ -113,7 +125,7 @@ def _target_problem(targets: Any) -> str | None:
     return None
 
 
-def _before_unsloth(preset: Preset) -> bool:
+def _before_unsloth(preset: Recipe) -> bool:
     """Whether importing transformers or TRL now would come before Unsloth on a GPU, where Unsloth must patch
     them first: those checks then wait for the trainer (:func:`grpo_kit.training.trainer.build_grpo_config`)."""
     if preset.use_unsloth and "unsloth" not in sys.modules and "transformers" not in sys.modules:
@@ -123,16 +135,7 @@ def _before_unsloth(preset: Preset) -> bool:
     return False
 
 
-def _grpo_config_fields(preset: Preset) -> set[str] | None:
-    """``GRPOConfig``'s field names, or ``None`` before Unsloth on a GPU (:func:`_before_unsloth`)."""
-    if _before_unsloth(preset):
-        return None
-    from trl import GRPOConfig
-
-    return {f.name for f in dataclasses.fields(GRPOConfig)}
-
-
-def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence[str] | Mapping[str, Any] | None = None,
+def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence[str] | Mapping[str, Any] | None = None,
                    num_processes: int = 1) -> None:
     """Check a preset, the rewards and the dataset's columns before any model or tokenizer is loaded.
 
@@ -147,7 +150,7 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
         ValueError: a value outside its range (:data:`RULES`; the message names the field, the
             value and what it admits); the generation batch
             (``per_device_train_batch_size * gradient_accumulation_steps``) not divisible by
-            ``num_generations`` (TRL's rule); ``extra`` keys that are not ``GRPOConfig`` fields; a dataset
+            ``num_generations`` (TRL's rule); a dataset
             without ``prompt``, without a column a reward reads, or with one of a type it cannot read
             (:func:`grpo_kit.tasks.rewards.column_problem`); GPU routes that cannot work
             (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without Unsloth,
@@ -175,7 +178,7 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
             raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here "
                              f"(installed: {', '.join(installed) or 'none'}); install its package (pip install "
                              f"{missing[0]}) or use --set report_to=none")
-    if problem := _target_problem(preset.lora_target_modules):
+    if problem := _target_problem(preset.loading.lora_target_modules):
         raise ValueError(problem)
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
@@ -196,10 +199,6 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
                          "CPU with use_vllm=False")
     if preset.load_in_4bit and not preset.use_unsloth:
         raise ValueError("load_in_4bit is Unsloth's QLoRA loader: set use_unsloth=True, or load_in_4bit=False")
-    doubled = sorted(set(preset.extra) & {*ALGORITHM_FIELDS, "temperature"})
-    if doubled:
-        raise ValueError(f"extra sets {doubled}, which are the preset's own fields (the run folder records those): "
-                         f"set them as fields, e.g. --set {doubled[0]}=...")
     check_algorithm(preset)
     generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     if generation_batch % preset.num_generations:
@@ -211,12 +210,6 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
         raise ValueError(f"max_prompt_tokens + max_completion_length = "
                          f"{preset.max_prompt_tokens + preset.max_completion_length} exceeds max_seq_length = "
                          f"{preset.max_seq_length}: Unsloth's engine holds at most max_seq_length tokens")
-    if preset.extra:
-        known = _grpo_config_fields(preset)
-        unknown = sorted(set(preset.extra) - known) if known is not None else []
-        if unknown:
-            raise ValueError(f"extra holds {unknown}, which are not GRPOConfig fields (trl "
-                             f"{_version('trl')}): fix the name(s), or move kit settings to the preset's own fields")
     if dataset_columns is not None:
         if "prompt" not in dataset_columns:
             raise ValueError(f"the training dataset has no 'prompt' column (it has {list(dataset_columns)}); "
@@ -235,11 +228,3 @@ def check_settings(preset: Preset, rewards: RewardSet, dataset_columns: Sequence
                         raise ValueError(f"reward {reward.name} cannot read the training data: {problem}. "
                                          "Convert the column, or use a reward written for it")
 
-
-def _version(package: str) -> str:
-    import importlib.metadata as md
-
-    try:
-        return md.version(package)
-    except md.PackageNotFoundError:
-        return "not installed"

@@ -42,7 +42,7 @@ from typing import Any
 
 from grpo_kit.policy.devices import Gpu
 from grpo_kit.policy.shapes import ModelShape
-from grpo_kit.training.presets import Preset
+from grpo_kit.training.presets import Recipe
 
 __all__ = ["LAUNCHES", "OVERHEAD_GIB", "estimate_memory", "vllm_max_model_len"]
 
@@ -55,15 +55,15 @@ _GIB = 2**30
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 
 
-def vllm_max_model_len(preset: Preset, shape: ModelShape | None = None) -> int:
+def vllm_max_model_len(preset: Recipe, shape: ModelShape | None = None) -> int:
     """The context length vLLM is given: the preset's ``extra`` ``vllm_max_model_length`` when set, else
-    :attr:`grpo_kit.training.presets.Preset.vllm_max_model_len` (Unsloth's engine: ``max_seq_length``)."""
+    :attr:`grpo_kit.training.presets.Recipe.vllm_max_model_len` (Unsloth's engine: ``max_seq_length``)."""
     if preset.use_unsloth:
         return preset.max_seq_length
-    return int(preset.extra.get("vllm_max_model_length") or preset.vllm_max_model_len)
+    return int(preset.vllm_max_model_length or preset.vllm_max_model_len)
 
 
-def estimate_memory(preset: Preset, shape: ModelShape, gpu: Gpu, launch: str = "single",
+def estimate_memory(preset: Recipe, shape: ModelShape, gpu: Gpu, launch: str = "single",
                     processes: int = 1) -> dict[str, Any]:
     """The per-GPU memory of a training process of ``preset`` on ``gpu`` (see the module docstring), an estimate.
 
@@ -126,7 +126,7 @@ def estimate_memory(preset: Preset, shape: ModelShape, gpu: Gpu, launch: str = "
     if colocated:
         max_len = vllm_max_model_len(preset, shape)
         kv_needed = shape.kv_bytes_per_token(half) * max_len
-        share = preset.gpu_memory_utilization * gpu.memory_gib * _GIB
+        share = preset.vllm_gpu_memory_utilization * gpu.memory_gib * _GIB
         if preset.fast_inference:  # Unsloth: vLLM's share holds the (shared) weights and the KV cache
             room = share - weights
         else:

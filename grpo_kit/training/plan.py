@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
 from grpo_kit.training.memory import LAUNCHES, estimate_memory, vllm_max_model_len
-from grpo_kit.training.presets import PRESETS, Preset, get_preset, preset_for_device
+from grpo_kit.training.presets import PRESETS, Recipe, get_preset, preset_for_device  # noqa: F401 (doctests)
 
 __all__ = ["SKIP_ESTIMATE", "Problem", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
            "preset_of_run", "route_of", "unsloth_changes"]
@@ -46,7 +47,7 @@ class Problem:
         return ("FATAL: " if self.fatal else "") + self.text
 
 
-def route_of(preset: Preset) -> str:
+def route_of(preset: Recipe) -> str:
     """``"unsloth"``, ``"transformers+peft"`` (LoRA without Unsloth) or ``"transformers"`` (full fine-tuning).
 
     >>> route_of(PRESETS["a100"]), route_of(PRESETS["multi-gpu-lora"]), route_of(PRESETS["full-80gb"])
@@ -57,7 +58,7 @@ def route_of(preset: Preset) -> str:
     return "transformers" if preset.lora_rank is None else "transformers+peft"
 
 
-def algorithm(preset: Preset) -> dict[str, Any]:
+def algorithm(preset: Recipe) -> dict[str, Any]:
     """The algorithm a launch runs, as the recipes state it, and what its route adds.
 
     The named variant and every algorithm field (:func:`grpo_kit.training.algorithms.algorithm_settings`, what the
@@ -75,7 +76,7 @@ def algorithm(preset: Preset) -> dict[str, Any]:
     recorded = algorithm_settings(preset)
     f = recorded["fields"]
     correction = bool(preset.use_vllm or preset.fast_inference) and \
-        bool(preset.extra.get("vllm_importance_sampling_correction", not preset.use_unsloth))
+        bool(preset.settings.get("vllm_importance_sampling_correction", not preset.use_unsloth))
     summary = (f"{recorded['name']}: loss_type {f['loss_type']}, "
                f"{'KL beta ' + format(f['beta'], 'g') if f['beta'] else 'no KL'}, advantages scaled per "
                f"{f['scale_rewards']}"
@@ -100,8 +101,9 @@ def launch_of(kind: str, processes: int, rank: int = 0) -> Launch:
                   zero_stage={"zero2": 2, "zero3": 3}.get(kind))
 
 
-def preset_of_run(run_dir: str | Path, **overrides: Any) -> tuple[Preset, str | None]:
-    """The preset and model a run folder was trained with (its ``train_settings.json``), with ``overrides``.
+def preset_of_run(run_dir: str | Path, argv: Sequence[str] = (), **overrides: Any) -> tuple[Recipe, str | None]:
+    """The recipe and model a run folder was trained with (its ``recipe.yaml``; the length and model its
+    ``train_settings.json`` records), with ``overrides``.
 
     Raises:
         FileNotFoundError: the folder has no ``train_settings.json``.
@@ -120,12 +122,8 @@ def preset_of_run(run_dir: str | Path, **overrides: Any) -> tuple[Preset, str | 
                          "--preset") from None
     if "max_steps" in recorded:  # the run's length as last trained; --max-steps extends it
         overrides = {"max_steps": recorded["max_steps"], **overrides}
-    base = PRESETS.get(fields.get("name", ""), PRESETS["cpu-tiny"])
-    known = {f.name for f in dataclasses.fields(Preset)}
-    fields = {k: v for k, v in fields.items() if k in known}
-    if isinstance(fields.get("lora_target_modules"), list):
-        fields["lora_target_modules"] = tuple(fields["lora_target_modules"])
-    preset = get_preset(dataclasses.replace(base, **fields), **overrides)
+    recipe = Path(run_dir) / "recipe.yaml"
+    preset = get_preset(recipe if recipe.is_file() else fields.get("name", "cpu-tiny"), argv=argv, **overrides)
     model = identity.get("model")
     return preset, None if model is None or str(model).startswith("tiny:") else model
 
@@ -152,7 +150,7 @@ def _resume(run_dir: Path, max_steps: int) -> tuple[str | None, str, Problem | N
     return str(found), f"the newest complete checkpoint{newer}", None
 
 
-def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
+def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
               model: str | None) -> list[Problem]:
     """The problems of running ``preset`` on ``gpu`` (``None``: no GPU) under ``kind`` with ``processes``."""
     from grpo_kit.training.checks import check_settings
@@ -173,8 +171,8 @@ def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory
                              fatal=False))
     if preset.bf16 and not gpu.bf16:
         found.append(Problem(f"preset {preset.name!r} computes in bfloat16 (bf16=True) and {gpu.name} has none "
-                             "(compute capability below 8.0): use preset colab-t4, or --set bf16=False --set "
-                             "\"extra={'fp16': True}\"", kind="bf16"))
+                             "(compute capability below 8.0): use preset colab-t4, or --bf16 false --fp16 true",
+                             kind="bf16"))
     if kind in ("zero3", "fsdp2") and preset.lora_rank is not None:
         found.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_rank {preset.lora_rank}) "
                              "does not need: use --launch ddp (configs/accelerate/ddp.yaml)", fatal=False))
@@ -190,29 +188,31 @@ def _problems(preset: Preset, gpu: Gpu | None, kind: str, processes: int, memory
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
         found.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
                              f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
-                             "gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on more GPUs)",
+                             "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on more "
+                             "GPUs)",
                              kind="memory"))
     room = memory.get("kv_cache_room")
     if room is not None and room < memory["kv_cache_needed"]:
-        found.append(Problem(f"vLLM will not start: its share (gpu_memory_utilization {preset.gpu_memory_utilization:g}"
-                             f" of {memory['available']:g} GiB) leaves {room:g} GiB after its weights, less than one "
+        found.append(Problem(f"vLLM will not start: its share (vllm_gpu_memory_utilization "
+                             f"{preset.vllm_gpu_memory_utilization:g} of {memory['available']:g} GiB) leaves {room:g} "
+                             "GiB after its weights, less than one "
                              f"{vllm_max_model_len(preset)}-token sequence's KV cache ({memory['kv_cache_needed']:g} "
-                             "GiB): raise gpu_memory_utilization or lower extra vllm_max_model_length", kind="vllm"))
+                             "GiB): raise vllm_gpu_memory_utilization or lower vllm_max_model_length", kind="vllm"))
     return found
 
 
-def unsloth_changes(preset: Preset, kwargs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def unsloth_changes(preset: Recipe, kwargs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """What Unsloth's generated trainer makes of the ``GRPOConfig`` the kit passes, field by field.
 
     unsloth 2026.10.7, ``unsloth/models/rl.py``: the generated config defaults
-    ``vllm_importance_sampling_correction`` to ``False`` (the kit passes it only through ``extra``); and where the
+    ``vllm_importance_sampling_correction`` to ``False`` (unless the recipe sets it); and where the
     model carries Unsloth's vLLM engine (``fast_inference``), the generated ``__init__`` sets ``use_vllm = True``,
     ``vllm_mode = "colocate"`` and turns ``top_k`` 0 (TRL's default, "no top-k") or ``None`` into -1 (vLLM's word
     for the same), whatever the config said.
 
     Args:
         preset: the recipe (only Unsloth routes change anything).
-        kwargs: what the kit passes (:func:`grpo_kit.training.trainer.grpo_config_kwargs`).
+        kwargs: what the kit passes (:meth:`grpo_kit.training.presets.Recipe.grpo_kwargs`).
 
     Returns:
         ``{field: (passed, effective)}`` (``passed`` is ``None`` where the kit leaves TRL's default).
@@ -236,7 +236,7 @@ def unsloth_changes(preset: Preset, kwargs: dict[str, Any]) -> dict[str, tuple[A
     return changes
 
 
-def _loader(preset: Preset) -> str:
+def _loader(preset: Recipe) -> str:
     """How the policy loads: through Unsloth (its own placement and dtype), or transformers (+ peft)."""
     if preset.use_unsloth:
         return "unsloth, " + ("4-bit NF4 base" if preset.load_in_4bit else "16-bit base") + \
@@ -251,15 +251,16 @@ def _no_rewards() -> RewardSet:
     return get_task(DEFAULT_TASK).reward_set()
 
 
-def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
+def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
               processes: int | None = None, launch: str = "single", run_dir: str | Path | None = None,
-              resume: bool = False, model: str | None = None) -> dict[str, Any]:
+              resume: bool = False, model: str | None = None, argv: Sequence[str] = ()) -> dict[str, Any]:
     """What a launch would do (the JSON of ``python -m grpo_kit plan``), computed without loading a model.
 
     Args:
-        preset: a preset name or :class:`grpo_kit.training.presets.Preset`; with ``run_dir`` and ``resume``, the
+        preset: a preset name or :class:`grpo_kit.training.presets.Recipe`; with ``run_dir`` and ``resume``, the
             run folder's recorded preset is used instead.
-        overrides: preset fields to replace (``--set``; with ``resume`` only ``max_steps`` and the like).
+        overrides: recipe keys to replace (``--set``; with ``resume`` only ``max_steps`` and the like).
+        argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``).
         device: a card of :data:`grpo_kit.policy.devices.CARDS`; ``None``: this machine's first GPU (or none).
         processes: training processes, one GPU each (``--gpus``); default 1 for ``single``, else the GPUs here
             (8, as configs/accelerate/*.yaml, with ``device`` or without GPUs), less the one a vLLM server
@@ -279,16 +280,15 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
         FileNotFoundError: ``resume`` with a run folder that has no ``train_settings.json``.
     """
     from grpo_kit.training.callbacks import stale_weights_alarm
-    from grpo_kit.training.trainer import grpo_config_kwargs
 
     overrides = dict(overrides or {})
     if resume and run_dir is not None:
-        p, recorded_model = preset_of_run(run_dir, **overrides)
+        p, recorded_model = preset_of_run(run_dir, argv, **overrides)
         model = model or recorded_model
     else:
         if preset is None:  # the preset the notebooks pick for this card (preset = None)
             preset = preset_for_device(card(device) if device in CARDS else (gpus() or [None])[0])
-        p = get_preset(preset, **overrides)
+        p = get_preset(preset, argv=argv, **overrides)
     model = model if model is not None else p.model
     problems: list[Problem] = []
     gpu: Gpu | None
@@ -325,7 +325,7 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
         mode = "colocate" if p.fast_inference else p.vllm_mode
         vllm = {"mode": mode, "engine": "unsloth" if p.fast_inference else "trl",
                 "max_model_len": vllm_max_model_len(p) if mode == "colocate" else p.vllm_max_model_len,
-                "gpu_memory_utilization": p.gpu_memory_utilization if mode == "colocate" else None}
+                "gpu_memory_utilization": p.vllm_gpu_memory_utilization if mode == "colocate" else None}
         if mode == "server":
             from grpo_kit.policy.vllm import server_command
 
@@ -345,7 +345,7 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
     if resume and run_dir is not None:
         resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)
         problems += [refused] if refused is not None else []
-    passed = grpo_config_kwargs(p, output, rewards)
+    passed = p.grpo_kwargs(output, rewards.weights)
     changes = unsloth_changes(p, passed)
     return {
         "preset": p.name,
@@ -368,7 +368,7 @@ def make_plan(preset: str | Preset | None = None, overrides: dict[str, Any] | No
     }
 
 
-def preflight(preset: Preset, launch: Launch, model: str | None) -> None:
+def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
     """The plan's checks for ``train``, on this machine, before anything loads (no transformers or TRL import).
 
     Checks this machine's GPU against the preset (bfloat16, the memory estimate, vLLM's share) for the launch's

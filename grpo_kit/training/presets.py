@@ -1,90 +1,165 @@
-"""Training presets: each GRPO recipe as plain values.
+"""Recipes: TRL's own config in YAML files, read with TRL's own parser.
 
-A preset is the whole recipe but the task and its rewards (those belong to the run): the model, how
-it loads (Unsloth, 4-bit, LoRA, vLLM), the optimiser, GRPO's sampling and checkpoints.
-:func:`get_preset` resolves a name and applies overrides; :func:`grpo_kit.training.checks.check_settings`
-rejects every value that would fail late or train nothing, before anything loads.
+A recipe is what ``trl grpo --config FILE`` reads (open-r1's ``recipes/*/config_*.yaml`` are such files): keys of
+TRL's ``GRPOConfig`` and ``ModelConfig``, plus the few the kit adds (:class:`KitArgs`: Unsloth, its colocated vLLM,
+the context length, the prompt budget, a named algorithm). It is parsed by ``trl.TrlParser`` (transformers'
+``HfArgumentParser``), so every ``GRPOConfig`` field a TRL release has works with no kit change, typed as TRL types
+it. The shipped recipes are the files in ``grpo_kit/recipes/``; ``--preset NAME`` names one, ``--config FILE``
+takes yours. The task and its rewards belong to the run, not the recipe.
+
+:func:`get_preset` reads a recipe and applies overrides (Python values, or ``--key value`` in TRL's command-line
+form); :func:`grpo_kit.training.checks.check_settings` refuses, before anything loads, what TRL and Unsloth would
+refuse only after the model loaded.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import argparse
 import difflib
+import functools
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import Gpu, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading
 from grpo_kit.training.algorithms import get_algorithm
 
-__all__ = ["PLAN_FIELDS", "PRESETS", "RESUMABLE_FIELDS", "Preset", "device_preset", "get_preset", "preset_for_device",
-           "read_value", "variant", "with_algorithm"]
+__all__ = ["PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "device_preset",
+           "get_preset", "preset_for_device", "recipe_yaml", "with_algorithm"]
+
+log = logging.getLogger(__name__)
+
+#: The shipped recipes, one YAML file each (``--preset NAME`` is ``--config grpo_kit/recipes/NAME.yaml``).
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+@dataclass
+class KitArgs:
+    """The keys a recipe adds to TRL's ``GRPOConfig`` and ``ModelConfig``.
+
+    Attributes:
+        name: the recipe's name (default: its file's name without ``.yaml``).
+        description: one paragraph on what the recipe is for (``python -m grpo_kit presets`` prints it).
+        algorithm: a named GRPO variant (:data:`grpo_kit.training.algorithms.ALGORITHMS`): its ``GRPOConfig`` values
+            apply first, and the recipe's own keys over them.
+        use_unsloth: load and train through Unsloth (``FastLanguageModel``; LoRA, or QLoRA with ``load_in_4bit``).
+        fast_inference: Unsloth's colocated vLLM, sharing the weights (LoRA only); TRL's own vLLM is ``use_vllm``.
+        max_seq_length: Unsloth's context length in tokens (prompt and completion).
+        max_prompt_tokens: longer prompts are dropped from the training data (TRL 0.28 removed
+            ``max_prompt_length``).
+    """
+
+    name: str = field(default="", metadata={"help": "The recipe's name (default: its file's)."})
+    description: str = field(default="", metadata={"help": "What the recipe is for."})
+    algorithm: str = field(default="trl_default", metadata={"help": "A named GRPO variant (grpo_kit algorithms)."})
+    use_unsloth: bool = field(default=False, metadata={"help": "Load and train through Unsloth."})
+    fast_inference: bool = field(default=False, metadata={"help": "Unsloth's colocated vLLM (LoRA only)."})
+    max_seq_length: int = field(default=512, metadata={"help": "Unsloth's context length, in tokens."})
+    max_prompt_tokens: int = field(default=256, metadata={"help": "Longer prompts are dropped, in tokens."})
+
+
+#: Keys of ``trl grpo``'s own script (its data set and reward arguments) and what the kit takes instead: a
+#: ``trl grpo`` recipe runs unchanged, and each of these gets one line.
+SCRIPT_KEYS = {"dataset_name": "--task (a task name or task file)", "dataset_config": "--task",
+               "dataset_train_split": "the task file's splits", "dataset_test_split": "the task file's splits",
+               "dataset_streaming": "the task file", "datasets": "--task", "streaming": "the task file",
+               "test_split_size": "the task file's splits", "reward_funcs": "--rewards NAME=WEIGHT",
+               "reward_model_name_or_path": "--rewards (reward functions)", "ignore_bias_buffers": "nothing (DDP only)"}
+
+#: Keys that are gone, with what to write instead.
+RENAMED = {"extra": "gone: write its GRPOConfig keys themselves", "max_prompt_length": "gone from TRL's GRPOConfig "
+           "(removed in 0.28): set max_prompt_tokens, and the kit drops longer prompts from the dataset"}
+
+
+def _trl_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with the kit's short names in TRL's: ``model`` is ``model_name_or_path``, ``lora_rank=N``
+    ``use_peft: true, lora_r: N`` (``None``: full fine-tuning), ``gpu_memory_utilization``
+    ``vllm_gpu_memory_utilization`` and ``warmup_ratio`` ``warmup_steps`` (below 1 it is a share of the steps)."""
+    out = {}
+    for key, value in values.items():
+        if key == "lora_rank":
+            out.update({"use_peft": False} if value is None or str(value).lower() == "none" else
+                       {"use_peft": True, "lora_r": value})
+        else:
+            out[{"model": "model_name_or_path", "gpu_memory_utilization": "vllm_gpu_memory_utilization",
+                 "warmup_ratio": "warmup_steps"}.get(key, key)] = value
+    return out
+
+#: Fields a resumed run may change: how long it runs and how it saves and logs, not what it trains.
+RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "logging_steps", "report_to",
+                              "description"})
+#: Of those, the run's plan: recorded in ``train_settings.json`` and kept by a resume that does not change them.
+PLAN_FIELDS = ("max_steps", "save_steps", "save_total_limit", "logging_steps")
+
+
+def _parser() -> Any:
+    """A fresh ``TrlParser`` over ``GRPOConfig``, ``ModelConfig``, the kit's keys and ``trl grpo``'s script keys
+    (each parse sets its defaults from a recipe, so none is shared). ``exit_on_error=False``: a bad value raises;
+    ``allow_abbrev=False``: a misspelled key is refused, not read as the key it begins."""
+    from trl import GRPOConfig, ModelConfig, TrlParser
+    from trl.scripts.utils import DatasetMixtureConfig, ScriptArguments
+
+    @dataclass
+    class _Script(ScriptArguments, DatasetMixtureConfig):
+        reward_funcs: list[str] | None = None
+        reward_model_name_or_path: str | None = None
+
+    return TrlParser((GRPOConfig, ModelConfig, KitArgs, _Script), exit_on_error=False, allow_abbrev=False)
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """Every key a recipe can hold, with TRL's (or the kit's) default."""
+    return dict(vars(_parser().parse_known_args([])[0]))
+
+
+@functools.cache
+def _grpo_fields() -> frozenset[str]:
+    """``GRPOConfig``'s field names."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    return frozenset(f.name for f in dataclasses.fields(GRPOConfig))
 
 
 @dataclass(frozen=True)
-class Preset:
-    """A GRPO recipe as plain values. Field defaults are TRL's where TRL has one (``beta`` and the loss: see the
-    presets' own values).
+class Recipe:
+    """A recipe read by :func:`get_preset`: its name and the keys it sets, typed by TRL's parser.
 
-    Lengths are in tokens; ``learning_rate`` is the peak rate of the schedule;
-    ``per_device_train_batch_size`` counts completions (TRL), so each optimiser step sees
-    ``per_device_train_batch_size * gradient_accumulation_steps * processes / num_generations``
-    prompts. ``lora_rank=None`` means full fine-tuning. ``save_steps`` is the checkpoint interval:
-    a killed run loses at most that many steps (``python -m grpo_kit train --resume``).
+    ``recipe.KEY`` reads any ``GRPOConfig``, ``ModelConfig`` or :class:`KitArgs` key: the recipe's value, else TRL's
+    default. Lengths are in tokens; ``per_device_train_batch_size`` counts completions (TRL), so each optimiser step
+    sees ``per_device_train_batch_size * gradient_accumulation_steps * processes / num_generations`` prompts.
+    ``save_steps`` is the checkpoint interval: a killed run loses at most that many steps
+    (``python -m grpo_kit train --resume``).
     """
 
     name: str
-    model: str | None  # Hub id or path; None: the kit's tiny offline policy
-    description: str = ""
-    use_unsloth: bool = False
-    load_in_4bit: bool = False
-    fast_inference: bool = False  # Unsloth only: vLLM colocated with shared weights (LoRA only)
-    use_vllm: bool = False  # plain transformers path: TRL's own vLLM
-    vllm_mode: str = "colocate"  # with use_vllm: "colocate" (same GPU) or "server" (vLLM's own `vllm serve`)
-    vllm_server_host: str = "127.0.0.1"  # vllm_mode="server": where the vLLM server listens
-    vllm_server_port: int = 8000
-    lora_rank: int | None = 32
-    lora_alpha: int = 32
-    lora_target_modules: tuple[str, ...] = LORA_TARGETS
-    max_seq_length: int = 512
-    max_prompt_tokens: int = 256
-    max_completion_length: int = 256
-    num_generations: int = 8
-    per_device_train_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    max_steps: int = 250
-    learning_rate: float = 5e-6
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.99
-    weight_decay: float = 0.1
-    warmup_ratio: float = 0.1
-    lr_scheduler_type: str = "cosine"
-    optim: str = "paged_adamw_8bit"
-    max_grad_norm: float = 0.1
-    temperature: float = 1.0
-    # The algorithm (grpo_kit.training.algorithms): its name and every GRPOConfig field it sets. Defaults are trl
-    # 1.15/1.16's; each preset below sets them all through its named variant.
-    algorithm: str = "trl_default"
-    loss_type: str = "dapo"
-    beta: float = 0.0
-    scale_rewards: str = "group"
-    importance_sampling_level: str = "token"
-    epsilon: float = 0.2
-    epsilon_high: float | None = 0.2  # TRL's None means "= epsilon"; written out (see algorithms._bundle)
-    num_iterations: int = 1
-    mask_truncated_completions: bool = False
-    top_entropy_quantile: float = 1.0
-    use_bias_correction_kl: bool = True
-    logging_steps: int = 1
-    save_steps: int = 25
-    save_total_limit: int | None = 3  # checkpoints kept (the newest); None keeps all
-    bf16: bool = True
-    use_cpu: bool = False
-    gradient_checkpointing: bool = True
-    gpu_memory_utilization: float = 0.6  # vLLM's share of the GPU during training
-    seed: int = 3407
-    report_to: str = "none"  # "wandb" to log there (see grpo_kit.tracking.setup_wandb)
-    extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, passed as is
+    settings: Mapping[str, Any]
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or "settings" not in self.__dict__:
+            raise AttributeError(key)
+        if key in self.settings:
+            return self.settings[key]
+        defaults = _defaults()
+        if key in defaults:
+            return defaults[key]
+        raise AttributeError(f"a recipe has no key {key!r}")
+
+    @property
+    def model(self) -> str | None:
+        """``model_name_or_path``: a Hub id or folder; ``None`` is the kit's tiny offline policy."""
+        return self.settings.get("model_name_or_path")
+
+    @property
+    def lora_rank(self) -> int | None:
+        """The LoRA rank (``lora_r``) with ``use_peft``; ``None`` is full fine-tuning."""
+        return self.lora_r if self.use_peft else None
 
     @property
     def vllm_max_model_len(self) -> int:
@@ -103,29 +178,167 @@ class Preset:
     @property
     def loading(self) -> Loading:
         """How this recipe loads its policy (what the policy wing needs of it)."""
+        targets = self.lora_target_modules or LORA_TARGETS
         return Loading(use_unsloth=self.use_unsloth, load_in_4bit=self.load_in_4bit,
                        fast_inference=self.fast_inference, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha,
-                       lora_target_modules=self.lora_target_modules, max_seq_length=self.max_seq_length,
-                       gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed)
+                       lora_target_modules=targets if isinstance(targets, str) else tuple(targets),
+                       max_seq_length=self.max_seq_length, gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                       seed=self.seed)
+
+    def grpo_kwargs(self, output_dir: str, reward_weights: Sequence[float]) -> dict[str, Any]:
+        """What the trainer passes to TRL's ``GRPOConfig``: the recipe's own ``GRPOConfig`` keys (keys it does not set
+        keep TRL's defaults, or on an Unsloth route those of Unsloth's generated config), the run's output folder
+        and reward weights, and vLLM's context length where the recipe leaves it to vLLM (:attr:`vllm_max_model_len`).
+        """
+        kwargs = {k: v for k, v in self.settings.items() if k in _grpo_fields()}
+        if self.use_vllm and self.vllm_mode == "colocate" and self.vllm_max_model_length is None:
+            kwargs["vllm_max_model_length"] = self.vllm_max_model_len
+        return {**kwargs, "output_dir": output_dir, "reward_weights": list(reward_weights), "save_strategy": "steps"}
 
 
-#: Fields a resumed run may change: how long it runs and how it saves and logs, not what it trains.
-RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "logging_steps", "report_to",
-                              "description"})
-#: Of those, the run's plan: recorded in ``train_settings.json`` and kept by a resume that does not change them.
-PLAN_FIELDS = ("max_steps", "save_steps", "save_total_limit", "logging_steps")
+def _file_of(source: str | os.PathLike) -> Path:
+    """A shipped recipe's file by name, or the user's file."""
+    path = RECIPES_DIR / f"{source}.yaml"
+    if path.is_file():
+        return path
+    path = Path(source)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ValueError(f"recipe file {path} does not exist: give a YAML file of GRPOConfig keys, or a shipped "
+                             f"recipe: {', '.join(preset_names())}")
+        return path
+    close = difflib.get_close_matches(str(source), preset_names(), n=1)
+    raise ValueError(f"unknown preset {str(source)!r}" + (f" (did you mean {close[0]}?)" if close else "")
+                     + f": choose from {', '.join(preset_names())}, or give a recipe file (--config FILE)")
 
-def variant(name: str) -> dict[str, Any]:
-    """Preset fields of a named algorithm (:data:`grpo_kit.training.algorithms.ALGORITHMS`): its name and every field.
 
-    >>> variant("dapo")["epsilon_high"]
-    0.28
+def _read_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"recipe {path} cannot be read ({type(e).__name__}: {e}): fix the file") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"recipe {path} is not a YAML mapping of GRPOConfig keys: write one key: value a line")
+    for key, value in (values.pop("env", None) or {}).items():  # as trl's TrlParser does
+        os.environ[str(key)] = str(value)
+    return values
+
+
+def _refuse_unknown(keys: Sequence[str]) -> None:
+    """One line for the first key no parser knows: TRL's new name, or the closest key."""
+    known = _defaults()
+    for key in keys:
+        if key in RENAMED:
+            raise ValueError(f"recipe key {key!r} is {RENAMED[key]}")
+        if key in ("rewards", "reward_weights"):
+            raise ValueError("rewards and their weights belong to the run, not the recipe: give them with --rewards "
+                             "NAME=WEIGHT (notebook 03: rewards = {name: weight})")
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            raise ValueError(f"unknown recipe key {key!r}" + (f" (did you mean {close[0]}?)" if close else "")
+                             + f": a recipe holds GRPOConfig, ModelConfig and grpo_kit's own keys (trl "
+                             f"{_version('trl')})")
+
+
+def _typed(values: Mapping[str, Any], argv: Sequence[str]) -> dict[str, Any]:
+    """``values`` and the ``--key value`` of ``argv``, typed by TRL's parser (text read as the field's type)."""
+    parser = _parser()
+    types = {a.dest: a.type for a in parser._actions if a.type is not None}
+    parser.set_defaults(**{k: _as_text(v, types.get(k)) for k, v in values.items()})
+    try:
+        namespace, rest = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError as e:  # a value its key's type cannot read
+        key = (e.argument_name or "?").split("/")[0].lstrip("-")
+        raise ValueError(f"recipe key {key}: {e.message}") from None
+    if rest:
+        keys = [a[2:].split("=")[0].replace("-", "_") for a in rest if a.startswith("--")]
+        _refuse_unknown(keys or rest)
+        raise ValueError(f"recipe overrides {rest}: write them as --key value")
+    parsed = vars(namespace)
+    given = [*values, *(a[2:].split("=")[0] for a in argv if a.startswith("--"))]
+    given = [k.removeprefix("no_") if k not in parsed and k.removeprefix("no_") in parsed else k for k in given]
+    # transformers types the *_steps fields float (below 1: a share of max_steps) and makes a whole one an int
+    # (TrainingArguments.__post_init__): so does the recipe, so that it records and prints 10, not 10.0
+    return {k: int(v) if k.endswith("_steps") and isinstance(v, float) and v >= 1 and v.is_integer() else v
+            for k, v in ((k, parsed[k]) for k in dict.fromkeys(given))}
+
+
+def _as_text(value: Any, kind: Any) -> Any:
+    """A number or boolean for a field TRL's parser reads from text, as text, so that the parser reads it as the
+    command line's would (``0`` for a boolean is false, ``0`` for a float ``0.0``, a whole float for an int an int);
+    other values as they are."""
+    if kind in (None, str) or isinstance(value, str) or not isinstance(value, (bool, int, float)):
+        return value
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str] = (), **overrides: Any) -> Recipe:
+    """Read a recipe and apply overrides.
+
+    Args:
+        source: a shipped recipe's name (:data:`PRESETS`), a recipe file (YAML), a :class:`Recipe` (its keys are
+            read again with the overrides), or ``None`` for the shipped recipe that fits this machine
+            (:func:`preset_for_device`).
+        argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``).
+        **overrides: keys to replace (Python values; text is read as the key's type; the short names of
+            :func:`_trl_names` too). ``algorithm`` applies that variant's values over the recipe's, and the other
+            overrides over those.
+
+    Raises:
+        ValueError: an unknown preset name or a missing file; a key no parser knows (the message names the
+            closest one, or what replaced a key that is gone); a value that cannot be read as its key's type.
+
+    >>> get_preset("a100", max_steps=350).max_steps
+    350
+    >>> get_preset("cpu-tiny", argv=["--top_entropy_quantile", "0.2"]).top_entropy_quantile
+    0.2
     """
-    return {"algorithm": name, **get_algorithm(name).fields}
+    if source is None:
+        source = device_preset()
+    if isinstance(source, Recipe):
+        name, values = source.name, dict(source.settings)
+    else:
+        path = _file_of(source)
+        values = _trl_names(_read_file(path))
+        name = str(values.pop("name", None) or path.stem)
+        for key in sorted(set(values) & set(SCRIPT_KEYS)):
+            log.warning(f"recipe {path.name}: {key} is set aside; grpo_kit takes it from {SCRIPT_KEYS[key]}")
+            values.pop(key)
+        # the named variant's values first (TRL's defaults, written out, without one), the recipe's own keys over them
+        values = {**get_algorithm(values.get("algorithm", KitArgs.algorithm)).fields, **values}
+    overrides = _trl_names(overrides)
+    if str({**values, **overrides}.get("use_unsloth")).lower() in ("true", "1", "yes"):
+        _unsloth_first()  # before anything imports TRL, the parser included
+    _refuse_unknown([*values, *overrides])
+    if "name" in overrides and overrides["name"] != name:
+        raise ValueError("name is the recipe's own name: choose a recipe with --preset or --config (python -m "
+                         "grpo_kit presets lists the shipped ones) and change its keys, not its name")
+    if "algorithm" in overrides:  # a variant replaces the recipe's algorithm keys; the other overrides come last
+        values.update(get_algorithm(overrides["algorithm"]).fields)
+    values = {**values, **overrides}
+    return Recipe(name, {k: v for k, v in _typed(values, argv).items() if k != "name"})
 
 
-def with_algorithm(preset: Preset, name: str) -> Preset:
-    """``preset`` running the named algorithm instead of its own (every algorithm field replaced).
+def _unsloth_first() -> None:
+    """Import Unsloth before TRL on a GPU, as Unsloth asks (it patches transformers and TRL when imported): reading
+    an Unsloth recipe imports TRL's parser. Without a GPU or without Unsloth there is nothing to patch."""
+    import importlib.util
+    import sys
+
+    from grpo_kit.policy.devices import cuda_available
+
+    if "unsloth" not in sys.modules and importlib.util.find_spec("unsloth") is not None and cuda_available():
+        from grpo_kit.policy.loading import import_unsloth
+
+        import_unsloth()
+
+
+def with_algorithm(recipe: Recipe, name: str) -> Recipe:
+    """``recipe`` running the named algorithm instead of its own (every algorithm key replaced).
 
     Raises:
         ValueError: an unknown name (:func:`grpo_kit.training.algorithms.get_algorithm`).
@@ -133,145 +346,48 @@ def with_algorithm(preset: Preset, name: str) -> Preset:
     >>> with_algorithm(PRESETS["a100"], "gspo").importance_sampling_level
     'sequence'
     """
-    return dataclasses.replace(preset, **variant(name))
+    return get_preset(recipe, algorithm=name)
 
 
-PRESETS: dict[str, Preset] = {
-    "a100": Preset(
-        name="a100",
-        # Unsloth's ungated copy of the post's model; the gated original is
-        # "meta-llama/Llama-3.1-8B-Instruct" (pass model=..., with a Hub token).
-        model="unsloth/Meta-Llama-3.1-8B-Instruct",
-        description=("The blog post's recipe on one A100 40/80 GB: Llama-3.1-8B-Instruct, Unsloth 4-bit LoRA rank "
-                     "32 with colocated vLLM generation, num_generations 8, 250 steps; GRPO as trl 0.15 ran it for "
-                     "the Unsloth notebook of early 2025 (beta 0.04, per-sequence loss averaging, sampling at "
-                     "temperature 0.9)."),
-        use_unsloth=True,
-        load_in_4bit=True,
-        fast_inference=True,
-        lora_rank=32,
-        lora_alpha=32,
-        max_seq_length=512,
-        max_prompt_tokens=256,
-        max_completion_length=256,
-        num_generations=8,
-        per_device_train_batch_size=8,  # Unsloth sets the per-device batch to num_generations
-        gradient_accumulation_steps=2,
-        max_steps=250,
-        save_steps=25,
-        # trl 0.15.2 sampled at 0.9 and scored log-probabilities undivided by the temperature; trl 1.15 divides by
-        # `temperature`, so the sampling temperature goes to generation_kwargs and the scoring one stays 1.0.
-        temperature=1.0,
-        **variant("grpo"),
-        extra={"generation_kwargs": {"temperature": 0.9}},
-    ),
-    "colab-t4": Preset(
-        name="colab-t4",
-        model="unsloth/Qwen2.5-3B-Instruct",
-        description=("Colab free tier (T4, 16 GB), after Unsloth's Qwen2.5-3B GRPO notebook: 4-bit LoRA rank 64 "
-                     "with colocated vLLM, fp16 (a T4 has no bfloat16), num_generations 6."),
-        use_unsloth=True,
-        load_in_4bit=True,
-        fast_inference=True,
-        lora_rank=64,
-        lora_alpha=64,
-        max_seq_length=1024,
-        max_prompt_tokens=256,
-        max_completion_length=256,
-        num_generations=6,
-        per_device_train_batch_size=6,
-        gradient_accumulation_steps=1,
-        optim="adamw_8bit",
-        gpu_memory_utilization=0.5,
-        bf16=False,
-        save_steps=25,
-        extra={"fp16": True},
-        **variant("trl_default"),
-    ),
-    "full-80gb": Preset(
-        name="full-80gb",
-        model="Qwen/Qwen2.5-1.5B-Instruct",
-        description=("Full fine-tuning of a 1.5B instruct model on one 80 GB card (A100/H100): plain "
-                     "transformers with TRL's own vLLM colocated (Unsloth cannot pair full fine-tuning with "
-                     "fast_inference); float32 master weights with bfloat16 autocast, AdamW."),
-        lora_rank=None,
-        use_vllm=True,
-        gpu_memory_utilization=0.3,
-        max_seq_length=1024,
-        max_prompt_tokens=256,
-        max_completion_length=512,
-        num_generations=8,
-        per_device_train_batch_size=16,
-        gradient_accumulation_steps=1,
-        learning_rate=1e-6,
-        optim="adamw_torch",
-        max_grad_norm=1.0,
-        save_steps=25,
-        **variant("trl_default"),
-    ),
-    "multi-gpu-lora": Preset(
-        name="multi-gpu-lora",
-        model="meta-llama/Llama-3.1-8B-Instruct",
-        description=("Several GPUs, one process each (accelerate launch, configs/accelerate/ddp.yaml): plain "
-                     "transformers + peft LoRA rank 32 in bfloat16, TRL's vLLM colocated on every GPU. Unsloth's "
-                     "multi-GPU GRPO is not a supported route (unsloth #2435, #4559)."),
-        lora_rank=32,
-        lora_alpha=32,
-        use_vllm=True,
-        gpu_memory_utilization=0.3,
-        num_generations=8,
-        per_device_train_batch_size=8,
-        gradient_accumulation_steps=1,
-        optim="adamw_torch",
-        save_steps=25,
-        **variant("trl_default"),
-    ),
-    "multi-gpu-full": Preset(
-        name="multi-gpu-full",
-        model="meta-llama/Llama-3.1-8B-Instruct",
-        description=("Full fine-tuning on several GPUs with DeepSpeed ZeRO-3 (configs/accelerate/zero3.yaml); "
-                     "generation on a separate GPU running vLLM's server (vllm_mode='server', host and port as "
-                     "settings; `python -m grpo_kit plan --preset multi-gpu-full` prints its command)."),
-        lora_rank=None,
-        use_vllm=True,
-        vllm_mode="server",
-        num_generations=8,
-        per_device_train_batch_size=8,
-        gradient_accumulation_steps=1,
-        learning_rate=1e-6,
-        optim="adamw_torch",
-        max_grad_norm=1.0,
-        save_steps=25,
-        **variant("trl_default"),
-    ),
-    "cpu-tiny": Preset(
-        name="cpu-tiny",
-        model=None,
-        description=("The kit's tiny offline policy on a CPU: full fine-tuning, short completions, a constant "
-                     "learning rate high enough to move a 1M-parameter model."),
-        lora_rank=None,
-        max_seq_length=320,
-        max_prompt_tokens=200,
-        max_completion_length=64,
-        num_generations=8,
-        per_device_train_batch_size=32,
-        gradient_accumulation_steps=1,
-        max_steps=100,
-        learning_rate=3e-5,
-        weight_decay=0.0,
-        warmup_ratio=0.0,
-        lr_scheduler_type="constant",
-        optim="adamw_torch",
-        max_grad_norm=1.0,
-        temperature=1.0,
-        save_steps=10,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        seed=0,
-        **variant("trl_default"),
-    ),
-}
+def recipe_yaml(recipe: Recipe) -> str:
+    """``recipe`` as a YAML recipe file (``--config`` reads it back; the run folder keeps it as ``recipe.yaml``)."""
+    import yaml
+
+    settings = {"name": recipe.name, **recipe.settings}
+    return (f"# recipe {recipe.name!r} as this run resolved it: python -m grpo_kit train --config THIS_FILE\n"
+            + yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+                             sort_keys=False, width=110))
+
+
+def preset_names() -> list[str]:
+    """The shipped recipes' names, in the order ``python -m grpo_kit presets`` lists them."""
+    order = ("a100", "colab-t4", "full-80gb", "multi-gpu-lora", "multi-gpu-full", "cpu-tiny")
+    names = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+    return [n for n in order if n in names] + [n for n in names if n not in order]
+
+
+class _Shipped(Mapping[str, Recipe]):
+    """The shipped recipes by name, each read on first use (reading one imports TRL)."""
+
+    def __getitem__(self, name: str) -> Recipe:
+        if name not in preset_names():
+            raise KeyError(name)
+        return _shipped(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(preset_names())
+
+    def __len__(self) -> int:
+        return len(preset_names())
+
+
+@functools.cache
+def _shipped(name: str) -> Recipe:
+    return get_preset(name)
+
+
+#: The shipped recipes (``grpo_kit/recipes/*.yaml``) by name.
+PRESETS: Mapping[str, Recipe] = _Shipped()
 
 
 def preset_for_device(gpu: Gpu | None) -> str:
@@ -293,114 +409,10 @@ def device_preset() -> str:
     return preset_for_device(first_gpu())
 
 
-def get_preset(name: str | Preset | None, /, **overrides: Any) -> Preset:
-    """Return a preset by name with fields replaced by ``overrides``.
+def _version(package: str) -> str:
+    import importlib.metadata as md
 
-    Args:
-        name: a name in :data:`PRESETS`, a :class:`Preset` (passed through), or ``None`` for the
-            preset that fits this machine (:func:`preset_for_device`).
-        **overrides: preset fields to replace.
-
-    Raises:
-        ValueError: unknown preset name; an override that is not a preset field (the message
-            lists them); ``max_prompt_length``, which TRL removed (use ``max_prompt_tokens``).
-
-    >>> get_preset("a100", max_steps=350).max_steps
-    350
-    """
-    if name is None:
-        name = device_preset()
-    preset = name if isinstance(name, Preset) else PRESETS.get(name)
-    if preset is None:
-        raise ValueError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
-    if "max_prompt_length" in overrides:
-        raise ValueError("max_prompt_length is gone from TRL's GRPOConfig (removed in 0.28; passing it is a "
-                         "TypeError): set max_prompt_tokens instead, and the kit drops longer prompts "
-                         "from the dataset")
-    types = {f.name: f.type for f in dataclasses.fields(Preset)}
-    if "reward_weights" in overrides or "rewards" in overrides:
-        raise ValueError("rewards and their weights belong to the run, not the preset: give them with --rewards "
-                         "NAME=WEIGHT (notebook 03: rewards = {name: weight})")
-    unknown = sorted(set(overrides) - set(types))
-    if unknown:
-        close = sorted({c for u in unknown for c in difflib.get_close_matches(u, types, n=2)})
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ValueError(f"unknown preset field(s) {unknown}{hint}: choose from {', '.join(sorted(types))}")
-    if "name" in overrides and overrides["name"] != preset.name:
-        raise ValueError("name is the preset's own name: choose a recipe with --preset (python -m grpo_kit presets "
-                         "lists them) and change its fields, not its name")
-    typed = {name: read_value(name, value, types[name]) for name, value in overrides.items()}
-    return dataclasses.replace(preset, **typed)
-
-
-_TRUE, _FALSE = ("true", "1", "yes", "y", "on"), ("false", "0", "no", "n", "off")
-
-
-def read_value(field: str, value: Any, kind: str) -> Any:
-    """``value`` as the preset field ``field`` of type ``kind`` holds it (the dataclass annotation, e.g.
-    ``"int | None"``): text from the command line is read as written, never by Python's truthiness.
-
-    Booleans accept ``True``/``False``, 1/0 and the words true/false, yes/no, on/off (any case); whole numbers
-    accept ints and whole floats (``1e3``); ``None`` (or the text ``none``, except in a text field, where it is
-    the text) only where the field admits it.
-
-    Raises:
-        ValueError: the value cannot be read as that type; the message names the field and what it takes.
-
-    >>> read_value("bf16", "false", "bool"), read_value("max_steps", 1e3, "int")
-    (False, 1000)
-    >>> read_value("lora_rank", "none", "int | None") is None
-    True
-    """
-    base, optional = kind.removesuffix(" | None"), kind.endswith(" | None")
-    said_none = isinstance(value, str) and value.strip().lower() in ("none", "null")
-    if value is None or (said_none and base != "str"):  # the text "none" is a str field's value (report_to)
-        if optional:
-            return None
-        raise ValueError(f"{field} cannot be None: give a {base}")
-    text = value.strip().lower() if isinstance(value, str) else None
-    if base == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if text in _TRUE or text in _FALSE:
-            return text in _TRUE
-        raise ValueError(f"{field} = {value!r} is not a boolean: write true/false (also yes/no, on/off, 1/0)")
-    if base == "int":
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value) if any(c in text for c in ".e") else int(text, 10)
-            except ValueError:
-                number = None
-        if isinstance(number, float) and number.is_integer() and abs(number) < 2 ** 63:
-            number = int(number)
-        if isinstance(number, int) and not isinstance(number, bool):
-            return number
-        raise ValueError(f"{field} = {value!r} is not a whole number: give one such as 25")
-    if base == "float":
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value)
-            except ValueError:
-                number = None
-        if isinstance(number, (int, float)) and not isinstance(number, bool):
-            return float(number)
-        raise ValueError(f"{field} = {value!r} is not a number: give one such as 1e-5")
-    if base == "str":
-        if isinstance(value, str):
-            return value
-        raise ValueError(f"{field} = {value!r} is not text: give a name, e.g. {field}=...")
-    if base.startswith("tuple"):
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        if isinstance(value, str):
-            return value  # "all-linear" and other single names: checks.py says which are allowed
-        raise ValueError(f"{field} = {value!r}: give a list of names, e.g. {field}='(\"q_proj\", \"v_proj\")'")
-    if base.startswith("dict"):
-        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-            return value
-        raise ValueError(f"{field} = {value!r}: give a dict of GRPOConfig fields, e.g. {field}='{{\"top_p\": 0.9}}'")
-    return value
+    try:
+        return md.version(package)
+    except md.PackageNotFoundError:
+        return "not installed"

@@ -1,6 +1,6 @@
 """GRPO training around TRL's ``GRPOTrainer``: a preset and a reward set become a ``GRPOConfig`` and a trainer.
 
-:func:`build_grpo_config` turns a :class:`grpo_kit.training.presets.Preset` into TRL's config;
+:func:`build_grpo_config` turns a :class:`grpo_kit.training.presets.Recipe` into TRL's config;
 :func:`build_trainer` adds the policy, the rewards and the data, after
 :func:`grpo_kit.training.checks.check_settings`, and checks afterwards that the trainer trains what was
 asked (LoRA: only the adapter; full: every weight). The whole run (checkpoints, resume, held-out
@@ -20,14 +20,13 @@ from grpo_kit.system.files import write_json
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import ALGORITHM_FIELDS
 from grpo_kit.training.checks import check_settings
-from grpo_kit.training.presets import Preset, get_preset
+from grpo_kit.training.presets import Recipe, get_preset
 
 __all__ = [
     "build_grpo_config",
     "build_trainer",
     "check_trains_as_asked",
     "grpo_config",
-    "grpo_config_kwargs",
     "is_unsloth_trainer",
     "save_policy",
 ]
@@ -35,11 +34,11 @@ __all__ = [
 Rewards = RewardSet | Sequence[Any] | Mapping[Any, float]
 
 
-def build_grpo_config(preset: str | Preset, output_dir: str, rewards: Rewards, **overrides: Any) -> Any:
+def build_grpo_config(preset: str | Recipe, output_dir: str, rewards: Rewards, **overrides: Any) -> Any:
     """Build TRL's ``GRPOConfig`` from a preset plus overrides, after :func:`grpo_kit.training.checks.check_settings`.
 
     Args:
-        preset: a name in :data:`grpo_kit.training.presets.PRESETS` or a :class:`grpo_kit.training.presets.Preset`.
+        preset: a name in :data:`grpo_kit.training.presets.PRESETS` or a :class:`grpo_kit.training.presets.Recipe`.
         output_dir: where TRL writes checkpoints (``checkpoint-<step>``) and logs.
         rewards: the rewards (a :class:`grpo_kit.tasks.RewardSet`, names or functions; their weights become
             ``reward_weights``).
@@ -51,7 +50,7 @@ def build_grpo_config(preset: str | Preset, output_dir: str, rewards: Rewards, *
 
     Raises:
         ValueError: see :func:`grpo_kit.training.presets.get_preset` and
-            :func:`grpo_kit.training.checks.check_settings`; a key of ``extra`` that ``GRPOConfig`` does not take.
+            :func:`grpo_kit.training.checks.check_settings`.
     """
     p = get_preset(preset, **overrides)
     reward_set = RewardSet(rewards)
@@ -59,74 +58,22 @@ def build_grpo_config(preset: str | Preset, output_dir: str, rewards: Rewards, *
     return grpo_config(p, output_dir, reward_set)
 
 
-def grpo_config(p: Preset, output_dir: str, rewards: RewardSet) -> Any:
+def grpo_config(p: Recipe, output_dir: str, rewards: RewardSet) -> Any:
     """TRL's ``GRPOConfig`` for settings already checked (:func:`build_grpo_config` checks them first).
 
     Raises:
-        ValueError: ``GRPOConfig`` refused a key of the preset's ``extra``.
-        RuntimeError: the config holds other algorithm fields than the preset (Unsloth's config rewrites some).
+        RuntimeError: the config holds other algorithm fields than the recipe (Unsloth's config rewrites some).
     """
     from trl import GRPOConfig
 
-    kwargs = grpo_config_kwargs(p, output_dir, rewards)
-    try:
-        config = GRPOConfig(**kwargs)
-    except TypeError as e:  # an unknown key in `extra` (checked earlier where TRL could be imported)
-        raise ValueError(f"GRPOConfig refused the settings ({e}): check the keys of the preset's extra") from None
+    config = GRPOConfig(**p.grpo_kwargs(output_dir, rewards.weights))
     # Unsloth's generated GRPOConfig rewrites some algorithm fields by loss_type (unsloth/models/rl.py): the run folder
-    # records the preset's values, so a config that runs other ones is refused rather than trained.
+    # records the recipe's values, so a config that runs other ones is refused rather than trained.
     changed = {k: (getattr(p, k), getattr(config, k)) for k in ALGORITHM_FIELDS if getattr(config, k) != getattr(p, k)}
     if changed:
         raise RuntimeError(f"{type(config).__name__} changed the algorithm's fields (asked -> got): {changed}; the "
                            "run would not train what its run folder records. Set those fields to the values shown")
     return config
-
-
-def grpo_config_kwargs(p: Preset, output_dir: str, rewards: RewardSet) -> dict[str, Any]:
-    """The keyword arguments :func:`grpo_config` passes to TRL's ``GRPOConfig`` (plain values; no TRL import).
-
-    Fields not given keep TRL's defaults, or on an Unsloth route the defaults of Unsloth's generated config
-    (:func:`grpo_kit.training.plan.algorithm` says what they amount to).
-    """
-    kwargs: dict[str, Any] = dict(
-        output_dir=output_dir,
-        learning_rate=p.learning_rate,
-        adam_beta1=p.adam_beta1,
-        adam_beta2=p.adam_beta2,
-        weight_decay=p.weight_decay,
-        # transformers 5 folded warmup_ratio into warmup_steps: a float in [0, 1) is a ratio.
-        warmup_steps=p.warmup_ratio if p.warmup_ratio > 0 else 0,
-        lr_scheduler_type=p.lr_scheduler_type,
-        optim=p.optim,
-        logging_steps=p.logging_steps,
-        per_device_train_batch_size=p.per_device_train_batch_size,
-        gradient_accumulation_steps=p.gradient_accumulation_steps,
-        num_generations=p.num_generations,
-        max_completion_length=p.max_completion_length,
-        max_steps=p.max_steps,
-        save_strategy="steps",
-        save_steps=p.save_steps,
-        save_total_limit=p.save_total_limit,
-        max_grad_norm=p.max_grad_norm,
-        temperature=p.temperature,
-        **{name: getattr(p, name) for name in ALGORITHM_FIELDS},
-        bf16=p.bf16,
-        use_cpu=p.use_cpu,
-        gradient_checkpointing=p.gradient_checkpointing,
-        reward_weights=rewards.weights,
-        report_to=p.report_to,
-        seed=p.seed,
-    )
-    if p.use_vllm:
-        kwargs.update(use_vllm=True, vllm_mode=p.vllm_mode)
-        if p.vllm_mode == "colocate":
-            # unset, vLLM takes the model's maximum and may not fit its share (Preset.vllm_max_model_len)
-            kwargs.update(vllm_gpu_memory_utilization=p.gpu_memory_utilization,
-                          vllm_max_model_length=p.vllm_max_model_len)
-        else:
-            kwargs.update(vllm_server_host=p.vllm_server_host, vllm_server_port=p.vllm_server_port)
-    kwargs.update(p.extra)
-    return kwargs
 
 
 def is_unsloth_trainer(trainer_class: type) -> bool:
@@ -139,7 +86,7 @@ def build_trainer(
     model: Any,
     tokenizer: Any,
     train_dataset: Any,
-    preset: str | Preset,
+    preset: str | Recipe,
     rewards: Rewards,
     output_dir: str,
     callbacks: Sequence[Any] = (),
@@ -152,7 +99,7 @@ def build_trainer(
         model: a loaded ``PreTrainedModel`` (see :meth:`grpo_kit.policy.source.PolicySource.load`).
         tokenizer: its tokenizer, with a chat template.
         train_dataset: a ``datasets.Dataset`` with ``prompt`` and the columns the rewards read.
-        preset: a name in :data:`grpo_kit.training.presets.PRESETS` or a :class:`grpo_kit.training.presets.Preset`.
+        preset: a name in :data:`grpo_kit.training.presets.PRESETS` or a :class:`grpo_kit.training.presets.Recipe`.
         rewards: a :class:`grpo_kit.tasks.RewardSet` (its weights become ``GRPOConfig.reward_weights``; weight 0 =
             logged, not trained), or names and/or functions (weight 1 each), or a ``{reward: weight}`` mapping.
         output_dir: TRL's output folder (checkpoints).
@@ -196,15 +143,15 @@ def build_trainer(
     if p.lora_rank is not None and not p.use_unsloth:  # Unsloth's loader already added the adapter
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules),
-                                 task_type="CAUSAL_LM")
+        peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha,
+                                 target_modules=list(p.loading.lora_target_modules), task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=model, reward_funcs=reward_set.checked_funcs, args=config, train_dataset=train_dataset,
                           processing_class=tokenizer, peft_config=peft_config, callbacks=list(callbacks))
     check_trains_as_asked(trainer.model, p)
     return trainer
 
 
-def check_trains_as_asked(model: Any, preset: Preset) -> None:
+def check_trains_as_asked(model: Any, preset: Recipe) -> None:
     """Check that ``model``'s trainable weights are what ``preset`` asks for.
 
     Raises:

@@ -87,8 +87,8 @@ def source_of(preset):
 
 
 def small_run(**overrides):
-    """Preset overrides for a few quick steps on the random Llama."""
+    """Recipe overrides for a few quick steps on the random Llama."""
     base = dict(max_steps=3, per_device_train_batch_size=8, num_generations=4, max_completion_length=16,
-                max_prompt_tokens=512, max_seq_length=768, save_steps=1000, warmup_ratio=0.0)
+                max_prompt_tokens=512, max_seq_length=768, save_steps=1000, warmup_steps=0)
     base.update(overrides)
     return base

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")
 
 
 def test_full_finetuning_at_the_presets_learning_rate_moves_the_weights(random_llama, gsm8k_small, tmp_path):
-    """Defect 2: at lr 1e-6, float32 master weights move; bfloat16 weights would round most updates away."""
-    preset = get_preset("full-80gb", model=str(random_llama), gpu_memory_utilization=0.2, **small_run())
+    """At lr 1e-6, float32 master weights move; bfloat16 weights would round most updates away."""
+    preset = get_preset("full-80gb", model=str(random_llama), vllm_gpu_memory_utilization=0.2, **small_run())
     assert preset.learning_rate == 1e-6
     model, tokenizer = source_of(preset).load(preset.loading)
     assert next(model.parameters()).dtype == torch.float32

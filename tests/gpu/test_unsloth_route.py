@@ -31,7 +31,7 @@ def test_unsloth_lora_grpo_trains_evaluates_saves_and_reloads(random_llama, gsm8
 
     assert is_unsloth_trainer(GRPOTrainer)
     preset = get_preset("a100", model=str(random_llama), load_in_4bit=False, fast_inference=HAS_VLLM, lora_rank=8,
-                        lora_alpha=16, gpu_memory_utilization=0.3, learning_rate=1e-4, **small_run())
+                        lora_alpha=16, vllm_gpu_memory_utilization=0.3, learning_rate=1e-4, **small_run())
     model, tokenizer = source_of(preset).load(preset.loading)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     trainer = build_trainer(model, tokenizer, gsm8k_small, preset, format_and_length(), str(tmp_path / "out"))
@@ -54,7 +54,7 @@ def test_unsloth_lora_grpo_trains_evaluates_saves_and_reloads(random_llama, gsm8
 
 
 def test_unsloth_without_vllm_evaluates_before_and_after_through_unsloth(random_llama, gsm8k_small, tmp_path):
-    """Defect 9: with fast_inference=False both sides load through Unsloth (not plain peft for the adapter)."""
+    """With fast_inference=False both sides load through Unsloth (not plain peft for the adapter)."""
     preset = get_preset("a100", model=str(random_llama), load_in_4bit=False, fast_inference=False, lora_rank=8,
                         lora_alpha=16, learning_rate=1e-4, **small_run())
     assert eval_route(preset.loading) == "unsloth"

@@ -36,7 +36,7 @@ def fake_cuda(monkeypatch):
 
 
 def test_ddp_puts_each_process_on_its_own_gpu_not_device_map_auto(fake_cuda, monkeypatch):
-    """Defect 2: accelerate 1.15 refuses device_map='auto' in any distributed mode."""
+    """Each DDP process loads on its own GPU: accelerate 1.15 refuses device_map='auto' in any distributed mode."""
     fake_cuda(count=2)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
@@ -71,7 +71,7 @@ def test_one_process_may_spread_over_the_gpus(fake_cuda, monkeypatch):
 
 
 def test_a_card_without_bfloat16_gets_float16_not_bfloat16(fake_cuda):
-    """Defect 5: a T4 or V100 has no bfloat16."""
+    """A card without bfloat16 (T4, V100) loads in float16."""
     fake_cuda(count=1, name="Tesla T4", memory_gib=14.7, bf16=False)
     gpu = devices.first_gpu()
     assert (gpu.name, round(gpu.memory_gib, 1), gpu.bf16) == ("Tesla T4", 14.7, False)
@@ -102,7 +102,7 @@ class _OnlyHealth(BaseHTTPRequestHandler):
 
 
 def test_the_server_probe_asks_where_vllm_and_trl_ask():
-    """Defect 6: trl 1.15's client probes /health; vLLM's server does not answer /health/."""
+    """The server probe asks /health, as trl 1.15's client does (vLLM's server does not answer /health/)."""
     from grpo_kit.policy.vllm import check_vllm_server
 
     server = HTTPServer(("127.0.0.1", 0), _OnlyHealth)
@@ -180,7 +180,7 @@ class _Tokenizer:
 
 
 def test_the_unsloth_backend_loads_its_adapter_once(monkeypatch, tmp_path):
-    """Defect 7: one LoRA request for the backend's life, not a new adapter id per generate call."""
+    """The Unsloth backend makes one LoRA request for its life, not a new adapter id per generate call."""
     from grpo_kit.policy.generation import Sampling
     from grpo_kit.policy.vllm import UnslothVLLMBackend
 
@@ -243,7 +243,7 @@ def test_an_unknown_model_says_how_to_give_its_config(tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("GRPO_KIT_DEEPSPEED"), reason="DeepSpeed lives in .deepspeed (make test)")
 def test_zero3_loading_makes_transformers_load_partitioned_while_kept():
-    """Defect 2, ZeRO-3: transformers loads each process's shard only when DeepSpeed's config is live before
+    """Under ZeRO-3, transformers loads each process's shard only when DeepSpeed's config is live before
     from_pretrained; the kit makes it so (and only under ZeRO-3)."""
     code = ("from grpo_kit.policy.devices import Launch, zero3_loading\n"
             "from transformers.integrations import is_deepspeed_zero3_enabled\n"

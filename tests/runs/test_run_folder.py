@@ -22,7 +22,7 @@ from grpo_kit.runs.folder import RunFolder, RunFolderBusy
 from grpo_kit.tasks import get_task
 from grpo_kit.tasks.countdown import safe_eval
 from grpo_kit.tasks.rewards import RewardSet, guarded, probe
-from grpo_kit.training.presets import get_preset, read_value
+from grpo_kit.training.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 GSM8K = get_task("gsm8k")
@@ -73,18 +73,19 @@ def test_the_lock_is_reentrant_in_one_process(tmp_path):
 @pytest.mark.parametrize("text, value", [("false", False), ("False", False), ("no", False), ("0", False),
                                          ("TRUE", True), ("yes", True), ("1", True), (True, True), (0, False)])
 def test_booleans_are_read_as_written(text, value):
-    assert read_value("bf16", text, "bool") is value
+    """TRL's parser reads a boolean as the command line writes it; Python's 0 and True too."""
+    assert get_preset("cpu-tiny", bf16=text).bf16 is value
     assert get_preset("cpu-tiny", gradient_checkpointing=text).gradient_checkpointing is value
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("bf16", "maybe", "bf16 = 'maybe' is not a boolean"),
-    ("max_steps", "2.5", "is not a whole number"),
-    ("learning_rate", "fast", "is not a number"),
+    ("bf16", "maybe", "recipe key bf16: Truthy value expected: got maybe"),
+    ("max_steps", "2.5", "recipe key max_steps: invalid int value: '2.5'"),
+    ("learning_rate", "fast", "recipe key learning_rate: invalid float value: 'fast'"),
     ("lora_rank", "None", None),
-    ("seed", None, "seed cannot be None"),
 ])
 def test_set_values_are_typed(field, value, message):
+    """Overrides are read by TRL's parser as their key's type; a value it cannot read is refused in one line."""
     if message is None:
         assert getattr(get_preset("a100", **{field: value}), field) is None
     else:
@@ -120,8 +121,10 @@ def test_a_users_reward_module_is_checked_before_anything_loads(module, source, 
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--set", "name=x"], "name is the preset's own name"),
-    (["train", "--set", "extra=5"], "extra = 5: give a dict of GRPOConfig fields"),
+    (["train", "--set", "name=x"], "name is the recipe's own name"),
+    (["train", "--set", "extra=5"], "recipe key 'extra' is gone: write its GRPOConfig keys themselves"),
+    (["train", "--set", "seed=None"], "seed = None cannot work"),
+    (["train", "--learning_rat", "1e-5"], "unknown recipe key 'learning_rat' (did you mean learning_rate?)"),
     (["train", "--set", "reward_weights=5"], "give them with --rewards NAME=WEIGHT"),
     (["train", "--rewards", ":"], "write module:function"),
     (["train", "--set", "optim=bogus"], "optim = 'bogus' is not a name transformers knows"),

@@ -234,6 +234,22 @@ def test_resuming_a_finished_run_trains_nothing_and_a_shorter_one_is_refused(uni
     assert "has trained 6 steps, more than --max-steps 4: a run cannot be shortened" in capsys.readouterr().err
 
 
+def test_a_resume_without_a_recipe_trains_on_with_the_one_the_run_folder_recorded(uninterrupted, tiny_policy_files,
+                                                                                tmp_path, capsys):
+    """The run folder keeps the resolved recipe (recipe.yaml, TRL's keys, the --set values in it); `train --resume`
+    without --preset or --set reads it, and the run is the same run (no 'different run' refusal)."""
+    from grpo_kit.training.presets import get_preset
+
+    run_dir = _copy(uninterrupted[0], tmp_path)
+    recipe = get_preset(run_dir / "recipe.yaml")
+    assert (recipe.name, recipe.learning_rate, recipe.max_completion_length) == ("cpu-tiny", 0.02, 12)
+    args = _train_args(tiny_policy_files, run_dir, "--resume")
+    args = [a for a in args if a != "--set" and "=" not in a]
+    del args[args.index("--preset"):args.index("--preset") + 2]
+    assert main(args) == 0
+    assert "finished at step 6 of 6: nothing to train" in capsys.readouterr().err
+
+
 def test_a_run_killed_during_its_final_save_finishes_it_on_resume_without_another_step(uninterrupted,
                                                                                        tiny_policy_files, tmp_path):
     run_dir = _copy(uninterrupted[0], tmp_path)

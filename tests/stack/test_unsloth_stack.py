@@ -50,7 +50,7 @@ _patch_trl_as_on_a_gpu()
 
 def _cpu(preset):
     """The preset as it can be validated on a CPU: no mixed precision (GRPOConfig checks for a GPU)."""
-    return get_preset(preset, bf16=False, extra={k: v for k, v in preset.extra.items() if k != "fp16"})
+    return get_preset(preset, bf16=False, fp16=False)
 
 
 def _unsloth_lora(model, rank=8):
@@ -102,7 +102,7 @@ def test_every_algorithm_builds_under_unsloths_config_with_trl_1_15(name, tmp_pa
     if name == "vespo":  # with vLLM, TRL's trainer takes VESPO only with a token-level correction: refused before
         with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
             build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
-        preset = get_preset(preset, extra={**preset.extra, "vllm_importance_sampling_mode": "token_truncate"})
+        preset = get_preset(preset, vllm_importance_sampling_mode="token_truncate")
     config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
     for field, value in ALGORITHMS[name].fields.items():
         assert getattr(config, field) == value, (name, field)
@@ -158,7 +158,7 @@ def test_unsloths_trainer_runs_grpo_steps_and_moves_the_adapter(tiny_policy, gsm
                         per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
                         max_completion_length=8, learning_rate=0.05, lr_scheduler_type="constant", warmup_ratio=0.0,
                         optim="adamw_torch", save_steps=100, max_prompt_tokens=200)
-    preset = get_preset(preset, extra={**preset.extra, **trl_completions_settings()})  # what a run keeps
+    preset = get_preset(preset, **trl_completions_settings())  # what a run keeps
     lora = _unsloth_lora(model)
     before = {n: p.detach().clone() for n, p in lora.named_parameters() if p.requires_grad}
     keep = keep_groups(tmp_path / "groups", GroupsKept(), FORMAT_AND_LENGTH.names, FORMAT_AND_LENGTH.weights, 4)
@@ -198,14 +198,14 @@ def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):
 
 
 def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_path):
-    """Issue 23, defect 4: Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False
+    """Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False
     (unsloth/models/rl.py), so TRL never logs the gap; the kit's plan says the alarm is not armed on that route."""
     from grpo_kit.training.callbacks import stale_weights_alarm
 
     config = build_grpo_config(_cpu(PRESETS["a100"]), str(tmp_path), GSM8K.reward_set())
     assert config.vllm_importance_sampling_correction is False
     assert stale_weights_alarm(PRESETS["a100"])["armed"] is False
-    armed = get_preset(PRESETS["a100"], extra={"vllm_importance_sampling_correction": True})
+    armed = get_preset(PRESETS["a100"], vllm_importance_sampling_correction=True)
     assert build_grpo_config(_cpu(armed), str(tmp_path), GSM8K.reward_set()).vllm_importance_sampling_correction
     assert stale_weights_alarm(armed)["armed"] is True
 
@@ -216,14 +216,13 @@ def test_plans_unsloth_changes_are_what_the_generated_trainer_does(tmp_path):
     from trl import GRPOConfig
 
     from grpo_kit.training.plan import unsloth_changes
-    from grpo_kit.training.trainer import grpo_config_kwargs
 
     source = (Path(os.environ.get("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache"))
               / "UnslothGRPOTrainer.py").read_text()
     setter = source[source.index("if hasattr(model, 'vllm_engine') and hasattr(args, 'use_vllm'):"):][:2500]
     for line in ("args.use_vllm = True", "args.top_k = -1", "args.vllm_mode='colocate'"):
         assert line in setter, line
-    changes = unsloth_changes(PRESETS["a100"], grpo_config_kwargs(PRESETS["a100"], str(tmp_path), GSM8K.reward_set()))
+    changes = unsloth_changes(PRESETS["a100"], PRESETS["a100"].grpo_kwargs(str(tmp_path), GSM8K.reward_set().weights))
     assert changes["vllm_importance_sampling_correction"] == (None, GRPOConfig(
         output_dir=str(tmp_path), use_cpu=True).vllm_importance_sampling_correction)
     assert {field: new for field, (_, new) in changes.items()} == {

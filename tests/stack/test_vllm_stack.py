@@ -42,7 +42,7 @@ def test_every_presets_config_builds_under_trl_1_15(name, tmp_path):
     import trl
 
     assert trl.__version__ == "1.15.0"
-    preset = get_preset(PRESETS[name], bf16=False, extra={k: v for k, v in PRESETS[name].extra.items() if k != "fp16"})
+    preset = get_preset(PRESETS[name], bf16=False, fp16=False)
     config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
     assert type(config) is trl.GRPOConfig
     assert (config.per_device_train_batch_size, config.num_generations, config.learning_rate, config.optim,
@@ -135,10 +135,10 @@ def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weig
     assert model.config.tie_word_embeddings
     # use_cpu=False: the kit refuses colocated vLLM on a CPU preset (the sync cannot work without shim 2); on
     # this machine without CUDA everything runs on the CPU all the same.
-    preset = get_preset("cpu-tiny", use_vllm=True, use_cpu=False, gpu_memory_utilization=0.3, max_steps=3,
+    preset = get_preset("cpu-tiny", use_vllm=True, use_cpu=False, vllm_gpu_memory_utilization=0.3, max_steps=3,
                         logging_steps=1,
                         per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
-                        learning_rate=0.1, save_steps=100, extra={"vllm_max_model_length": 512})
+                        learning_rate=0.1, save_steps=100, vllm_max_model_length=512)
     alarm = StaleWeightsAlarm(threshold=0.1)
     trainer = build_trainer(model, tokenizer, gsm8k_train_small, preset,
                             RewardSet(["strict_format_reward_func", length_reward]), str(tmp_path), callbacks=[alarm])

@@ -3,12 +3,10 @@ combinations are refused before any model loads, and the run folder records what
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from grpo_kit.training.algorithms import ALGORITHM_FIELDS, ALGORITHMS, LOSS_TYPES, algorithm_settings, check_algorithm
-from grpo_kit.training.presets import PRESETS, Preset, get_preset, with_algorithm
+from grpo_kit.training.presets import PRESETS, get_preset, with_algorithm
 
 
 def test_every_preset_names_its_algorithm_and_sets_every_field_of_it():
@@ -23,7 +21,7 @@ def test_a100_runs_grpo_as_trl_0_15_ran_it_for_the_blog_posts_notebook():
     assert (a100.algorithm, a100.loss_type, a100.beta, a100.scale_rewards, a100.num_iterations) == \
         ("grpo", "grpo", 0.04, "group", 1)
     assert a100.use_bias_correction_kl is False  # trl 0.15's k3 KL, not reweighted by the ratio
-    assert a100.temperature == 1.0 and a100.extra["generation_kwargs"] == {"temperature": 0.9}
+    assert a100.temperature == 1.0 and a100.generation_kwargs == {"temperature": 0.9}
 
 
 def test_trl_loss_types_are_the_ones_the_kit_accepts():
@@ -66,8 +64,7 @@ def test_set_overrides_a_field_of_the_variant_and_the_record_says_so(tmp_path):
     ({"top_entropy_quantile": 1.5}, "top_entropy_quantile"),
     ({"loss_type": "luspo"}, "needs importance_sampling_level='sequence'"),
     ({"loss_type": "vespo", "use_vllm": True, "use_cpu": False}, "vllm_importance_sampling_mode"),
-    ({"extra": {"sync_ref_model": True}}, "sync_ref_model needs a reference model"),
-    ({"extra": {"loss_type": "grpo"}}, "preset's own fields"),
+    ({"sync_ref_model": True}, "sync_ref_model needs a reference model"),
 ])
 def test_bad_algorithm_settings_are_refused_before_any_model_loads(tmp_path, kwargs, message):
     from grpo_kit.runs.spec import RunSpec
@@ -84,7 +81,10 @@ def test_cli_refuses_an_unknown_algorithm(capsys):
     assert "invalid choice: 'ppo'" in capsys.readouterr().err
 
 
-def test_a_custom_preset_without_an_algorithm_field_gets_trl_defaults_recorded():
-    custom = Preset(name="mine", model=None)
+def test_a_users_recipe_without_an_algorithm_key_gets_trl_defaults_recorded(tmp_path):
+    """A recipe file that names no algorithm records TRL's defaults written out, and takes overrides."""
+    (tmp_path / "mine.yaml").write_text("model_name_or_path: null\nlearning_rate: 1.0e-5\n")
+    custom = get_preset(tmp_path / "mine.yaml")
+    assert custom.name == "mine" and custom.learning_rate == 1e-5
     assert algorithm_settings(custom)["fields"] == ALGORITHMS["trl_default"].fields
-    assert dataclasses.replace(custom, beta=0.1).beta == 0.1
+    assert get_preset(custom, beta=0.1).beta == 0.1

@@ -16,18 +16,17 @@ REWARDS = get_task("gsm8k").reward_set()
 
 @pytest.mark.parametrize("name", ["multi-gpu-lora", "full-80gb"])
 def test_trls_colocated_vllm_gets_the_recipes_context_length(name):
-    """Defect 1: unset, vLLM takes the model's 131,072 tokens and does not fit 0.3 of an 80 GB card."""
-    from grpo_kit.training.trainer import grpo_config_kwargs
-
+    """TRL's colocated vLLM gets prompt + completion length: unset, vLLM takes the model's 131,072 tokens and does
+    not fit 0.3 of an 80 GB card."""
     preset = PRESETS[name]
-    kwargs = grpo_config_kwargs(preset, "out", REWARDS)
+    kwargs = preset.grpo_kwargs("out", REWARDS.weights)
     assert kwargs["vllm_max_model_length"] == preset.max_prompt_tokens + preset.max_completion_length
 
 
 def test_without_a_context_length_the_plan_says_vllm_will_not_start():
     from grpo_kit.training.plan import make_plan
 
-    unset = make_plan("multi-gpu-lora", {"extra": {"vllm_max_model_length": 131072}}, device="a100-80gb",
+    unset = make_plan("multi-gpu-lora", {"vllm_max_model_length": 131072}, device="a100-80gb",
                       launch="ddp", processes=8)
     assert unset["fatal"] and any("vLLM will not start" in line for line in unset["problems"])
     assert unset["memory"]["kv_cache_needed"] == 16.0  # 131,072 tokens x 128 KiB
@@ -53,7 +52,7 @@ def _fsdp_checkpoint(folder, step, optimizer=True, weights=True):
 
 
 def test_an_fsdp_sharded_checkpoint_is_complete_and_resumed_from(tmp_path):
-    """Defect 3: the sharded layout counts; a half-written one does not."""
+    """An FSDP-sharded checkpoint counts as complete and is resumed from; a half-written one does not."""
     from grpo_kit.training.checkpoints import is_complete, latest_complete
 
     folder = tmp_path / "checkpoints"
@@ -106,7 +105,7 @@ class _Tokenizer:
 
 
 def test_the_final_save_under_fsdp_sharded_writes_the_weights(tmp_path):
-    """Defect 3: the final model is gathered into one full state dict."""
+    """Under FSDP with sharded checkpoints, the final model is gathered into one full state dict."""
     from grpo_kit.training.trainer import save_policy
 
     path = save_policy(_FsdpTrainer("StateDictType.SHARDED_STATE_DICT"), _Tokenizer(), tmp_path / "model")
@@ -124,7 +123,7 @@ def test_a_save_that_wrote_no_weights_is_an_error(tmp_path):
 
 
 def test_the_stale_weights_alarm_says_at_the_first_step_that_it_is_not_armed(caplog):
-    """Defect 4: on Unsloth's routes the metric is never logged; the run's log says so, once."""
+    """On Unsloth's routes the metric the alarm reads is never logged; the run's log says so, once."""
     from grpo_kit.training.callbacks import STALE_METRIC, StaleWeightsAlarm, stale_weights_alarm
 
     why = stale_weights_alarm(PRESETS["a100"])

@@ -22,7 +22,7 @@ def test_a100_preset_is_the_blog_posts_recipe(tmp_path):
     assert (preset.max_seq_length, preset.max_prompt_tokens, preset.max_completion_length) == (512, 256, 256)
     # the rewards belong to the task now: GSM8K trains with the blog post's six, weight 1 each
     assert GSM8K.rewards == SEED_REWARDS and GSM8K.reward_set().names == list(SEED_REWARDS)
-    assert not hasattr(preset, "rewards") and not hasattr(preset, "reward_weights")
+    assert not hasattr(preset, "rewards") and "reward_weights" not in preset.settings
     config = build_grpo_config("a100", str(tmp_path), GSM8K.reward_set(), bf16=False)  # bf16 needs a GPU
     assert config.learning_rate == 5e-6
     assert (config.adam_beta1, config.adam_beta2, config.weight_decay) == (0.9, 0.99, 0.1)
@@ -48,7 +48,7 @@ def test_overrides_reach_grpo_config(tmp_path):
     (SEED_REWARDS, None, dict(num_generations=1, per_device_train_batch_size=4), "num_generations = 1 cannot work"),
     (("typo_reward",), None, {}, "unknown reward 'typo_reward'"),
     (SEED_REWARDS, None, dict(max_prompt_length=256), "max_prompt_tokens"),
-    (SEED_REWARDS, None, dict(learning_rat=1e-5), "unknown preset field"),
+    (SEED_REWARDS, None, dict(learning_rat=1e-5), r"unknown recipe key 'learning_rat' \(did you mean learning_rate"),
     (SEED_REWARDS, (1.0,), {}, "one weight per reward"),
     (SEED_REWARDS, (0,) * len(SEED_REWARDS), {}, "every reward weight is 0"),
     (SEED_REWARDS, None, dict(max_completion_length=0), "max_completion_length = 0 cannot work"),
