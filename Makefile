@@ -125,7 +125,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
-# 7 minutes (measured 407 s once installed). Each test file runs on one process, so a module's expensive fixture (a trained policy,
+# 9 minutes (measured 539 to 573 s once installed). Each test file runs on one process, so a module's expensive fixture (a trained policy,
 # a reference run) is built once. (Finer `xdist_group`s would balance better, but pytest 9.2 with xdist 3.8
 # silently ignores them: pytest-xdist #1386.)
 # The viewer's browser tests (tests/runs/test_view.py) open it in Debian's headless Chromium through Debian's
