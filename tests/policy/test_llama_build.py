@@ -11,23 +11,11 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from grpo_kit.policy.llama_cpp import _child_env, import_llama_cpp, llama_dir
+from tests.llama import needs_llama
 
 #: Instruction sets a portable build must not have compiled in: a CPU without them would die on the first use.
 NOT_PORTABLE = ("AVX512", "AMX", "AVX_VNNI", "AVX512_BF16", "AVX512_VNNI", "AVX512_VBMI")
-
-
-def _built() -> bool:
-    try:
-        import_llama_cpp()
-    except ImportError:
-        return False
-    return (llama_dir() / "llama.cpp" / "convert_hf_to_gguf.py").is_file()
-
-
-needs_llama = pytest.mark.skipif(not _built(), reason="llama.cpp not built: make install-llama")
 
 
 @needs_llama

@@ -20,21 +20,9 @@ import torch
 from grpo_kit.cli import main
 from grpo_kit.runs.export import Verification, export, model_card, push_to_hub, verify_export
 from grpo_kit.runs.folder import RunFolder, RunFolderBusy
+from tests.llama import needs_llama
 
 QUESTIONS = 8
-
-
-def _gguf_ready() -> bool:
-    from grpo_kit.policy.llama_cpp import import_llama_cpp, llama_dir
-
-    try:
-        import_llama_cpp()
-    except ImportError:
-        return False
-    return (llama_dir() / "llama.cpp" / "convert_hf_to_gguf.py").is_file()
-
-
-needs_llama = pytest.mark.skipif(not _gguf_ready(), reason="llama.cpp not built: make install-llama")
 
 
 @pytest.fixture(scope="module")
