@@ -486,6 +486,14 @@ def _compare_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_recipe_file(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE`` on a command that takes a recipe; TRL's ``--KEY VALUE`` overrides land in ``trl``."""
+    parser.set_defaults(trl=[])
+    parser.add_argument("--config", default=None, metavar="FILE.yaml",
+                        help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
+                        "and grpo_kit's own; --KEY VALUE after it overrides any key")
+
+
 def _parser() -> argparse.ArgumentParser:
     from grpo_kit.demo import DemoConfig
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
@@ -519,10 +527,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     train = sub.add_parser("train", help="GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
-    train.set_defaults(trl=[])
-    train.add_argument("--config", default=None, metavar="FILE.yaml",
-                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
-                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
+    _add_recipe_file(train)
     train.add_argument("--preset", default=None, choices=list(PRESETS),
                        help="the recipe (default: the one that fits this machine's GPU, cpu-tiny without one)")
     train.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
@@ -568,10 +573,7 @@ def _parser() -> argparse.ArgumentParser:
                     "same settings again reuse the baseline; other settings are refused)")
     ev.add_argument("--replace-baseline", action="store_true", help="--before: replace a baseline measured with "
                     "other settings, and the evaluation after training and report made against it")
-    ev.set_defaults(trl=[])
-    ev.add_argument("--config", default=None, metavar="FILE.yaml",
-                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
-                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
+    _add_recipe_file(ev)
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
     ev.add_argument("--task", default=DEFAULT_TASK, metavar="NAME|PATH.yaml",
                     help=f"--before: the task: {', '.join(TASKS)}, or a task file")
@@ -635,10 +637,7 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
                                        "resume, problems), without loading a model or needing a GPU")
-    plan.set_defaults(trl=[])
-    plan.add_argument("--config", default=None, metavar="FILE.yaml",
-                    help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
-                    "and grpo_kit's own; --KEY VALUE after it overrides any key")
+    _add_recipe_file(plan)
     plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets); default: the one "
                       "the notebooks pick for --device (or this machine's GPU): t4-16gb colab-t4, a100-40gb a100")
     plan.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any preset field")
