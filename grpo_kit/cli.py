@@ -129,8 +129,8 @@ def _quiet_library_bars() -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from grpo_kit.demo import DemoConfig, run_demo
     from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.runs.pipeline import DemoConfig, run_demo
     from grpo_kit.tasks import DEFAULT_TASK, get_task
 
     warm = WarmStart(steps=args.warm_steps, xml_share=args.xml_share)  # bad values raise here
@@ -145,62 +145,6 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_spec(args: argparse.Namespace) -> Any:
-    """The :class:`grpo_kit.runs.spec.RunSpec` of ``train``'s arguments (resolved and checked, nothing loaded)."""
-    from grpo_kit.runs.spec import RunSpec
-    from grpo_kit.tasks import get_task
-    from grpo_kit.training.groups import GroupsKept
-    from grpo_kit.training.presets import device_preset
-    from grpo_kit.training.tracking import setup_wandb
-
-    overrides = parse_sets(args.set)
-    for name in ("max_steps", "save_steps"):
-        if getattr(args, name) is not None:
-            overrides[name] = getattr(args, name)
-    if args.report_to == "wandb":
-        overrides["report_to"] = setup_wandb(args.wandb_project)
-    rewards = parse_rewards(args.rewards) if args.rewards else None
-    task = args.task if args.task is not None else _recorded_task(args.run_dir)
-    source = _recipe_source(args)
-    name = Path(source).stem if args.config else source or device_preset()
-    run_dir = args.run_dir or Path("runs") / f"{name}-{get_task(task).name}"
-    train_size, kept, recorded_size = args.train_size, {}, None
-    if args.resume:  # the recorded plan (steps, checkpoints, questions) unless this command changes it
-        kept, recorded_size = _recorded_plan(run_dir, overrides)
-        train_size = recorded_size if train_size is None else train_size
-        overrides = {**kept, **overrides}
-    spec = RunSpec.resolve(source, task, rewards=rewards, model=args.model, run_dir=run_dir,
-                           resume=args.resume, train_size=train_size, eval_steps=args.eval_steps,
-                           eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
-                           warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
-                           algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides,
-                           groups=GroupsKept(args.groups_every, args.groups_per_step))
-    if args.resume and (kept or recorded_size is not None) and spec.launch.is_main:  # said once the run is accepted
-        log.info(f"resuming with the plan {Path(run_dir) / 'train_settings.json'} records: "
-                 + ", ".join(f"{k} {v}" for k, v in {**kept, "train_size": train_size}.items() if v is not None)
-                 + " (--max-steps, --save-steps or --set change it)")
-    return spec
-
-
-def _recorded_plan(run_dir: str | Path, given: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """What a run folder's ``train_settings.json`` records of its plan (max_steps, save_steps, ... less the fields in
-    ``given``) and its ``train_size``: what ``train --resume`` keeps unless told otherwise. Empty for a new folder."""
-    import json
-
-    from grpo_kit.training.presets import PLAN_FIELDS
-
-    try:
-        recorded = json.loads((Path(run_dir) / "train_settings.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}, None  # none yet, or damaged: the run spec reports a damaged file with what to do
-    if not isinstance(recorded, dict):
-        return {}, None
-    plan = recorded.get("plan") if isinstance(recorded.get("plan"), dict) else {"max_steps": recorded.get("max_steps")}
-    size = (recorded.get("identity") or {}).get("train_size") if isinstance(recorded.get("identity"), dict) else None
-    return ({k: v for k, v in plan.items() if k in PLAN_FIELDS and k not in given and v is not None},
-            size if isinstance(size, int) else None)
-
-
 def _recipe_source(args: argparse.Namespace) -> str | None:
     """``--config FILE`` or ``--preset NAME`` (``None``: the shipped recipe that fits this machine)."""
     if args.config is not None and args.preset is not None:
@@ -208,29 +152,21 @@ def _recipe_source(args: argparse.Namespace) -> str | None:
     return args.config if args.config is not None else args.preset
 
 
-def _recorded_task(run_dir: str | None) -> str:
-    """The task a run folder recorded (its training, else its baseline): what ``train`` uses without ``--task``; the
-    kit's default task for a new folder."""
-    import json
-
-    from grpo_kit.tasks import DEFAULT_TASK
-
-    for name in ("train_settings.json", "eval_settings.json"):
-        path = Path(run_dir) / name if run_dir is not None else None
-        if path is not None and path.is_file():
-            try:
-                recorded = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue  # the run spec reports a damaged file with what to do
-            if isinstance(recorded, dict) and isinstance(recorded.get("task"), str):
-                return recorded["task"]
-    return DEFAULT_TASK
-
-
 def _train(args: argparse.Namespace) -> int:
+    from grpo_kit.runs.spec import RunSpec
     from grpo_kit.runs.train import train
+    from grpo_kit.training.groups import GroupsKept
 
-    spec = _run_spec(args)  # everything that can be checked before a model loads
+    overrides = parse_sets(args.set)
+    overrides.update({k: v for k in ("max_steps", "save_steps") if (v := getattr(args, k)) is not None})
+    spec = RunSpec.resolve(  # everything that can be checked before a model loads
+        _recipe_source(args), args.task, rewards=parse_rewards(args.rewards) if args.rewards else None,
+        model=args.model, run_dir=args.run_dir, resume=args.resume, train_size=args.train_size,
+        eval_steps=args.eval_steps, eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens,
+        seed=args.seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
+        algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides,
+        wandb_project=args.wandb_project if args.report_to == "wandb" else None,
+        groups=GroupsKept(args.groups_every, args.groups_per_step))
     if not spec.preset.use_unsloth:  # on an Unsloth route transformers must wait until Unsloth is imported
         _quiet_library_bars()
     if spec.launch.is_main:
@@ -271,23 +207,16 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _eval_before(args: argparse.Namespace, run: Any) -> int:
-    from grpo_kit.policy.warm_start import WarmStart
-    from grpo_kit.runs.measure import EvalPlan, measure_before
-    from grpo_kit.tasks import get_task
+    from grpo_kit.runs.measure import measure_before
+    from grpo_kit.runs.pipeline import baseline_plan
+    from grpo_kit.tasks import DEFAULT_TASK
     from grpo_kit.training.presets import get_preset
 
-    task, preset = get_task(args.task), get_preset(_recipe_source(args), argv=args.trl,
-                                                      **parse_sets(args.set))
-    budget, said = (args.max_new_tokens, None) if args.max_new_tokens else _new_tokens(task, args.model or preset.model)
-    plan = EvalPlan(task=task, preset=preset,
-                    model=args.model, slice={"n": args.eval_size} if args.eval_size else
-                    {"fraction": args.eval_fraction}, seed=args.seed, max_new_tokens=budget,
-                    samples=args.samples, temperature=args.temperature, batch_size=args.batch_size,
-                    backend=args.backend, warm=WarmStart(steps=args.warm_steps) if args.warm_steps else None,
-                    cache_dir=args.cache_dir)
-    if said:
-        plan.questions()  # a slice out of range is refused in one line before anything else is said
-        log.info(said)
+    preset = get_preset(_recipe_source(args), argv=args.trl, **parse_sets(args.set))
+    plan = baseline_plan(args.task or DEFAULT_TASK, preset, model=args.model, eval_size=args.eval_size,
+                         eval_fraction=args.eval_fraction, max_new_tokens=args.max_new_tokens, samples=args.samples,
+                         temperature=args.temperature, batch_size=args.batch_size, backend=args.backend,
+                         seed=args.seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir)
     results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
     print(results["greedy"].summary.round(3).to_markdown(), flush=True)
     if not plan.task.trains:  # an evaluation-only task: nothing to train on it
@@ -304,8 +233,7 @@ def _eval_after(args: argparse.Namespace) -> int:
     from grpo_kit.runs.folder import RunFolder
     from grpo_kit.runs.measure import measure_after
 
-    defaults = _parser().parse_args(["eval", "--run-dir", str(args.run_dir)])
-    ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) != getattr(defaults, dest)]
+    ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) not in (None, False, [])]
     ignored += args.trl[:1]
     if ignored:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
@@ -321,21 +249,9 @@ def _eval_after(args: argparse.Namespace) -> int:
     return 0
 
 
-def _new_tokens(task: Any, model: str | None) -> tuple[int, str | None]:
-    """``eval --before``'s default completion budget and the line that says where it comes from: from the task's
-    answers for a task file on the tiny policy (:func:`grpo_kit.policy.warm_start.completion_budget`), else 256 (a
-    model's own reasoning has no such bound) and no line."""
-    if model is not None or task.file is None or task.demonstration is None:
-        return 256, None
-    from grpo_kit.policy.warm_start import completion_budget
-
-    budget = completion_budget(task)
-    return budget, (f"completions of up to {budget} new tokens, from the longest answer the tiny policy is "
-                    "warm-started on (--max-new-tokens changes it)")
-
-
-#: eval's options that only --before reads (option -> argparse dest); the evaluation after training repeats the
-#: baseline's settings, so giving one without --before is refused rather than ignored.
+#: eval's options that only --before reads (option -> argparse dest), each ``None`` (or off) unless given: the
+#: evaluation after training repeats the baseline's settings, so giving one without --before is refused rather
+#: than ignored; their defaults are the baseline plan's (:class:`grpo_kit.runs.measure.EvalPlan`).
 _BEFORE_ONLY = {"--preset": "preset", "--config": "config", "--task": "task", "--model": "model", "--set": "set",
                 "--eval-size": "eval_size",
                 "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
@@ -473,7 +389,7 @@ def _algorithms(args: argparse.Namespace) -> int:  # noqa: ARG001
 def _compare_demo(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from grpo_kit.demo import CompareDemoConfig, run_compare_demo
+    from grpo_kit.runs.pipeline import CompareDemoConfig, run_compare_demo
 
     defaults = CompareDemoConfig()
     config = CompareDemoConfig(name=args.name, task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir,
@@ -495,22 +411,22 @@ def _add_recipe_file(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from grpo_kit.demo import DemoConfig
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
     from grpo_kit.policy.warm_start import WarmStart
     from grpo_kit.runs.export import FORMATS
+    from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan
+    from grpo_kit.runs.pipeline import CompareDemoConfig, DemoConfig, compare_tasks, demo_tasks
     from grpo_kit.tasks import DEFAULT_TASK, TASKS
     from grpo_kit.training.presets import PRESETS
 
     defaults, warm = DemoConfig(), WarmStart()
+    base = EvalPlan  # the baseline's defaults (a dataclass's field defaults are its class attributes)
     parser = argparse.ArgumentParser(prog="python -m grpo_kit", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
     demo.add_argument("--task", default=defaults.task, metavar="NAME|PATH.yaml",
-                      help="the task to train and evaluate on: " + ", ".join(
-                          name for name, t in TASKS.items() if t.trains and t.demonstration is not None)
-                      + ", or a task file")
+                      help="the task to train and evaluate on: " + ", ".join(demo_tasks()) + ", or a task file")
     demo.add_argument("--name", default=None, help="run folder name under --runs-dir (default demo, demo-<task>)")
     demo.add_argument("--runs-dir", default=defaults.runs_dir)
     demo.add_argument("--cache-dir", default=defaults.cache_dir, help="where the warm-started policy is cached")
@@ -575,26 +491,30 @@ def _parser() -> argparse.ArgumentParser:
                     "other settings, and the evaluation after training and report made against it")
     _add_recipe_file(ev)
     ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
-    ev.add_argument("--task", default=DEFAULT_TASK, metavar="NAME|PATH.yaml",
-                    help=f"--before: the task: {', '.join(TASKS)}, or a task file")
+    ev.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
+                    help=f"--before: the task: {', '.join(TASKS)}, or a task file (default {DEFAULT_TASK})")
     ev.add_argument("--model", default=None, help="--before: a Hub id or path instead of the preset's model")
     ev.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="--before: preset fields")
     ev.add_argument("--eval-size", type=_positive, default=None, help="--before: test questions (seeded slice)")
-    ev.add_argument("--eval-fraction", type=_fraction, default=0.5, help="--before: share of the test split "
-                    "(the blog post: 0.5), when --eval-size is not given")
+    ev.add_argument("--eval-fraction", type=_fraction, default=None, help="--before: share of the test split "
+                    f"(default {EVAL_FRACTION}, the blog post's), when --eval-size is not given")
     ev.add_argument("--max-new-tokens", type=_positive, default=None,
-                    help="--before: each completion's budget in tokens (default 256; a task file on the tiny policy: "
-                    "from its longest answer)")
-    ev.add_argument("--samples", type=_nonnegative, default=0, help="--before: sampled completions per question")
-    ev.add_argument("--temperature", type=float, default=0.7, help="--before: temperature of the samples")
+                    help=f"--before: each completion's budget in tokens (default {base.max_new_tokens}; a task file "
+                    "on the tiny policy: from its longest answer)")
+    ev.add_argument("--samples", type=_nonnegative, default=None, help="--before: sampled completions per question "
+                    f"(default {base.samples})")
+    ev.add_argument("--temperature", type=float, default=None, help="--before: temperature of the samples (default "
+                    f"{base.temperature})")
     ev.add_argument("--backend", choices=["vllm", "transformers"], default=None,
                     help="--before: generation backend for plain-transformers presets (default vLLM where usable)")
-    ev.add_argument("--batch-size", type=_positive, default=32)
-    ev.add_argument("--seed", type=_nonnegative, default=0)
+    ev.add_argument("--batch-size", type=_positive, default=None, help=f"prompts per generate call (default "
+                    f"{base.batch_size}; after training: the baseline's)")
+    ev.add_argument("--seed", type=_nonnegative, default=None, help=f"--before: the slice's seed (default {base.seed})")
     ev.add_argument("--warm-steps", type=_positive, default=None,
                     help="tiny policy only: warm-start steps (default 300; a task file: 20 passes over its train rows, "
                     "60 to 300)")
-    ev.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR)
+    ev.add_argument("--cache-dir", default=None, help="--before: where the tiny policy is cached (default "
+                    f"{base.cache_dir})")
     ev.set_defaults(func=_eval)
 
     presets = sub.add_parser("presets", help="list the training presets")
@@ -693,8 +613,6 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--record", action="store_true", help="write verification.json into the export (lets "
                      "--push-to-hub upload a verified export made elsewhere)")
     ver.set_defaults(func=_verify_export)
-
-    from grpo_kit.demo import CompareDemoConfig, compare_tasks
 
     compare_defaults = CompareDemoConfig()
     compare_demo = sub.add_parser("compare-demo", help="one warm start and baseline, one GRPO run per reward set, one "

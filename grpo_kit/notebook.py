@@ -199,7 +199,7 @@ class CpuDemo:
             file's rows by :func:`grpo_kit.policy.warm_start.warm_steps_for`, whose result is cached under ``.cache/``).
         eval_size: test questions evaluated (replaces the notebook's share of the test split).
         max_new_tokens: each completion's budget in tokens (the ``cpu-tiny`` preset's completions are 64).
-        batch_size: prompts per generate call.
+        batch_size: prompts per generate call (``None``: the baseline plan's, :class:`grpo_kit.runs.measure.EvalPlan`).
         train_size: training questions to sample from (``None``: all).
         preset_overrides: ``cpu-tiny`` preset fields to replace.
     """
@@ -207,7 +207,7 @@ class CpuDemo:
     warm_start_steps: int | None = None
     eval_size: int = 100
     max_new_tokens: int = 64
-    batch_size: int = 32
+    batch_size: int | None = None
     train_size: int | None = None
     preset_overrides: Mapping[str, Any] = field(default_factory=dict)
 
@@ -244,9 +244,10 @@ def _warm(cpu: CpuDemo | None) -> Any:
     return WarmStart(steps=cpu.warm_start_steps) if cpu is not None and cpu.warm_start_steps is not None else None
 
 
-def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = None, eval_questions: float = 0.5,
-                  max_new_tokens: int = 256, samples: int = 0, cpu_demo: Any = False, temperature: float = 0.7,
-                  seed: int = 0, use_drive: bool | None = None) -> tuple[Any, Any]:
+def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = None,
+                  eval_questions: float | None = None, max_new_tokens: int | None = None, samples: int | None = None,
+                  cpu_demo: Any = False, temperature: float | None = None, seed: int | None = None,
+                  use_drive: bool | None = None) -> tuple[Any, Any]:
     """Notebook 02's plan: which questions, how they are decoded, where the results go. Nothing loads.
 
     Args:
@@ -255,13 +256,13 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
         run_dir: the run folder notebooks 02, 03 and 04 share (on Google Drive in Colab:
             :func:`grpo_kit.runs.folder.resolve_run_dir`).
         model: a Hub id or folder instead of the preset's model.
-        eval_questions: a share of the test split (a float in (0, 1]; the blog post's 0.5) or a number of questions
-            (an int).
-        max_new_tokens: each completion's budget, in tokens.
-        samples: sampled completions per question for avg@k / pass@k / maj@k (0: greedy only), at ``temperature``.
+        eval_questions: a share of the test split (a float in (0, 1]; ``None``: the blog post's 0.5) or a number of
+            questions (an int).
+        max_new_tokens, samples, temperature, seed: each completion's budget in tokens; sampled completions per
+            question for avg@k / pass@k / maj@k (0: greedy only), at ``temperature``; the slice's seed (the same
+            questions in notebook 04). ``None``: :class:`grpo_kit.runs.measure.EvalPlan`'s defaults (256, 0, 0.7, 0).
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``eval_size``, ``max_new_tokens``,
             ``batch_size`` and warm start replace the notebook's.
-        seed: the slice's seed (the same questions in notebook 04).
         use_drive: ``None``: Drive in Colab only.
 
     Returns:
@@ -272,23 +273,23 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
             :class:`grpo_kit.runs.measure.EvalPlan` refuses.
     """
     from grpo_kit.runs.folder import RunFolder, resolve_run_dir
-    from grpo_kit.runs.measure import EvalPlan
-    from grpo_kit.tasks import get_task
+    from grpo_kit.runs.pipeline import baseline_plan
 
     cpu = cpu_demo_settings(cpu_demo)
-    if isinstance(eval_questions, bool) or not isinstance(eval_questions, int | float) or eval_questions <= 0 \
-            or (isinstance(eval_questions, float) and eval_questions > 1):
+    if eval_questions is not None and (isinstance(eval_questions, bool) or not isinstance(eval_questions, int | float)
+                                       or eval_questions <= 0 or (isinstance(eval_questions, float)
+                                                                  and eval_questions > 1)):
         raise ValueError(f"eval_questions = {eval_questions!r}: set a share of the test split in (0, 1] (0.5 is "
                          "the blog post's half) or a whole number of questions")
-    chosen = {"n": eval_questions} if isinstance(eval_questions, int) else {"fraction": eval_questions}
-    if cpu is not None:
-        chosen, max_new_tokens = {"n": cpu.eval_size}, cpu.max_new_tokens
-    plan = EvalPlan(task=get_task(task), preset=config, model=None if cpu else model, seed=seed,
-                    max_new_tokens=max_new_tokens, slice=chosen, samples=samples, temperature=temperature,
-                    batch_size=cpu.batch_size if cpu else 32, warm=_warm(cpu))
+    size = cpu.eval_size if cpu else eval_questions if isinstance(eval_questions, int) else None
+    plan = baseline_plan(task, config, model=None if cpu else model, seed=seed, eval_size=size,
+                         eval_fraction=None if cpu or isinstance(eval_questions, int) else eval_questions,
+                         max_new_tokens=cpu.max_new_tokens if cpu else max_new_tokens,
+                         samples=samples, temperature=temperature, batch_size=cpu.batch_size if cpu else None,
+                         warm=_warm(cpu))
     run = RunFolder(resolve_run_dir(run_dir, use_drive))
-    print(f"{len(plan.questions())} {plan.task.name} test questions, greedy, up to {max_new_tokens} new tokens"
-          + (f", and {samples} samples each at temperature {temperature}" if samples else ""))
+    print(f"{len(plan.questions())} {plan.task.name} test questions, greedy, up to {plan.max_new_tokens} new tokens"
+          + (f", and {plan.samples} samples each at temperature {plan.temperature}" if plan.samples else ""))
     print(f"run folder: {run.path}")
     return plan, run
 
@@ -321,17 +322,13 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
     """
     from grpo_kit.runs.folder import resolve_run_dir
     from grpo_kit.runs.spec import RunSpec
-    from grpo_kit.training.presets import get_preset
-    from grpo_kit.training.tracking import setup_wandb
 
     cpu = cpu_demo_settings(cpu_demo)
-    if max_steps is not None:
-        config = get_preset(config, max_steps=max_steps)
     spec = RunSpec.resolve(config, task, rewards=rewards, model=None if cpu else model,
                            run_dir=resolve_run_dir(run_dir, use_drive), resume=resume,
                            train_size=cpu.train_size if cpu else None, eval_steps=eval_steps, eval_size=eval_size,
-                           seed=seed, warm=_warm(cpu), algorithm=algorithm,
-                           report_to=setup_wandb(wandb_project, None))
+                           seed=seed, warm=_warm(cpu), algorithm=algorithm, wandb_project=wandb_project,
+                           **({"max_steps": max_steps} if max_steps is not None else {}))
     c = spec.preset
     print(f"algorithm {c.algorithm}: loss_type {c.loss_type}, beta {c.beta}, scale_rewards {c.scale_rewards}, "
           f"importance_sampling_level {c.importance_sampling_level}, epsilon {c.epsilon}/{c.epsilon_high}")
@@ -402,7 +399,7 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
                     use_drive: bool | None = None) -> Comparison:
     """Notebook 05's variants, each resolved and checked before anything loads, and the baseline they share.
 
-    On the CPU demo the recipe is the compare demo's (:class:`grpo_kit.demo.CompareDemoConfig`: its warm start,
+    On the CPU demo the recipe is the compare demo's (:class:`grpo_kit.runs.pipeline.CompareDemoConfig`: its warm start,
     learning rate, group size and budget), with the switch's ``preset_overrides`` over it.
 
     Args:
@@ -420,24 +417,22 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     """
     import dataclasses
 
-    from grpo_kit.demo import CompareDemoConfig
     from grpo_kit.runs.folder import resolve_run_dir
-    from grpo_kit.runs.measure import EvalPlan
+    from grpo_kit.runs.pipeline import CompareDemoConfig, baseline_plan
     from grpo_kit.runs.spec import RunSpec
     from grpo_kit.tasks import get_task
     from grpo_kit.training.presets import get_preset
 
     cpu = cpu_demo_settings(cpu_demo)
-    warm = None
-    batch_size = 32
+    warm = batch_size = None
     if cpu is not None:
         demo = CompareDemoConfig(task=task, seed=seed, **({"grpo_steps": max_steps} if max_steps else {}))
         fields_ = {k: v for k, v in demo.preset_fields().items() if k not in cpu.preset_overrides}
-        config = get_preset(config, **fields_)
         warm = dataclasses.replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
         model, max_new_tokens, batch_size = None, cpu.max_new_tokens, cpu.batch_size
-    if max_steps:
-        config = get_preset(config, max_steps=max_steps)
+    else:
+        fields_ = {}
+    config = get_preset(config, **{**fields_, **({"max_steps": max_steps} if max_steps else {})})
     chosen = variants if variants is not None else {name: {"rewards": dict(weights)}
                                                     for name, weights in get_task(task).compare_rewards.items()}
     if len(chosen) < 2:
@@ -445,8 +440,8 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     root = Path(resolve_run_dir(run_dir, use_drive))
     specs = {name: RunSpec.resolve(config, task, model=model, run_dir=root / name, seed=seed, warm=warm, **kwargs)
              for name, kwargs in chosen.items()}
-    plan = EvalPlan(task=get_task(task), preset=config, model=model, seed=seed, max_new_tokens=max_new_tokens,
-                    slice={"n": eval_size}, samples=samples, batch_size=batch_size, warm=warm)
+    plan = baseline_plan(task, config, model=model, seed=seed, max_new_tokens=max_new_tokens, eval_size=eval_size,
+                         samples=samples, batch_size=batch_size, warm=warm)
     print(f"{config.name}: {config.max_steps} steps, learning rate {config.learning_rate}, "
           f"{config.per_device_train_batch_size // config.num_generations} prompts x {config.num_generations} "
           "completions")

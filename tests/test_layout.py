@@ -56,6 +56,15 @@ def test_the_wings_import_one_way():
     assert not climbs, "a wing imports one above it:\n" + "\n".join(climbs)
 
 
+def test_the_front_doors_stand_side_by_side():
+    """cli.py, notebook.py and demo.py each call the pipeline (grpo_kit.runs); none imports another."""
+    doors = {f"grpo_kit.{name}" for name in ("cli", "notebook", "demo")}
+    found = [f"{name} imports {imported} (line {line})" for name in sorted(doors)
+             for imported, line in _imports(_modules()[name])
+             if {imported, imported.rsplit(".", 1)[0]} & (doors - {name})]
+    assert not found, "\n".join(found)
+
+
 def test_no_import_cycle():
     modules = _modules()
     graph = defaultdict(set)

@@ -37,8 +37,12 @@ from grpo_kit.training.presets import PRESETS, Recipe, get_preset
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalPlan", "Measured", "baseline_differences", "check_pairing", "evaluated_with", "measure_after",
+__all__ = ["EVAL_FRACTION", "EvalPlan", "Measured", "baseline_differences", "check_pairing", "evaluated_with", "measure_after",
            "measure_before", "own_rewards", "plan_from_settings"]
+
+
+#: The share of the test split a baseline measures unless told otherwise: the blog post's half.
+EVAL_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,7 @@ class EvalPlan:
     task: Task
     preset: Recipe
     model: str | None = None
-    slice: dict[str, Any] = field(default_factory=lambda: {"fraction": 0.5})
+    slice: dict[str, Any] = field(default_factory=lambda: {"fraction": EVAL_FRACTION})
     seed: int = 0
     max_new_tokens: int = 256
     samples: int = 0

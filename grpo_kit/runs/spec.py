@@ -31,7 +31,8 @@ from grpo_kit.training.checkpoints import check_same_run, latest_complete, resum
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
-from grpo_kit.training.presets import Recipe, get_preset
+from grpo_kit.training.presets import PLAN_FIELDS, Recipe, get_preset
+from grpo_kit.training.tracking import setup_wandb
 
 __all__ = ["PROGRESS", "RunSpec", "probe_rewards"]
 
@@ -69,6 +70,20 @@ def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
                 continue
             if isinstance(recorded, dict) and recorded.get("task") == task.ref:
                 check_digest(task, recorded.get("task_digest"), folder.path)
+
+
+def _recorded_task(run_dir: str | Path | None) -> str:
+    """The task a run folder recorded (its training, else its baseline); the kit's default task for a new folder."""
+    for name in ("train_settings.json", "eval_settings.json"):
+        path = Path(run_dir) / name if run_dir is not None else None
+        if path is not None and path.is_file():
+            try:
+                recorded = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # the step that reads it reports a damaged file, with what to do
+            if isinstance(recorded, dict) and isinstance(recorded.get("task"), str):
+                return recorded["task"]
+    return DEFAULT_TASK
 
 
 def _same_policy(a: str, b: str) -> bool:
@@ -153,34 +168,40 @@ class RunSpec:
     validation: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def resolve(cls, preset: str | Recipe | None = None, task: str | Task = DEFAULT_TASK,
+    def resolve(cls, preset: str | Recipe | None = None, task: str | Task | None = DEFAULT_TASK,
                 rewards: RewardSet | Sequence[Any] | Mapping[Any, float] | None = None, model: str | Path | None = None,
-                run_dir: str | Path = "runs/run", resume: bool = False, train_size: int | None = None,
+                run_dir: str | Path | None = None, resume: bool = False, train_size: int | None = None,
                 eval_steps: int | None = None, eval_size: int | None = None, eval_max_new_tokens: int | None = None,
                 seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
                 launch: Launch | None = None, algorithm: str | None = None, groups: GroupsKept | None = None,
                 argv: Sequence[str] = (), recipe_overrides: Mapping[str, Any] | None = None,
-                **overrides: Any) -> RunSpec:
+                wandb_project: str | None = None, **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
             preset: a shipped recipe's name, a recipe file or a :class:`grpo_kit.training.presets.Recipe`
                 (``None``: resuming, the run folder's ``recipe.yaml``; else the shipped one that fits this machine);
                 ``overrides`` and ``recipe_overrides`` (Python values; the latter for keys named like an argument
-                here, such as ``seed``) and ``argv`` (TRL's ``--key value``) replace its keys.
-            task: a task name or :class:`grpo_kit.tasks.Task`.
+                here, such as ``seed``) and ``argv`` (TRL's ``--key value``) replace its keys. Resuming from a
+                recipe's name or file, the run's plan (:data:`grpo_kit.training.presets.PLAN_FIELDS`: steps,
+                checkpoints, logging) is the one ``recipe.yaml`` records, unless an override changes it.
+            task: a task name or :class:`grpo_kit.tasks.Task`; ``None``: the task the run folder recorded (its
+                training, else its baseline), else the kit's default task.
             rewards: a :class:`grpo_kit.tasks.RewardSet`, names and/or functions, or a ``{reward: weight}``
                 mapping; ``None``: the task's rewards.
             model: a Hub id or folder instead of the preset's model.
-            run_dir: the run folder.
-            resume, train_size, eval_steps, eval_max_new_tokens, seed, progress, groups: see the attributes.
+            run_dir: the run folder (``None``: ``runs/<recipe>-<task>``).
+            resume: see the attributes; ``train_size`` left ``None`` is then the one the run recorded.
+            train_size, eval_steps, eval_max_new_tokens, seed, progress, groups: see the attributes.
             eval_size: validation questions (default the task's ``validation_size``, else 100 or a fifth of the
                 train split's rows, whichever is fewer); carved out of the train split only with ``eval_steps``.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
             launch: the processes (default: read from the launcher's environment).
             algorithm: a named GRPO variant (:data:`grpo_kit.training.algorithms.ALGORITHMS`) replacing the preset's
                 algorithm fields; ``overrides`` still replace any of them (``None``: the preset's own algorithm).
+            wandb_project: log to this Weights & Biases project (``report_to``, set up by
+                :func:`grpo_kit.training.tracking.setup_wandb`; ``None``: the recipe's ``report_to``).
 
         Raises:
             ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
@@ -190,16 +211,28 @@ class RunSpec:
                 while ``resume`` is off, or another run's checkpoints (what differs).
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
-        task = get_task(task)
+        task = get_task(task if task is not None else _recorded_task(run_dir))
         if not task.trains:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")
-        if preset is None and resume and (Path(run_dir) / "recipe.yaml").is_file():
-            preset = Path(run_dir) / "recipe.yaml"  # the recipe the run recorded
         overrides = {**(recipe_overrides or {}), **overrides}
+        if wandb_project is not None:
+            overrides["report_to"] = setup_wandb(wandb_project)
         if algorithm is not None:  # its values over the recipe's, the overrides over those; an unknown name raises
             overrides = {"algorithm": algorithm, **overrides}
+        recorded_recipe = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
+        kept: dict[str, Any] = {}
+        if resume and recorded_recipe is not None and recorded_recipe.is_file() and not isinstance(preset, Recipe):
+            if preset is None:
+                preset = recorded_recipe  # the recipe the run recorded, its plan with it
+            else:  # another recipe's name or file: the run's plan (steps, checkpoints) unless an override changes it
+                given = {*overrides, *(a[2:].split("=")[0] for a in argv if a.startswith("--"))}
+                recorded_plan = get_preset(recorded_recipe)
+                kept = {k: getattr(recorded_plan, k) for k in PLAN_FIELDS
+                        if k not in given and getattr(recorded_plan, k) is not None}
+            overrides = {**kept, **overrides}
         preset = get_preset(preset, argv=argv, **overrides)
+        run_dir = run_dir if run_dir is not None else Path("runs") / f"{preset.name}-{task.name}"
         reward_set = RewardSet(rewards) if rewards is not None else task.reward_set()
         launch = launch or Launch.from_env()
         if progress not in PROGRESS:
@@ -241,6 +274,10 @@ class RunSpec:
 
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
+        recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
+            if resume and folder.train_settings.is_file() else None
+        if recorded is not None and train_size is None and isinstance(recorded["identity"].get("train_size"), int):
+            train_size = kept["train_size"] = recorded["identity"]["train_size"]
         _check_recorded_data(folder, task, resume)
         policy = _baseline_policy(folder.path, policy, task, preset.seed,
                                   chosen=model is not None or preset.model is not None or warm is not None
@@ -262,9 +299,12 @@ class RunSpec:
                    eval_size=len(validation) if validation is not None else eval_size or 100,
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, groups=groups or GroupsKept(),
                    train_split=train_split, validation=validation)
-        if resume and folder.train_settings.is_file():
-            recorded = folder.read_settings(folder.train_settings, "train", ("identity",))
+        if recorded is not None:
             check_same_run(recorded["identity"], spec.identity(), folder.path)
+        if kept and launch.is_main:  # said once the run is accepted
+            logger.info(f"resuming with the plan {folder.recipe} and {folder.train_settings.name} record: "
+                        + ", ".join(f"{k} {v}" for k, v in kept.items())
+                        + " (--max-steps, --save-steps, --train-size or --set change it)")
         return spec
 
     def identity(self) -> dict[str, Any]:

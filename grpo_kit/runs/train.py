@@ -37,7 +37,6 @@ from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks.rewards import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
-from grpo_kit.training.presets import PLAN_FIELDS
 from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
 from grpo_kit.training.presets import get_preset, recipe_yaml
 
@@ -227,7 +226,6 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         that fails to load it leaves a finished run as it was)."""
         if not main:
             return
-        plan = {name: getattr(preset, name) for name in PLAN_FIELDS}
         if recorded is None or not spec.resume:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
@@ -237,13 +235,12 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
                                      if r.name not in BUILTIN_REWARDS},
                 "train_questions": len(train_set), "max_steps": preset.max_steps,
-                "plan": plan,
                 "heldout": ({"split": "validation", "carved_from": "train", "questions": len(spec.validation),
                              "seed": spec.seed} if spec.validation is not None else None),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:
-            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps, "plan": plan})
-        write_text(folder.recipe, recipe_yaml(preset))
+            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
+        write_text(folder.recipe, recipe_yaml(preset))  # the run's recipe and plan: what a resume reads
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
         _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))

@@ -138,9 +138,9 @@ def test_train_trains_from_the_warm_start_the_baseline_measured(tmp_path):
     import json
     from pathlib import Path
 
-    from grpo_kit.cli import _parser, _run_spec
     from grpo_kit.policy.source import PolicySource
     from grpo_kit.policy.warm_start import WarmStart
+    from grpo_kit.runs.spec import RunSpec
     from grpo_kit.tasks import get_task
 
     example = Path(__file__).resolve().parents[2] / "examples" / "capitals" / "task.yaml"
@@ -151,7 +151,7 @@ def test_train_trains_from_the_warm_start_the_baseline_measured(tmp_path):
     (run / "eval_settings.json").write_text(json.dumps({"task": str(example), "warm": warm, "model_override": None,
                                                         "base_model": measured.name,
                                                         "cache_dir": str(tmp_path / "c")}))
-    spec = _run_spec(_parser().parse_args(["train", "--run-dir", str(run), "--cache-dir", str(tmp_path / "c")]))
+    spec = RunSpec.resolve(task=None, run_dir=run, cache_dir=str(tmp_path / "c"))  # train's: the recorded task
     assert spec.policy.tiny.warm.steps == 30  # not the 75 a new run on this task would get
     with pytest.raises(ValueError, match="--warm-steps 30"):  # another warm start would not be what was measured
-        _run_spec(_parser().parse_args(["train", "--run-dir", str(run), "--warm-steps", "40"]))
+        RunSpec.resolve(task=None, run_dir=run, warm_steps=40)
