@@ -286,44 +286,20 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import ExportRefused, check_repo_id, check_tools, export
+    from grpo_kit.runs.export import ExportRefused
+    from grpo_kit.runs.pipeline import export_steps
 
-    if args.quant is not None and "gguf" not in args.format:
-        raise ValueError(f"--quant {args.quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the "
-                         "base model's dtype)")
-    if args.push_to_hub:  # checked before anything is exported
-        check_repo_id(args.push_to_hub)
-        if len(args.format) != 1:
-            raise ValueError("--push-to-hub uploads one export: give one --format")
-    try:  # every format's tools before any export: a missing llama.cpp is said before a merged export is built
-        for format in args.format:
-            check_tools(format)
-    except ImportError as e:
+    try:
+        for line in export_steps(args.run_dir, args.format, out=args.out, quant=args.quant,
+                                 push_to_hub=args.push_to_hub, private=args.private, questions=args.questions,
+                                 threshold=args.threshold, base=args.base):
+            print(line, flush=True)
+    except ExportRefused as e:  # the export does not answer like the trained policy
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (PermissionError, ImportError) as e:  # no Hub token; llama.cpp or llama-cpp-python not built
         print(f"error: {e}", file=sys.stderr)
         return 2
-    done = []
-    for format in args.format:
-        out = args.out if args.out is None or len(args.format) == 1 else str(Path(args.out) / format)
-        try:
-            folder, verification = export(args.run_dir, format=format, quant=args.quant if format == "gguf" else None,
-                                          out=out, questions=args.questions, push_to_hub=None, private=args.private,
-                                          threshold=args.threshold, base=args.base)
-        except ExportRefused as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        except (PermissionError, ImportError) as e:  # no Hub token; llama-cpp-python not built
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        print(f"{folder}: {verification.summary()}", flush=True)
-        done.append(folder)
-    if args.push_to_hub:
-        from grpo_kit.runs.export import push_to_hub
-
-        try:
-            print(push_to_hub(done[0], args.push_to_hub, private=args.private), flush=True)
-        except PermissionError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
     return 0
 
 
@@ -402,62 +378,111 @@ def _compare_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_recipe_file(parser: argparse.ArgumentParser) -> None:
-    """``--config FILE`` on a command that takes a recipe; TRL's ``--KEY VALUE`` overrides land in ``trl``."""
+def _recipe_options(parser: argparse.ArgumentParser, before: str = "", choices: bool = True) -> None:
+    """``--config``, ``--preset``, ``--set`` and ``--model``: the recipe a command takes (``before``: a help prefix);
+    TRL's ``--KEY VALUE`` overrides after them land in ``trl``."""
+    from grpo_kit.training.presets import PRESETS
+
     parser.set_defaults(trl=[])
     parser.add_argument("--config", default=None, metavar="FILE.yaml",
-                        help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config reads them) "
-                        "and grpo_kit's own; --KEY VALUE after it overrides any key")
+                        help=f"{before}a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config "
+                        "reads them) and grpo_kit's own; --KEY VALUE after it overrides any key")
+    parser.add_argument("--preset", default=None, choices=list(PRESETS) if choices else None,
+                        help=f"{before}a shipped recipe (python -m grpo_kit presets; default: the one that fits "
+                        "--device or this machine's GPU, e.g. t4-16gb colab-t4, a100-40gb a100; cpu-tiny without one)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help=f"{before}any recipe key, e.g. --set learning_rate=1e-5 --set lora_r=16 (or TRL's own "
+                        "form: --learning_rate 1e-5)")
+    parser.add_argument("--model", default=None, help=f"{before}a Hub id or folder instead of the recipe's model")
+
+
+def _rewards_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
+                        help=f"{what} (default the task's): built-in names or your own module:function; weight 0 "
+                        "logs without training on it")
+
+
+def _demo_options(parser: argparse.ArgumentParser, config: Any, folder: str) -> None:
+    """The options both demos take, each defaulting to the demo's own setting (``config``)."""
+    parser.add_argument("--name", default=None, help=f"folder under --runs-dir (default {folder})")
+    parser.add_argument("--runs-dir", default=config.runs_dir)
+    parser.add_argument("--cache-dir", default=config.cache_dir, help="where the warm-started policy is cached")
+    parser.add_argument("--eval-size", type=_positive, default=config.eval_size, help="held-out test questions")
+    parser.add_argument("--samples", type=_nonnegative, default=config.samples,
+                        help="sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)")
+    parser.add_argument("--steps", type=_positive, default=config.grpo_steps, help="GRPO optimiser steps (each run)")
+    parser.add_argument("--warm-steps", type=_positive, default=config.warm.steps, help="supervised warm-start steps")
+    parser.add_argument("--seed", type=_nonnegative, default=config.seed)
+
+
+def _runs_options(parser: argparse.ArgumentParser, out: str) -> None:
+    """The run folders ``compare`` and ``view`` read, their names, where the result goes, the bootstrap's seed."""
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (several: sharing a baseline)")
+    parser.add_argument("--names", nargs="+", default=None, help="the runs' names (default: their folders')")
+    parser.add_argument("--out", default=None, help=out)
+    parser.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
+
+
+def _verify_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
+    parser.add_argument("--threshold", type=_share, default=None, help="the share of identical completions "
+                        "(quantized GGUF: of agreeing answers) to require instead of the type's measured one")
+
+
+def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print the {what} as one JSON object")
 
 
 def _parser() -> argparse.ArgumentParser:
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
-    from grpo_kit.policy.warm_start import WarmStart
     from grpo_kit.runs.export import FORMATS
     from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan
     from grpo_kit.runs.pipeline import CompareDemoConfig, DemoConfig, compare_tasks, demo_tasks
     from grpo_kit.tasks import DEFAULT_TASK, TASKS
-    from grpo_kit.training.presets import PRESETS
+    from grpo_kit.training.algorithms import ALGORITHMS
 
-    defaults, warm = DemoConfig(), WarmStart()
     base = EvalPlan  # the baseline's defaults (a dataclass's field defaults are its class attributes)
     parser = argparse.ArgumentParser(prog="python -m grpo_kit", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
-    demo.add_argument("--task", default=defaults.task, metavar="NAME|PATH.yaml",
-                      help="the task to train and evaluate on: " + ", ".join(demo_tasks()) + ", or a task file")
-    demo.add_argument("--name", default=None, help="run folder name under --runs-dir (default demo, demo-<task>)")
-    demo.add_argument("--runs-dir", default=defaults.runs_dir)
-    demo.add_argument("--cache-dir", default=defaults.cache_dir, help="where the warm-started policy is cached")
-    demo.add_argument("--eval-size", type=_positive, default=defaults.eval_size, help="test questions to evaluate")
-    demo.add_argument("--train-size", type=_positive, default=None, help="train questions for GRPO (default all)")
-    demo.add_argument("--samples", type=_nonnegative, default=defaults.samples,
-                      help="sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)")
-    demo.add_argument("--steps", type=_positive, default=defaults.grpo_steps, help="GRPO optimiser steps")
-    demo.add_argument("--warm-steps", type=_positive, default=warm.steps, help="supervised warm-start steps")
-    demo.add_argument("--xml-share", type=_share, default=warm.xml_share,
-                      help="share of warm-start targets in the XML format")
-    demo.add_argument("--seed", type=_nonnegative, default=defaults.seed)
-    demo.add_argument("--resume", action="store_true", help="continue a killed demo from its newest checkpoint")
-    demo.set_defaults(func=_demo)
+    def command(name: str, func: Any, help: str) -> argparse.ArgumentParser:
+        found = sub.add_parser(name, help=help)
+        found.set_defaults(func=func)
+        return found
 
-    train = sub.add_parser("train", help="GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
-    _add_recipe_file(train)
-    train.add_argument("--preset", default=None, choices=list(PRESETS),
-                       help="the recipe (default: the one that fits this machine's GPU, cpu-tiny without one)")
+    demo = command("demo", _demo, "warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
+    demo.add_argument("--task", default=DemoConfig.task, metavar="NAME|PATH.yaml",
+                      help="the task to train and evaluate on: " + ", ".join(demo_tasks()) + ", or a task file")
+    _demo_options(demo, DemoConfig(), "demo, demo-<task>")
+    demo.add_argument("--train-size", type=_positive, default=None, help="train questions for GRPO (default all)")
+    demo.add_argument("--xml-share", type=_share, default=DemoConfig.warm.xml_share,
+                      help="share of warm-start targets in the XML format")
+    demo.add_argument("--resume", action="store_true", help="continue a killed demo from its newest checkpoint")
+
+    compare_demo = command("compare-demo", _compare_demo, "one warm start and baseline, one GRPO run per reward set, "
+                           "one paired table (offline, CPU)")
+    compare_demo.add_argument("--task", default=CompareDemoConfig().task_name, choices=compare_tasks(),
+                              help="a task that names reward sets to compare")
+    compare_demo.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                              help="which of the task's reward sets (default all)")
+    _demo_options(compare_demo, CompareDemoConfig(), "compare-<task>")
+    compare_demo.add_argument("--learning-rate", type=float, default=CompareDemoConfig.learning_rate)
+
+    train = command("train", _train, "GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
+    _recipe_options(train)
+    train.add_argument("--algorithm", default=None, choices=list(ALGORITHMS),
+                       help="a named GRPO variant replacing the preset's algorithm fields (loss_type, beta, "
+                       "scale_rewards, ...; `python -m grpo_kit algorithms` lists them); --set still overrides any")
     train.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
                        help="the task: " + ", ".join(name for name, t in TASKS.items() if t.trains) + ", or a task "
                        f"file (default: the task the run folder recorded, else {DEFAULT_TASK})")
-    train.add_argument("--model", default=None, help="a Hub id or path instead of the preset's model")
-    train.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
-                       help="rewards to train with (default the task's): registered names or your own "
-                       "module:function; weight 0 logs without training on it")
+    _rewards_option(train, "rewards to train with")
     train.add_argument("--max-steps", type=_positive, default=None, help="optimiser steps (with --resume: extends a "
                        "finished run)")
     train.add_argument("--save-steps", type=_positive, default=None, help="steps between checkpoints")
     train.add_argument("--run-dir", default=None, help="the run folder (default runs/<preset>-<task>)")
-    train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint, with "
+                       "the plan its recipe.yaml records")
     train.add_argument("--eval-steps", type=_positive, default=None,
                        help="measure held-out greedy accuracy every N steps (and at the start)")
     train.add_argument("--eval-size", type=_positive, default=None,
@@ -471,30 +496,23 @@ def _parser() -> argparse.ArgumentParser:
                        "in groups/ (default 1)")
     train.add_argument("--groups-per-step", type=_nonnegative, default=16, metavar="K",
                        help="keep at most K groups a step (default 16; 0 keeps none)")
-    train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="any recipe key, e.g. --set learning_rate=1e-5 --set lora_r=16 (or TRL's own form: "
-                       "--learning_rate 1e-5)")
     train.add_argument("--report-to", choices=["none", "wandb"], default="none")
     train.add_argument("--wandb-project", default="grpo-kit")
     train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")
     train.add_argument("--warm-steps", type=_positive, default=None,
                        help="tiny policy only: warm-start steps (default the baseline's, else sized to the task)")
     train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")
-    train.set_defaults(func=_train)
 
-    ev = sub.add_parser("eval", help="--before: the baseline (notebook 02); else the trained model and the "
-                        "before/after report (notebook 04)")
+    ev = command("eval", _eval, "--before: the baseline (notebook 02); else the trained model and the before/after "
+                 "report (notebook 04)")
     ev.add_argument("--run-dir", required=True, help="the run folder")
     ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan (the "
                     "same settings again reuse the baseline; other settings are refused)")
     ev.add_argument("--replace-baseline", action="store_true", help="--before: replace a baseline measured with "
                     "other settings, and the evaluation after training and report made against it")
-    _add_recipe_file(ev)
-    ev.add_argument("--preset", default=None, choices=list(PRESETS), help="--before: the recipe (its model, route)")
+    _recipe_options(ev, before="--before: ")
     ev.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
                     help=f"--before: the task: {', '.join(TASKS)}, or a task file (default {DEFAULT_TASK})")
-    ev.add_argument("--model", default=None, help="--before: a Hub id or path instead of the preset's model")
-    ev.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="--before: preset fields")
     ev.add_argument("--eval-size", type=_positive, default=None, help="--before: test questions (seeded slice)")
     ev.add_argument("--eval-fraction", type=_fraction, default=None, help="--before: share of the test split "
                     f"(default {EVAL_FRACTION}, the blog post's), when --eval-size is not given")
@@ -511,57 +529,49 @@ def _parser() -> argparse.ArgumentParser:
                     f"{base.batch_size}; after training: the baseline's)")
     ev.add_argument("--seed", type=_nonnegative, default=None, help=f"--before: the slice's seed (default {base.seed})")
     ev.add_argument("--warm-steps", type=_positive, default=None,
-                    help="tiny policy only: warm-start steps (default 300; a task file: 20 passes over its train rows, "
-                    "60 to 300)")
+                    help="--before, tiny policy only: warm-start steps (default 300; a task file: 20 passes over its "
+                    "train rows, 60 to 300)")
     ev.add_argument("--cache-dir", default=None, help="--before: where the tiny policy is cached (default "
                     f"{base.cache_dir})")
-    ev.set_defaults(func=_eval)
 
-    presets = sub.add_parser("presets", help="list the training presets")
-    presets.set_defaults(func=_presets)
-
-    from grpo_kit.training.algorithms import ALGORITHMS
-
-    train.add_argument("--algorithm", default=None, choices=list(ALGORITHMS),
-                       help="a named GRPO variant replacing the preset's algorithm fields (loss_type, beta, "
-                       "scale_rewards, ...; `python -m grpo_kit algorithms` lists them); --set still overrides any")
-    algorithms = sub.add_parser("algorithms", help="list the named GRPO variants and the fields each sets")
-    algorithms.set_defaults(func=_algorithms)
-    compare = sub.add_parser("compare", help="several trained runs sharing a baseline: one paired table, "
-                             "Holm-adjusted, and a chart (notebook 05)")
-    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, each evaluated after training")
-    compare.add_argument("--names", nargs="+", default=None, help="the runs' names in the tables (default: folders)")
-    compare.add_argument("--out", default=None, help="where the tables and chart go (default: comparison/ beside "
-                         "the first run folder)")
-    compare.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
-    compare.set_defaults(func=_compare)
-
-    view = sub.add_parser("view", help="one self-contained HTML page of what the runs did: before/after table, every "
-                          "question's completions side by side with flip and text filters, training curves and "
-                          "groups, reward-check")
-    view.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (several: sharing a baseline)")
-    view.add_argument("--out", default=None, help="the HTML file (default: view.html in the run folder; "
-                      "for several, comparison/view.html beside the first)")
-    view.add_argument("--names", nargs="+", default=None, help="the runs' names (default: folders)")
-    view.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
-    view.set_defaults(func=_view)
-
-    check = sub.add_parser("reward-check", help="before training: from the baseline's sampled completions, whether a "
-                           "reward set can teach (zero-variance share, correlation with correctness), per reward")
+    check = command("reward-check", _reward_check, "before training: from the baseline's sampled completions, "
+                    "whether a reward set can teach (zero-variance share, correlation with correctness), per reward")
     check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder measured with eval --before --samples k")
-    check.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
-                       help="the reward set to check (default the task's): built-in names or your own "
-                       "module:function, as train --rewards")
-    check.add_argument("--json", action="store_true", help="print the check as one JSON object")
-    check.set_defaults(func=_reward_check)
+    _rewards_option(check, "the reward set to check")
+    _json_option(check, "check")
 
-    plan = sub.add_parser("plan", help="what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, "
-                                       "resume, problems), without loading a model or needing a GPU")
-    _add_recipe_file(plan)
-    plan.add_argument("--preset", default=None, help="a preset name (python -m grpo_kit presets); default: the one "
-                      "the notebooks pick for --device (or this machine's GPU): t4-16gb colab-t4, a100-40gb a100")
-    plan.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any preset field")
-    plan.add_argument("--model", default=None, help="a Hub id or folder instead of the preset's model")
+    _runs_options(command("compare", _compare, "several trained runs sharing a baseline: one paired table, "
+                          "Holm-adjusted, and a chart (notebook 05)"),
+                  "where the tables and chart go (default: comparison/ beside the first run folder)")
+    _runs_options(command("view", _view, "one self-contained HTML page of what the runs did: before/after table, every "
+                          "question's completions side by side with flip and text filters, training curves and "
+                          "groups, reward-check"),
+                  "the HTML file (default: view.html in the run folder; for several, comparison/view.html beside the "
+                  "first)")
+
+    exp = command("export", _export, "the run's trained policy merged (safetensors) or as GGUF, verified against it "
+                  "before it is called done, with a model card; optionally uploaded to the Hub")
+    exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
+    exp.add_argument("--format", nargs="+", choices=FORMATS, default=[FORMATS[0]])
+    exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
+    exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
+    _verify_options(exp)
+    exp.add_argument("--base", default=None, metavar="PATH", help="a local folder holding the 16-bit base an Unsloth "
+                     "LoRA run merges into (without it Unsloth downloads it from the Hub: about 16 GB for 8B)")
+    exp.add_argument("--push-to-hub", default=None, metavar="OWNER/NAME", help="upload the verified export")
+    exp.add_argument("--private", action=argparse.BooleanOptionalAction, default=True,
+                     help="the Hub repository's visibility when created (default private)")
+
+    ver = command("verify-export", _verify_export, "check an export made anywhere against a run's trained policy")
+    ver.add_argument("export", help="a merged model folder or a .gguf file (or a folder holding one)")
+    ver.add_argument("--against", required=True, help="the run folder")
+    _verify_options(ver)
+    ver.add_argument("--record", action="store_true", help="write verification.json into the export (lets "
+                     "--push-to-hub upload a verified export made elsewhere)")
+
+    plan = command("plan", _plan, "what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, resume, "
+                   "problems), without loading a model or needing a GPU")
+    _recipe_options(plan, choices=False)
     plan.add_argument("--device", default=None, metavar="CARD",
                       help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb (default: this "
                            "machine's GPUs)")
@@ -573,13 +583,12 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--run-dir", default=None, help="a run folder (with --resume: plan resuming it)")
     plan.add_argument("--resume", action="store_true", help="plan resuming --run-dir with its recorded preset")
     plan.add_argument("--max-steps", type=_positive, default=None, help="with --resume: extend the run to N steps")
-    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
-    plan.set_defaults(func=_plan)
+    _json_option(plan, "plan")
 
-    doctor = sub.add_parser("doctor", help="the installed stack (live and on disk), the driver, bfloat16 and free "
-                                           "GPU memory against a preset")
+    doctor = command("doctor", _doctor, "the installed stack (live and on disk), the driver, bfloat16 and free GPU "
+                     "memory against a preset")
     doctor.add_argument("--preset", default=None, help="a preset name (default: the one that fits this machine)")
-    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    _json_option(doctor, "report")
     doctor.add_argument("--install-plan", action="store_true",
                         help="what an install would put beside this runtime's torch (or --torch/--driver's): the "
                              "packages, whether torch is kept, which vLLM; exit 2 when no GPU route exists")
@@ -587,55 +596,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="with --install-plan: a runtime's torch.__version__ (e.g. 2.11.0+cu128), not this one's")
     doctor.add_argument("--driver", default=None, metavar="VERSION",
                         help="with --install-plan: an NVIDIA driver version (e.g. 570.172.08) instead of nvidia-smi's")
-    doctor.set_defaults(func=_doctor)
 
-    exp = sub.add_parser("export", help="the run's trained policy merged (safetensors) or as GGUF, verified against it "
-                         "before it is called done, with a model card; optionally uploaded to the Hub")
-    exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
-    exp.add_argument("--format", nargs="+", choices=FORMATS, default=[FORMATS[0]])
-    exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
-    exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
-    exp.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
-    exp.add_argument("--threshold", type=_share, default=None, help="the share of identical completions "
-                     "(quantized GGUF: of agreeing answers) to require instead of the type's measured one")
-    exp.add_argument("--base", default=None, metavar="PATH", help="a local folder holding the 16-bit base an Unsloth "
-                     "LoRA run merges into (without it Unsloth downloads it from the Hub: about 16 GB for 8B)")
-    exp.add_argument("--push-to-hub", default=None, metavar="OWNER/NAME", help="upload the verified export")
-    exp.add_argument("--private", action=argparse.BooleanOptionalAction, default=True,
-                     help="the Hub repository's visibility when created (default private)")
-    exp.set_defaults(func=_export)
-
-    ver = sub.add_parser("verify-export", help="check an export made anywhere against a run's trained policy")
-    ver.add_argument("export", help="a merged model folder or a .gguf file (or a folder holding one)")
-    ver.add_argument("--against", required=True, help="the run folder")
-    ver.add_argument("--questions", type=_positive, default=32, help="held-out questions (greedy)")
-    ver.add_argument("--threshold", type=_share, default=None, help="as export --threshold")
-    ver.add_argument("--record", action="store_true", help="write verification.json into the export (lets "
-                     "--push-to-hub upload a verified export made elsewhere)")
-    ver.set_defaults(func=_verify_export)
-
-    compare_defaults = CompareDemoConfig()
-    compare_demo = sub.add_parser("compare-demo", help="one warm start and baseline, one GRPO run per reward set, one "
-                                  "paired table (offline, CPU)")
-    compare_demo.add_argument("--task", default=compare_defaults.task_name, choices=compare_tasks(),
-                              help="a task that names reward sets to compare")
-    compare_demo.add_argument("--variants", nargs="+", default=None, metavar="NAME",
-                              help="which of the task's reward sets (default all)")
-    compare_demo.add_argument("--name", default=None, help="folder under --runs-dir (default compare-<task>)")
-    compare_demo.add_argument("--runs-dir", default=compare_defaults.runs_dir)
-    compare_demo.add_argument("--cache-dir", default=compare_defaults.cache_dir,
-                              help="where the warm-started policy is cached")
-    compare_demo.add_argument("--eval-size", type=_positive, default=compare_defaults.eval_size,
-                              help="held-out test questions")
-    compare_demo.add_argument("--samples", type=_nonnegative, default=compare_defaults.samples,
-                              help="sampled completions per question for avg@k / pass@k (0: greedy only)")
-    compare_demo.add_argument("--steps", type=_positive, default=compare_defaults.grpo_steps,
-                              help="GRPO optimiser steps of each run")
-    compare_demo.add_argument("--learning-rate", type=float, default=compare_defaults.learning_rate)
-    compare_demo.add_argument("--warm-steps", type=_positive, default=compare_defaults.warm.steps,
-                              help="supervised warm-start steps")
-    compare_demo.add_argument("--seed", type=_nonnegative, default=compare_defaults.seed)
-    compare_demo.set_defaults(func=_compare_demo)
+    command("presets", _presets, "list the training presets")
+    command("algorithms", _algorithms, "list the named GRPO variants and the fields each sets")
     return parser
 
 

@@ -360,28 +360,22 @@ def open_run(run_dir: str, use_drive: bool | None = None) -> tuple[Any, Any]:
 
 def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_repo: str | None = None,
                base: str | None = None) -> str:
-    """Notebook 04's export: each format of :func:`grpo_kit.runs.export.export`, checked against the trained policy
-    on ``questions`` held-out questions, and the merged export uploaded to ``hub_repo`` (private) when given.
-    ``base``: a local folder holding the 16-bit base an Unsloth LoRA run merges into
-    (:func:`grpo_kit.runs.export.merge_base`).
+    """Notebook 04's export (:func:`grpo_kit.runs.pipeline.export_steps`, as ``python -m grpo_kit export``): each
+    format checked against the trained policy on ``questions`` held-out questions, and the export (the merged one of
+    several) uploaded to ``hub_repo`` (private) when given. ``base``: a local folder holding the 16-bit base an Unsloth
+    LoRA run merges into (:func:`grpo_kit.runs.export.merge_base`).
 
     Returns:
         One line per export: its folder and its verification's summary (and the upload's address).
 
     Raises:
         grpo_kit.runs.export.ExportRefused: an export that does not answer like the trained policy.
-        ValueError: ``hub_repo`` without a merged export among ``formats``.
+        ValueError: ``hub_repo`` with several formats and no merged one.
     """
-    from grpo_kit.runs.export import export, push_to_hub
+    from grpo_kit.runs.pipeline import export_steps
 
     formats = [formats] if isinstance(formats, str) else list(formats)
-    if hub_repo and "merged" not in formats:
-        raise ValueError(f"hub_repo uploads the merged export: add 'merged' to export_formats (got {formats})")
-    exports = {fmt: export(run.path, fmt, questions=questions, base=base) for fmt in formats}
-    lines = [f"{folder}: {verification.summary()}" for folder, verification in exports.values()]
-    if hub_repo:
-        lines.append(str(push_to_hub(exports["merged"][0], hub_repo, private=True)))
-    return "\n".join(lines)
+    return "\n".join(export_steps(run.path, formats, questions=questions, base=base, push_to_hub=hub_repo))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,7 @@ from grpo_kit.tasks import DEFAULT_TASK, TASKS, Task, get_task
 from grpo_kit.training.presets import Recipe, get_preset
 
 __all__ = ["CompareDemoConfig", "DemoConfig", "baseline_plan", "compare_tasks", "demo_policy", "demo_tasks",
-           "run_compare_demo", "run_demo", "ship_demo_policy"]
+           "export_steps", "run_compare_demo", "run_demo", "ship_demo_policy"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,51 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
         log.info(f"completions of up to {max_new_tokens} new tokens, from the longest answer the tiny policy is "
                  "warm-started on (--max-new-tokens changes it)")
     return plan
+
+
+def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path | None = None,
+                 quant: str | None = None, push_to_hub: str | None = None, private: bool = True,
+                 **settings: Any) -> Iterator[str]:
+    """The export step: each format of the run's trained policy exported and verified against it
+    (:func:`grpo_kit.runs.export.export`), then one of them uploaded to the Hub; one line per export as it is done.
+
+    Args:
+        run_dir: the run folder.
+        formats: export formats (:data:`grpo_kit.runs.export.FORMATS`), in order.
+        out: the export folder (several formats: one folder per format under it); default ``<run_dir>/export/<fmt>``.
+        quant: the GGUF type (a GGUF only).
+        push_to_hub: ``owner/name``: upload the verified export (the only one, or the merged one of several).
+        private: the Hub repository's visibility when created.
+        settings: :func:`grpo_kit.runs.export.export`'s ``questions``, ``threshold``, ``base``.
+
+    Yields:
+        ``"<folder>: <verification summary>"`` per format, then the upload's address.
+
+    Raises:
+        ValueError: ``quant`` without a GGUF, a malformed ``push_to_hub``, or an upload with several formats and none
+            merged; all before any export. ImportError: a format's tools are missing (checked for every format
+            first). Whatever :func:`grpo_kit.runs.export.export` and ``push_to_hub`` raise.
+    """
+    from grpo_kit.runs.export import check_repo_id, check_tools, export
+    from grpo_kit.runs.export import push_to_hub as upload
+
+    if quant is not None and "gguf" not in formats:
+        raise ValueError(f"--quant {quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the base "
+                         "model's dtype)")
+    if push_to_hub:
+        check_repo_id(push_to_hub)
+        if len(formats) != 1 and "merged" not in formats:
+            raise ValueError("--push-to-hub (hub_repo) uploads one export: give one format, or add merged")
+    for format in formats:  # a missing llama.cpp is said before a merged export is built
+        check_tools(format)
+    done = {}
+    for format in formats:
+        folder = out if out is None or len(formats) == 1 else Path(out) / format
+        done[format], verification = export(run_dir, format=format, quant=quant if format == "gguf" else None,
+                                            out=folder, **settings)
+        yield f"{done[format]}: {verification.summary()}"
+    if push_to_hub:
+        yield str(upload(done[formats[0]] if len(formats) == 1 else done["merged"], push_to_hub, private=private))
 
 
 # --- the demos: the shipped cpu-tiny recipe and a task, through the same steps ------------------------------------
@@ -361,6 +406,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     """
     import torch
 
+    from grpo_kit.evaluation.compare import intervals_markdown
     from grpo_kit.evaluation.summary import sampled_metrics
     from grpo_kit.policy.loading import load_policy
     from grpo_kit.runs.compare import check_comparison_out, compare_runs, share_baseline
@@ -409,17 +455,13 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
 
     sampled = []
     if config.samples:
+        metrics = [f"avg@{config.samples} (flexible)", f"pass@{config.samples} (flexible)"]
         rows = {"baseline": next(iter(measured.values())).before_sampled,
                 **{name: m.after_sampled for name, m in measured.items()}}
         sampled = ["## Sampled", "", f"{config.samples} samples per question at temperature "
                    f"{config.sample_temperature}; 95% bootstrap intervals over questions.", "",
-                   "| metric | " + " | ".join(rows) + " |", "|:--|" + "--:|" * len(rows)]
-        tables = {name: sampled_metrics(result.records, seed=config.seed) for name, result in rows.items()}
-        for metric in (f"avg@{config.samples} (flexible)", f"pass@{config.samples} (flexible)"):
-            sampled.append(f"| {metric} | " + " | ".join(
-                f"{t.loc[metric, 'value']:.3f} [{t.loc[metric, 'ci_low']:.3f}, {t.loc[metric, 'ci_high']:.3f}]"
-                for t in tables.values()) + " |")
-        sampled.append("")
+                   intervals_markdown({name: sampled_metrics(result.records, seed=config.seed).loc[metrics]
+                                       for name, result in rows.items()}), ""]
     settings = {
         "task": task.name,
         "variants (reward sets)": "; ".join(f"{name}: {spec.rewards}" for name, spec in specs.items()),
