@@ -170,11 +170,8 @@ def _train(args: argparse.Namespace) -> int:
     if not spec.preset.use_unsloth:  # on an Unsloth route transformers must wait until Unsloth is imported
         _quiet_library_bars()
     if spec.launch.is_main:
-        log.info(f"train: preset {spec.preset.name}, task {spec.task.name}, rewards {spec.rewards}, "
-                 f"{spec.preset.max_steps} steps, checkpoints every {spec.preset.save_steps} into "
-                 f"{spec.folder.checkpoints}" + (f", validation accuracy every {spec.eval_steps} steps on "
-                                                 f"{spec.eval_size} questions held out of the train split"
-                                                 if spec.eval_steps else ""))
+        for line in spec.describe():
+            log.info(f"train: {line}")
     result = train(spec)
     if result.already_finished:
         return 0
@@ -233,7 +230,8 @@ def _eval_after(args: argparse.Namespace) -> int:
     from grpo_kit.runs.folder import RunFolder
     from grpo_kit.runs.measure import measure_after
 
-    ignored = [option for option, dest in _BEFORE_ONLY.items() if getattr(args, dest) not in (None, False, [])]
+    ignored = [option for option in _BEFORE_ONLY
+               if getattr(args, option[2:].replace("-", "_")) not in (None, False, [])]
     ignored += args.trl[:1]
     if ignored:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
@@ -249,15 +247,12 @@ def _eval_after(args: argparse.Namespace) -> int:
     return 0
 
 
-#: eval's options that only --before reads (option -> argparse dest), each ``None`` (or off) unless given: the
-#: evaluation after training repeats the baseline's settings, so giving one without --before is refused rather
-#: than ignored; their defaults are the baseline plan's (:class:`grpo_kit.runs.measure.EvalPlan`).
-_BEFORE_ONLY = {"--preset": "preset", "--config": "config", "--task": "task", "--model": "model", "--set": "set",
-                "--eval-size": "eval_size",
-                "--eval-fraction": "eval_fraction", "--max-new-tokens": "max_new_tokens", "--samples": "samples",
-                "--temperature": "temperature", "--backend": "backend", "--seed": "seed", "--warm-steps": "warm_steps",
-                "--cache-dir": "cache_dir", "--replace-baseline": "replace_baseline"}
-
+#: eval's options that only --before reads, each ``None`` (or off) unless given: the evaluation after training repeats
+#: the baseline's settings, so giving one without --before is refused rather than ignored; their defaults are the
+#: baseline plan's (:class:`grpo_kit.runs.measure.EvalPlan`).
+_BEFORE_ONLY = ("--replace-baseline", "--config", "--preset", "--set", "--model", "--task", "--eval-size",
+                "--eval-fraction", "--max-new-tokens", "--samples", "--temperature", "--backend", "--seed",
+                "--warm-steps", "--cache-dir")
 
 
 def presets_table() -> str:
@@ -378,22 +373,21 @@ def _compare_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recipe_options(parser: argparse.ArgumentParser, before: str = "", choices: bool = True) -> None:
-    """``--config``, ``--preset``, ``--set`` and ``--model``: the recipe a command takes (``before``: a help prefix);
-    TRL's ``--KEY VALUE`` overrides after them land in ``trl``."""
+def _recipe_options(parser: Any, choices: bool = True) -> None:
+    """``--config``, ``--preset``, ``--set`` and ``--model``: the recipe a command takes (TRL's ``--KEY VALUE``
+    overrides after them land in ``trl``: see :func:`main`)."""
     from grpo_kit.training.presets import PRESETS
 
-    parser.set_defaults(trl=[])
     parser.add_argument("--config", default=None, metavar="FILE.yaml",
-                        help=f"{before}a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config "
+                        help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config "
                         "reads them) and grpo_kit's own; --KEY VALUE after it overrides any key")
     parser.add_argument("--preset", default=None, choices=list(PRESETS) if choices else None,
-                        help=f"{before}a shipped recipe (python -m grpo_kit presets; default: the one that fits "
+                        help="a shipped recipe (python -m grpo_kit presets; default: the one that fits "
                         "--device or this machine's GPU, e.g. t4-16gb colab-t4, a100-40gb a100; cpu-tiny without one)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help=f"{before}any recipe key, e.g. --set learning_rate=1e-5 --set lora_r=16 (or TRL's own "
+                        help="any recipe key, e.g. --set learning_rate=1e-5 --set lora_r=16 (or TRL's own "
                         "form: --learning_rate 1e-5)")
-    parser.add_argument("--model", default=None, help=f"{before}a Hub id or folder instead of the recipe's model")
+    parser.add_argument("--model", default=None, help="a Hub id or folder instead of the recipe's model")
 
 
 def _rewards_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -445,9 +439,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m grpo_kit", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, func: Any, help: str) -> argparse.ArgumentParser:
-        found = sub.add_parser(name, help=help)
-        found.set_defaults(func=func)
+    def command(name: str, func: Any, summary: str, recipe: bool = False) -> argparse.ArgumentParser:
+        found = sub.add_parser(name, help=summary)
+        found.set_defaults(func=func, **({"trl": []} if recipe else {}))  # only a recipe's commands take TRL's form
         return found
 
     demo = command("demo", _demo, "warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
@@ -468,7 +462,8 @@ def _parser() -> argparse.ArgumentParser:
     _demo_options(compare_demo, CompareDemoConfig(), "compare-<task>")
     compare_demo.add_argument("--learning-rate", type=float, default=CompareDemoConfig.learning_rate)
 
-    train = command("train", _train, "GRPO into a run folder, with checkpoints, --resume and held-out accuracy")
+    train = command("train", _train, "GRPO into a run folder, with checkpoints, --resume and held-out accuracy",
+                    recipe=True)
     _recipe_options(train)
     train.add_argument("--algorithm", default=None, choices=list(ALGORITHMS),
                        help="a named GRPO variant replacing the preset's algorithm fields (loss_type, beta, "
@@ -504,35 +499,35 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")
 
     ev = command("eval", _eval, "--before: the baseline (notebook 02); else the trained model and the before/after "
-                 "report (notebook 04)")
+                 "report (notebook 04)", recipe=True)
     ev.add_argument("--run-dir", required=True, help="the run folder")
     ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan (the "
                     "same settings again reuse the baseline; other settings are refused)")
-    ev.add_argument("--replace-baseline", action="store_true", help="--before: replace a baseline measured with "
-                    "other settings, and the evaluation after training and report made against it")
-    _recipe_options(ev, before="--before: ")
-    ev.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
-                    help=f"--before: the task: {', '.join(TASKS)}, or a task file (default {DEFAULT_TASK})")
-    ev.add_argument("--eval-size", type=_positive, default=None, help="--before: test questions (seeded slice)")
-    ev.add_argument("--eval-fraction", type=_fraction, default=None, help="--before: share of the test split "
-                    f"(default {EVAL_FRACTION}, the blog post's), when --eval-size is not given")
-    ev.add_argument("--max-new-tokens", type=_positive, default=None,
-                    help=f"--before: each completion's budget in tokens (default {base.max_new_tokens}; a task file "
-                    "on the tiny policy: from its longest answer)")
-    ev.add_argument("--samples", type=_nonnegative, default=None, help="--before: sampled completions per question "
-                    f"(default {base.samples})")
-    ev.add_argument("--temperature", type=float, default=None, help="--before: temperature of the samples (default "
-                    f"{base.temperature})")
-    ev.add_argument("--backend", choices=["vllm", "transformers"], default=None,
-                    help="--before: generation backend for plain-transformers presets (default vLLM where usable)")
     ev.add_argument("--batch-size", type=_positive, default=None, help=f"prompts per generate call (default "
                     f"{base.batch_size}; after training: the baseline's)")
-    ev.add_argument("--seed", type=_nonnegative, default=None, help=f"--before: the slice's seed (default {base.seed})")
-    ev.add_argument("--warm-steps", type=_positive, default=None,
-                    help="--before, tiny policy only: warm-start steps (default 300; a task file: 20 passes over its "
-                    "train rows, 60 to 300)")
-    ev.add_argument("--cache-dir", default=None, help="--before: where the tiny policy is cached (default "
-                    f"{base.cache_dir})")
+    before = ev.add_argument_group("--before only", "the baseline's settings (the evaluation after training repeats "
+                                   "them)")
+    before.add_argument("--replace-baseline", action="store_true", help="replace a baseline measured with other "
+                        "settings, and the evaluation after training and report made against it")
+    _recipe_options(before)
+    before.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
+                        help=f"the task: {', '.join(TASKS)}, or a task file (default {DEFAULT_TASK})")
+    before.add_argument("--eval-size", type=_positive, default=None, help="test questions (seeded slice)")
+    before.add_argument("--eval-fraction", type=_fraction, default=None, help="share of the test split (default "
+                        f"{EVAL_FRACTION}, the blog post's), when --eval-size is not given")
+    before.add_argument("--max-new-tokens", type=_positive, default=None,
+                        help=f"each completion's budget in tokens (default {base.max_new_tokens}; a task file on the "
+                        "tiny policy: from its longest answer)")
+    before.add_argument("--samples", type=_nonnegative, default=None,
+                        help=f"sampled completions per question (default {base.samples})")
+    before.add_argument("--temperature", type=float, default=None,
+                        help=f"temperature of the samples (default {base.temperature})")
+    before.add_argument("--backend", choices=["vllm", "transformers"], default=None,
+                        help="generation backend for plain-transformers presets (default vLLM where usable)")
+    before.add_argument("--seed", type=_nonnegative, default=None, help=f"the slice's seed (default {base.seed})")
+    before.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps "
+                        "(default 300; a task file: 20 passes over its train rows, 60 to 300)")
+    before.add_argument("--cache-dir", default=None, help=f"where the tiny policy is cached (default {base.cache_dir})")
 
     check = command("reward-check", _reward_check, "before training: from the baseline's sampled completions, "
                     "whether a reward set can teach (zero-variance share, correlation with correctness), per reward")
@@ -570,7 +565,7 @@ def _parser() -> argparse.ArgumentParser:
                      "--push-to-hub upload a verified export made elsewhere)")
 
     plan = command("plan", _plan, "what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, resume, "
-                   "problems), without loading a model or needing a GPU")
+                   "problems), without loading a model or needing a GPU", recipe=True)
     _recipe_options(plan, choices=False)
     plan.add_argument("--device", default=None, metavar="CARD",
                       help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb (default: this "

@@ -299,7 +299,7 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
                   eval_steps: int | None = None, eval_size: int | None = None, wandb_project: str | None = None,
                   cpu_demo: Any = False, seed: int = 0, use_drive: bool | None = None) -> Any:
     """Notebook 03's run, resolved and checked before anything loads (:meth:`grpo_kit.runs.spec.RunSpec.resolve`),
-    and said in two lines: the algorithm, and the steps and checkpoints.
+    and said in two lines (:meth:`grpo_kit.runs.spec.RunSpec.describe`).
 
     Args:
         config: the preset (:func:`gpu_check`).
@@ -329,12 +329,7 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
                            train_size=cpu.train_size if cpu else None, eval_steps=eval_steps, eval_size=eval_size,
                            seed=seed, warm=_warm(cpu), algorithm=algorithm, wandb_project=wandb_project,
                            **({"max_steps": max_steps} if max_steps is not None else {}))
-    c = spec.preset
-    print(f"algorithm {c.algorithm}: loss_type {c.loss_type}, beta {c.beta}, scale_rewards {c.scale_rewards}, "
-          f"importance_sampling_level {c.importance_sampling_level}, epsilon {c.epsilon}/{c.epsilon_high}")
-    print(f"{c.max_steps} steps of {c.per_device_train_batch_size * c.gradient_accumulation_steps // c.num_generations}"
-          f" prompts x {c.num_generations} completions; checkpoints every {c.save_steps} steps in "
-          f"{spec.folder.checkpoints}")
+    print("\n".join(spec.describe()))
     return spec
 
 

@@ -95,7 +95,8 @@ def share_baseline(source: str | Path | RunFolder, targets: Sequence[str | Path 
 
 
 def _flat(settings: dict[str, Any]) -> dict[str, Any]:
-    """A ``train_settings.json`` as ``setting -> value``: the preset's fields, the algorithm's, the rewards, the size."""
+    """A ``train_settings.json`` as ``setting -> value``: the preset's fields, the algorithm's, the rewards, the
+    size."""
     identity = settings.get("identity", {})
     flat = {k: v for k, v in identity.get("preset", {}).items() if k not in ("description", "name")}
     flat["preset"] = identity.get("preset", {}).get("name")

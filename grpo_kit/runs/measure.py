@@ -33,11 +33,12 @@ from grpo_kit.system.files import write_text
 from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
 from grpo_kit.training.algorithms import algorithm_markdown
-from grpo_kit.training.presets import PRESETS, Recipe, get_preset
+from grpo_kit.training.presets import Recipe, get_preset
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVAL_FRACTION", "EvalPlan", "Measured", "baseline_differences", "check_pairing", "evaluated_with", "measure_after",
+__all__ = ["EVAL_FRACTION", "EvalPlan", "Measured", "baseline_differences", "check_pairing", "evaluated_with",
+           "measure_after",
            "measure_before", "own_rewards", "plan_from_settings"]
 
 

@@ -8,7 +8,6 @@ once, here, and kept on the spec.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -17,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import Launch, cuda_available, unsloth_problem
+from grpo_kit.policy.routes import usable_loading
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
-from grpo_kit.policy.routes import usable_loading
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
@@ -109,8 +108,8 @@ def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int,
         return policy
     if not chosen and isinstance(measured.get("warm"), dict):
         try:
-            theirs = PolicySource.of(None, task, seed=seed, warm=WarmStart(**measured["warm"]),
-                                     spec=TinyPolicySpec(**measured["tiny_spec"]) if measured.get("tiny_spec") else None,
+            shape = TinyPolicySpec(**measured["tiny_spec"]) if measured.get("tiny_spec") else None
+            theirs = PolicySource.of(None, task, seed=seed, warm=WarmStart(**measured["warm"]), spec=shape,
                                      cache_dir=measured.get("cache_dir") or DEFAULT_CACHE_DIR)
         except (TypeError, ValueError):
             theirs = None
@@ -204,11 +203,12 @@ class RunSpec:
                 :func:`grpo_kit.training.tracking.setup_wandb`; ``None``: the recipe's ``report_to``).
 
         Raises:
-            ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model (:func:`grpo_kit.training.checks.check_settings`); a
-                task without a train split; ``eval_steps``, ``eval_size`` or ``train_size`` out of range; held-out
-                evaluation with sharded weights (FSDP, ZeRO-3); FSDP on a CPU (accelerate would silently fall back
-                to replicating the model); a run folder that cannot be written; a folder that holds checkpoints
-                while ``resume`` is off, or another run's checkpoints (what differs).
+            ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model
+                (:func:`grpo_kit.training.checks.check_settings`); a task without a train split; ``eval_steps``,
+                ``eval_size`` or ``train_size`` out of range; held-out evaluation with sharded weights (FSDP,
+                ZeRO-3); FSDP on a CPU (accelerate would silently fall back to replicating the model); a run folder
+                that cannot be written; a folder that holds checkpoints while ``resume`` is off, or another run's
+                checkpoints (what differs).
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
         task = get_task(task if task is not None else _recorded_task(run_dir))
@@ -264,7 +264,8 @@ class RunSpec:
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
-        if preset.use_unsloth and preset.fast_inference and not usable_loading(preset.loading, "training").fast_inference:
+        if preset.use_unsloth and preset.fast_inference \
+                and not usable_loading(preset.loading, "training").fast_inference:
             preset = get_preset(preset, fast_inference=False)  # as evaluation does (policy/routes.py)
         preflight(preset, launch, str(model) if model is not None else preset.model)  # this GPU: bf16, memory, vLLM
         if launch.is_main:  # once per run: a reward that writes somewhere does it once more, not once per process
@@ -276,8 +277,9 @@ class RunSpec:
         folder = RunFolder(run_dir)
         recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
             if resume and folder.train_settings.is_file() else None
-        if recorded is not None and train_size is None and isinstance(recorded["identity"].get("train_size"), int):
-            train_size = kept["train_size"] = recorded["identity"]["train_size"]
+        size = recorded["identity"].get("train_size") if recorded and isinstance(recorded["identity"], dict) else None
+        if train_size is None and isinstance(size, int):  # the questions the run trained on, unless told otherwise
+            train_size = kept["train_size"] = size
         _check_recorded_data(folder, task, resume)
         policy = _baseline_policy(folder.path, policy, task, preset.seed,
                                   chosen=model is not None or preset.model is not None or warm is not None
@@ -306,6 +308,19 @@ class RunSpec:
                         + ", ".join(f"{k} {v}" for k, v in kept.items())
                         + " (--max-steps, --save-steps, --train-size or --set change it)")
         return spec
+
+    def describe(self) -> list[str]:
+        """The run in two lines, as ``train`` logs them and notebook 03 prints them: the recipe, task, rewards and
+        algorithm; the steps, checkpoints and held-out evaluation."""
+        p = self.preset
+        prompts = p.per_device_train_batch_size * p.gradient_accumulation_steps // p.num_generations
+        held_out = (f"; validation accuracy every {self.eval_steps} steps on {self.eval_size} questions held out of "
+                    "the train split" if self.eval_steps else "")
+        return [f"{p.name} on {self.task.name} with {self.rewards}; algorithm {p.algorithm}: loss_type {p.loss_type}, "
+                f"beta {p.beta}, scale_rewards {p.scale_rewards}, importance_sampling_level "
+                f"{p.importance_sampling_level}, epsilon {p.epsilon}/{p.epsilon_high}",
+                f"{p.max_steps} steps of {prompts} prompts x {p.num_generations} completions; checkpoints every "
+                f"{p.save_steps} steps in {self.folder.checkpoints}{held_out}"]
 
     def identity(self) -> dict[str, Any]:
         """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""

@@ -23,7 +23,6 @@ computes its own completions' rewards, and only the main process writes the run 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import platform

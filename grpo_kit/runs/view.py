@@ -27,7 +27,7 @@ from grpo_kit.evaluation.viewer import MARK, viewer_html
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
-from grpo_kit.training.groups import kept_steps, read_groups
+from grpo_kit.training.groups import read_groups
 
 __all__ = ["view_data", "write_view"]
 
@@ -205,7 +205,8 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
     """
     _check_folders(run_dirs)
     if out is None:  # several runs: beside compare's tables (its default --out)
-        out = RunFolder(run_dirs[0]).view if len(run_dirs) == 1 else Path(run_dirs[0]).parent / "comparison" / "view.html"
+        out = RunFolder(run_dirs[0]).view if len(run_dirs) == 1 else \
+            Path(run_dirs[0]).parent / "comparison" / "view.html"
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder: give a file name ending in .html")

@@ -256,8 +256,9 @@ def test_a_gguf_of_another_policy_is_refused(full_run, tiny_policy_files, tmp_pa
 
 def test_an_export_that_fails_its_check_is_refused_and_kept_apart(full_run, tmp_path, monkeypatch):
     """A merge that goes wrong on the way to disk (one tensor scaled) is refused by export itself."""
-    import grpo_kit.runs.export as module
     from safetensors.torch import load_file, save_file
+
+    import grpo_kit.runs.export as module
 
     saved = module._merged_to
 
@@ -483,8 +484,8 @@ def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_
 
     monkeypatch.setattr(grpo_kit.runs.export.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1000))
     # issue 34 case 19: "needs about 0.0 GB free ... and 0.0 GB are"
-    with pytest.raises(ValueError, match=r"this merged export needs about \d+ (kB|MB) of free space under .*, which has "
-                                         r"1 kB: free some space"):
+    with pytest.raises(ValueError, match=r"this merged export needs about \d+ (kB|MB) of free space under .*, "
+                                         r"which has 1 kB: free some space"):
         export(full_run, "merged", questions=QUESTIONS, out=tmp_path / "x")
     assert not list((tmp_path / "x.partial").glob("*")) if (tmp_path / "x.partial").exists() else True
     assert not (tmp_path / "x").exists()

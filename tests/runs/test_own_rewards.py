@@ -40,7 +40,8 @@ def test_an_own_reward_gets_its_name_and_a_maximum_from_its_attribute_or_what_it
     base = EvalResult(records=result, summary=summarize(result, task), sampling=Sampling(), wall_s=0.0, task=task)
     scored = with_rewards(base, rows, [_length, _bounded])
     found = {m.key: m for m in scored.metrics()}
-    assert found["_length"].label == "_length" and found["_length"].max_value == pytest.approx(0.2)  # len("<answer>\\n1\\n</answer>") / 100
+    # max_value: len("<answer>\\n1\\n</answer>") / 100
+    assert found["_length"].label == "_length" and found["_length"].max_value == pytest.approx(0.2)
     assert found["_bounded"].max_value == 0.25
     assert "_length" in scored.summary.index and "_bounded" in scored.summary.index
     totals = [r["total"] - r["_length"] - r["_bounded"] for r in scored.records]

@@ -105,8 +105,8 @@ def test_reward_check_needs_a_sampled_baseline(tmp_path, capsys):
 
 def _sampled_run(tmp_path: Path, right: bool) -> Path:
     """A run folder holding a sum3 baseline of 4 questions x 3 samples, all right or all wrong, without a model."""
-    from grpo_kit.system.files import write_jsonl
     from grpo_kit.runs.measure import plan_from_settings
+    from grpo_kit.system.files import write_jsonl
 
     settings = {"task": "sum3", "samples": 3, "slice": {"n": 4}, "seed": 0, "max_new_tokens": 8, "temperature": 0.7,
                 "preset": "cpu-tiny"}
@@ -156,7 +156,8 @@ def test_verdicts_say_only_what_the_numbers_support(tmp_path):
     formats = check_rewards(records, task, RewardSet({"xmlcount_reward_func": 1.0, "correctness_reward_func": 0.0}))
     assert formats.format_only and "can teach the format but not solving" in formats.markdown()
 def _worked_run(folder: Path) -> Path:
-    """A run folder whose sampled baseline is :func:`_sum3_records`' completions of its questions (nothing generated)."""
+    """A run folder whose sampled baseline is :func:`_sum3_records`' completions of its questions (nothing
+    generated)."""
     from grpo_kit.runs.measure import plan_from_settings
 
     settings = {"task": "sum3", "samples": 4, "slice": {"n": 6}, "seed": 0, "max_new_tokens": 8, "temperature": 0.7,

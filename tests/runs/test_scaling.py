@@ -248,7 +248,8 @@ def test_the_multi_gpu_presets():
 
 class _Health(BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200 if self.path in ("/health", "/get_world_size") else 404)  # vLLM's server; trl 1.15's client asks there
+        # vLLM's server: trl 1.15's client asks there
+        self.send_response(200 if self.path in ("/health", "/get_world_size") else 404)
         self.end_headers()
 
     def log_message(self, *args):

@@ -22,8 +22,8 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_kit.cli import main
-from grpo_kit.training.groups import read_groups
 from grpo_kit.training.checkpoints import checkpoints, is_complete, latest_complete
+from grpo_kit.training.groups import read_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -222,7 +222,8 @@ def _copy(run_dir: Path, tmp_path: Path) -> Path:
 def test_resuming_a_finished_run_trains_nothing_and_a_shorter_one_is_refused(uninterrupted, tiny_policy_files,
                                                                              tmp_path, capsys):
     run_dir = _copy(uninterrupted[0], tmp_path)
-    history, weights = (run_dir / "log_history.json").read_bytes(), (run_dir / "model" / "model.safetensors").read_bytes()
+    history = (run_dir / "log_history.json").read_bytes()
+    weights = (run_dir / "model" / "model.safetensors").read_bytes()
     assert json.loads((run_dir / "finished.json").read_text())["step"] == 6
     assert main(_train_args(tiny_policy_files, run_dir, "--resume")) == 0
     assert "finished at step 6 of 6: nothing to train" in capsys.readouterr().err
