@@ -434,6 +434,7 @@ def _parser() -> argparse.ArgumentParser:
     from grpo_kit.runs.pipeline import CompareDemoConfig, DemoConfig, compare_tasks, demo_tasks
     from grpo_kit.tasks import DEFAULT_TASK, TASKS
     from grpo_kit.training.algorithms import ALGORITHMS
+    from grpo_kit.training.groups import GroupsKept
 
     base = EvalPlan  # the baseline's defaults (a dataclass's field defaults are its class attributes)
     parser = argparse.ArgumentParser(prog="python -m grpo_kit", description=__doc__.split("\n\n")[0])
@@ -486,11 +487,11 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-max-new-tokens", type=_positive, default=None,
                        help="held-out completion budget (default the preset's max_completion_length)")
     train.add_argument("--train-size", type=_positive, default=None, help="train questions (seeded slice)")
-    train.add_argument("--groups-every", type=_positive, default=1, metavar="N",
+    train.add_argument("--groups-every", type=_positive, default=GroupsKept.every, metavar="N",
                        help="keep the training groups (completions, rewards, advantages) of every N-th logged step "
-                       "in groups/ (default 1)")
-    train.add_argument("--groups-per-step", type=_nonnegative, default=16, metavar="K",
-                       help="keep at most K groups a step (default 16; 0 keeps none)")
+                       f"in groups/ (default {GroupsKept.every})")
+    train.add_argument("--groups-per-step", type=_nonnegative, default=GroupsKept.groups, metavar="K",
+                       help=f"keep at most K groups a step (default {GroupsKept.groups}; 0 keeps none)")
     train.add_argument("--report-to", choices=["none", "wandb"], default="none")
     train.add_argument("--wandb-project", default="grpo-kit")
     train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")

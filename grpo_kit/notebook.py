@@ -383,9 +383,9 @@ class Comparison:
 
 
 def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[str, Mapping[str, Any]] | None = None,
-                    model: str | None = None, max_steps: int | None = None, eval_size: int = 300,
-                    max_new_tokens: int = 40, samples: int = 8, cpu_demo: Any = False, seed: int = 0,
-                    use_drive: bool | None = None) -> Comparison:
+                    model: str | None = None, max_steps: int | None = None, eval_size: int | None = None,
+                    max_new_tokens: int | None = None, samples: int | None = None, cpu_demo: Any = False,
+                    seed: int = 0, use_drive: bool | None = None) -> Comparison:
     """Notebook 05's variants, each resolved and checked before anything loads, and the baseline they share.
 
     On the CPU demo the recipe is the compare demo's (:class:`grpo_kit.runs.pipeline.CompareDemoConfig`: its warm start,
@@ -398,8 +398,9 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
         variants: ``{name: RunSpec.resolve arguments}`` (``rewards``, ``algorithm``, preset fields); ``None``: the
             task's reward sets.
         max_steps: GRPO steps of every variant (``None``: the preset's, or the compare demo's on the CPU demo).
-        eval_size, max_new_tokens, samples: the evaluation every run shares (the CPU demo's ``max_new_tokens`` and
-            ``batch_size`` replace the notebook's).
+        eval_size, max_new_tokens, samples: the evaluation every run shares (``None``: the compare demo's, 300
+            questions, 40 tokens, 8 samples; the CPU demo's ``max_new_tokens`` and ``batch_size`` replace the
+            notebook's).
 
     Raises:
         ValueError: fewer than two variants, and whatever :meth:`grpo_kit.runs.spec.RunSpec.resolve` refuses.
@@ -413,14 +414,15 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     from grpo_kit.training.presets import get_preset
 
     cpu = cpu_demo_settings(cpu_demo)
+    demo = CompareDemoConfig(task=task, seed=seed, **({"grpo_steps": max_steps} if max_steps else {}))
+    eval_size, max_new_tokens = eval_size or demo.eval_size, max_new_tokens or demo.eval_max_new_tokens
+    samples = demo.samples if samples is None else samples
     warm = batch_size = None
+    fields_ = {}
     if cpu is not None:
-        demo = CompareDemoConfig(task=task, seed=seed, **({"grpo_steps": max_steps} if max_steps else {}))
         fields_ = {k: v for k, v in demo.preset_fields().items() if k not in cpu.preset_overrides}
         warm = dataclasses.replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
         model, max_new_tokens, batch_size = None, cpu.max_new_tokens, cpu.batch_size
-    else:
-        fields_ = {}
     config = get_preset(config, **{**fields_, **({"max_steps": max_steps} if max_steps else {})})
     chosen = variants if variants is not None else {name: {"rewards": dict(weights)}
                                                     for name, weights in get_task(task).compare_rewards.items()}
