@@ -343,11 +343,11 @@ def open_run(run_dir: str, use_drive: bool | None = None) -> tuple[Any, Any]:
     Raises:
         RuntimeError / ValueError: no such folder, or no finished baseline in it (the message names what to run).
     """
-    from grpo_kit.runs.folder import RunFolder, resolve_run_dir
+    from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, resolve_run_dir
     from grpo_kit.runs.measure import plan_from_settings
 
     run = RunFolder.existing(resolve_run_dir(run_dir, use_drive))  # a mistyped run_dir is named, not created
-    plan = plan_from_settings(run.read_json(run.eval_settings, written_by="02_baseline_eval"))
+    plan = plan_from_settings(run.read_json(run.eval_settings, written_by=BASELINE_STEP))
     gpu_check(plan.preset)
     print(f"run folder {run.path}: task {plan.task.name}")
     return run, plan

@@ -20,7 +20,7 @@ from typing import Any
 
 from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
-from grpo_kit.runs.folder import RunFolder, enclosing_run
+from grpo_kit.runs.folder import AFTER_STEP, BASELINE_STEP, TRAIN_STEP, RunFolder, enclosing_run
 from grpo_kit.runs.measure import evaluated_with, own_rewards, plan_from_settings
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
@@ -78,7 +78,7 @@ def share_baseline(source: str | Path | RunFolder, targets: Sequence[str | Path 
         grpo_kit.runs.folder.RunFolderBusy: another process is writing a target folder.
     """
     source = source if isinstance(source, RunFolder) else RunFolder(source)
-    source.require(source.eval_settings, "02_baseline_eval (or python -m grpo_kit eval --before)")
+    source.require(source.eval_settings, BASELINE_STEP)
     files = [source.baseline, source.baseline_sampled, source.eval_settings]
     folders = []
     for target in targets:
@@ -212,12 +212,9 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     """
     if not run_dirs:
         raise ValueError("give at least one run folder (python -m grpo_kit compare RUN_DIR RUN_DIR ...)")
-    for d in run_dirs:  # a mistyped path is named, not created
-        if not Path(d).is_dir():
-            raise FileNotFoundError(f"no run folder at {d}: give folders that train and eval wrote")
+    folders = [RunFolder.existing(d) for d in run_dirs]  # a mistyped path is named, not created
     if out_dir is not None:
         check_comparison_out(out_dir, run_dirs)
-    folders = [RunFolder(d) for d in run_dirs]
     if len({f.path.resolve() for f in folders}) != len(folders):
         raise ValueError("the same run folder is given twice: compare different runs")
     names = list(names) if names is not None else _names(folders)
@@ -232,9 +229,9 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
 
 
 def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int) -> RunsReport:
-    evaluated = {n: f.read_json(f.eval_settings, "02_baseline_eval (or python -m grpo_kit eval --before)")
+    evaluated = {n: f.read_json(f.eval_settings, BASELINE_STEP)
                  for n, f in zip(names, folders)}
-    trained = {n: f.read_json(f.train_settings, "03_train_grpo (or python -m grpo_kit train)")
+    trained = {n: f.read_json(f.train_settings, TRAIN_STEP)
                for n, f in zip(names, folders)}
     first = names[0]
     problems = []
@@ -244,7 +241,7 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
             problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
     task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest")) if not problems else None
     if not problems:
-        baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, "02_baseline_eval"), task=task)
+        baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, BASELINE_STEP), task=task)
                      for n, f in zip(names, folders)}
         reference = [(r["id"], r["completion"]) for r in baselines[first].records]
         for n in names[1:]:
@@ -257,7 +254,7 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
                          "02 / python -m grpo_kit eval --before), e.g. by copying one run folder's baseline files "
                          "(eval_settings.json, baseline*.jsonl) into the others before training.")
     for n, f in zip(names, folders):
-        f.require(f.trained, "04_post_training_eval (or python -m grpo_kit eval)")
+        f.require(f.trained, AFTER_STEP)
         stale = f.stale_results(evaluated_with(evaluated[n]))
         if stale is not None:
             raise ValueError(f"{n}: {stale} (its results are not of the model it now holds, so they are not compared)")

@@ -26,8 +26,8 @@ from filelock import FileLock, Timeout
 
 from grpo_kit.system.files import append_jsonl, read_jsonl, sha256_file, write_json, write_jsonl
 
-__all__ = ["COLAB_DRIVE", "RunFolder", "RunFolderBusy", "enclosing_run", "files_digest", "hold_lock", "in_colab",
-           "model_files", "resolve_run_dir"]
+__all__ = ["AFTER_STEP", "BASELINE_STEP", "COLAB_DRIVE", "TRAIN_STEP", "RunFolder", "RunFolderBusy", "enclosing_run",
+           "files_digest", "hold_lock", "in_colab", "model_files", "resolve_run_dir"]
 
 # One lock object per folder in this process, so that a step that holds it (the demo) can call another that takes
 # it too (train): filelock counts the nested acquisitions of one object.
@@ -37,6 +37,11 @@ _HASHED: dict[tuple[str, int, int, int], str] = {}
 
 class RunFolderBusy(ValueError):
     """Another process is writing this run folder (the message names it: PID, host, command, since when)."""
+
+#: The steps that write a run folder's files, as a message names them: the notebook and the command.
+BASELINE_STEP = "02_baseline_eval (or python -m grpo_kit eval --before)"
+TRAIN_STEP = "03_train_grpo (or python -m grpo_kit train)"
+AFTER_STEP = "04_post_training_eval (or python -m grpo_kit eval)"
 
 #: Where run folders go on Colab: the mounted Google Drive, which outlives a runtime.
 COLAB_DRIVE = "/content/drive/MyDrive/grpo_kit"

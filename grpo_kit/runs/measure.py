@@ -28,7 +28,7 @@ from grpo_kit.policy.generation import Sampling, base_weights_digest
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import BASELINE_STEP, TRAIN_STEP, RunFolder
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
@@ -192,7 +192,7 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None,
         raise ValueError(problem)
     with run.lock("eval --before"):
         if run.eval_settings.is_file():
-            differences = baseline_differences(run.read_json(run.eval_settings, _BASELINE), plan.settings())
+            differences = baseline_differences(run.read_json(run.eval_settings, BASELINE_STEP), plan.settings())
             if not differences:
                 log.info(f"{run.path} already holds this baseline (same settings): reusing it")
                 results = {"greedy": _records(run, run.baseline, plan, len(questions))}
@@ -261,14 +261,14 @@ def _records(run: RunFolder, path: Path, plan: EvalPlan, expected: int) -> EvalR
         ValueError: the file is damaged or holds other questions than the plan's slice (the message names it).
     """
     try:
-        result = EvalResult.from_jsonl(run.require(path, _BASELINE), task=plan.task)
+        result = EvalResult.from_jsonl(run.require(path, BASELINE_STEP), task=plan.task)
     except ValueError as e:
-        raise ValueError(f"{e}. Delete {path} and {run.eval_settings.name} and run {_BASELINE} again") from None
+        raise ValueError(f"{e}. Delete {path} and {run.eval_settings.name} and run {BASELINE_STEP} again") from None
     found = len({r["id"] for r in result.records})
     if found != expected:
         raise ValueError(f"{path} holds {found} questions where "
                          f"{run.eval_settings.name} describes {expected}: the file was edited or cut short. Delete "
-                         f"both and run {_BASELINE} again")
+                         f"both and run {BASELINE_STEP} again")
     return result
 
 
@@ -336,8 +336,6 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         return _measure_after(run, batch_size, backend, rewards)
 
 
-_BASELINE = "02_baseline_eval (or python -m grpo_kit eval --before)"
-_TRAIN = "03_train_grpo (or python -m grpo_kit train)"
 
 
 def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
@@ -361,19 +359,19 @@ def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
 
 
 def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards: Sequence[Any] = ()) -> Measured:
-    evaluated = run.read_settings(run.eval_settings, _BASELINE, ("task", "route", "base_model", "system_prompt"))
-    trained = run.read_settings(run.train_settings, _TRAIN, ("base_model", "task", "system_prompt"))
+    evaluated = run.read_settings(run.eval_settings, BASELINE_STEP, ("task", "route", "base_model", "system_prompt"))
+    trained = run.read_settings(run.train_settings, TRAIN_STEP, ("base_model", "task", "system_prompt"))
     check_pairing(evaluated, trained, run.path)
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
-                         f"half-written): run {_TRAIN} with --resume to finish it, then evaluate")
+                         f"half-written): run {TRAIN_STEP} with --resume to finish it, then evaluate")
     get_task(evaluated["task"], digest=evaluated.get("task_digest"))  # changed data is refused, naming the file
     step, digest = run.finished_step(), run.check_model()  # model/ as training wrote it, else the file is named
     try:
         plan = plan_from_settings(evaluated, batch_size)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run "
-                         f"{_BASELINE} again") from None
+                         f"{BASELINE_STEP} again") from None
     questions = plan.questions()
     own = own_rewards(trained, rewards)
     examples = list(questions)
@@ -383,7 +381,7 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards
     if backend is None:
         from grpo_kit.policy.routes import load_eval_backend
 
-        backend = load_eval_backend(plan.source, plan.preset.loading, trained=run.require(run.model, "03_train_grpo"),
+        backend = load_eval_backend(plan.source, plan.preset.loading, trained=run.require(run.model, TRAIN_STEP),
                                     batch_size=plan.batch_size, backend=plan.backend)
     route = getattr(backend, "route", evaluated["route"])
     if route != evaluated["route"]:

@@ -24,7 +24,7 @@ from typing import Any
 from grpo_kit.evaluation.compare import compare, paired_ids
 from grpo_kit.evaluation.scoring import EvalResult
 from grpo_kit.evaluation.viewer import MARK, viewer_html
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import BASELINE_STEP, RunFolder
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 from grpo_kit.training.groups import read_groups
@@ -55,7 +55,7 @@ def _table(frame: Any) -> list[dict[str, Any]]:
 def _evaluation(run: RunFolder, path: Path) -> EvalResult | None:
     if not path.is_file():
         return None
-    settings = run.read_json(run.eval_settings, "02_baseline_eval (or python -m grpo_kit eval --before)")
+    settings = run.read_json(run.eval_settings, BASELINE_STEP)
     task = get_task(settings["task"], digest=settings.get("task_digest"))
     return EvalResult.from_jsonl(path, task=task)
 
@@ -118,13 +118,11 @@ def _reward_check(run: RunFolder) -> dict[str, Any] | None:
                 **{k: _number(v) for k, v in data["reward_set"].items() if k != "weights"}}]}
 
 
-def _check_folders(run_dirs: Sequence[str | Path]) -> None:
-    """Refuse no folder or a missing one (a mistyped path is named, not created)."""
+def _check_folders(run_dirs: Sequence[str | Path]) -> list[RunFolder]:
+    """The run folders; no folder or a missing one is refused (a mistyped path is named, not created)."""
     if not run_dirs:
         raise ValueError("give at least one run folder (python -m grpo_kit view RUN_DIR [RUN_DIR ...])")
-    for d in run_dirs:
-        if not Path(d).is_dir():
-            raise FileNotFoundError(f"no run folder at {d}: give folders that eval and train wrote")
+    return [RunFolder.existing(d) for d in run_dirs]
 
 
 def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0) -> dict[str, Any]:
@@ -144,8 +142,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         FileNotFoundError: a run folder is missing, or has no baseline (the message names the step that writes it).
         ValueError: several runs that do not share a baseline (the message names what differs).
     """
-    _check_folders(run_dirs)
-    folders = [RunFolder(d) for d in run_dirs]
+    folders = _check_folders(run_dirs)
     names = list(names) if names is not None else [f.path.name for f in folders]
     if len(names) != len(folders) or len(set(names)) != len(names):
         names = [str(f.path) for f in folders]
@@ -156,8 +153,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         report = compare_runs([f.path for f in folders], names=names, seed=seed)
         comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
-    before = _evaluation(folders[0], folders[0].require(folders[0].baseline, "02_baseline_eval (or python -m "
-                                                                                 "grpo_kit eval --before)"))
+    before = _evaluation(folders[0], folders[0].require(folders[0].baseline, BASELINE_STEP))
     metrics = before.metrics()
     keys = [m.key for m in metrics]
     base = _answers(before, keys)
