@@ -1,16 +1,16 @@
 """The pipeline the three front doors share: one resolved run through the same steps, in the order of the work.
 
-The steps, each over a :class:`grpo_kit.runs.spec.RunSpec` (what is trained) or an :class:`EvalPlan` (what is
-measured) resolved once, at the door: baseline (:func:`grpo_kit.runs.measure.measure_before`) -> reward check
-(:func:`grpo_kit.runs.reward_check.reward_check`) -> train (:func:`grpo_kit.runs.train.train`) -> after
-(:func:`grpo_kit.runs.measure.measure_after`) -> compare (:func:`grpo_kit.runs.compare.compare_runs`) -> export
-(:func:`grpo_kit.runs.export.export`). ``python -m grpo_kit`` (``grpo_kit.cli``), the notebooks' calls
-(``grpo_kit.notebook``) and the demo (``grpo_kit.demo``) stand side by side on top of it and import none of each
-other.
+The steps, each over a run resolved once at the door (:class:`grpo_kit.runs.spec.RunSpec`: what is trained;
+:class:`grpo_kit.runs.measure.EvalPlan`: what is measured): baseline (:func:`grpo_kit.runs.measure.measure_before`)
+-> reward check (:func:`grpo_kit.runs.reward_check.reward_check`) -> train (:func:`grpo_kit.runs.train.train`) ->
+after (:func:`grpo_kit.runs.measure.measure_after`) -> compare (:func:`grpo_kit.runs.compare.compare_runs`) -> export
+(:func:`export_steps`). ``python -m grpo_kit`` (``grpo_kit.cli``), the notebooks' calls (``grpo_kit.notebook``) and
+the demo (``grpo_kit.demo``) stand side by side on top of it and import none of each other.
 
-Here: :func:`baseline_plan`, the one translation of a door's evaluation settings into an :class:`EvalPlan` (its
-defaults are :class:`EvalPlan`'s), and the demos: the shipped ``cpu-tiny`` recipe and a task run through the same
-steps on the kit's warm-started tiny policy (:func:`run_demo`, :func:`run_compare_demo`).
+Here, what the doors would otherwise each translate: :func:`baseline_plan` (a door's evaluation settings as an
+``EvalPlan``, whose defaults are the only ones), :func:`export_steps`, and the demos: the shipped ``cpu-tiny``
+recipe and a task run through the same steps on the kit's warm-started tiny policy (:func:`run_demo`,
+:func:`run_compare_demo`).
 """
 
 from __future__ import annotations
@@ -44,18 +44,18 @@ log = logging.getLogger(__name__)
 def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = None,
                   eval_fraction: float | None = None, max_new_tokens: int | None = None, warm_steps: int | None = None,
                   **settings: Any) -> EvalPlan:
-    """What a baseline measures, from a front door's settings (``eval --before``, notebook 02); nothing loads.
+    """What a baseline measures (:class:`grpo_kit.runs.measure.EvalPlan`), from a front door's settings (``eval
+    --before``, notebook 02); nothing loads.
 
     Args:
         task: a task name, file or :class:`grpo_kit.tasks.Task`.
         preset: the recipe whose model and route are measured.
-        eval_size, eval_fraction: test questions as a number or a share of the split (neither: :class:`EvalPlan`'s
-            default share).
+        eval_size, eval_fraction: test questions as a number or a share of the split (neither: the plan's default
+            share).
         max_new_tokens: each completion's budget (``None``: for a task file on the tiny policy, from its longest
-            answer (:func:`grpo_kit.policy.warm_start.completion_budget`, said in one line), else
-            :class:`EvalPlan`'s).
+            answer (:func:`grpo_kit.policy.warm_start.completion_budget`, said in one line), else the plan's).
         warm_steps: the tiny policy's warm-start steps (``None``: the kit's, sized to the task).
-        settings: :class:`EvalPlan`'s other fields (``model``, ``samples``, ``temperature``, ``batch_size``,
+        settings: the plan's other fields (``model``, ``samples``, ``temperature``, ``batch_size``,
             ``backend``, ``seed``, ``cache_dir``, ...); a ``None`` value keeps its default.
 
     Raises:
