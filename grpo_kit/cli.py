@@ -1,5 +1,7 @@
-"""Command line: ``python -m grpo_kit demo | train | eval | reward-check | compare | compare-demo | export |
-verify-export | plan | doctor | presets | algorithms`` (also ``grpo-kit ...``).
+"""Command line: ``python -m grpo_kit demo | train | eval | reward-check | compare | view | compare-demo | export |
+verify-export | plan | doctor | presets | algorithms`` (also ``grpo-kit ...``): one of the three front doors, beside
+the notebooks' calls (:mod:`grpo_kit.notebook`) and the demo's (:mod:`grpo_kit.demo`); each translates its own
+spelling of a setting into the pipeline's steps (:mod:`grpo_kit.runs.pipeline`) and imports neither of the others.
 
 - ``demo``: the offline before/after pipeline on a CPU (warm start, measure, train, measure, report).
 - ``train``: GRPO into a run folder, with checkpoints, ``--resume`` and held-out accuracy; the same
@@ -10,6 +12,7 @@ verify-export | plan | doctor | presets | algorithms`` (also ``grpo-kit ...``).
 - ``reward-check``: before training, whether a reward set can teach: per reward and for the weighted total, from the
   baseline's sampled completions (notebook 02's last cell).
 - ``compare``: several trained runs that share a baseline in one paired table, Holm-adjusted (notebook 05).
+- ``view``: one self-contained HTML page of what the runs did (notebooks 04 and 05's last cell).
 - ``compare-demo``: the offline experiment where the reward set decides what GRPO teaches: one warm start, one
   baseline, one run per reward set, one paired table (notebook 05's steps).
 - ``export`` / ``verify-export``: the trained policy merged or as GGUF, verified against the run before it is
@@ -633,20 +636,12 @@ def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: print the report; exit 2 when something would stop the preset here."""
     import json
 
-    from grpo_kit.training.doctor import doctor, format_doctor, nvidia_driver
+    from grpo_kit.training.doctor import _disk_version, doctor, format_doctor, nvidia_driver
 
     if args.install_plan:
-        import importlib.metadata
-
         from grpo_kit.system.install import install_plan
 
-        torch = args.torch
-        if torch is None:
-            try:
-                torch = importlib.metadata.version("torch")
-            except importlib.metadata.PackageNotFoundError:
-                torch = None
-        plan = install_plan(torch, args.driver or nvidia_driver())
+        plan = install_plan(args.torch or _disk_version("torch"), args.driver or nvidia_driver())
         print(json.dumps(plan.to_json(), indent=1) if args.json else plan.describe())
         return 2 if plan.fatal else 0
     if args.torch or args.driver:
