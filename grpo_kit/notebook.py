@@ -5,7 +5,9 @@ switch that runs a notebook on a CPU with the kit's tiny policy; and the doctor
 the GPU against a recipe.
 
 Importing this module imports no third-party package, so the install cell can call it right after
-installing the kit itself.
+installing the kit itself. It is one of the three front doors, beside the command line and the demo: its calls
+translate a notebook's parameters into the pipeline's steps (:mod:`grpo_kit.runs.pipeline`), whose defaults they
+keep, and it imports neither of the other doors.
 """
 
 from __future__ import annotations
