@@ -420,7 +420,10 @@ class RunFolder:
         """The alarms raised while training (``alarms.jsonl``; empty when none; a line torn by a kill is skipped)."""
         return read_jsonl(self.alarms) if self.alarms.is_file() else []
 
-    def keep_alarms(self, up_to_step: int) -> None:
-        """Drop the alarms of steps after ``up_to_step`` (a killed run's, redone after resuming)."""
+    def forget_after(self, step: int) -> None:
+        """Drop the held-out records and alarms of steps after ``step`` (a killed run's, redone after resuming)."""
+        for kept_step, path in self.heldout_records():
+            if kept_step > step:
+                path.unlink()
         if self.alarms.is_file():
-            write_jsonl(self.alarms, [a for a in self.read_alarms() if a.get("step", 0) <= up_to_step])
+            write_jsonl(self.alarms, [a for a in self.read_alarms() if a.get("step", 0) <= step])

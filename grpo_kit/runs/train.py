@@ -121,14 +121,6 @@ def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, do
              per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
 
 
-def _forget_after(folder: RunFolder, step: int) -> None:
-    """Drop held-out records and alarms of steps after ``step`` (a killed run's, redone after resuming)."""
-    for kept_step, path in folder.heldout_records():
-        if kept_step > step:
-            path.unlink()
-    folder.keep_alarms(step)
-
-
 def _OnTrainBegin(action: Any) -> Any:  # noqa: N802 - a class factory (transformers is imported late)
     """A ``TrainerCallback`` that calls ``action()`` when training begins: after transformers loaded the checkpoint's
     weights, optimizer and scheduler (``Trainer._prepare_for_training``), before the first step."""
@@ -242,7 +234,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         write_text(folder.recipe, recipe_yaml(preset))  # the run's recipe and plan: what a resume reads
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
-        _forget_after(folder, resume_step if resume_step is not None else (0 if spec.resume else -1))
+        folder.forget_after(resume_step if resume_step is not None else (0 if spec.resume else -1))
         folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
 
     callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume(),  # first: before the held-out evaluation
