@@ -16,6 +16,13 @@ A task file::
     rewards: {text_correctness_reward_func: 2.0, strict_format_reward_func: 0.5}   # optional
     validation_size: 100        # optional; questions held out of the train split during training
 
+Where a rule is not data, the file names Python as ``module:name`` (imported when the file is read): ``loader``
+(``function(split, **kwargs) -> datasets.Dataset``, with ``splits``, instead of the data keys), ``rules``
+(``{"strict": ExtractionRule, "flexible": ExtractionRule}`` instead of an answer type's), and for the tiny policy
+``demonstration`` and ``tokenizer_texts``; ``gold`` (a template over a row's fields), ``metrics`` and ``headline``
+are declared as data, and so is what only the demo and notebook 01 read (:data:`EXTRAS`, kept as
+:attr:`grpo_kit.tasks.Task.extras`). The kit's own tasks are such files (``grpo_kit/tasks/builtin/``).
+
 Everything is checked when the file is loaded, before any model: the file must be YAML with known keys, the data
 files must exist, be UTF-8 and parse, every row must hold the question and a non-empty answer of the declared type;
 each message names the file and the line or the field. A question that is in both splits is warned about, with the
