@@ -426,8 +426,9 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
         warm = dataclasses.replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
         model, max_new_tokens, batch_size = None, cpu.max_new_tokens, cpu.batch_size
     config = get_preset(config, **{**fields_, **({"max_steps": max_steps} if max_steps else {})})
+    compare_rewards = get_task(task).extras.get("compare_rewards", {})
     chosen = variants if variants is not None else {name: {"rewards": dict(weights)}
-                                                    for name, weights in get_task(task).compare_rewards.items()}
+                                                    for name, weights in compare_rewards.items()}
     if len(chosen) < 2:
         raise ValueError(f"compare two or more variants, got {list(chosen)}: set variants = {{name: {{...}}, ...}}")
     root = Path(resolve_run_dir(run_dir, use_drive))

@@ -32,7 +32,7 @@ from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.runs.train import package_versions, train
 from grpo_kit.system.files import write_text
-from grpo_kit.tasks import DEFAULT_TASK, TASKS, Task, get_task
+from grpo_kit.tasks import DEFAULT_TASK, TASKS, RewardSet, Task, get_task
 from grpo_kit.training.presets import Recipe, get_preset
 
 __all__ = ["CompareDemoConfig", "DemoConfig", "baseline_plan", "compare_tasks", "demo_policy", "demo_tasks",
@@ -68,7 +68,7 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
     if warm_steps:
         settings["warm"] = WarmStart(steps=warm_steps)
     tiny = settings.get("model") is None and preset.model is None
-    said = max_new_tokens is None and tiny and task.file is not None and task.demonstration is not None
+    said = max_new_tokens is None and tiny and task.file is not None and task.trains
     if said:
         max_new_tokens = completion_budget(task)
     plan = EvalPlan(task=task, preset=preset, **settings,
@@ -129,13 +129,14 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
 
 
 def demo_tasks() -> list[str]:
-    """The tasks the demo can train: a train split and solutions to warm-start the tiny policy on."""
-    return [name for name, t in TASKS.items() if t.trains and t.demonstration is not None]
+    """The tasks the demo can train: those with a train split (its solutions warm-start the tiny policy)."""
+    return [name for name, t in TASKS.items() if t.trains]
 
 
 def compare_tasks() -> list[str]:
-    """The tasks whose :attr:`grpo_kit.tasks.Task.compare_rewards` the compare demo can train, in registry order."""
-    return [name for name in demo_tasks() if TASKS[name].compare_rewards]
+    """The tasks whose ``compare_rewards`` (:attr:`grpo_kit.tasks.Task.extras`) the compare demo can train, in
+    order."""
+    return [name for name in demo_tasks() if TASKS[name].extras.get("compare_rewards")]
 
 
 def _one_folder_name(name: str, runs_dir: str, what: str) -> None:
@@ -179,8 +180,8 @@ class CompareDemoConfig:
     """Settings of the compare demo: several reward sets trained from one warm start, against one baseline.
 
     Defaults are the experiment in docs/tutorials/compare-runs.md ("a reward that changes what is learned"): the task's
-    :attr:`grpo_kit.tasks.Task.compare_rewards`, each trained for ``grpo_steps`` on the same budget, every run
-    evaluated greedily (and with ``samples`` samples) on the same ``eval_size`` held-out questions.
+    ``compare_rewards`` (:attr:`grpo_kit.tasks.Task.extras`), each trained for ``grpo_steps`` on the same budget, every
+    run evaluated greedily (and with ``samples`` samples) on the same ``eval_size`` held-out questions.
 
     Raises:
         ValueError: a name that is not one folder name.
@@ -286,7 +287,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     """
     total_start, wall = time.perf_counter(), {}
     task = get_task(config.task)
-    if not task.trains or task.demonstration is None:
+    if not task.trains:
         raise ValueError(f"the demo trains, and task {task.name!r} has no train split with solutions: choose one of "
                          + ", ".join(demo_tasks()))
     preset = get_preset("cpu-tiny", max_steps=config.grpo_steps, seed=config.seed, **config.preset_overrides)
@@ -317,7 +318,7 @@ def _demo_report(config: DemoConfig, task: Task, preset: Recipe, run: RunFolder,
         "resumed from": trained.resumed_from.name if trained.resumed_from else "no (trained from step 0)",
         "seed": config.seed,
     }
-    report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=task.notes,
+    report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=task.extras.get("notes", ""),
                              settings=settings, wall=wall, versions=package_versions(), algorithm=measured.algorithm)
     report += "\n".join(["## Files", "",
                          "- `baseline.jsonl`, `trained.jsonl`: one record per question, greedy (completion, "
@@ -372,7 +373,7 @@ def _run_demo(config: DemoConfig, task: Task, preset: Recipe, plan: EvalPlan, ru
 
 def _variants(config: CompareDemoConfig, task: Task) -> dict[str, Any]:
     """The reward sets to train, by name, checked before anything loads."""
-    sets = task.compare_reward_sets()
+    sets = {name: RewardSet(dict(w)) for name, w in task.extras.get("compare_rewards", {}).items()}
     if not sets or task.name not in compare_tasks():
         raise ValueError(f"task {task.name!r} names no reward sets to compare, or cannot warm-start the tiny policy: "
                          "choose one of " + ", ".join(compare_tasks()))
@@ -478,7 +479,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
         "seed": config.seed,
     }
     text = "\n".join([
-        f"# grpo_kit compare demo: {config.folder_name}", "", task.notes, "",
+        f"# grpo_kit compare demo: {config.folder_name}", "", task.extras.get("notes", ""), "",
         report.markdown.split("\n", 1)[1].strip(), "", *sampled, "## Settings", "",
         *[f"- {k}: {v}" for k, v in settings.items()], "", "## Wall time", "",
         *[f"- {k}: {v:.0f} s" for k, v in wall.items()], "",
