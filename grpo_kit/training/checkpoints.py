@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
@@ -112,11 +113,8 @@ def is_complete(checkpoint: str | Path) -> bool:
       ``save_fsdp_model`` / ``save_fsdp_optimizer`` write them (accelerate/utils/fsdp_utils.py).
     """
     checkpoint, step = Path(checkpoint), checkpoint_step(checkpoint)
-    try:
-        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    if step is None or state.get("global_step") != step:
+    state = json_or_none(checkpoint / "trainer_state.json")
+    if step is None or not isinstance(state, dict) or state.get("global_step") != step:
         return False
     deepspeed = any(checkpoint.glob("global_step*"))
     if not all(readable(checkpoint / name) for name in _WEIGHTS if (checkpoint / name).is_file()):
@@ -158,10 +156,7 @@ def check_fingerprint(checkpoint: str | Path) -> None:
         ValueError: a weight file was replaced, edited or removed; the message names it.
     """
     checkpoint = Path(checkpoint)
-    try:
-        recorded = json.loads((checkpoint / FINGERPRINT).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
+    recorded = json_or_none(checkpoint / FINGERPRINT)
     if not isinstance(recorded, dict):
         return
     now = weights_fingerprint(checkpoint)
@@ -190,10 +185,7 @@ def fingerprint_on_save() -> Any:
 
 def latest_complete(folder: str | Path) -> Path | None:
     """The newest complete checkpoint in ``folder`` (see :func:`is_complete`), or ``None``."""
-    for checkpoint in reversed(checkpoints(folder)):
-        if is_complete(checkpoint):
-            return checkpoint
-    return None
+    return next((checkpoint for checkpoint in reversed(checkpoints(folder)) if is_complete(checkpoint)), None)
 
 
 def resume_point(folder: str | Path, max_steps: int, finished_step: int | None = None) -> Path | None:
@@ -258,14 +250,11 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
     Raises:
         ValueError: they differ; the message lists each difference (recorded -> now).
     """
-    differences = []
-    for key in ("task", "model", "rewards", "train_size", "seed", "validation_size"):
-        if recorded.get(key) != current.get(key):
-            differences.append(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}")
     before, now = recorded.get("preset", {}), current.get("preset", {})
-    for key in sorted(set(before) | set(now)):
-        if before.get(key) != now.get(key):
-            differences.append(f"preset.{key}: {before.get(key)!r} -> {now.get(key)!r}")
+    pairs = [(key, recorded.get(key), current.get(key))
+             for key in ("task", "model", "rewards", "train_size", "seed", "validation_size")]
+    pairs += [(f"preset.{key}", before.get(key), now.get(key)) for key in sorted(set(before) | set(now))]
+    differences = [f"{key}: {was!r} -> {is_now!r}" for key, was, is_now in pairs if was != is_now]
     if differences:
         raise ValueError(f"{folder} holds checkpoints of a different run, so it cannot be resumed with these "
                          "settings:\n  " + "\n  ".join(differences) + "\nResume with the recorded settings, or "
