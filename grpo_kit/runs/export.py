@@ -639,8 +639,10 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
     A run trained through Unsloth is saved by Unsloth's own ``save_pretrained_merged(..., save_method=
     "merged_16bit")`` (unsloth/save.py): for a 4-bit run it merges the adapter into the 16-bit original the
     ``*-bnb-4bit`` base was made from, where peft's ``merge_and_unload`` would re-quantize into 4-bit weights
-    (peft ``tuners/lora/bnb.py``) that no GGUF converter reads.
+    (peft ``tuners/lora/bnb.py``) that no GGUF converter reads (:func:`grpo_kit.policy.loading.save_merged`).
     """
+    from grpo_kit.policy.loading import save_merged
+
     if reference["model"] is None:
         trained, base = reference["trained"], reference.get("base")
         named = trained.config._name_or_path
@@ -650,13 +652,10 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
             # :func:`merge_base`)
             trained.config._name_or_path = str(base)
         try:
-            trained.save_pretrained_merged(str(folder), reference["tokenizer"], save_method="merged_16bit")
+            return save_merged(trained, reference["tokenizer"], folder)
         finally:
             trained.config._name_or_path = named
-        return folder
-    reference["model"].save_pretrained(str(folder), safe_serialization=True)
-    reference["tokenizer"].save_pretrained(str(folder))
-    return folder
+    return save_merged(reference["model"], reference["tokenizer"], folder)
 
 
 def _check_base_shape(base: Path, config: Any) -> None:
