@@ -48,11 +48,8 @@ def checkpoint_step(checkpoint: str | Path) -> int | None:
 
 def checkpoints(folder: str | Path) -> list[Path]:
     """The ``checkpoint-<step>`` folders in ``folder``, oldest step first (complete or not)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(step, p) for p in folder.iterdir() if p.is_dir() and (step := checkpoint_step(p)) is not None]
-    return [p for _, p in sorted(found)]
+    return sorted((p for p in Path(folder).glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) is not None),
+                  key=checkpoint_step)
 
 
 def _dcp_folder(folder: Path) -> bool:
