@@ -1,4 +1,4 @@
-"""The GPU proof (issues 21 and 33), what a CPU can check: the one-call script end to end at toy shapes (bundle
+"""The GPU proof, what a CPU can check: the one-call script end to end at toy shapes (bundle
 checked, wheels installed into a folder of their own, every row in the given folder), the refusal without CUDA, a
 route at toy shapes, and the wheel bundle's repacking (small fake wheels, no download; the real repacked wheels
 import on the CPU stack in tests/stack/test_gpu_bundle.py)."""
@@ -40,7 +40,7 @@ def make_wheel(folder: Path, name: str, version: str, files: dict[str, str], ent
 
 
 def test_the_one_call_script_runs_end_to_end_at_toy_shapes_into_the_given_folder(tmp_path):
-    """benchmarks/gpu_call.sh --miniature: the same steps as on the lent machine (bundle checked against its
+    """Benchmarks/gpu_call.sh --miniature: the same steps as on the lent machine (bundle checked against its
     manifest and the size limit, installed with pip --target, the proof run into --out), on this CPU."""
     bundle = tmp_path / "wheels"
     bundle.mkdir()
@@ -106,7 +106,7 @@ def test_the_word_tokenizer_covers_every_id():
 
 
 def test_a_repacked_wheel_drops_what_is_never_imported_and_still_installs(tmp_path):
-    """unsloth 2026.10.7's wheel is 29.5 MiB, 82.5 MB of it Unsloth Studio (studio/) and its command line
+    """Unsloth 2026.10.7's wheel is 29.5 MiB, 82.5 MB of it Unsloth Studio (studio/) and its command line
     (unsloth_cli/, the `unsloth` console script); import unsloth reads neither."""
     bundle = tmp_path / "wheels"
     bundle.mkdir()

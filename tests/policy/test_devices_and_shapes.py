@@ -1,5 +1,5 @@
 """Where the weights go on a faked GPU and launch, the vLLM server's health probe, one LoRA request per Unsloth
-backend, and the shipped model shapes (issue 23; issue 21's shapes on the meta device)."""
+backend, and the shipped model shapes (shapes on the meta device)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    """torch.cuda as a machine with GPUs would report it: count, names, memory, bfloat16 support."""
+    """Torch.cuda as a machine with GPUs would report it: count, names, memory, bfloat16 support."""
     import torch
 
     def install(count=2, name="NVIDIA A100-SXM4-80GB", memory_gib=79.2, bf16=True):
@@ -116,7 +116,7 @@ def test_the_server_probe_asks_where_vllm_and_trl_ask():
 
 
 class _NoDevMode(_OnlyHealth):
-    """vLLM's server started without VLLM_SERVER_DEV_MODE=1: /health answers, the weight-sync routes do not exist."""
+    """VLLM's server started without VLLM_SERVER_DEV_MODE=1: /health answers, the weight-sync routes do not exist."""
 
     def do_GET(self):  # noqa: N802 - http.server's name
         self.send_response(200 if self.path == "/health" else 404)
@@ -155,7 +155,7 @@ def test_an_absent_server_is_told_the_command_trl_1_15_runs():
 
 
 class _FakeUnslothModel:
-    """fast_generate and load_lora as Unsloth's model has them; load_lora hands out a new id each call."""
+    """Fast_generate and load_lora as Unsloth's model has them; load_lora hands out a new id each call."""
 
     def __init__(self):
         self.loads, self.requests = 0, []

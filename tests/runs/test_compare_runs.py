@@ -235,7 +235,7 @@ def test_compare_takes_the_run_folders_locks(tmp_path, questions):
 
 
 def test_compare_out_never_overwrites_a_users_files_or_writes_into_a_run_folder(tmp_path, questions, capsys):
-    """Issue 34 case 1: --out under export --out's rules: new, empty, or a previous comparison; no run folder."""
+    """--out under export --out's rules: new, empty, or a previous comparison; no run folder."""
     from grpo_kit.cli import main
 
     a = write_run(tmp_path / "a", questions, 0, 0.9, 1)

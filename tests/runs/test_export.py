@@ -337,7 +337,7 @@ def _no_model_loads(monkeypatch):
 
 def test_an_unsloth_runs_export_offline_is_refused_in_one_line_before_anything_loads(lora_run, tmp_path, monkeypatch,
                                                                                     capsys):
-    """Issue 33: Unsloth's merged_16bit merge reads the 16-bit original from the Hub (unsloth 2026.10.7 save.py
+    """Unsloth's merged_16bit merge reads the 16-bit original from the Hub (unsloth 2026.10.7 save.py
     unsloth_generic_save_pretrained_merged -> unsloth_zoo saving_utils.py merge_and_overwrite_lora,
     determine_base_model_source: the literal path and the working folder, never the Hugging Face cache), and offline
     it raised "could not reach the Hugging Face Hub" after the reference had loaded, as a traceback."""
@@ -448,7 +448,7 @@ def test_a_library_runtime_error_is_one_line_not_a_traceback(lora_run, tmp_path,
 
 
 def test_verification_generates_on_the_gpu_after_the_reference_is_freed(lora_run, tmp_path, monkeypatch):
-    """Issue 33: the export was loaded with no device placement, so an 8B model answered on the CPU (hours). Now on
+    """The export was loaded with no device placement, so an 8B model answered on the CPU (hours). Now on
     the first GPU, once the reference is gone, bfloat16 as float16 on a card without it (a T4 faked here)."""
     import gc
     import weakref
@@ -482,7 +482,7 @@ def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_
     import grpo_kit.runs.export
 
     monkeypatch.setattr(grpo_kit.runs.export.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1000))
-    # issue 34 case 19: "needs about 0.0 GB free ... and 0.0 GB are"
+    # "needs about 0.0 GB free ... and 0.0 GB are"
     with pytest.raises(ValueError, match=r"this merged export needs about \d+ (kB|MB) of free space under .*, which has "
                                          r"1 kB: free some space"):
         export(full_run, "merged", questions=QUESTIONS, out=tmp_path / "x")
@@ -653,7 +653,7 @@ def test_export_during_a_training_names_the_process_that_holds_the_run(full_run,
 
 
 def test_verify_export_record_never_writes_into_a_run_folders_model_or_over_a_users_file(tmp_path, capsys):
-    """Issue 34 case 2: --record into the run's own model/ made eval and export refuse the run from then on."""
+    """--record into the run's own model/ made eval and export refuse the run from then on."""
     run = tmp_path / "run"
     (run / "model").mkdir(parents=True)
     (run / "model" / "model.safetensors").write_text("weights")
@@ -673,7 +673,7 @@ def test_verify_export_record_never_writes_into_a_run_folders_model_or_over_a_us
 
 
 def test_export_merged_and_gguf_without_llama_cpp_says_so_before_building_anything(tmp_path, monkeypatch, capsys):
-    """Issue 34 case 18: the merged export was built (46 s) before llama.cpp was found missing."""
+    """The merged export was built (46 s) before llama.cpp was found missing."""
     import grpo_kit.runs.export as export_module
 
     monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
@@ -684,7 +684,7 @@ def test_export_merged_and_gguf_without_llama_cpp_says_so_before_building_anythi
 
 
 def test_an_out_that_is_a_link_is_called_a_link(tmp_path):
-    """Issue 34 case 19: a symlink to a folder was called "a file"."""
+    """A symlink to a folder was called "a file"."""
     from grpo_kit.runs.export import check_out
 
     (tmp_path / "elsewhere").mkdir()

@@ -172,7 +172,7 @@ def _worked_run(folder: Path) -> Path:
 
 
 def test_reward_check_says_in_one_line_which_reward_raises_and_json_stays_json(tmp_path, monkeypatch, capsys):
-    """Issue 34 cases 9 and 20: a raising reward gave a 25-line traceback (or 'error: ...' without its name), and a
+    """A raising reward gave a 25-line traceback (or 'error: ...' without its name), and a
     reward that prints broke --json."""
     (tmp_path / "mine.py").write_text(
         "def broken(completions, **kwargs):\n"

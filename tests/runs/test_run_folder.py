@@ -1,4 +1,4 @@
-"""What a hostile user does to a run folder does not lose a run or leave it stuck (issue 18): one writer per folder,
+"""What a hostile user does to a run folder does not lose a run or leave it stuck: one writer per folder,
 damaged files named with what to do, values read as written, and everything refused before a model loads.
 
 Each test reproduces one numbered failure of the issue; the costly ones (training and resuming) are in
@@ -276,7 +276,7 @@ def test_a_reader_names_a_mistyped_run_folder_instead_of_creating_it(tmp_path):
 
 
 def test_an_edited_finished_step_is_refused_not_reported(tmp_path, capsys):
-    """Issue 34 case 6: finished.json's step edited to 999 put "after training step 999" into report.md and "999
+    """Finished.json's step edited to 999 put "after training step 999" into report.md and "999
     steps" into the model card of a 3-step run."""
     from grpo_kit.runs.folder import RunFolder
 

@@ -1,5 +1,5 @@
 """Past one device: `accelerate launch -m grpo_kit train` on two CPU processes (gloo) with DDP, DeepSpeed ZeRO-2
-and ZeRO-3, the shipped accelerate configs, and the multi-GPU presets' checks (issue 13).
+and ZeRO-3, the shipped accelerate configs, and the multi-GPU presets' checks.
 
 On a CPU, accelerate 1.15 runs several processes only through its multi-GPU launcher (torchrun): `--cpu`
 starts one process (and drops a DeepSpeed config) unless mpirun is used. Through that launcher a DDP config
@@ -184,7 +184,7 @@ def test_zero2_over_two_processes_trains_what_ddp_trains(ddp_run, tmp_path):
 
 
 def test_fsdp_on_a_cpu_is_refused_not_silently_replicated(tiny_policy_files, tmp_path):
-    """accelerate engages FSDP only on GPUs; on a CPU it would quietly run plain DDP."""
+    """Accelerate engages FSDP only on GPUs; on a CPU it would quietly run plain DDP."""
     code, out = _run(_launch("fsdp2.yaml", 2, tiny_policy_files, tmp_path / "run"), tmp_path / "prompts")
     assert code != 0 and "configured for FSDP, which shards only on GPUs" in out, out[-3000:]
     assert not (tmp_path / "run" / "checkpoints").exists()

@@ -53,7 +53,7 @@ def test_a_second_train_from_the_cache_reads_the_split_once(counted, tmp_path, m
 
 
 def test_train_trains_the_policy_the_baseline_measured_or_refuses_before_loading(tmp_path, capsys, monkeypatch):
-    """Issue 34 case 13: another --warm-steps built a new warm start and trained 213 s before eval refused; without
+    """Another --warm-steps built a new warm start and trained 213 s before eval refused; without
     --warm-steps, train began a 300-step warm start instead of the baseline's."""
     import dataclasses
     import json

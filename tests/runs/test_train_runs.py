@@ -122,7 +122,7 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
     found = latest_complete(run_dir / "checkpoints")
     assert found is not None and found.name in ("checkpoint-2", "checkpoint-4")
 
-    # Issue 34 case 12: without --max-steps, --save-steps and --train-size a resume ran the preset's 100 steps with
+    # without --max-steps, --save-steps and --train-size a resume ran the preset's 100 steps with
     # checkpoints every 10; it keeps the recorded plan, and says so
     args = _train_args(tiny_policy_files, run_dir, "--resume")
     for option in ("--max-steps", "--save-steps", "--train-size"):
@@ -208,7 +208,7 @@ def test_an_interrupted_checkpoint_is_skipped_on_resume(tmp_path):
     assert latest_complete(folder).name == "checkpoint-4"
 
 
-# --- issue 18: a finished run stays finished; a resume never goes backwards or starts over silently -------------
+# --- a finished run stays finished; a resume never goes backwards or starts over silently -------------
 
 
 def _copy(run_dir: Path, tmp_path: Path) -> Path:
@@ -436,7 +436,7 @@ def test_a_checkpoint_whose_weights_were_replaced_is_refused_naming_the_file(uni
 
 
 def test_a_reward_that_raises_edits_a_column_never_judges_or_is_slow_never_ends_training(tiny_policy_files, tmp_path):
-    """Issue 34 cases 7, 8, 22: a KeyError at step 2 ended the run with a traceback; a reward clearing the 'answer'
+    """A KeyError at step 2 ended the run with a traceback; a reward clearing the 'answer'
     column ended it blaming the data; a reward judging nothing trained to the end with no alarm; a slow one
     slowed every step without a word."""
     (tmp_path / "mine.py").write_text(

@@ -1,4 +1,4 @@
-"""The GPU proof's repacked wheels import on the CPU stack (issue 33): unsloth without Studio and its command line,
+"""The GPU proof's repacked wheels import on the CPU stack: unsloth without Studio and its command line,
 bitsandbytes with only the CPU library and the lent machine's CUDA one (benchmarks/wheel_bundle.py, REPACK), installed
 with pip --target as benchmarks/gpu_call.sh installs them, imported from there in a fresh process."""
 

@@ -231,7 +231,7 @@ def test_plans_unsloth_changes_are_what_the_generated_trainer_does(tmp_path):
 
 def test_eval_before_and_after_of_an_unsloth_preset_without_vllm_take_unsloths_route(tiny_policy_files, tmp_path,
                                                                                        monkeypatch):
-    """Issue 33: on a runtime without vLLM `train` turned fast_inference off, but `eval --before` and `eval` still
+    """On a runtime without vLLM `train` turned fast_inference off, but `eval --before` and `eval` still
     asked Unsloth for it, and the real Unsloth raises "Please install vLLM before enabling `fast_inference`" (unsloth
     2026.10.7 models/loader.py, FastLanguageModel.from_pretrained, before anything else). With vLLM hidden, the
     kit's commands run the a100 preset's baseline, two GRPO steps and the evaluation after through Unsloth's real

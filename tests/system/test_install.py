@@ -41,7 +41,7 @@ def test_the_pinned_runtime_gets_vllm_0_32(capsys):
 
 
 def test_a_cuda_12_runtime_on_a_535_driver_runs_by_minor_version_compatibility(capsys):
-    """Issue 33: MIN_DRIVER per CUDA minor refused CUDA 12.x torch on drivers 535-565; CUDA 12 minor-version
+    """MIN_DRIVER per CUDA minor refused CUDA 12.x torch on drivers 535-565; CUDA 12 minor-version
     compatibility runs any 12.x on >= 525.60.13 (NVIDIA's CUDA Compatibility guide)."""
     code, plan = _plan(capsys, "--torch", "2.11.0+cu128", "--driver", "535.104.05")
     assert code == 0 and not plan["fatal"] and plan["xformers"] == "xformers==0.0.35"

@@ -1,5 +1,5 @@
 """The kit's child-process protocol (grpo_kit.system.workers): results, streams, errors, and children that die with
-their parent (issue 18: the math-verify worker kept computing 81 s after its parent was SIGKILLed)."""
+their parent (the math-verify worker kept computing 81 s after its parent was SIGKILLed)."""
 
 from __future__ import annotations
 

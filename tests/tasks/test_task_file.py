@@ -265,7 +265,7 @@ def test_csv_and_parquet_data_files_load_like_jsonl(tmp_path):
     assert f"{tmp_path / 'train.csv'}:2: 'a' is ''" in _error(tmp_path / "task.yaml")
 
 
-# --- issue 34: numbers read as written or refused, duplicate keys refused, BOMs read -------------------------------
+# --- numbers read as written or refused, duplicate keys refused, BOMs read -------------------------------
 
 
 def test_numbers_are_read_as_written_or_refused_never_cut_short(tmp_path):

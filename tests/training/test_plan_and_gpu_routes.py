@@ -1,4 +1,4 @@
-"""The GPU routes' defects of issue 23, each on a CPU with what a GPU would report faked, and `plan`."""
+"""The GPU routes' known failures, each on a CPU with what a GPU would report faked, and `plan`."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class _Plugin:
 
 
 class _FsdpTrainer:
-    """save_model as transformers 5.17 does it under FSDP: it writes weights only with FULL_STATE_DICT."""
+    """Save_model as transformers 5.17 does it under FSDP: it writes weights only with FULL_STATE_DICT."""
 
     def __init__(self, kind):
         self.is_fsdp_enabled = True
@@ -151,7 +151,7 @@ def test_the_stale_weights_alarm_says_at_the_first_step_that_it_is_not_armed(cap
 def test_the_algorithm_the_fields_amount_to():
     from grpo_kit.training.plan import algorithm
 
-    faithful = algorithm(PRESETS["a100"])  # the blog post's notebook: trl 0.15's GRPO (issue 20)
+    faithful = algorithm(PRESETS["a100"])  # the blog post's notebook: trl 0.15's GRPO
     assert (faithful["name"], faithful["fields"]["loss_type"], faithful["fields"]["beta"]) == ("grpo", "grpo", 0.04)
     assert not faithful["vllm_importance_sampling_correction"]  # Unsloth's config turns it off
     changed = algorithm(get_preset("a100", beta=0.0))
@@ -219,7 +219,7 @@ def test_plan_for_a_resume_names_the_checkpoint(tmp_path, capsys):
 
 
 def test_plan_refuses_the_resumes_train_refuses(tmp_path, capsys):
-    """plan and train --resume decide a resume by one rule (checkpoints.resume_point): no silent restart from
+    """Plan and train --resume decide a resume by one rule (checkpoints.resume_point): no silent restart from
     step 0 when every checkpoint is damaged, no shortening of a run."""
     from grpo_kit.training.checkpoints import run_identity
 
@@ -270,7 +270,7 @@ def test_plan_without_a_preset_picks_the_one_the_notebooks_pick_for_the_card(cap
 
 
 def test_plan_shows_the_grpo_config_as_unsloths_generated_trainer_holds_it(capsys):
-    """unsloth/models/rl.py: with fast_inference the trainer's __init__ sets use_vllm, vllm_mode='colocate' and
+    """Unsloth/models/rl.py: with fast_inference the trainer's __init__ sets use_vllm, vllm_mode='colocate' and
     top_k 0 -> -1; its config defaults vllm_importance_sampling_correction to False."""
     _, a100 = _plan(capsys, "--preset", "a100", "--device", "a100-40gb")
     config = a100["grpo_config"]
@@ -293,7 +293,7 @@ def test_the_memory_verdict_agrees_with_vllms_fatal_problem(capsys):
 
 
 def test_lora_under_zero3_counts_the_whole_model_trl_gathers_for_each_weight_sync(capsys):
-    """trl/generation/vllm_generation.py gathers the full model on every process to merge the adapter before a
+    """Trl/generation/vllm_generation.py gathers the full model on every process to merge the adapter before a
     sync: for an 8B model on 8 GPUs about 14 GiB (7/8 of its 16-bit weights) held then, not in the ZeRO-3 shard."""
     _, zero3 = _plan(capsys, "--preset", "multi-gpu-lora", "--device", "h100-80gb", "--launch", "zero3", "--gpus", "8")
     parts = zero3["memory"]["parts"]
