@@ -27,13 +27,15 @@ from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
-__all__ = ["FINGERPRINT", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints", "continue_schedule",
-           "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point", "run_identity",
-           "schedule_on_resume", "weights_fingerprint"]
+__all__ = ["FINGERPRINT", "WEIGHT_FILES", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints",
+           "continue_schedule", "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point",
+           "run_identity", "schedule_on_resume", "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
-            "pytorch_model.bin.index.json")
+#: What a saved model or adapter holds its weights in (one file, or the index of a sharded save), as transformers and
+#: peft write them; DeepSpeed and FSDP checkpoints keep theirs in folders of their own (:func:`is_complete`).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
+                "pytorch_model.bin.index.json", "adapter_model.bin")
 
 
 def checkpoint_step(checkpoint: str | Path) -> int | None:
@@ -114,12 +116,12 @@ def is_complete(checkpoint: str | Path) -> bool:
     if step is None or not isinstance(state, dict) or state.get("global_step") != step:
         return False
     deepspeed = any(checkpoint.glob("global_step*"))
-    if not all(readable(checkpoint / name) for name in _WEIGHTS if (checkpoint / name).is_file()):
+    if not all(readable(checkpoint / name) for name in WEIGHT_FILES if (checkpoint / name).is_file()):
         return False
     has_optimizer = (deepspeed or (checkpoint / "optimizer.pt").is_file()
                      or any(p.is_file() for p in checkpoint.glob("optimizer*.bin"))
                      or any(_dcp_folder(p) for p in checkpoint.glob("optimizer_*") if p.is_dir()))
-    has_weights = (deepspeed or any((checkpoint / name).is_file() for name in _WEIGHTS)
+    has_weights = (deepspeed or any((checkpoint / name).is_file() for name in WEIGHT_FILES)
                    or any(p.is_file() for p in checkpoint.glob("pytorch_model_fsdp*.bin"))
                    or any(_dcp_folder(p) for p in checkpoint.glob("pytorch_model_fsdp_*") if p.is_dir()))
     return has_weights and has_optimizer and (checkpoint / "scheduler.pt").is_file()
@@ -136,7 +138,7 @@ def weights_fingerprint(checkpoint: str | Path) -> dict[str, str]:
     from grpo_kit.system.files import sha256_file
 
     checkpoint = Path(checkpoint)
-    names = {name for name in _WEIGHTS if (checkpoint / name).is_file()}
+    names = {name for name in WEIGHT_FILES if (checkpoint / name).is_file()}
     for index in [name for name in names if name.endswith(".index.json")]:
         try:
             names |= set(json.loads((checkpoint / index).read_text(encoding="utf-8"))["weight_map"].values())
