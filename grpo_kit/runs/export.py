@@ -607,8 +607,10 @@ def _licence(base: str) -> str:
 def model_card(run_dir: str | Path, verification: Verification) -> str:
     """The export's ``README.md``: base model and licence, task, rewards and weights, algorithm settings, steps,
     the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
-    from grpo_kit import __version__
+    from grpo_kit.system.install import installed_version
 
+    # run from a clone, not installed: the GPU proof's machine
+    version = installed_version("grpo_kit") or "(not installed: run from a clone)"
     run, settings = _run(run_dir)
     identity = settings.get("identity", {})
     preset = identity.get("preset", {})
@@ -629,7 +631,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
              + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
              "## Before and after training (from the run's report.md)", "", _report_table(run), "",
              "## Verification of this export", "", verification.summary(), "",
-             f"Made by grpo_kit {__version__}.", ""]
+             f"Made by grpo_kit {version}.", ""]
     return "\n".join(lines)
 
 
