@@ -269,15 +269,12 @@ def compare_runs_results(baseline: EvalResult, runs: Mapping[str, EvalResult], c
     results = {"baseline": baseline, **runs}
     shared = [m for m in baseline.metrics() if all(m.key in {x.key for x in r.metrics()} for r in runs.values())]
     values: dict[tuple[str, str], list[float]] = {}
+    rows = []
     for name, result in results.items():
         for m in shared:
             by_id = per_question(result.records, m.key)
-            values[name, m.key] = [by_id[i] for i in ids]
-    rows = []
-    for name in results:
-        for m in shared:
-            low, high = bootstrap_ci(values[name, m.key], confidence, seed=seed)
-            v = values[name, m.key]
+            values[name, m.key] = v = [by_id[i] for i in ids]
+            low, high = bootstrap_ci(v, confidence, seed=seed)
             rows.append({"run": name, "metric": m.label, "key": m.key, "value": sum(v) / len(v), "low": low,
                          "high": high, "max": m.max_value})
     comparisons = [("baseline", name) for name in runs] + list(itertools.combinations(list(runs), 2))
