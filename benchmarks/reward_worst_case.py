@@ -22,7 +22,6 @@ from collections.abc import Callable
 from grpo_kit.tasks import BUILTIN_REWARDS, TASKS
 from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, is_strict_format
 from grpo_kit.tasks.countdown import countdown_answer
-from grpo_kit.tasks.gsm8k import flexible_answer, strict_answer
 
 #: name -> one piece, repeated to the wanted size (a prefix or suffix where the shape needs one).
 PATTERNS: dict[str, tuple[str, str, str]] = {
@@ -71,8 +70,7 @@ def functions() -> dict[str, Callable[[str], object]]:
                 calls[f"{task.name} {rule_name} (extract)"] = rule.extract
             else:
                 calls[f"{task.name} {rule_name}"] = rule.extract
-    calls.update({"gsm8k.strict_answer": strict_answer, "gsm8k.flexible_answer": flexible_answer,
-                  "extract_xml_answer": extract_xml_answer, "extract_final_answer": extract_final_answer,
+    calls.update({"extract_xml_answer": extract_xml_answer, "extract_final_answer": extract_final_answer,
                   "is_strict_format": is_strict_format, "countdown_answer": countdown_answer})
     return calls
 

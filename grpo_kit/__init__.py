@@ -10,10 +10,9 @@ are importable from here without torch (a task's own rewards from its module, e.
 when imported.
 """
 
-from grpo_kit.tasks import TASKS, get_task
+from grpo_kit.tasks import BUILTIN_REWARDS, TASKS, get_task
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_final_answer, extract_xml_answer
 from grpo_kit.tasks.rewards import (
-    BUILTIN_REWARDS,
     SEED_REWARDS,
     Reward,
     RewardSet,

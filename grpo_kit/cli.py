@@ -325,7 +325,7 @@ def _new_tokens(task: Any, model: str | None) -> tuple[int, str | None]:
     """``eval --before``'s default completion budget and the line that says where it comes from: from the task's
     answers for a task file on the tiny policy (:func:`grpo_kit.policy.warm_start.completion_budget`), else 256 (a
     model's own reasoning has no such bound) and no line."""
-    if model is not None or task.file is None or task.demonstration is None:
+    if model is not None or task.file is None or not task.trains:
         return 256, None
     from grpo_kit.policy.warm_start import completion_budget
 
@@ -509,7 +509,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
     demo.add_argument("--task", default=defaults.task, metavar="NAME|PATH.yaml",
                       help="the task to train and evaluate on: " + ", ".join(
-                          name for name, t in TASKS.items() if t.trains and t.demonstration is not None)
+                          name for name, t in TASKS.items() if t.trains)
                       + ", or a task file")
     demo.add_argument("--name", default=None, help="run folder name under --runs-dir (default demo, demo-<task>)")
     demo.add_argument("--runs-dir", default=defaults.runs_dir)

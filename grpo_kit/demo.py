@@ -26,7 +26,7 @@ from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.runs.train import package_versions, train
 from grpo_kit.system.files import write_text
-from grpo_kit.tasks import DEFAULT_TASK, TASKS, get_task
+from grpo_kit.tasks import DEFAULT_TASK, TASKS, RewardSet, get_task
 from grpo_kit.training.presets import get_preset
 
 __all__ = ["CompareDemoConfig", "DemoConfig", "compare_tasks", "demo_policy", "run_compare_demo", "run_demo",
@@ -92,9 +92,9 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     """
     total_start = time.perf_counter()
     task = get_task(config.task)
-    if not task.trains or task.demonstration is None:
+    if not task.trains:
         raise ValueError(f"the demo trains, and task {task.name!r} has no train split with solutions: choose one of "
-                         + ", ".join(t.name for t in TASKS.values() if t.trains and t.demonstration is not None))
+                         + ", ".join(t.name for t in TASKS.values() if t.trains))
     preset = get_preset("cpu-tiny", max_steps=config.grpo_steps, seed=config.seed, **config.preset_overrides)
     plan = EvalPlan(task=task, preset=preset, slice={"n": config.eval_size}, seed=config.seed,
                     max_new_tokens=config.eval_max_new_tokens, samples=config.samples,
@@ -162,7 +162,7 @@ def _run_demo(config: DemoConfig, task: Any, preset: Any, plan: EvalPlan, run: R
         "resumed from": trained.resumed_from.name if trained.resumed_from else "no (trained from step 0)",
         "seed": config.seed,
     }
-    report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=task.notes,
+    report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=task.extras.get("notes", ""),
                              settings=settings, wall=wall, versions=package_versions(), algorithm=measured.algorithm)
     report += "\n".join(["## Files", "",
                          "- `baseline.jsonl`, `trained.jsonl`: one record per question, greedy (completion, "
@@ -189,8 +189,8 @@ class CompareDemoConfig:
     """Settings of the compare demo: several reward sets trained from one warm start, against one baseline.
 
     Defaults are the experiment in docs/tutorials/compare-runs.md ("a reward that changes what is learned"): the task's
-    :attr:`grpo_kit.tasks.Task.compare_rewards`, each trained for ``grpo_steps`` on the same budget, every run
-    evaluated greedily (and with ``samples`` samples) on the same ``eval_size`` held-out questions.
+    ``compare_rewards`` (:attr:`grpo_kit.tasks.Task.extras`), each trained for ``grpo_steps`` on the same budget, every
+    run evaluated greedily (and with ``samples`` samples) on the same ``eval_size`` held-out questions.
 
     Raises:
         ValueError: a name that is not one folder name.
@@ -242,13 +242,13 @@ class CompareDemoConfig:
 
 
 def compare_tasks() -> list[str]:
-    """The tasks whose :attr:`grpo_kit.tasks.Task.compare_rewards` the compare demo can train, in registry order."""
-    return [name for name, t in TASKS.items() if t.compare_rewards and t.trains and t.demonstration is not None]
+    """The tasks whose ``compare_rewards`` (:attr:`grpo_kit.tasks.Task.extras`) the compare demo can train, in order."""
+    return [name for name, t in TASKS.items() if t.extras.get("compare_rewards") and t.trains]
 
 
 def _variants(config: CompareDemoConfig, task: Any) -> dict[str, Any]:
     """The reward sets to train, by name, checked before anything loads."""
-    sets = task.compare_reward_sets()
+    sets = {name: RewardSet(dict(w)) for name, w in task.extras.get("compare_rewards", {}).items()}
     if not sets or task.name not in compare_tasks():
         raise ValueError(f"task {task.name!r} names no reward sets to compare, or cannot warm-start the tiny policy: "
                          "choose one of " + ", ".join(compare_tasks()))
@@ -375,7 +375,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
         "seed": config.seed,
     }
     text = "\n".join([
-        f"# grpo_kit compare demo: {config.folder_name}", "", task.notes, "",
+        f"# grpo_kit compare demo: {config.folder_name}", "", task.extras.get("notes", ""), "",
         report.markdown.split("\n", 1)[1].strip(), "", *sampled, "## Settings", "",
         *[f"- {k}: {v}" for k, v in settings.items()], "", "## Wall time", "",
         *[f"- {k}: {v:.0f} s" for k, v in wall.items()], "",

@@ -438,8 +438,9 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
         model, max_new_tokens, batch_size = None, cpu.max_new_tokens, cpu.batch_size
     if max_steps:
         config = get_preset(config, max_steps=max_steps)
+    compare_rewards = get_task(task).extras.get("compare_rewards", {})
     chosen = variants if variants is not None else {name: {"rewards": dict(weights)}
-                                                    for name, weights in get_task(task).compare_rewards.items()}
+                                                    for name, weights in compare_rewards.items()}
     if len(chosen) < 2:
         raise ValueError(f"compare two or more variants, got {list(chosen)}: set variants = {{name: {{...}}, ...}}")
     root = Path(resolve_run_dir(run_dir, use_drive))

@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from grpo_kit.tasks import DEFAULT_TASK, Task, get_task
+from grpo_kit.tasks.numbers import parse_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,12 +28,20 @@ __all__ = [
 
 
 def _solutions(dataset: Any, task: Task) -> tuple[list[str], list[int], list[float]]:
-    """Worked solutions, their step counts and the size of the answers of a task's rows
-    (:attr:`grpo_kit.tasks.Task.solution` and :attr:`grpo_kit.tasks.Task.answer_value`)."""
+    """Worked solutions, their step counts and the size of the answers of a task's rows: a row's ``solution`` column
+    (its steps: the non-empty lines before a ``#### N`` line, the blog post's proxy for difficulty), else the task's
+    demonstration (its steps: the lines of its reasoning; Countdown's solver), and the number in the column its
+    ``answer_value`` names (:attr:`grpo_kit.tasks.Task.extras`)."""
+    demonstrate, column = task.extras.get("demonstration"), task.extras.get("answer_value")
     solutions, steps, values = [], [], []
     for row in dataset:
-        solution, count = (task.solution(row) if task.solution else None) or ("", 0)
-        value = task.answer_value(row) if task.answer_value else None
+        if row.get("solution"):
+            solution = row["solution"]
+            count = sum(1 for line in solution.split("####")[0].splitlines() if line.strip())
+        else:  # a demonstration without reasoning (answers alone) shows no solution
+            demo = demonstrate(row) if demonstrate is not None else None
+            solution, count = (f"{demo[0]}\n{demo[1]}", len(demo[0].splitlines())) if demo and demo[0] else ("", 0)
+        value = parse_number(str(row[column])) if column else None
         solutions.append(solution)
         steps.append(count)
         values.append(math.nan if value is None else float(value))

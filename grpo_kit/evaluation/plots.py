@@ -107,7 +107,8 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
     """
     import matplotlib.pyplot as plt  # headless machines fall back to the Agg backend by themselves
 
-    from grpo_kit.tasks.rewards import BUILTIN_REWARDS, Reward
+    from grpo_kit.tasks import BUILTIN_REWARDS
+    from grpo_kit.tasks.rewards import Reward
 
     curves = training_curves(log_history)
     accuracies = [k for k in curves if k.startswith("eval/") and not k.endswith(("_ci_low", "_ci_high"))]

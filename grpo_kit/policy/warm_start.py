@@ -1,7 +1,7 @@
 """The tiny policy's supervised warm start ("cold start" in DeepSeek-R1) on a task's worked solutions, with
 TRL's SFTTrainer, and the cache of warm-started policies.
 
-Each task says how to demonstrate one of its examples (:attr:`grpo_kit.tasks.Task.demonstration`):
+Each task says how to demonstrate one of its examples (``demonstration`` in :attr:`grpo_kit.tasks.Task.extras`):
 GSM8K's solutions come with the data, Countdown's from the solver. R1 fine-tuned on a little
 chain-of-thought data before RL; R1-Zero did not. Here the warm start also sets up what GRPO should
 teach: only ``xml_share`` of the targets use the answer format
@@ -136,11 +136,12 @@ def completion_budget(task: Task, settings: WarmStart = WarmStart(), most: int =
     Raises:
         ValueError: the task has no demonstrations (:func:`warm_start_dataset`).
     """
-    if task.demonstration is None:
+    demonstrate = task.extras.get("demonstration")
+    if demonstrate is None:
         raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
     longest = 0
     for row in task.load("train"):
-        demo = task.demonstration(row, settings.reasoning)
+        demo = demonstrate(row, settings.reasoning)
         if demo is not None:
             longest = max(longest, len(render(*demo).encode()), len(_plain(*demo, settings.plain_lead).encode()))
     return max(16, min(most, -(-(longest + 8) // 8) * 8))
@@ -148,7 +149,7 @@ def completion_budget(task: Task, settings: WarmStart = WarmStart(), most: int =
 
 def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: str | Task = DEFAULT_TASK) -> Any:
     """Build the prompt/completion dataset: each row's demonstration in the answer format with probability
-    ``xml_share`` (or the task's own :attr:`grpo_kit.tasks.Task.warm_xml_share`), else in the plain style.
+    ``xml_share`` (or the task's own ``warm_xml_share``, :attr:`grpo_kit.tasks.Task.extras`), else in the plain style.
 
     Args:
         dataset: train rows of ``task`` (e.g. GSM8K: ``prompt``, ``solution``, ``answer``; Countdown:
@@ -166,11 +167,11 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: st
     from datasets import Dataset
 
     task = get_task(task)
-    demonstrate = task.demonstration
+    demonstrate = task.extras.get("demonstration")
     if demonstrate is None:
         raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
     rng = random.Random(settings.seed)
-    share = settings.xml_share if task.warm_xml_share is None else task.warm_xml_share
+    share = task.extras.get("warm_xml_share", settings.xml_share)
     rows = []
     for row in dataset:
         xml = rng.random() < share
@@ -390,8 +391,8 @@ def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool
     """The kit's tiny offline policy, warm-started on a task's train split; built once, then cached.
 
     The tokenizer is trained on the train questions and solutions plus the system prompt
-    (:attr:`grpo_kit.tasks.Task.texts`); the warm start runs :func:`warm_start` (about 3 minutes on 2
-    CPU cores with the defaults). The cache is written into a temporary folder and renamed into place
+    (``tokenizer_texts`` in :attr:`grpo_kit.tasks.Task.extras`); the warm start runs :func:`warm_start` (about 3
+    minutes on 2 CPU cores with the defaults). The cache is written into a temporary folder and renamed into place
     when complete, so a run killed while building it leaves nothing that a later run would trust.
 
     Args:
@@ -420,7 +421,7 @@ def _build_cache(tiny: TinyPolicy, train: Any = None, progress: bool = True) -> 
 
     folder = tiny.folder
     train = tiny.task.load("train") if train is None else train
-    model, tokenizer = build_tiny_policy(tiny.task.texts(train), seed=tiny.seed, spec=tiny.spec)
+    model, tokenizer = build_tiny_policy(tiny.task.extras["tokenizer_texts"](train), seed=tiny.seed, spec=tiny.spec)
     building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
     try:

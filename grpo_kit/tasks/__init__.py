@@ -1,5 +1,5 @@
 """What is asked and how it is checked: the answer format, numbers, rewards, and the tasks (GSM8K, Countdown,
-MATH-500). No torch, no TRL: everything here runs wherever Python does.
+MATH-500, sum3). No torch, no TRL: everything here runs wherever Python does.
 
 A task is one name in the notebooks' parameters cell and in the command line (``--task``):
 
@@ -9,32 +9,42 @@ A task is one name in the notebooks' parameters cell and in the command line (``
 - ``math500``: competition problems, evaluation only, checked with math-verify.
 - ``sum3``: a+b+c over digits, synthetic and seeded: the CPU experiment where the reward decides what is learned.
 
-A task of your own over your own data is a YAML file (:func:`load_task`; ``--task my_task.yaml``,
-``task = "my_task.yaml"``): its answer type (number, text, math, choice) brings the extraction rules and the
-correctness reward. A new task of the kit's own is a module that builds a :class:`Task`, listed in :data:`TASKS`.
+Each is a task file in ``grpo_kit/tasks/builtin/`` in the format a user writes for a task of their own
+(:func:`load_task`; ``--task my_task.yaml``, ``task = "my_task.yaml"``): its answer type (number, text, math, choice)
+brings the extraction rules and the correctness reward, and what a file cannot declare (how GSM8K's rows are read,
+Countdown's equation checker) is Python the file names as ``module:function``. A new task of the kit's own is one
+more file there, listed in :data:`BUILTIN_TASKS`; a new reward is a function listed in :data:`BUILTIN_REWARDS`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
-from grpo_kit.tasks import answer_types  # noqa: F401 - registers the answer types' correctness rewards
-from grpo_kit.tasks.countdown import COUNTDOWN
-from grpo_kit.tasks.gsm8k import GSM8K
-from grpo_kit.tasks.math500 import MATH500
-from grpo_kit.tasks.rewards import BUILTIN_REWARDS, Reward, RewardSet
-from grpo_kit.tasks.sum3 import SUM3
+from grpo_kit.tasks import answer_types, countdown, math_verify, rewards
+from grpo_kit.tasks.rewards import Reward, RewardFunc, RewardSet
 from grpo_kit.tasks.task import ExtractionRule, Task
 from grpo_kit.tasks.task_file import check_digest, is_task_file, load_task
 
-__all__ = ["BUILTIN_REWARDS", "DEFAULT_TASK", "TASKS", "ExtractionRule", "Reward", "RewardSet", "Task", "get_task",
-           "load_task"]
+__all__ = ["BUILTIN_REWARDS", "BUILTIN_TASKS", "DEFAULT_TASK", "TASKS", "ExtractionRule", "Reward", "RewardSet", "Task",
+           "get_task", "load_task"]
 
-#: Every task by name.
-TASKS: dict[str, Task] = {task.name: task for task in (GSM8K, COUNTDOWN, MATH500, SUM3)}
+#: Every built-in reward by name (``--rewards NAME``, a task file's ``rewards:``, notebook parameters), as open-r1's
+#: ``REWARD_FUNCS_REGISTRY``. Read-only: a user's own function is passed as an object, never added here.
+BUILTIN_REWARDS: Mapping[str, RewardFunc] = MappingProxyType({func.__name__: func for func in (
+    rewards.correctness_reward_func, rewards.soft_correctness_reward_func, rewards.int_reward_func,
+    rewards.strict_format_reward_func, rewards.soft_format_reward_func, rewards.xmlcount_reward_func,
+    answer_types.text_correctness_reward_func, answer_types.choice_correctness_reward_func,
+    countdown.countdown_reward_func, math_verify.math_verify_reward_func)})
+
+#: The kit's own task files, in the order they are listed.
+BUILTIN_TASKS = {name: Path(__file__).parent / "builtin" / f"{name}.yaml"
+                 for name in ("gsm8k", "countdown", "math500", "sum3")}
+#: Every task of the kit's own by name, read from :data:`BUILTIN_TASKS`; recorded by name in run folders.
+TASKS: dict[str, Task] = {name: load_task(path, builtin=True) for name, path in BUILTIN_TASKS.items()}
 #: The task of the recipe the kit packages (the blog post's).
-DEFAULT_TASK = GSM8K.name
+DEFAULT_TASK = "gsm8k"
 
 
 def get_task(task: str | Path | Task, digest: Mapping[str, str] | None = None) -> Task:

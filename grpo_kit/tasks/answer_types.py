@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly
 from grpo_kit.tasks.numbers import exact_number, last_number, normalize_number
-from grpo_kit.tasks.rewards import builtin, describe, golds, texts
+from grpo_kit.tasks.rewards import describe, golds, texts
 
 __all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "answer_type",
            "choice_correctness_reward_func", "choice_letter", "gold_number", "last_boxed", "normalize_text",
@@ -124,7 +124,6 @@ def gold_number(gold: str) -> str | None:
     return exact_number(gold)
 
 
-@builtin
 @describe("Text correctness", 1.0, columns=("answer",))
 def text_correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
     """Text correctness: 1.0 when the text inside ``<answer>`` equals the gold answer once both are normalised
@@ -140,7 +139,6 @@ def text_correctness_reward_func(prompts=None, completions=None, answer=None, **
             for t, gold in zip(found, golds(answer, len(found)))]
 
 
-@builtin
 @describe("Choice correctness", 1.0, columns=("answer",))
 def choice_correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
     """Choice correctness: 1.0 when the option letter inside ``<answer>`` (:func:`choice_letter`) is the gold letter.

@@ -1,4 +1,4 @@
-"""Countdown (the TinyZero / oat task): puzzles, a solver, a safe evaluator, the reward, the task.
+"""Countdown (the TinyZero / oat task): puzzles, a solver, a safe evaluator, the reward, the rules.
 
 A puzzle is 3 or 4 integers ``nums`` and an integer ``target``; a solution is an arithmetic
 expression with ``+ - * /`` and parentheses that uses each number exactly once and equals the
@@ -10,8 +10,8 @@ calls ``eval`` (TinyZero did). Arithmetic is exact (``fractions.Fraction``), so 
 
 Both rules read the expression in ``<answer>`` (strict: only in the exact layout; flexible: TinyZero's
 last ``<answer>``) and check that it reaches the target using each number once; the headline metric is
-strict accuracy. The bundled puzzles are TinyZero's ``Countdown-Tasks-3to4`` rows
-(``data_files/countdown/SOURCE.md``).
+strict accuracy (declared in ``builtin/countdown.yaml``). The bundled puzzles are TinyZero's
+``Countdown-Tasks-3to4`` rows (``data_files/countdown/SOURCE.md``).
 """
 
 from __future__ import annotations
@@ -29,27 +29,29 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, completion_text, strictly
 from grpo_kit.tasks.data import Located, build_prompt, check_rows, local_rows, numbered
-from grpo_kit.tasks.rewards import RewardFunc, builtin, column, describe, texts
-from grpo_kit.tasks.task import Example, ExtractionRule, Task
+from grpo_kit.tasks.rewards import RewardFunc, column, describe, texts
+from grpo_kit.tasks.task import Example, ExtractionRule
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
 __all__ = [
-    "COUNTDOWN",
     "MAX_DEPTH",
     "MAX_LENGTH",
+    "RULES",
     "CountdownSolution",
     "countdown_answer",
     "countdown_question",
     "countdown_reward",
     "countdown_reward_func",
     "countdown_score",
+    "demonstration",
     "load_countdown",
     "make_puzzles",
     "numbers_in",
     "safe_eval",
     "solve",
+    "tokenizer_texts",
 ]
 
 #: Longest expression :func:`safe_eval` reads, in characters (a 4-number answer needs about 20).
@@ -294,37 +296,50 @@ def make_puzzles(n: int, seed: int = 0, sizes: Sequence[int] = (3, 4), low: int 
     return puzzles
 
 
+def _scores(completions: Any, nums: Any, target: Any, format_score: float, score: float) -> list[float]:
+    found = texts(completions)
+    puzzles = column(nums, len(found), "nums"), column(target, len(found), "target")
+    return [0.0 if n is None or t is None else countdown_score(text, n, t, format_score, score)
+            for text, n, t in zip(found, *puzzles)]
+
+
+@describe("Countdown reward", 1.0, binary=False, columns=("nums", "target"))
+def countdown_reward_func(prompts=None, completions=None, nums=None, target=None, **kwargs) -> list[float]:
+    """TinyZero's Countdown reward (:func:`countdown_score`): 0 without ``<answer>``, 0.1 when it does not solve the
+    puzzle, 1.0 when it uses each number of ``nums`` once and equals ``target`` (dataset columns ``nums``, ``target``).
+
+    >>> countdown_reward_func(completions=["<answer>(79 - 60) + 17</answer>", "<answer>79 + 17</answer>", "36"],
+    ...                       nums=[[79, 17, 60]] * 3, target=[36] * 3)
+    [1.0, 0.1, 0.0]
+    """
+    return _scores(completions, nums, target, 0.1, 1.0)
+
+
 def countdown_reward(format_score: float = 0.1, score: float = 1.0) -> RewardFunc:
-    """A Countdown reward (TinyZero's) with the given scores.
+    """A Countdown reward with other scores than TinyZero's (:func:`countdown_reward_func`).
 
     Args:
         format_score: for an ``<answer>`` that does not solve the puzzle (TinyZero: 0.1).
         score: for one that does (TinyZero: 1.0).
 
     Returns:
-        A reward function ``(completions, nums, target, **kwargs) -> list[float]`` (dataset columns
-        ``nums`` and ``target``), named ``countdown_reward_func`` with the defaults, else e.g.
-        ``countdown_reward_func_format0.2_score1``. See :func:`countdown_score`.
+        A reward function ``(completions, nums, target, **kwargs) -> list[float]`` named e.g.
+        ``countdown_reward_func_format0.2_score1``: a function of your own, passed as an object
+        (:func:`countdown_reward_func` itself with TinyZero's scores).
 
     >>> countdown_reward(format_score=0.2).__name__
     'countdown_reward_func_format0.2_score1'
     """
-    def reward(prompts=None, completions=None, nums=None, target=None, **kwargs) -> list[float]:
-        found = texts(completions)
-        puzzles = column(nums, len(found), "nums"), column(target, len(found), "target")
-        return [0.0 if n is None or t is None else countdown_score(text, n, t, format_score, score)
-                for text, n, t in zip(found, *puzzles)]
+    if (format_score, score) == (0.1, 1.0):
+        return countdown_reward_func
 
-    defaults = (format_score, score) == (0.1, 1.0)
-    reward.__name__ = reward.__qualname__ = "countdown_reward_func" if defaults else \
-        f"countdown_reward_func_format{format_score:g}_score{score:g}"
+    def reward(prompts=None, completions=None, nums=None, target=None, **kwargs) -> list[float]:
+        return _scores(completions, nums, target, format_score, score)
+
+    reward.__name__ = reward.__qualname__ = f"countdown_reward_func_format{format_score:g}_score{score:g}"
     reward.__doc__ = (f"Countdown: 0 without <answer>, {format_score:g} when it does not solve the puzzle, "
                       f"{score:g} when it equals the target (TinyZero).")
     return describe("Countdown reward", score, binary=False, columns=("nums", "target"))(reward)
-
-
-#: TinyZero's Countdown reward with its scores (0 / 0.1 / 1.0); columns ``nums`` and ``target``.
-countdown_reward_func = builtin(countdown_reward())
 
 
 def countdown_question(nums: list[int], target: int) -> str:
@@ -392,6 +407,12 @@ def _solves(answer: str, example: Example) -> bool:
     return countdown_score(f"<answer>{answer}</answer>", example["nums"], example["target"]) == 1.0
 
 
+#: The two rules ``builtin/countdown.yaml`` names: the expression in ``<answer>`` (strict: only in the exact layout;
+#: flexible: TinyZero's last ``<answer>``), right when it reaches the target using each number once.
+RULES = {"strict": ExtractionRule(strictly(countdown_answer), _solves),
+         "flexible": ExtractionRule(countdown_answer, _solves)}
+
+
 @functools.cache
 def _solved(nums: tuple[int, ...], target: int) -> tuple[str, str] | None:
     """Solver steps and expression, remembered: the tokenizer texts, the warm start and notebook 01
@@ -400,38 +421,16 @@ def _solved(nums: tuple[int, ...], target: int) -> tuple[str, str] | None:
     return None if solution is None else ("\n".join(solution.steps), solution.expression)
 
 
-def _demonstration(example: Example, style: str = "equations") -> tuple[str, str] | None:
+def demonstration(example: Example, style: str = "equations") -> tuple[str, str] | None:  # noqa: ARG001
+    """A puzzle's warm-start target: the solver's steps one per line, and its expression (``None``: unsolvable).
+
+    >>> demonstration({"nums": [79, 17, 60], "target": 36})
+    ('17+79=96\\n96-60=36', '(17+79)-60')
+    """
     return _solved(tuple(example["nums"]), example["target"])
 
 
-def _texts(dataset: Dataset) -> list[str]:
-    demos = [_demonstration(row) for row in dataset]
+def tokenizer_texts(dataset: Dataset) -> list[str]:
+    """What the tiny policy's tokenizer is trained on: the system prompt, the questions, the solved puzzles."""
+    demos = [demonstration(row) for row in dataset]
     return [SYSTEM_PROMPT] * 50 + list(dataset["question"]) + [f"{s}\n{e}" for s, e in filter(None, demos)]
-
-
-def _solution(example: Example) -> tuple[str, int] | None:
-    found = _demonstration(example)
-    return None if found is None else (f"{found[0]}\n{found[1]}", len(found[0].splitlines()))
-
-
-COUNTDOWN = Task(
-    name="countdown",
-    description="Countdown (TinyZero): an expression that reaches the target using each number once",
-    loader=load_countdown,
-    splits=("train", "test"),
-    rewards=("xmlcount_reward_func", "strict_format_reward_func", "countdown_reward_func"),
-    metrics=("countdown_reward_func", "soft_format_reward_func", "strict_format_reward_func",
-             "xmlcount_reward_func"),
-    rules={"strict": ExtractionRule(strictly(countdown_answer), _solves),
-           "flexible": ExtractionRule(countdown_answer, _solves)},
-    headline="strict_correct",
-    gold=lambda example: f"{example['target']} from {list(example['nums'])}",
-    demonstration=_demonstration,
-    texts=_texts,
-    solution=_solution,
-    answer_value=lambda example: float(example["target"]),
-    notes=("A ~1M-parameter policy trained for minutes on a CPU cannot search for Countdown solutions: the share "
-           "of puzzles solved (flexible accuracy, TinyZero's rule) stays near where the warm start left it. What it "
-           "can show is format learning: the strict layout and the XML tags, and TinyZero's 0.1 format score for an "
-           "<answer> that holds an expression. TinyZero saw solving emerge only with a 3B model and hours on GPUs."),
-)

@@ -31,7 +31,6 @@ __all__ = [
     "iter_rows",
     "local_rows",
     "numbered",
-    "read_rows",
     "system_prompt_of",
     "take_slice",
 ]
@@ -167,11 +166,6 @@ def iter_rows(path: str | Path) -> Iterator[Located]:
         raise ValueError(f"{path}: data files are JSONL (.jsonl), CSV (.csv) or Parquet (.parquet), not "
                          f"{path.suffix or 'without a suffix'}")
     return reader(path)
-
-
-def read_rows(path: str | Path) -> list[Located]:
-    """Every row of a data file as a list (:func:`iter_rows`, whose errors it raises)."""
-    return list(iter_rows(path))
 
 
 def numbered(rows: Iterable[Any], origin: str) -> Iterator[Located]:

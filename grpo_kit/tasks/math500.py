@@ -1,5 +1,6 @@
 """MATH-500 (Lightman et al. 2023's 500-problem subset of the MATH test set): competition problems, evaluation
-only, checked with math-verify; for measuring whether GSM8K training transfers.
+only, checked with math-verify; for measuring whether GSM8K training transfers. Declared in ``builtin/math500.yaml``;
+this module reads its rows and holds its two rules.
 
 A copy of ``openai/prm800k``'s ``math_splits/test.jsonl`` (MIT) ships in the package
 (``data_files/math500/``). Both rules check with :func:`grpo_kit.tasks.math_verify.math_equal`:
@@ -15,12 +16,12 @@ from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_xml_answer, stri
 from grpo_kit.tasks.answer_types import MAX_BOXED_CHARS, last_boxed
 from grpo_kit.tasks.data import build_prompt, check_rows, local_rows, numbered
 from grpo_kit.tasks.math_verify import math_verifier
-from grpo_kit.tasks.task import Example, ExtractionRule, Task
+from grpo_kit.tasks.task import Example, ExtractionRule
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["MATH500", "MAX_BOXED_CHARS", "last_boxed", "load_math500"]
+__all__ = ["MAX_BOXED_CHARS", "RULES", "last_boxed", "load_math500"]
 
 HUB_ID = "HuggingFaceH4/MATH-500"
 
@@ -68,16 +69,7 @@ def _correct(answer: str, example: Example) -> bool:
     return math_verifier()(example["answer"], answer) is True
 
 
-MATH500 = Task(
-    name="math500",
-    description="MATH-500 (evaluation only): competition math checked with math-verify",
-    loader=load_math500,
-    splits=("test",),
-    rewards=("xmlcount_reward_func", "strict_format_reward_func", "math_verify_reward_func"),
-    metrics=("math_verify_reward_func", "soft_format_reward_func", "strict_format_reward_func",
-             "xmlcount_reward_func"),
-    rules={"strict": ExtractionRule(strictly(extract_xml_answer), _correct),
-           "flexible": ExtractionRule(lambda t: last_boxed(t) or extract_xml_answer(t) or None, _correct)},
-    headline="strict_correct",
-    gold=lambda example: example["answer"],
-)
+#: The two rules ``builtin/math500.yaml`` names: the ``<answer>`` of a completion in the strict layout, or the last
+#: ``\\boxed{...}`` anywhere, else the ``<answer>``; both checked with math-verify against the gold answer.
+RULES = {"strict": ExtractionRule(strictly(extract_xml_answer), _correct),
+         "flexible": ExtractionRule(lambda t: last_boxed(t) or extract_xml_answer(t) or None, _correct)}

@@ -18,10 +18,11 @@ import logging
 import threading
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from grpo_kit.system.workers import Worker, WorkerError
 from grpo_kit.tasks.answer_format import extract_xml_answer
-from grpo_kit.tasks.rewards import RewardFunc, builtin, describe, golds, texts
+from grpo_kit.tasks.rewards import RewardFunc, describe, golds, texts
 
 __all__ = ["DEFAULT_TIMEOUT_S", "WARN_TIMEOUT_SHARE", "MathVerifier", "math_equal", "math_verifier",
            "math_verify_reward", "math_verify_reward_func"]
@@ -148,43 +149,53 @@ def math_verifier(timeout_s: float = DEFAULT_TIMEOUT_S) -> MathVerifier:
 _warned: set[str] = set()
 
 
-def math_verify_reward(timeout_s: float = DEFAULT_TIMEOUT_S) -> RewardFunc:
-    """Correctness checked by math-verify under a per-call timeout.
+def _verdicts(completions: Any, answer: Any, timeout_s: float) -> list[float | None]:
+    found = texts(completions)
+    values: list[float | None] = []
+    for text, gold in zip(found, golds(answer, len(found))):
+        try:
+            verdict = None if gold is None else math_verifier(timeout_s)(gold, extract_xml_answer(text))
+        except RuntimeError as e:  # the worker cannot start: skip the sample (None) rather than score 0.0
+            message = f"math-verify's worker could not start, so these completions are skipped (None): {e}"
+            if message not in _warned:
+                _warned.add(message)
+                log.warning(message)
+            verdict = None
+        values.append(None if verdict is None else float(verdict))
+    return values
 
-    The answer is read from the ``<answer>`` tags (the whole completion when it has none, as
-    :func:`grpo_kit.tasks.answer_format.extract_xml_answer`) and compared with the ``answer`` column by
-    :func:`math_equal` in a worker process (:class:`MathVerifier`).
 
-    Args:
-        timeout_s: seconds per completion (default 5, as verifiers; oat uses 1).
+@describe("math-verify correctness", 1.0, columns=("answer",))
+def math_verify_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float | None]:
+    """math-verify correctness: the answer read from the ``<answer>`` tags (the whole completion when it has none, as
+    :func:`grpo_kit.tasks.answer_format.extract_xml_answer`) compared with the ``answer`` column by :func:`math_equal`
+    in a worker process (:class:`MathVerifier`) under a 5 s timeout per completion.
 
     Returns:
-        A reward function ``(completions, answer, **kwargs) -> list[float | None]``: 1.0 right, 0.0
-        wrong or timed out (a run where many time out warns: :data:`WARN_TIMEOUT_SHARE`), ``None`` when
-        the gold answer cannot be parsed (TRL skips that sample, as open-r1 does) or the worker cannot
-        start (with a warning). Named ``math_verify_reward_func`` with the default timeout, else
-        e.g. ``math_verify_reward_func_timeout1s``.
-    """
-    def reward(prompts=None, completions=None, answer=None, **kwargs) -> list[float | None]:
-        found = texts(completions)
-        values: list[float | None] = []
-        for text, gold in zip(found, golds(answer, len(found))):
-            try:
-                verdict = None if gold is None else math_verifier(timeout_s)(gold, extract_xml_answer(text))
-            except RuntimeError as e:  # the worker cannot start: skip the sample (None) rather than score 0.0
-                message = f"math-verify's worker could not start, so these completions are skipped (None): {e}"
-                if message not in _warned:
-                    _warned.add(message)
-                    log.warning(message)
-                verdict = None
-            values.append(None if verdict is None else float(verdict))
-        return values
+        1.0 right, 0.0 wrong or timed out (a run where many time out warns: :data:`WARN_TIMEOUT_SHARE`), ``None`` when
+        the gold answer cannot be parsed (TRL skips that sample, as open-r1 does) or the worker cannot start (with a
+        warning).
 
-    reward.__name__ = reward.__qualname__ = "math_verify_reward_func" if timeout_s == DEFAULT_TIMEOUT_S else \
-        f"math_verify_reward_func_timeout{timeout_s:g}s"
+    >>> math_verify_reward_func(completions=["<answer>\\\\frac{1}{2}</answer>", "<answer>0.4</answer>"],
+    ...                         answer=["0.5", "0.5"])
+    [1.0, 0.0]
+    """
+    return _verdicts(completions, answer, DEFAULT_TIMEOUT_S)
+
+
+def math_verify_reward(timeout_s: float = DEFAULT_TIMEOUT_S) -> RewardFunc:
+    """:func:`math_verify_reward_func` with another timeout per completion (oat uses 1 s).
+
+    Returns:
+        A reward function ``(completions, answer, **kwargs) -> list[float | None]`` named e.g.
+        ``math_verify_reward_func_timeout1s`` (:func:`math_verify_reward_func` itself with the default timeout).
+    """
+    if timeout_s == DEFAULT_TIMEOUT_S:
+        return math_verify_reward_func
+
+    def reward(prompts=None, completions=None, answer=None, **kwargs) -> list[float | None]:
+        return _verdicts(completions, answer, timeout_s)
+
+    reward.__name__ = reward.__qualname__ = f"math_verify_reward_func_timeout{timeout_s:g}s"
     reward.__doc__ = f"math-verify correctness of the <answer> against the gold answer ({timeout_s:g} s timeout)."
     return describe("math-verify correctness", 1.0, columns=("answer",))(reward)
-
-
-#: math-verify correctness with a 5 s timeout per completion; column ``answer``.
-math_verify_reward_func = builtin(math_verify_reward())

@@ -21,7 +21,8 @@ dataset columns it reads (checked before training). A function carries these as 
 (:func:`describe`); a user's function without them still works (its columns are read from its
 signature). :class:`RewardSet` is the rewards of one run with their weights (TRL's
 ``reward_weights``; weight 0 = computed and logged, not trained on). Built-in rewards are known by
-name (:func:`builtin`); a user's own function passes through as an object and is added to no table.
+name through one mapping, :data:`grpo_kit.tasks.BUILTIN_REWARDS` (open-r1's ``REWARD_FUNCS_REGISTRY``); a user's
+own function passes through as an object and is added to no table.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from grpo_kit.tasks.answer_format import (
@@ -49,7 +49,6 @@ from grpo_kit.tasks.answer_format import (
 from grpo_kit.tasks.numbers import is_integer_literal, numbers_equal
 
 __all__ = [
-    "BUILTIN_REWARDS",
     "COLUMN_KINDS",
     "LARGEST_REWARD",
     "SEED_REWARDS",
@@ -57,7 +56,6 @@ __all__ = [
     "RewardCalls",
     "RewardFunc",
     "RewardSet",
-    "builtin",
     "column",
     "column_problem",
     "correctness_reward_func",
@@ -65,6 +63,7 @@ __all__ = [
     "gold_text",
     "golds",
     "as_values",
+    "builtin_rewards",
     "guarded",
     "import_reward",
     "int_reward_func",
@@ -231,21 +230,9 @@ class Reward:
                    bool(getattr(func, "binary", False)), tuple(columns or ()))
 
 
-_BUILTIN: dict[str, RewardFunc] = {}
-#: Every built-in reward by name (read-only: a user's function is passed as an object, never added here).
-BUILTIN_REWARDS: Mapping[str, RewardFunc] = MappingProxyType(_BUILTIN)
-
-
-def builtin(func: RewardFunc) -> RewardFunc:
-    """Make a reward of the kit's known by its name (``--rewards NAME``, notebook parameters). Returns ``func``."""
-    _BUILTIN[func.__name__] = func
-    return func
-
-
 # --- the blog post's six ------------------------------------------------------------------------------
 
 
-@builtin
 @describe("Hard correctness", 1.0, columns=("answer",))
 def correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
     """Hard correctness: 1.0 when the text inside ``<answer>`` equals the gold answer exactly.
@@ -269,7 +256,6 @@ def correctness_reward_func(prompts=None, completions=None, answer=None, **kwarg
             for t, gold in zip(found, golds(answer, len(found)))]
 
 
-@builtin
 @describe("Soft correctness", 1.0, columns=("answer",))
 def soft_correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
     """Soft correctness: 1.0 when the first number inside ``<answer>`` equals the gold as a number.
@@ -295,7 +281,6 @@ def soft_correctness_reward_func(prompts=None, completions=None, answer=None, **
             for t, gold in zip(found, golds(answer, len(found)))]
 
 
-@builtin
 @describe("Integer", 0.5)
 def int_reward_func(completions=None, **kwargs) -> list[float]:
     """Integer: 0.5 when the text inside ``<answer>`` is an integer literal (``-3`` counts).
@@ -313,7 +298,6 @@ def int_reward_func(completions=None, **kwargs) -> list[float]:
     return [0.5 if is_integer_literal(extract_xml_answer(t)) else 0.0 for t in texts(completions)]
 
 
-@builtin
 @describe("Strict format", 0.5)
 def strict_format_reward_func(completions=None, **kwargs) -> list[float]:
     """Strict format: 0.5 when the whole completion is reasoning then answer, each tag on its own line.
@@ -335,7 +319,6 @@ def strict_format_reward_func(completions=None, **kwargs) -> list[float]:
     return [0.5 if is_strict_format(t) else 0.0 for t in texts(completions)]
 
 
-@builtin
 @describe("Soft format", 0.5)
 def soft_format_reward_func(completions=None, **kwargs) -> list[float]:
     """Soft format: 0.5 when the completion starts with a reasoning block followed by an answer block.
@@ -356,7 +339,6 @@ def soft_format_reward_func(completions=None, **kwargs) -> list[float]:
     return [0.5 if is_soft_format(t) else 0.0 for t in texts(completions)]
 
 
-@builtin
 @describe("XML tag count", 0.5, binary=False)
 def xmlcount_reward_func(completions=None, **kwargs) -> list[float]:
     """XML tag count: :func:`grpo_kit.tasks.answer_format.xml_count` of each completion (at most 0.5;
@@ -538,6 +520,14 @@ def probe(rewards: RewardSet, rows: Sequence[Mapping[str, Any]], completions: Se
                              "list with one number (or None: cannot judge) per completion")
 
 
+def builtin_rewards() -> Mapping[str, RewardFunc]:
+    """:data:`grpo_kit.tasks.BUILTIN_REWARDS`, read when a name is looked up: the mapping imports every module that
+    defines a reward, this one included."""
+    from grpo_kit.tasks import BUILTIN_REWARDS
+
+    return BUILTIN_REWARDS
+
+
 def reward_path(func: RewardFunc) -> str | None:
     """``module:function`` of a reward of your own that another process can import again (what a run folder
     records); ``None`` for a built-in reward, or a function defined in a notebook or inside another function.
@@ -547,7 +537,7 @@ def reward_path(func: RewardFunc) -> str | None:
     ('grpo_kit.tasks.rewards:texts', True)
     """
     name = getattr(func, "__name__", None)
-    if name in BUILTIN_REWARDS and BUILTIN_REWARDS[name] is func:
+    if builtin_rewards().get(name) is func:
         return None
     module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
     if not module or module == "__main__" or "<" in qualname:
@@ -595,8 +585,8 @@ class RewardSet:
     "computed and logged, not trained on" (a metric-only reward).
 
     Args:
-        rewards: built-in names (:data:`BUILTIN_REWARDS`), functions in TRL's contract, or :class:`Reward`
-            objects (weight 1 each, or ``weights``); or a mapping from any of those to its weight.
+        rewards: built-in names (:data:`grpo_kit.tasks.BUILTIN_REWARDS`), functions in TRL's contract, or
+            :class:`Reward` objects (weight 1 each, or ``weights``); or a mapping from any of those to its weight.
         weights: one per reward, when ``rewards`` is a sequence.
 
     Raises:
@@ -623,7 +613,7 @@ class RewardSet:
             rewards = [rewards]
         rewards = list(rewards)
         if not rewards:
-            raise ValueError("no reward functions given: name at least one of " + ", ".join(BUILTIN_REWARDS))
+            raise ValueError("no reward functions given: name at least one of " + ", ".join(builtin_rewards()))
         weights = [1.0] * len(rewards) if weights is None else list(weights)
         if len(weights) != len(rewards):
             raise ValueError(f"{len(weights)} weights for {len(rewards)} rewards: give one weight per reward")
@@ -643,10 +633,10 @@ class RewardSet:
     @staticmethod
     def _resolve(reward: str | RewardFunc | Reward) -> Reward:
         if isinstance(reward, str):
-            if reward not in BUILTIN_REWARDS:
-                raise ValueError(f"unknown reward {reward!r}: choose from {', '.join(BUILTIN_REWARDS)} or pass "
+            if reward not in builtin_rewards():
+                raise ValueError(f"unknown reward {reward!r}: choose from {', '.join(builtin_rewards())} or pass "
                                  "your own function")
-            return Reward.of(BUILTIN_REWARDS[reward])
+            return Reward.of(builtin_rewards()[reward])
         return Reward.of(reward)
 
     @property
@@ -695,9 +685,6 @@ class RewardSet:
         weights = list(self.weights)
         weights[self._index(reward)] = weight
         return RewardSet(list(self.rewards), weights)
-
-    def __add__(self, other: RewardSet) -> RewardSet:
-        return RewardSet([*self.rewards, *other.rewards], [*self.weights, *other.weights])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RewardSet) and (self.funcs, self.weights) == (other.funcs, other.weights)

@@ -5,7 +5,9 @@ the train split and the other 300 in the test split, so held-out questions are t
 exists to show on a CPU the effect reinforcement learning with verifiable rewards is known for: raising pass@1
 towards pass@k by choosing, among the ways the policy already answers, the one that is right.
 
-Its warm start (:attr:`Task.demonstration`) shows every train triple three times, in the answer format each time:
+Declared in ``builtin/sum3.yaml``; this module generates its rows and holds its rules and demonstrations.
+
+Its warm start (:func:`demonstration`) shows every train triple three times, in the answer format each time:
 once with the working (``a+b=s1`` then ``s1+c=s``), twice as a one-line "sloppy" answer that drops the carry
 (``a+b+c=`` the ones digit of the sum, wrong whenever the sum is 10 or more, and a guess on unseen triples). The
 warm-started tiny policy then starts most answers the sloppy way, so greedy decoding is sloppy and mostly wrong
@@ -28,12 +30,13 @@ from typing import TYPE_CHECKING, Any
 from grpo_kit.tasks.answer_format import extract_xml_answer, strictly
 from grpo_kit.tasks.data import build_prompt
 from grpo_kit.tasks.numbers import last_number, normalize_number
-from grpo_kit.tasks.task import Example, ExtractionRule, Task
+from grpo_kit.tasks.task import Example, ExtractionRule
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["SLOPPY_PER_WORKED", "SUM3", "SYSTEM", "TRAIN_TRIPLES", "load_sum3", "sloppy", "triples", "worked"]
+__all__ = ["RULES", "SLOPPY_PER_WORKED", "SYSTEM", "TRAIN_TRIPLES", "demonstration", "load_sum3", "sloppy",
+           "tokenizer_texts", "triples", "worked"]
 
 #: Triples in the train split (the rest, 1000 - 700, are the test split).
 TRAIN_TRIPLES = 700
@@ -98,51 +101,27 @@ def load_sum3(split: str = "test", seed: int = 0) -> Dataset:
     return Dataset.from_list([_row(a, b, c, style) for a, b, c in chosen for style in styles])
 
 
-_strict = strictly(lambda text: normalize_number(extract_xml_answer(text)))
-
-
-def _flexible(text: str) -> str | None:
-    return last_number(text)
-
-
 def _right(answer: str, example: Example) -> bool:
     return answer == str(example["answer"])
 
 
-def _demonstration(example: Example, style: str = "equations") -> tuple[str, str]:  # noqa: ARG001
+#: The two rules ``builtin/sum3.yaml`` names: the number inside ``<answer>`` of a completion in the strict layout, or
+#: the last number anywhere (as GSM8K's), compared with the gold sum.
+RULES = {"strict": ExtractionRule(strictly(lambda text: normalize_number(extract_xml_answer(text))), _right),
+         "flexible": ExtractionRule(last_number, _right)}
+
+
+def demonstration(example: Example, style: str = "equations") -> tuple[str, str]:  # noqa: ARG001
+    """A train row's warm-start target: :func:`sloppy` or :func:`worked`, as its ``style`` column says.
+
+    >>> demonstration({"a": 7, "b": 8, "c": 9, "style": "sloppy"})
+    ('7+8+9=4', '4')
+    """
     args = (example["a"], example["b"], example["c"])
     return sloppy(*args) if example["style"] == "sloppy" else worked(*args)
 
 
-def _texts(dataset: Dataset) -> list[str]:
+def tokenizer_texts(dataset: Dataset) -> list[str]:
+    """What the tiny policy's tokenizer is trained on: the system prompt, the questions, the demonstrations' lines."""
     texts = [SYSTEM] * 50 + list(dataset["question"])
-    return texts + [line for row in dataset for line in _demonstration(row)[0].splitlines()]
-
-
-SUM3 = Task(
-    name="sum3",
-    description="a+b+c over digits (synthetic, seeded): the reward decides between a worked and a sloppy answer",
-    loader=load_sum3,
-    splits=("train", "test"),
-    rewards=("xmlcount_reward_func", "strict_format_reward_func", "correctness_reward_func"),
-    metrics=("correctness_reward_func", "int_reward_func", "strict_format_reward_func", "xmlcount_reward_func"),
-    rules={"strict": ExtractionRule(_strict, _right), "flexible": ExtractionRule(_flexible, _right)},
-    headline="flexible_correct",
-    gold=lambda example: str(example["answer"]),
-    demonstration=_demonstration,
-    texts=_texts,
-    answer_value=lambda example: float(example["answer"]),
-    warm_xml_share=1.0,
-    compare_rewards={
-        # Both pay the answer format; only the first pays for the right sum (the blog post's weights: 2 for it).
-        "format-only": {"xmlcount_reward_func": 1.0, "strict_format_reward_func": 1.0, "int_reward_func": 1.0,
-                        "correctness_reward_func": 0.0},  # weight 0: logged, not trained on
-        "correctness": {"xmlcount_reward_func": 1.0, "strict_format_reward_func": 1.0,
-                        "correctness_reward_func": 2.0},
-    },
-    notes=("The warm start taught two ways to answer, both in the answer format: the worked one (two additions) and "
-           "a sloppy one that drops the carry, shown twice as often. Greedy decoding starts the sloppy way; among 8 "
-           "samples one is usually worked and right. A correctness reward pays for the worked style, a format-only "
-           "reward set pays both alike: only the first should raise flexible accuracy, and format metrics cannot "
-           "tell them apart."),
-)
+    return texts + [line for row in dataset for line in demonstration(row)[0].splitlines()]

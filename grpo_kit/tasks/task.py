@@ -2,9 +2,9 @@
 
 A task declares everything that differs from one task to another, so evaluation, training and the
 demo never name one: its loader and splits, its training and metric rewards, its two extraction
-rules, its headline metric, the fields its evaluation records carry, its demonstrations (the tiny
-policy's warm start) and what exploring its data shows. Each task's module builds its own
-:class:`Task`; :mod:`grpo_kit.tasks` lists them by name.
+rules, its headline metric and the fields its evaluation records carry. Every task, the kit's own
+included, is declared in a task file (:mod:`grpo_kit.tasks.task_file`); what only the demo, the tiny
+policy or notebook 01 read stays with the file as :attr:`Task.extras`.
 
 Every task names two extraction rules, as lm-evaluation-harness does for GSM8K: ``strict`` reads the
 answer only from a completion in the exact layout, ``flexible`` reads it however it is written, so a
@@ -59,26 +59,21 @@ class Task:
         gold: the gold answer of an example as text (tables and flip lists show it).
         fields: extra fields an evaluation record carries, read from a completion's text (default: the
             text inside ``<answer>`` as ``extracted``).
-        demonstration: ``(example, style) -> (reasoning, final answer) | None`` for the tiny policy's
-            supervised warm start (``style``: :attr:`grpo_kit.policy.warm_start.WarmStart.reasoning`);
-            ``None`` where the task has none.
-        texts: the text the tiny policy's tokenizer is trained on, from a train split.
-        solution: ``example -> (worked solution, number of steps)`` for exploring the data (notebook 01);
-            ``None`` where an example has none.
-        answer_value: ``example -> float | None``, the size of its answer (notebook 01).
-        notes: what a tiny policy trained for minutes on a CPU can and cannot show on this task (the demo's
-            report says it).
-        warm_xml_share: the share of warm-start targets in the answer format when the task fixes it (``None``:
-            :attr:`grpo_kit.policy.warm_start.WarmStart.xml_share` decides).
-        compare_rewards: named reward sets (``{name: {reward name: weight}}``) that the compare demo
-            (:func:`grpo_kit.demo.run_compare_demo`) trains, each from the same warm start and against one
-            baseline; empty: the task has no such experiment.
         weights: the weight of each of :attr:`rewards` (``None``: 1 each).
         validation_size: questions held out of the train split to measure accuracy on during training (``None``: the
             run's ``eval_size``).
         file: the task file it was declared in (absolute), ``None`` for a task of the kit's own.
         digest: ``{file: SHA-256}`` of the task file and its data files (``None`` for a task of the kit's own): what a
             run folder records, so that a later step refuses changed data.
+        extras: what only the demo, the tiny policy or notebook 01 read, as the task file declares it (the keys
+            of :data:`grpo_kit.tasks.task_file.EXTRAS`; the Python a key names already imported):
+            ``demonstration`` (``(example, style) -> (reasoning, final answer) | None``: the tiny policy's warm
+            start; ``style`` is :attr:`grpo_kit.policy.warm_start.WarmStart.reasoning`), ``tokenizer_texts``
+            (``train rows -> list[str]``: what the tiny policy's tokenizer is trained on), ``notes`` (what a tiny
+            policy trained for minutes on a CPU can show, for the demo's report), ``warm_xml_share`` (the share of
+            warm-start targets in the answer format when the task fixes it), ``compare_rewards`` (``{name:
+            {reward: weight}}``, the reward sets the compare demo trains) and ``answer_value`` (the column whose
+            number is the size of an answer, for notebook 01). A key the file leaves out is absent.
     """
 
     name: str
@@ -91,17 +86,11 @@ class Task:
     headline: str
     gold: Callable[[Example], str]
     fields: Callable[[str], dict[str, Any]] = _answer_field
-    demonstration: Callable[[Example, str], tuple[str, str] | None] | None = None
-    texts: Callable[[Dataset], list[str]] | None = None
-    solution: Callable[[Example], tuple[str, int] | None] | None = None
-    answer_value: Callable[[Example], float | None] | None = None
-    notes: str = ""
-    warm_xml_share: float | None = None
-    compare_rewards: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     weights: tuple[float, ...] | None = None
     validation_size: int | None = None
     file: str | None = None
     digest: Mapping[str, str] | None = None
+    extras: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def ref(self) -> str:
@@ -128,10 +117,6 @@ class Task:
     def reward_set(self) -> RewardSet:
         """The training rewards, with :attr:`weights` (default 1 each)."""
         return RewardSet(list(self.rewards), list(self.weights) if self.weights is not None else None)
-
-    def compare_reward_sets(self) -> dict[str, RewardSet]:
-        """:attr:`compare_rewards` as :class:`grpo_kit.tasks.RewardSet` objects, in order."""
-        return {name: RewardSet(dict(weights)) for name, weights in self.compare_rewards.items()}
 
     def metric_rewards(self) -> list[Reward]:
         """The rewards its evaluation table shows, in order."""

@@ -16,6 +16,13 @@ A task file::
     rewards: {text_correctness_reward_func: 2.0, strict_format_reward_func: 0.5}   # optional
     validation_size: 100        # optional; questions held out of the train split during training
 
+Where a rule is not data, the file names Python as ``module:name`` (imported when the file is read): ``loader``
+(``function(split, **kwargs) -> datasets.Dataset``, with ``splits``, instead of the data keys), ``rules``
+(``{"strict": ExtractionRule, "flexible": ExtractionRule}`` instead of an answer type's), and for the tiny policy
+``demonstration`` and ``tokenizer_texts``; ``gold`` (a template over a row's fields), ``metrics`` and ``headline``
+are declared as data, and so is what only the demo and notebook 01 read (:data:`EXTRAS`, kept as
+:attr:`grpo_kit.tasks.Task.extras`). The kit's own tasks are such files (``grpo_kit/tasks/builtin/``).
+
 Everything is checked when the file is loaded, before any model: the file must be YAML with known keys, the data
 files must exist, be UTF-8 and parse, every row must hold the question and a non-empty answer of the declared type;
 each message names the file and the line or the field. A question that is in both splits is warned about, with the
@@ -34,21 +41,21 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.system.files import sha256_file
-from grpo_kit.tasks.answer_format import SYSTEM_PROMPT
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_final_answer, extract_xml_answer
 from grpo_kit.tasks.answer_types import ANSWER_TYPES, answer_type
 from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, iter_rows, numbered
-from grpo_kit.tasks.numbers import parse_number
-from grpo_kit.tasks.rewards import BUILTIN_REWARDS, RewardSet, gold_text
+from grpo_kit.tasks.rewards import RewardSet, builtin_rewards, gold_text
 from grpo_kit.tasks.task import Example, ExtractionRule, Task
 
-__all__ = ["KEYS", "TASK_FILE_SUFFIXES", "check_digest", "is_task_file", "load_task"]
+__all__ = ["EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "is_task_file", "load_task"]
 
 log = logging.getLogger(__name__)
 
 #: The keys a task file may hold.
 KEYS = ("name", "description", "train", "test", "hub", "question", "answer", "answer_type", "solution", "choices",
-        "system_prompt", "rewards", "validation_size")
-_REQUIRED = ("question", "answer", "answer_type")
+        "system_prompt", "rewards", "validation_size", "loader", "splits", "rules", "gold", "metrics", "headline")
+#: The keys only the demo, the tiny policy or notebook 01 read (:attr:`grpo_kit.tasks.Task.extras`).
+EXTRAS = ("demonstration", "tokenizer_texts", "notes", "warm_xml_share", "compare_rewards", "answer_value")
 _HUB_KEYS = ("path", "name", "train_split", "test_split")
 #: Suffixes that mark a task file where a task name is expected.
 TASK_FILE_SUFFIXES = (".yaml", ".yml")
@@ -107,10 +114,13 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a YAML mapping (it holds {type(data).__name__}): write one key per line, "
                          "e.g. 'answer_type: text'")
-    unknown = [k for k in data if k not in KEYS]
+    unknown = [k for k in data if k not in KEYS + EXTRAS]
     if unknown:
-        raise ValueError(f"{path}: unknown field {unknown[0]!r}; a task file's fields are {', '.join(KEYS)}")
-    for key in _REQUIRED:
+        raise ValueError(f"{path}: unknown field {unknown[0]!r}; a task file's fields are {', '.join(KEYS + EXTRAS)}")
+    # the rows a loader returns hold question and answer already; with a loader, rules may stand for an answer type
+    loader = data.get("loader") is not None
+    required = () if loader else ("question", "answer")
+    for key in required + (("answer_type",) if not loader or data.get("rules") is None else ()):
         if not isinstance(data.get(key), str) or not data[key].strip():
             raise ValueError(f"{path}: field {key!r} is {'missing' if key not in data else repr(data[key])}; "
                              + ("choose one of " + ", ".join(ANSWER_TYPES) if key == "answer_type" else
@@ -230,26 +240,6 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
                          "one type in every row") from None
 
 
-def _rewards(path: Path, data: dict[str, Any], correctness: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
-    given = data.get("rewards")
-    if given is None:
-        return ("xmlcount_reward_func", "strict_format_reward_func", correctness), (1.0, 1.0, 2.0)
-    if isinstance(given, list):
-        given = {name: 1.0 for name in given}
-    if not isinstance(given, dict) or not given:
-        raise ValueError(f"{path}: field 'rewards' must map reward names to weights, e.g. {{{correctness}: 2.0, "
-                         f"strict_format_reward_func: 0.5}}, got {given!r}")
-    for name in given:
-        if name not in BUILTIN_REWARDS:
-            raise ValueError(f"{path}: rewards: unknown reward {name!r}; choose from {', '.join(BUILTIN_REWARDS)} "
-                             "(your own functions go to --rewards module:function or the notebooks' rewards)")
-    try:
-        RewardSet(dict(given))
-    except ValueError as e:
-        raise ValueError(f"{path}: rewards: {e}") from None
-    return tuple(given), tuple(float(w) for w in given.values())
-
-
 def _questions(table: Any) -> Iterator[str]:
     """A table's questions with their whitespace runs made one space, a chunk of the column at a time."""
     for chunk in table.column("question").chunks:
@@ -274,11 +264,85 @@ def _signature(path: Path) -> tuple[Any, ...]:
     return str(path), stat.st_size, stat.st_mtime_ns
 
 
-def load_task(path: str | Path) -> Task:
+def _named(path: Path, data: dict[str, Any], key: str) -> Any:
+    """The Python object a key names as ``module:name`` (``None`` when the key is absent), imported."""
+    import importlib
+
+    ref = data.get(key)
+    if ref is None:
+        return None
+    module, _, name = str(ref).partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"{path}: {key}: cannot import {ref!r} ({e}); write module:name of an importable "
+                         "module") from None
+
+
+def _reward_names(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
+    """A key holding reward names (a list, or a mapping to weights), each checked to be a built-in reward."""
+    given = data.get(key)
+    if isinstance(given, list):
+        given = {name: 1.0 for name in given}
+    if not isinstance(given, dict) or not given:
+        raise ValueError(f"{path}: field {key!r} must map reward names to weights, e.g. "
+                         f"{{text_correctness_reward_func: 2.0, strict_format_reward_func: 0.5}}, got {given!r}")
+    for name in given:
+        if name not in builtin_rewards():
+            raise ValueError(f"{path}: {key}: unknown reward {name!r}; choose from {', '.join(builtin_rewards())} "
+                             "(your own functions go to --rewards module:function or the notebooks' rewards)")
+    return given
+
+
+def _rewards(path: Path, data: dict[str, Any], correctness: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    if data.get("rewards") is None and correctness is not None:
+        return ("xmlcount_reward_func", "strict_format_reward_func", correctness), (1.0, 1.0, 2.0)
+    given = _reward_names(path, data, "rewards")
+    try:
+        RewardSet(dict(given))
+    except ValueError as e:
+        raise ValueError(f"{path}: rewards: {e}") from None
+    return tuple(given), tuple(float(w) for w in given.values())
+
+
+def _extras(path: Path, data: dict[str, Any], weights: dict[str, float], correctness: str | None,
+            trains: bool) -> dict[str, Any]:
+    """:attr:`grpo_kit.tasks.Task.extras`: the keys of :data:`EXTRAS` the file gives (the Python they name
+    imported), and for a file that gives none of them the defaults a task over the user's own data gets."""
+    extras: dict[str, Any] = {key: data[key] for key in ("notes", "warm_xml_share", "answer_value") if key in data}
+    extras.update({key: _named(path, data, key) for key in ("demonstration", "tokenizer_texts") if key in data})
+    if "compare_rewards" in data:
+        sets = data["compare_rewards"]
+        if not isinstance(sets, dict) or not sets:
+            raise ValueError(f"{path}: field 'compare_rewards' must map names to reward sets, got {sets!r}")
+        extras["compare_rewards"] = {name: _reward_names(path, sets, name) for name in sets}
+    elif "loader" not in data and weights.get(correctness) and any(w for n, w in weights.items() if n != correctness):
+        # the task's own set against the same set with its correctness logged but not trained on (notebook 05)
+        extras["compare_rewards"] = {"format-only": {**weights, correctness: 0.0}, "correctness": weights}
+    if "demonstration" in data or not trains:
+        return extras
+    solution, system_prompt = bool(data.get("solution")), data.get("system_prompt", SYSTEM_PROMPT)
+
+    def demonstration(example: Example, style: str = "equations") -> tuple[str, str]:  # noqa: ARG001
+        return (example.get("solution") or "", str(example["answer"]))
+
+    def tokenizer_texts(dataset: Any) -> list[str]:
+        rows = list(dataset)
+        return [system_prompt] * 50 + [r["question"] for r in rows] + [str(r["answer"]) for r in rows] + \
+            [r["solution"] for r in rows if r.get("solution")]
+
+    notes = (f"A task file ({path.name}) with {data.get('answer_type')} answers: the tiny policy learns from its "
+             + ("worked solutions" if solution else "answers alone (no solution field)") +
+             "; on a CPU it can show the answer format being learned more than solving.")
+    return {"demonstration": demonstration, "tokenizer_texts": tokenizer_texts, "notes": notes, **extras}
+
+
+def load_task(path: str | Path, builtin: bool = False) -> Task:
     """Read a task file and its data into a :class:`grpo_kit.tasks.Task` (see the module docstring for the fields).
 
     Args:
         path: the YAML file; data files are found relative to it.
+        builtin: a task file of the kit's own (:data:`grpo_kit.tasks.BUILTIN_TASKS`): recorded by name, with no digest.
 
     Returns:
         The task: its ``name`` (default the file's stem), the splits given, rows with ``question``, ``answer`` (the
@@ -290,24 +354,28 @@ def load_task(path: str | Path) -> Task:
 
     Raises:
         ValueError: before anything else loads, naming the file and the line or field: no such file; not UTF-8 or
-            not YAML; an unknown or missing field; an unknown answer type; a data file that is missing, not UTF-8, or
-            holds a line that is not JSON; a row without the question or answer field, or whose answer is null,
-            empty or not of the answer type; an unknown reward or a bad weight; a bad ``validation_size``.
+            not YAML; an unknown or missing field; an unknown answer type; Python named as ``module:name`` that
+            cannot be imported; a data file that is missing, not UTF-8, or holds a line that is not JSON; a row
+            without the question or answer field, or whose answer is null, empty or not of the answer type; an
+            unknown reward or a bad weight; a bad ``validation_size``.
     """
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise ValueError(f"no task file at {path}: give the path of a YAML task file (see the tutorial 'Your own "
                          "data')")
     data = _read_yaml(path)
-    kind_name = data["answer_type"].strip()
-    if kind_name not in ANSWER_TYPES:
-        raise ValueError(f"{path}: answer_type {kind_name!r} is not one of {', '.join(ANSWER_TYPES)}")
-    choices = data.get("choices", "ABCD")
-    if isinstance(choices, list):
-        choices = "".join(str(c) for c in choices)
-    if kind_name == "choice" and (not isinstance(choices, str) or not choices.isalpha() or not choices.isupper()):
-        raise ValueError(f"{path}: field 'choices' must be the option letters in capitals, e.g. ABCD, got {choices!r}")
-    kind = answer_type(kind_name, choices)
+    kind = None
+    if data.get("answer_type") is not None:
+        kind_name = data["answer_type"].strip()
+        if kind_name not in ANSWER_TYPES:
+            raise ValueError(f"{path}: answer_type {kind_name!r} is not one of {', '.join(ANSWER_TYPES)}")
+        choices = data.get("choices", "ABCD")
+        if isinstance(choices, list):
+            choices = "".join(str(c) for c in choices)
+        if kind_name == "choice" and (not isinstance(choices, str) or not choices.isalpha() or not choices.isupper()):
+            raise ValueError(f"{path}: field 'choices' must be the option letters in capitals, e.g. ABCD, got "
+                             f"{choices!r}")
+        kind = answer_type(kind_name, choices)
     system_prompt = data.get("system_prompt", SYSTEM_PROMPT)
     if not isinstance(system_prompt, str) or not system_prompt.strip():
         raise ValueError(f"{path}: field 'system_prompt' must be text, got {system_prompt!r}")
@@ -318,7 +386,11 @@ def load_task(path: str | Path) -> Task:
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name.strip() or "/" in name:
         raise ValueError(f"{path}: field 'name' must be a short name without '/', got {name!r}")
-    rewards, weights = _rewards(path, data, kind.reward)
+    rewards, weights = _rewards(path, data, kind.reward if kind else None)
+    loader = _named(path, data, "loader")
+    if loader is not None:
+        return _task(path, data, name, kind, loader, tuple(data.get("splits", ("train", "test"))), rewards, weights,
+                     validation_size, None if builtin else {str(path): sha256_file(path)})
     rows, files = _split_rows(path, data)
     key = (_signature(path), *(_signature(Path(f)) for f in files.values()))
     if not files or key not in _CACHE:
@@ -326,71 +398,61 @@ def load_task(path: str | Path) -> Task:
                     for split, split_rows in rows.items()}
         _warn_overlap(path, examples)
         digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
-        task = _task(path, data, name, kind, examples, rewards, weights, validation_size, digest)
+
+        def load(split: str = "test", **kwargs: Any) -> Any:
+            from datasets import Dataset
+            from datasets.table import InMemoryTable
+
+            # the kept table itself, not a copy; fingerprinted by the data's SHA-256 (datasets would otherwise hash
+            # the whole table on every load: seconds, and a transient copy of it in memory)
+            fingerprint = hashlib.sha256(json.dumps([sorted(digest.items()), split, kind.name]).encode()).hexdigest()
+            return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
+
+        task = _task(path, data, name, kind, load, tuple(s for s in ("train", "test") if s in examples), rewards,
+                     weights, validation_size, None if builtin else digest)
         if not files:
             return task
         _CACHE[key] = task
     return _CACHE[key]
 
 
-def _task(path: Path, data: dict[str, Any], name: str, kind: Any, examples: dict[str, Any],
-          rewards: tuple[str, ...], weights: tuple[float, ...] | None, validation_size: int | None,
-          digest: dict[str, str]) -> Task:
-    solution = bool(data.get("solution"))
-    system_prompt = data.get("system_prompt", SYSTEM_PROMPT)
-    weights_of = dict(zip(rewards, weights or (1.0,) * len(rewards)))
-    compare: dict[str, dict[str, float]] = {}
-    if weights_of.get(kind.reward) and any(w for n, w in weights_of.items() if n != kind.reward):
-        # the task's own set against the same set with its correctness logged but not trained on (notebook 05)
-        compare = {"format-only": {**weights_of, kind.reward: 0.0}, "correctness": weights_of}
+def _task(path: Path, data: dict[str, Any], name: str, kind: Any, loader: Any, splits: tuple[str, ...],
+          rewards: tuple[str, ...], weights: tuple[float, ...], validation_size: int | None,
+          digest: dict[str, str] | None) -> Task:
+    rules = _named(path, data, "rules")
+    if rules is None:
+        def correct(answer: str, example: Example) -> bool:
+            return kind.same(answer, str(example["answer"]))
 
-    def loader(split: str = "test", **kwargs: Any) -> Any:
-        from datasets import Dataset
-        from datasets.table import InMemoryTable
-
-        # the kept table itself, not a copy; fingerprinted by the data's SHA-256 (datasets would otherwise hash the
-        # whole table on every load: seconds, and a transient copy of it in memory)
-        fingerprint = hashlib.sha256(json.dumps([sorted(digest.items()), split, kind.name]).encode()).hexdigest()
-        return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
-
-    def correct(answer: str, example: Example) -> bool:
-        return kind.same(answer, str(example["answer"]))
-
-    def demonstration(example: Example, style: str = "equations") -> tuple[str, str]:  # noqa: ARG001
-        return (example.get("solution") or "", str(example["answer"]))
-
-    def texts(dataset: Any) -> list[str]:
-        rows = list(dataset)
-        return [system_prompt] * 50 + [r["question"] for r in rows] + [str(r["answer"]) for r in rows] + \
-            [r["solution"] for r in rows if r.get("solution")]
-
-    def answer_value(example: Example) -> float | None:
-        number = parse_number(str(example["answer"]))
-        return None if number is None else float(number)
-
+        rules = {"strict": ExtractionRule(kind.strict, correct), "flexible": ExtractionRule(kind.flexible, correct)}
+    gold = data.get("gold", "{answer}")
+    metrics = _reward_names(path, data, "metrics") if "metrics" in data else (kind.reward, *_FORMAT_METRICS)
+    extras = _extras(path, data, dict(zip(rewards, weights)), kind.reward if kind else None, "train" in splits)
+    if kind is not None and kind.name == "number":
+        extras.setdefault("answer_value", "answer")
     return Task(
         name=name,
-        description=data.get("description") or f"{name}: {kind.name} answers, from {path.name}",
+        description=data.get("description") or f"{name}: {kind.name if kind else 'its own'} answers, from {path.name}",
         loader=loader,
-        splits=tuple(s for s in ("train", "test") if s in examples),
+        splits=splits,
         rewards=rewards,
         weights=weights,
-        metrics=(kind.reward, *_FORMAT_METRICS),
-        rules={"strict": ExtractionRule(kind.strict, correct), "flexible": ExtractionRule(kind.flexible, correct)},
-        headline=kind.reward,
-        gold=lambda example: str(example["answer"]),
-        demonstration=demonstration if "train" in examples else None,
-        texts=texts,
-        solution=(lambda example: (example["solution"], len(example["solution"].splitlines()))) if solution else None,
-        answer_value=answer_value if kind.name == "number" else None,
-        notes=(f"A task file ({path.name}) with {kind.name} answers: the tiny policy learns from its "
-               + ("worked solutions" if solution else "answers alone (no solution field)") +
-               "; on a CPU it can show the answer format being learned more than solving."),
+        metrics=tuple(metrics),
+        rules=rules,
+        headline=data.get("headline", kind.reward if kind else "strict_correct"),
+        gold=lambda example: gold.format_map(example),
+        fields=_number_fields if kind is not None and kind.name == "number" else Task.fields,
         validation_size=validation_size,
-        compare_rewards=compare,
-        file=str(path),
+        file=None if digest is None else str(path),
         digest=digest,
+        extras=extras,
     )
+
+
+def _number_fields(text: str) -> dict[str, Any]:
+    """What an evaluation record of a task with number answers carries besides the rules' answers: the text inside
+    ``<answer>`` and the first number in it."""
+    return {"extracted": extract_xml_answer(text), "final_answer": extract_final_answer(text)}
 
 
 def check_digest(task: Task, recorded: Mapping[str, str] | None, folder: str | Path | None = None) -> None:

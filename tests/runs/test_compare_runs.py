@@ -160,7 +160,7 @@ def test_the_compare_demo_refuses_bad_input_before_any_model_loads(tmp_path):
     from grpo_kit.cli import main
     from grpo_kit.demo import CompareDemoConfig, compare_tasks, run_compare_demo
 
-    assert compare_tasks() and all(get_task(t).compare_rewards for t in compare_tasks())
+    assert compare_tasks() and all(get_task(t).extras["compare_rewards"] for t in compare_tasks())
     assert "gsm8k" not in compare_tasks()
     with pytest.raises(ValueError, match="names no reward sets to compare"):
         run_compare_demo(CompareDemoConfig(task="gsm8k", runs_dir=str(tmp_path)))

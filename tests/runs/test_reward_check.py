@@ -35,8 +35,8 @@ def _sum3_records(samples: int = 4) -> list[dict]:
 def test_the_check_tells_a_format_only_set_from_a_correctness_set():
     task = get_task("sum3")
     records = _sum3_records()
-    format_only = check_rewards(records, task, RewardSet(dict(task.compare_rewards["format-only"])))
-    correctness = check_rewards(records, task, RewardSet(dict(task.compare_rewards["correctness"])))
+    format_only = check_rewards(records, task, RewardSet(dict(task.extras["compare_rewards"]["format-only"])))
+    correctness = check_rewards(records, task, RewardSet(dict(task.extras["compare_rewards"]["correctness"])))
     # every completion is formatted: the format rewards are the same in every group, so is their total
     assert format_only.rewards["strict_format_reward_func"]["zero_variance_share"] == 1.0
     assert format_only.reward_set["zero_variance_share"] == 1.0 and format_only.reward_set["correlation"] is None

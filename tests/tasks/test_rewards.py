@@ -24,9 +24,9 @@ from grpo_kit import (
 )
 from grpo_kit.evaluation.scoring import score
 from grpo_kit.evaluation.summary import summarize
-from grpo_kit.tasks import get_task
+from grpo_kit.tasks import BUILTIN_REWARDS, get_task
 from grpo_kit.tasks.gsm8k import extract_hash_answer
-from grpo_kit.tasks.rewards import BUILTIN_REWARDS, SEED_REWARDS, Reward, RewardSet
+from grpo_kit.tasks.rewards import SEED_REWARDS, Reward, RewardSet
 
 # A post-training sample from the blog post "LLM Reinforcement Learning with GRPO" (2025-03-03; Ursula's salary),
 # a well-formed multi-line completion.
@@ -236,9 +236,8 @@ def _boxed_reference(text):
 def test_linear_parsers_decide_what_the_regular_expressions_decide(text):
     from grpo_kit.tasks.answer_format import is_soft_format, is_strict_format
     from grpo_kit.tasks.countdown import countdown_answer
-    from grpo_kit.tasks.gsm8k import flexible_answer
     from grpo_kit.tasks.math500 import last_boxed
-    from grpo_kit.tasks.numbers import _number_text, normalize_number, parse_number
+    from grpo_kit.tasks.numbers import _number_text, last_number, normalize_number, parse_number
 
     assert is_strict_format(text) == (_STRICT.match(text) is not None)
     assert is_soft_format(text) == (_SOFT.match(text) is not None)
@@ -247,7 +246,7 @@ def test_linear_parsers_decide_what_the_regular_expressions_decide(text):
     numbers = list(_NUMBER.finditer(text))
     assert parse_number(text) == (_number_text(numbers[0]) if numbers else None)
     last = _number_text(numbers[-1]) if numbers else None
-    assert flexible_answer(text) == (normalize_number(last) if last is not None else None)
+    assert last_number(text) == (normalize_number(last) if last is not None else None)
     assert last_boxed(text) == _boxed_reference(text)
 
 

@@ -54,7 +54,7 @@ def test_the_example_task_file_loads_as_a_task_by_path():
     assert len(test) == 20 and test[0]["prompt"][1]["content"] == test[0]["question"]
     assert set(task.digest) == {str(EXAMPLE.resolve() / n) for n in ("task.yaml", "train.jsonl", "test.jsonl")}
     # the tiny policy's warm start: answer-only demonstrations
-    assert task.demonstration(test[0], "equations") == ("", test[0]["answer"])
+    assert task.extras["demonstration"](test[0], "equations") == ("", test[0]["answer"])
 
 
 @pytest.mark.parametrize("written", ["sixty-five", "sixty\u2010five", "sixty\u2013five", "Sixty five", "sixty_five",
@@ -374,3 +374,47 @@ def test_a_moved_task_file_is_named_as_the_run_folders_not_as_a_missing_option(t
     err = capsys.readouterr().err
     assert f"the task file {moved}, which this run folder was measured and trained on, is no longer there" in err
     assert "give the path" not in err
+
+
+def test_the_kits_own_tasks_are_task_files_read_by_the_same_loader_and_recorded_by_name():
+    from grpo_kit.tasks import BUILTIN_TASKS, TASKS
+
+    assert list(BUILTIN_TASKS) == list(TASKS) == ["gsm8k", "countdown", "math500", "sum3"]
+    for name, path in BUILTIN_TASKS.items():
+        task = load_task(path, builtin=True)
+        assert task.name == name and task.ref == name and task.digest is None  # a run folder records the name
+        assert (task.rewards, task.metrics, task.headline) == (TASKS[name].rewards, TASKS[name].metrics,
+                                                                TASKS[name].headline)
+        assert get_task(task.ref) is TASKS[name]
+    assert load_task(BUILTIN_TASKS["gsm8k"]).ref == str(BUILTIN_TASKS["gsm8k"])  # read as a user's: by its path
+    assert TASKS["countdown"].gold({"target": 36, "nums": [79, 17, 60]}) == "36 from [79, 17, 60]"
+    assert "demonstration" not in TASKS["math500"].extras and TASKS["sum3"].extras["warm_xml_share"] == 1.0
+
+
+def test_a_task_file_may_name_its_loader_and_rules_in_python(tmp_path):
+    (tmp_path / "my_rows.py").write_text(
+        "from datasets import Dataset\n"
+        "from grpo_kit.tasks import ExtractionRule\n"
+        "def load(split, **kwargs):\n"
+        "    return Dataset.from_list([{'question': 'Say yes', 'answer': 'yes', 'prompt': [{'role': 'user', "
+        "'content': 'Say yes'}]}])\n"
+        "RULES = {rule: ExtractionRule(lambda text: text.strip() or None, lambda a, ex: a == ex['answer'])\n"
+        "         for rule in ('strict', 'flexible')}\n", encoding="utf-8")
+    path = _write(tmp_path, "loader: my_rows:load\nsplits: [test]\nrules: my_rows:RULES\n"
+                            "rewards: [xmlcount_reward_func]\nmetrics: [xmlcount_reward_func]\n"
+                            "headline: strict_correct\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        task = load_task(path)
+        assert task.splits == ("test",) and not task.trains and task.rules["strict"].extract(" yes ") == "yes"
+        assert task.load("test")[0]["answer"] == "yes" and set(task.digest) == {str(path.resolve())}
+        bad = _write(tmp_path / "bad", "loader: my_rows:nowhere\nsplits: [test]\nrules: my_rows:RULES\n"
+                                       "rewards: [xmlcount_reward_func]\n")
+        with pytest.raises(ValueError, match=r"task.yaml: loader: cannot import 'my_rows:nowhere'"):
+            load_task(bad)
+        with pytest.raises(ValueError, match="field 'answer_type' is missing"):
+            load_task(_write(tmp_path / "no_rules", "loader: my_rows:load\nrewards: [xmlcount_reward_func]\n"))
+    finally:
+        sys.path.remove(str(tmp_path))

@@ -72,7 +72,7 @@ def test_math500_is_bundled_and_scored():
 def test_countdown_evaluation_rules_and_table():
     rows = list(get_task("countdown").load("test").select(range(3)))
     strict = "<reasoning>\nsteps\n</reasoning>\n<answer>\n{}\n</answer>"
-    solutions = [get_task("countdown").demonstration(r, "equations")[1] for r in rows]
+    solutions = [get_task("countdown").extras["demonstration"](r, "equations")[1] for r in rows]
     before = score(rows, [["no answer"], [f"<answer>{solutions[1]}</answer>"], [strict.format("1+1")]],
                    task="countdown")
     after = score(rows, [[strict.format(s)] for s in solutions], task="countdown")
@@ -135,10 +135,11 @@ def test_sum3_splits_are_disjoint_and_its_warm_start_shows_both_styles_in_the_an
     assert [r["style"] for r in train][:3] == ["worked", "sloppy", "sloppy"]
     triple = lambda row: (row["a"], row["b"], row["c"])  # noqa: E731
     assert not {triple(r) for r in train} & {triple(r) for r in test}
-    assert task.warm_xml_share == 1.0
+    assert task.extras["warm_xml_share"] == 1.0
     worked, sloppy = (next(r for r in train if r["style"] == s and r["a"] + r["b"] + r["c"] >= 10)
                       for s in ("worked", "sloppy"))
-    good, bad = render(*task.demonstration(worked, "equations")), render(*task.demonstration(sloppy, "equations"))
+    demonstrate = task.extras["demonstration"]
+    good, bad = render(*demonstrate(worked, "equations")), render(*demonstrate(sloppy, "equations"))
     assert task.rules["strict"].correct(task.rules["strict"].extract(good), worked)
     assert not task.rules["flexible"].correct(task.rules["flexible"].extract(bad), sloppy)  # drops the carry
     assert task.rules["strict"].extract("the sum is 12") is None and task.rules["flexible"].extract("is 12") == "12"
