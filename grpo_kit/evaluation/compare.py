@@ -172,19 +172,21 @@ def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, see
 def compare_markdown(table: pd.DataFrame, digits: int = 3) -> str:
     """A compact markdown table of :func:`compare`: values with 95% intervals, flips and McNemar p."""
 
-    def interval(value: float, low: float, high: float) -> str:
-        return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
     lines = ["| metric | before | after | delta | max | wrong->right | right->wrong | McNemar p |",
              "|:--|--:|--:|--:|--:|--:|--:|--:|"]
     for r in table.to_dict("records"):
         paired = ("", "", "") if math.isnan(r["mcnemar_p"]) else (
             f"{int(r['wrong_to_right'])}", f"{int(r['right_to_wrong'])}", f"{r['mcnemar_p']:.3g}")
-        lines.append(f"| {r['metric']} | {interval(r['before'], r['before_low'], r['before_high'])} | "
-                     f"{interval(r['after'], r['after_low'], r['after_high'])} | "
-                     f"{interval(r['delta'], r['delta_low'], r['delta_high'])} | {r['max']:g} | "
+        lines.append(f"| {r['metric']} | {_ci(r['before'], r['before_low'], r['before_high'], digits)} | "
+                     f"{_ci(r['after'], r['after_low'], r['after_high'], digits)} | "
+                     f"{_ci(r['delta'], r['delta_low'], r['delta_high'], digits)} | {r['max']:g} | "
                      + " | ".join(paired) + " |")
     return "\n".join(lines)
+
+
+def _ci(value: float, low: float, high: float, digits: int) -> str:
+    """A value and its interval as the tables show them: ``0.500 [0.250, 0.750]``."""
+    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def intervals_markdown(frames: dict[str, pd.DataFrame], digits: int = 3) -> str:
@@ -198,14 +200,8 @@ def intervals_markdown(frames: dict[str, pd.DataFrame], digits: int = 3) -> str:
     lines = ["| metric | " + " | ".join(f"{n} [95% CI]" for n in names) + " |",
              "|:--|" + "--:|" * len(names)]
     for metric in metrics:
-        cells = []
-        for name in names:
-            frame = frames[name]
-            if metric in frame.index:
-                r = frame.loc[metric]
-                cells.append(f"{r['value']:.{digits}f} [{r['ci_low']:.{digits}f}, {r['ci_high']:.{digits}f}]")
-            else:
-                cells.append("")
+        cells = [_ci(*frames[n].loc[metric, ["value", "ci_low", "ci_high"]], digits) if metric in frames[n].index
+                 else "" for n in names]
         lines.append(f"| {metric} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -273,15 +269,12 @@ def compare_runs_results(baseline: EvalResult, runs: Mapping[str, EvalResult], c
     results = {"baseline": baseline, **runs}
     shared = [m for m in baseline.metrics() if all(m.key in {x.key for x in r.metrics()} for r in runs.values())]
     values: dict[tuple[str, str], list[float]] = {}
+    rows = []
     for name, result in results.items():
         for m in shared:
             by_id = per_question(result.records, m.key)
-            values[name, m.key] = [by_id[i] for i in ids]
-    rows = []
-    for name in results:
-        for m in shared:
-            low, high = bootstrap_ci(values[name, m.key], confidence, seed=seed)
-            v = values[name, m.key]
+            values[name, m.key] = v = [by_id[i] for i in ids]
+            low, high = bootstrap_ci(v, confidence, seed=seed)
             rows.append({"run": name, "metric": m.label, "key": m.key, "value": sum(v) / len(v), "low": low,
                          "high": high, "max": m.max_value})
     comparisons = [("baseline", name) for name in runs] + list(itertools.combinations(list(runs), 2))
@@ -318,11 +311,8 @@ def runs_markdown(comparison: RunsComparison, keys: Sequence[str] | None = None,
     lines = ["| metric | " + " | ".join(f"{n} [95% CI]" for n in comparison.names) + " |",
              "|:--|" + "--:|" * len(comparison.names)]
     for label in labels:
-        cells = []
-        for name in comparison.names:
-            r = metrics[(metrics["run"] == name) & (metrics["metric"] == label)].iloc[0]
-            cells.append(f"{r['value']:.{digits}f} [{r['low']:.{digits}f}, {r['high']:.{digits}f}]")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        rows = [metrics[(metrics["run"] == name) & (metrics["metric"] == label)].iloc[0] for name in comparison.names]
+        lines.append(f"| {label} | " + " | ".join(_ci(r["value"], r["low"], r["high"], digits) for r in rows) + " |")
     keys = list(keys) if keys is not None else list(dict.fromkeys([comparison.headline, "strict_correct",
                                                                    "flexible_correct"]))
     lines += ["", "| comparison | metric | a | b | b - a [95% CI] | a wrong, b right | a right, b wrong | McNemar p | "

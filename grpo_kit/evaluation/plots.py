@@ -162,25 +162,11 @@ def plot_before_after(table: Any, path: str | Path | None = None, title: str = "
     Returns:
         The ``matplotlib.figure.Figure``.
     """
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import pandas as pd
 
-    x = np.arange(len(table))
-    fig, ax = plt.subplots(figsize=(10, 3.6))
-    for offset, when in ((-0.2, "before"), (0.2, "after")):
-        value = table[when] / table["max"]
-        # clip: a mean can sit a rounding error outside its percentile interval (matplotlib refuses < 0)
-        errors = [(value - table[f"{when}_low"] / table["max"]).clip(lower=0),
-                  (table[f"{when}_high"] / table["max"] - value).clip(lower=0)]
-        ax.bar(x + offset, value, width=0.4, yerr=errors, capsize=3, label=when)
-    ax.set_xticks(x, table["metric"], rotation=20, ha="right", fontsize=9)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("share of maximum (95% CI)")
-    ax.set_title(title)
-    ax.legend()
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    return _saved(fig, path)
+    return plot_runs(pd.concat([pd.DataFrame({"run": when, "metric": table["metric"], "value": table[when],
+                                              "low": table[f"{when}_low"], "high": table[f"{when}_high"],
+                                              "max": table["max"]}) for when in ("before", "after")]), path, title)
 
 
 def plot_runs(metrics: Any, path: str | Path | None = None, title: str = "runs against their shared baseline") -> Any:
@@ -206,6 +192,7 @@ def plot_runs(metrics: Any, path: str | Path | None = None, title: str = "runs a
     for k, run in enumerate(runs):
         rows = metrics[metrics["run"] == run].set_index("metric").loc[labels]
         value = rows["value"] / rows["max"]
+        # clip: a mean can sit a rounding error outside its percentile interval (matplotlib refuses < 0)
         errors = [(value - rows["low"] / rows["max"]).clip(lower=0), (rows["high"] / rows["max"] - value).clip(lower=0)]
         ax.bar(x - 0.4 + width * (k + 0.5), value, width=width, yerr=errors, capsize=2, label=run)
     ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=9)

@@ -48,10 +48,12 @@ def question_id(prompt: Any, gold: str) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
-def _as_trl_passes(texts: Sequence[str]) -> list[list[dict[str, str]]]:
-    """Completions as TRL passes them to reward functions for conversational prompts (the kit's): one assistant
-    message each, so a reward written for training reads evaluation's completions the same way."""
-    return [[{"role": "assistant", "content": text}] for text in texts]
+def _rewarded(func: Any, example: dict[str, Any], texts: Sequence[str]) -> list[Any]:
+    """One reward function's values for completions of one question, called as TRL's trainer calls it: each
+    completion a conversation of one assistant message, the prompt and the dataset's columns one per completion."""
+    columns = {key: [value] * len(texts) for key, value in example.items() if key != "prompt"}
+    return func(prompts=[example["prompt"]] * len(texts),
+                completions=[[{"role": "assistant", "content": text}] for text in texts], **columns)
 
 
 def _metric_rewards(rewards: Sequence[Any] | None, task: Task) -> list[Reward]:
@@ -98,10 +100,7 @@ def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any
         if seen[qid] > 1:
             qid = f"{qid}#{seen[qid]}"
         texts = [getattr(s, "text", s) for s in samples]
-        n = len(texts)
-        columns = {key: [value] * n for key, value in example.items() if key != "prompt"}
-        values = {f.__name__: f(prompts=[example["prompt"]] * n, completions=_as_trl_passes(texts), **columns)
-                  for f in funcs}
+        values = {f.__name__: _rewarded(f, example, texts) for f in funcs}
         for sample, (text, raw) in enumerate(zip(texts, samples)):
             record = {
                 "id": qid,
@@ -219,11 +218,7 @@ def with_rewards(result: EvalResult, examples: Sequence[dict[str, Any]], rewards
     for reward in new:
         func = guarded(reward.func)
         for index, group in by_index.items():
-            example = examples[index]
-            n = len(group)
-            columns = {key: [value] * n for key, value in example.items() if key != "prompt"}
-            values = func(prompts=[example["prompt"]] * n, completions=_as_trl_passes([r["completion"] for r in group]),
-                          **columns)
+            values = _rewarded(func, examples[index], [r["completion"] for r in group])
             for record, value in zip(group, values):
                 record[reward.name] = value
                 record[TOTAL] = record[TOTAL] + (value or 0.0)

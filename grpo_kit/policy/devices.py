@@ -97,13 +97,10 @@ def gpus() -> list[Gpu]:
 
     if not torch.cuda.is_available():
         return []
-    found = []
-    for index in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(index)
-        # bfloat16 in hardware from compute capability 8.0 (Ampere). Not torch.cuda.is_bf16_supported(): it also
-        # answers yes where bfloat16 is only emulated (a T4, 7.5: torch/cuda/__init__.py, including_emulation=True)
-        found.append(Gpu(props.name, props.total_memory / 2**30, (props.major, props.minor) >= (8, 0)))
-    return found
+    # bfloat16 in hardware from compute capability 8.0 (Ampere). Not torch.cuda.is_bf16_supported(): it also
+    # answers yes where bfloat16 is only emulated (a T4, 7.5: torch/cuda/__init__.py, including_emulation=True)
+    return [Gpu(p.name, p.total_memory / 2**30, (p.major, p.minor) >= (8, 0))
+            for p in map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))]
 
 
 def first_gpu() -> Gpu | None:

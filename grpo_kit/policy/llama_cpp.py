@@ -10,7 +10,6 @@ folder; an installed ``llama_cpp`` package is used as it is.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
+from grpo_kit.system.files import sha256_file
 
 __all__ = ["CONVERTER_TYPES", "QUANT_TYPES", "LlamaCppBackend", "convert_to_gguf", "import_llama_cpp", "llama_dir",
            "quantize_gguf", "quantize_in_this_process"]
@@ -69,6 +69,25 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
 
 
+def _written_by_child(args: list[str | None], out_file: str | Path, failed: str) -> Path:
+    """Run :mod:`grpo_kit.policy.gguf_convert` with ``args`` (``None`` standing for the file it writes) in a child
+    Python (:func:`_child_env`), writing ``out_file`` whole (``.partial`` first).
+
+    Raises:
+        RuntimeError: the child failed (``failed``, then the end of what it printed).
+    """
+    out_file = Path(out_file)
+    partial = out_file.with_name(out_file.name + ".partial")
+    done = subprocess.run([sys.executable, "-m", "grpo_kit.policy.gguf_convert",
+                           *[str(partial) if a is None else a for a in args]], capture_output=True, text=True,
+                          env=_child_env())
+    if done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"{failed}:\n{(done.stdout + done.stderr)[-3000:]}")
+    os.replace(partial, out_file)
+    return out_file
+
+
 def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = "f16") -> Path:
     """Convert a saved transformers model to one GGUF file with llama.cpp's own ``convert_hf_to_gguf.py``.
 
@@ -89,15 +108,8 @@ def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = 
     """
     if outtype not in CONVERTER_TYPES:
         raise ValueError(f"the converter writes {', '.join(CONVERTER_TYPES)}, not {outtype!r}")
-    converter, out_file = _converter(), Path(out_file)
-    partial = out_file.with_name(out_file.name + ".partial")
-    done = subprocess.run([sys.executable, "-m", "grpo_kit.policy.gguf_convert", str(converter), str(model_dir),
-                           str(partial), outtype], capture_output=True, text=True, env=_child_env())
-    if done.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"llama.cpp's converter failed on {model_dir}:\n{(done.stdout + done.stderr)[-3000:]}")
-    os.replace(partial, out_file)
-    return out_file
+    return _written_by_child([str(_converter()), str(model_dir), None, outtype], out_file,
+                             f"llama.cpp's converter failed on {model_dir}")
 
 
 def quantize_gguf(source: str | Path, out_file: str | Path, quant: str, threads: int = 0) -> Path:
@@ -118,15 +130,8 @@ def quantize_gguf(source: str | Path, out_file: str | Path, quant: str, threads:
     """
     if quant not in QUANT_TYPES:
         raise ValueError(f"quantize to one of {', '.join(QUANT_TYPES)}, not {quant!r}")
-    out_file = Path(out_file)
-    partial = out_file.with_name(out_file.name + ".partial")
-    done = subprocess.run([sys.executable, "-m", "grpo_kit.policy.gguf_convert", "--quantize", str(source),
-                           str(partial), quant, str(threads)], capture_output=True, text=True, env=_child_env())
-    if done.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"llama.cpp could not quantize {source} to {quant}:\n{(done.stdout + done.stderr)[-3000:]}")
-    os.replace(partial, out_file)
-    return out_file
+    return _written_by_child(["--quantize", str(source), None, quant, str(threads)], out_file,
+                             f"llama.cpp could not quantize {source} to {quant}")
 
 
 def quantize_in_this_process(source: str, out_file: str, quant: str, threads: str = "0") -> None:
@@ -172,7 +177,7 @@ class LlamaCppBackend:
 
     def identity(self) -> str:
         """``llama.cpp:<file name>@<16 hex digits of the file's SHA-256>``."""
-        digest = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+        digest = sha256_file(self.path)[:16]
         return f"llama.cpp:{self.path.name}@{digest}"
 
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling,

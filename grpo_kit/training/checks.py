@@ -5,8 +5,9 @@ Why each is here (read against trl 1.15.0/1.16.0, transformers 5.17.0, unsloth 2
 
 - Names and types of recipe keys: TRL's own parser (:func:`grpo_kit.training.presets.get_preset`), not here.
 - The ranges of :data:`RULES` (learning rate, steps, lengths, temperature, LoRA rank, vLLM's share, beta, ...):
-  ``GRPOConfig.__post_init__`` and ``TrainingArguments`` validate none of them; a zero learning rate or a
-  temperature of 0 would train nothing or turn the first loss into NaN, after the model loaded.
+  ``GRPOConfig.__post_init__`` validates none of them, and ``TrainingArguments.__post_init__`` only that
+  ``warmup_steps`` is not negative and that ``*_steps`` above 1 are whole, when the run builds the config after the
+  model loaded; a zero learning rate or a temperature of 0 would train nothing or turn the first loss into NaN.
 - The generation batch divisible by ``num_generations`` and ``num_generations >= 2``: TRL checks them in
   ``GRPOConfig.__post_init__``, which the run builds after the model loaded (and which cannot be built on a
   machine without the GPU a recipe's bf16 asks for, where ``plan`` runs).
@@ -88,19 +89,30 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _named_choices(preset: Recipe) -> list[tuple[str, Any, list[str]]]:
-    """The fields the kit passes to transformers by name, with the names transformers accepts
-    (``OptimizerNames``, ``SchedulerType``, the reporting integrations): a wrong name would fail only once
-    the trainer is built, after the model loaded."""
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+def _check_names(preset: Recipe) -> None:
+    """Refuse an ``optim``, ``lr_scheduler_type`` or ``report_to`` name transformers does not know
+    (``OptimizerNames``, ``SchedulerType``, the reporting integrations), or a ``report_to`` that is not installed:
+    transformers would raise only when the trainer is built, after the model loaded."""
+    from transformers.integrations import integration_utils as reporting
     from transformers.trainer_utils import SchedulerType
     from transformers.training_args import OptimizerNames
 
-    reports = ["none", "all", *INTEGRATION_TO_CALLBACK]
-    given = preset.report_to.split(",") if isinstance(preset.report_to, str) else preset.report_to
-    return [("optim", preset.optim, [o.value for o in OptimizerNames]),
-            ("lr_scheduler_type", preset.lr_scheduler_type, [t.value for t in SchedulerType]),
-            *[("report_to", r.strip(), reports) for r in given]]
+    report_to = preset.report_to.split(",") if isinstance(preset.report_to, str) else preset.report_to
+    given, reports = [r.strip() for r in report_to], ["none", "all", *reporting.INTEGRATION_TO_CALLBACK]
+    for name, value, allowed in [("optim", preset.optim, [o.value for o in OptimizerNames]),
+                                 ("lr_scheduler_type", preset.lr_scheduler_type, [t.value for t in SchedulerType]),
+                                 *[("report_to", r, reports) for r in given]]:
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=3)
+            raise ValueError(f"{name} = {value!r} is not a name transformers knows"
+                             + (f" (did you mean {', '.join(close)}?)" if close else "")
+                             + f": choose from {', '.join(allowed)}")
+    installed = reporting.get_available_reporting_integrations()
+    missing = [r for r in given if r not in ("none", "all", *installed)]
+    if missing:
+        raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here "
+                         f"(installed: {', '.join(installed) or 'none'}); install its package (pip install "
+                         f"{missing[0]}) or use --set report_to=none")
 
 
 #: Names of the linear layers LoRA can target in the architectures the kit trains (Llama, Qwen2, Mistral, Gemma,
@@ -162,22 +174,8 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
         value = getattr(preset, rule.field)
         if not rule.test(value):
             raise ValueError(f"{rule.field} = {value!r} cannot work: set it to {rule.expect}")
-    for name, value, allowed in [] if _before_unsloth(preset) else _named_choices(preset):
-        if value not in allowed:
-            close = difflib.get_close_matches(str(value), allowed, n=3)
-            raise ValueError(f"{name} = {value!r} is not a name transformers knows"
-                             + (f" (did you mean {', '.join(close)}?)" if close else "")
-                             + f": choose from {', '.join(allowed)}")
     if not _before_unsloth(preset):
-        from transformers.integrations.integration_utils import get_available_reporting_integrations
-
-        given = preset.report_to.split(",") if isinstance(preset.report_to, str) else preset.report_to
-        installed = get_available_reporting_integrations()
-        missing = [r.strip() for r in given if r.strip() not in ("none", "all", *installed)]
-        if missing:  # transformers would raise only when the trainer is built, after the model loaded
-            raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here "
-                             f"(installed: {', '.join(installed) or 'none'}); install its package (pip install "
-                             f"{missing[0]}) or use --set report_to=none")
+        _check_names(preset)
     if problem := _target_problem(preset.loading.lora_target_modules):
         raise ValueError(problem)
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from typing import Any
 
+from grpo_kit.system.install import installed_version as _disk_version  # the version on disk (notebook.py's too)
+
 __all__ = ["doctor", "format_doctor", "nvidia_driver"]
 
 #: What the doctor reports, live (imported in this process) and on disk.
@@ -25,15 +27,6 @@ def nvidia_driver() -> str | None:
         return None
     lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
     return lines[0].strip() if lines else None
-
-
-def _disk_version(package: str) -> str | None:
-    import importlib.metadata as md
-
-    try:
-        return md.version(package)
-    except md.PackageNotFoundError:
-        return None
 
 
 def _live_version(package: str) -> str | None:

@@ -134,10 +134,7 @@ class _Collector:
 
     @staticmethod
     def trl_files(output_dir: str) -> list[tuple[int, Path]]:
-        folder = Path(output_dir) / "completions"
-        if not folder.is_dir():
-            return []
-        return sorted((int(m.group(1)), p) for p in folder.glob("completions_*.parquet")
+        return sorted((int(m.group(1)), p) for p in (Path(output_dir) / "completions").glob("completions_*.parquet")
                       if (m := _TRL_FILE.search(p.name)))
 
     def begin(self, output_dir: str, step: int) -> None:
@@ -211,10 +208,7 @@ def keep_groups(folder: str | Path, kept: GroupsKept, rewards: Sequence[str], we
 
 def kept_steps(folder: str | Path) -> list[tuple[int, Path]]:
     """The kept steps in ``folder`` (a run folder's ``groups/``), as ``(step, path)``, oldest first."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    return sorted((int(m.group(1)), p) for p in folder.glob("step-*.parquet") if (m := _KEPT_FILE.search(p.name)))
+    return sorted((int(m.group(1)), p) for p in Path(folder).glob("step-*.parquet") if (m := _KEPT_FILE.search(p.name)))
 
 
 def read_groups(folder: str | Path, steps: Sequence[int] | None = None) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from typing import Any
 
 from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus, placement
 from grpo_kit.policy.shapes import model_shape
+from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
@@ -132,10 +133,8 @@ def _resume(run_dir: Path, max_steps: int) -> tuple[str | None, str, Problem | N
     """The checkpoint a resume would start from and why (or why none), as ``train --resume`` decides it
     (:func:`grpo_kit.training.checkpoints.resume_point`); a resume ``train`` would refuse is a fatal problem."""
     folder = run_dir / "checkpoints"
-    try:
-        finished = json.loads((run_dir / "finished.json").read_text(encoding="utf-8"))["step"]
-    except (OSError, ValueError, KeyError, TypeError):
-        finished = None  # not finished (train names a damaged finished.json itself)
+    recorded = json_or_none(run_dir / "finished.json")  # none: not finished (train names a damaged one itself)
+    finished = recorded.get("step") if isinstance(recorded, dict) else None
     try:
         found = resume_point(folder, max_steps, finished)
     except ValueError as e:
@@ -244,6 +243,15 @@ def _loader(preset: Recipe) -> str:
     return "transformers" + (" + peft LoRA" if preset.lora_rank is not None else "")
 
 
+def _memory(preset: Recipe, model: str, gpu: Gpu, kind: str, processes: int) -> dict[str, Any] | None:
+    """:func:`grpo_kit.training.memory.estimate_memory` for ``model``, or ``None`` where its shape is not known
+    (no ``config.json`` here, or not a Llama-family decoder)."""
+    try:
+        return estimate_memory(preset, model_shape(model), gpu, kind, processes)
+    except (LookupError, ValueError):
+        return None
+
+
 def _no_rewards() -> RewardSet:
     """The rewards do not change the plan's checks: the default task's stand in."""
     from grpo_kit.tasks import DEFAULT_TASK, get_task
@@ -308,14 +316,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     if n < 1:
         raise ValueError(f"--gpus must be at least 1, got {n}")
     launches = [launch_of(launch, n, rank) for rank in range(1 if launch == "single" else n)]
-    shape = memory = None
-    if model is not None and gpu is not None:
-        try:
-            shape = model_shape(model)
-        except (LookupError, ValueError):
-            shape = None
-    if shape is not None and gpu is not None:
-        memory = estimate_memory(p, shape, gpu, launch, n)
+    memory = _memory(p, model, gpu, launch, n) if model is not None and gpu is not None else None
     if not any(q.kind == "card" for q in problems):
         problems += _problems(p, gpu, launch, n, memory, model)
     rewards = _no_rewards()
@@ -384,12 +385,7 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
         return
     kind = "single" if launch.world_size == 1 else (
         "fsdp2" if launch.fsdp else {2: "zero2", 3: "zero3"}.get(launch.zero_stage or 0, "ddp"))
-    memory = None
-    if model is not None:
-        try:
-            memory = estimate_memory(preset, model_shape(model), found[0], kind, launch.world_size)
-        except (LookupError, ValueError):
-            memory = None
+    memory = _memory(preset, model, found[0], kind, launch.world_size) if model is not None else None
     kinds = ("bf16",) if os.environ.get(SKIP_ESTIMATE) == "1" else ("bf16", "memory", "vllm")
     fatal = [q for q in _problems(preset, found[0], kind, launch.world_size, memory, model)
              if q.fatal and q.kind in kinds]

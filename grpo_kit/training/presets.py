@@ -26,6 +26,7 @@ from typing import Any
 
 from grpo_kit.policy.devices import Gpu, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading
+from grpo_kit.system.install import installed_version
 from grpo_kit.training.algorithms import get_algorithm
 
 __all__ = ["PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "device_preset",
@@ -239,7 +240,7 @@ def _refuse_unknown(keys: Sequence[str]) -> None:
             close = difflib.get_close_matches(key, known, n=1)
             raise ValueError(f"unknown recipe key {key!r}" + (f" (did you mean {close[0]}?)" if close else "")
                              + f": a recipe holds GRPOConfig, ModelConfig and grpo_kit's own keys (trl "
-                             f"{_version('trl')})")
+                             f"{installed_version('trl')})")
 
 
 def _typed(values: Mapping[str, Any], argv: Sequence[str]) -> dict[str, Any]:
@@ -408,11 +409,3 @@ def device_preset() -> str:
     """The preset that fits this machine's first GPU (:func:`preset_for_device`)."""
     return preset_for_device(first_gpu())
 
-
-def _version(package: str) -> str:
-    import importlib.metadata as md
-
-    try:
-        return md.version(package)
-    except md.PackageNotFoundError:
-        return "not installed"

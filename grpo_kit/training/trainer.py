@@ -19,6 +19,7 @@ from grpo_kit.policy.devices import Launch
 from grpo_kit.system.files import write_json
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import ALGORITHM_FIELDS
+from grpo_kit.training.checkpoints import WEIGHT_FILES
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import Recipe, get_preset
 
@@ -213,7 +214,7 @@ def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
     if main:
         tokenizer.save_pretrained(str(partial))
         _absolute_base(partial / "adapter_config.json")
-        if not any((partial / name).is_file() for name in _SAVED_WEIGHTS):
+        if not any((partial / name).is_file() for name in WEIGHT_FILES):
             raise RuntimeError(f"the trainer saved no weights into {partial} (found: "
                                f"{sorted(p.name for p in partial.iterdir()) if partial.is_dir() else 'nothing'}): "
                                "the trained policy would be lost; the newest checkpoint in the run folder still "
@@ -227,7 +228,3 @@ def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
     trainer.accelerator.wait_for_everyone()
     return path
 
-
-#: What a saved policy holds its weights in (one file, or the index of a sharded save).
-_SAVED_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors",
-                  "pytorch_model.bin", "pytorch_model.bin.index.json", "adapter_model.bin")
