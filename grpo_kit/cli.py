@@ -636,12 +636,12 @@ def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: print the report; exit 2 when something would stop the preset here."""
     import json
 
-    from grpo_kit.training.doctor import _disk_version, doctor, format_doctor, nvidia_driver
+    from grpo_kit.training.doctor import doctor, format_doctor, nvidia_driver
 
     if args.install_plan:
-        from grpo_kit.system.install import install_plan
+        from grpo_kit.system.install import install_plan, installed_version
 
-        plan = install_plan(args.torch or _disk_version("torch"), args.driver or nvidia_driver())
+        plan = install_plan(args.torch or installed_version("torch"), args.driver or nvidia_driver())
         print(json.dumps(plan.to_json(), indent=1) if args.json else plan.describe())
         return 2 if plan.fatal else 0
     if args.torch or args.driver:
