@@ -10,12 +10,10 @@ are importable from here without torch (a task's own rewards from its module, e.
 when imported.
 """
 
-from grpo_kit.tasks import BUILTIN_REWARDS, TASKS, get_task
+from grpo_kit.tasks import BUILTIN_REWARDS, TASKS, Reward, RewardSet, get_task
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_final_answer, extract_xml_answer
 from grpo_kit.tasks.rewards import (
     SEED_REWARDS,
-    Reward,
-    RewardSet,
     correctness_reward_func,
     int_reward_func,
     soft_correctness_reward_func,

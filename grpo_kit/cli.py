@@ -55,7 +55,7 @@ def parse_rewards(items: Sequence[str]) -> Any:
     RewardSet({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
     """
     from grpo_kit.tasks import RewardSet
-    from grpo_kit.tasks.rewards import import_reward
+    from grpo_kit.tasks.reward_registry import import_reward
 
     rewards, weights = [], []
     for item in (part for entry in items for part in entry.split(",") if part.strip()):

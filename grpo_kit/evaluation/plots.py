@@ -95,7 +95,7 @@ def plot_training_curves(log_history: Sequence[dict[str, Any]], path: str | Path
         path: where to save a PNG, if given.
         title: the figure's title.
         heldout: the held-out split's name in the accuracy panels.
-        rewards: the run's :class:`grpo_kit.tasks.rewards.RewardSet` (names, labels, maxima and weights); without
+        rewards: the run's :class:`grpo_kit.tasks.RewardSet` (names, labels, maxima and weights); without
             it the built-in rewards are described by name and the total has no maximum.
         max_length: the completion budget in tokens (``max_completion_length``).
 

@@ -341,7 +341,7 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
 def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
     """The run's rewards of its own (not built in) to score before and after: ``given``, then those
     ``train_settings.json`` records as importable; one that cannot be imported is named in a warning."""
-    from grpo_kit.tasks.rewards import import_reward
+    from grpo_kit.tasks.reward_registry import import_reward
 
     found = {getattr(f, "__name__", str(f)): f for f in given}
     for name, path in (trained.get("reward_functions") or {}).items():

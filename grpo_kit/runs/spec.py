@@ -24,7 +24,7 @@ from grpo_kit.runs.folder import RunFolder
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.data import carve_validation
-from grpo_kit.tasks.rewards import probe
+from grpo_kit.tasks.reward_registry import probe
 from grpo_kit.tasks.task_file import check_digest
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
 from grpo_kit.training.checks import check_settings
@@ -42,9 +42,9 @@ PROGRESS = ("bar", "lines", "none")
 
 
 def probe_rewards(rewards: RewardSet, task: Task, rows: Any) -> None:
-    """Call every reward once as TRL will (:func:`grpo_kit.tasks.rewards.probe`) on the first two rows of ``rows``,
-    each with its gold answer in the answer format as the completion: what ``train`` and ``reward-check`` both do
-    before anything else, so a reward one of them refuses the other refuses too.
+    """Call every reward once as TRL will (:func:`grpo_kit.tasks.reward_registry.probe`) on the first two rows of
+    ``rows``, each with its gold answer in the answer format as the completion: what ``train`` and ``reward-check``
+    both do before anything else, so a reward one of them refuses the other refuses too.
 
     Raises:
         ValueError: a reward raised, or returned other than one number (or ``None``) per completion; the message names

@@ -34,8 +34,7 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
-from grpo_kit.tasks import BUILTIN_REWARDS
-from grpo_kit.tasks.rewards import reward_path
+from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
 from grpo_kit.training.presets import get_preset, recipe_yaml

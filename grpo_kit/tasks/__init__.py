@@ -13,30 +13,23 @@ Each is a task file in ``grpo_kit/tasks/builtin/`` in the format a user writes f
 (:func:`load_task`; ``--task my_task.yaml``, ``task = "my_task.yaml"``): its answer type (number, text, math, choice)
 brings the extraction rules and the correctness reward, and what a file cannot declare (how GSM8K's rows are read,
 Countdown's equation checker) is Python the file names as ``module:function``. A new task of the kit's own is one
-more file there, listed in :data:`BUILTIN_TASKS`; a new reward is a function listed in :data:`BUILTIN_REWARDS`.
+more file there, listed in :data:`BUILTIN_TASKS`; a new reward is a function listed in :data:`BUILTIN_REWARDS`
+(:mod:`grpo_kit.tasks.reward_registry`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
 
-from grpo_kit.tasks import answer_types, countdown, math_verify, rewards
-from grpo_kit.tasks.rewards import Reward, RewardFunc, RewardSet
-from grpo_kit.tasks.task import ExtractionRule, Task
+from grpo_kit.tasks.answer_format import ExtractionRule
+from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, RewardSet
+from grpo_kit.tasks.rewards import Reward
+from grpo_kit.tasks.task import Task
 from grpo_kit.tasks.task_file import check_digest, is_task_file, load_task
 
 __all__ = ["BUILTIN_REWARDS", "BUILTIN_TASKS", "DEFAULT_TASK", "TASKS", "ExtractionRule", "Reward", "RewardSet", "Task",
            "get_task", "load_task"]
-
-#: Every built-in reward by name (``--rewards NAME``, a task file's ``rewards:``, notebook parameters), as open-r1's
-#: ``REWARD_FUNCS_REGISTRY``. Read-only: a user's own function is passed as an object, never added here.
-BUILTIN_REWARDS: Mapping[str, RewardFunc] = MappingProxyType({func.__name__: func for func in (
-    rewards.correctness_reward_func, rewards.soft_correctness_reward_func, rewards.int_reward_func,
-    rewards.strict_format_reward_func, rewards.soft_format_reward_func, rewards.xmlcount_reward_func,
-    answer_types.text_correctness_reward_func, answer_types.choice_correctness_reward_func,
-    countdown.countdown_reward_func, math_verify.math_verify_reward_func)})
 
 #: The kit's own task files, in the order they are listed.
 BUILTIN_TASKS = {name: Path(__file__).parent / "builtin" / f"{name}.yaml"

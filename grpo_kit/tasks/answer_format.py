@@ -6,13 +6,15 @@ The format and its system prompt are those of Unsloth's Llama 3.1 (8B) GRPO note
 "LLM Reinforcement Learning with GRPO" (2025-03-03) used it, with the post's extra instruction line.
 Parsing lives here and scoring in :mod:`grpo_kit.tasks.rewards`, so rewards and evaluation read a
 completion the same way (the parse/score split of the ``verifiers`` library). Every check runs in
-linear time on any text.
+linear time on any text. An :class:`ExtractionRule` pairs a reader with a check against the task's example: each task
+has a ``strict`` and a ``flexible`` one (:func:`strictly` makes the first from the second).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from grpo_kit.tasks.numbers import parse_number
@@ -22,6 +24,8 @@ __all__ = [
     "REASONING",
     "SYSTEM_PROMPT",
     "TAGS",
+    "Example",
+    "ExtractionRule",
     "completion_text",
     "extract_final_answer",
     "extract_xml_answer",
@@ -170,6 +174,20 @@ def is_soft_format(text: str) -> bool:
     # The earliest closer followed by an answer opener leaves the most room for the answer.
     join = _SOFT_JOIN.search(text, len(_OPEN_R))
     return join is not None and join.end() <= last_close
+
+
+#: One row of a task's data, as its loader gives it (``question``, ``answer`` and the task's own columns).
+Example = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ExtractionRule:
+    """How one rule reads an answer (``extract(text) -> str | None``; ``None``: nothing to read) and
+    checks it against an example (``correct(answer, example) -> bool``). Answers are strings, so
+    equal answers vote together in maj@k."""
+
+    extract: Callable[[str], str | None]
+    correct: Callable[[str, Example], bool]
 
 
 def strictly(extract: Callable[[str], str | None]) -> Callable[[str], str | None]:

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, completion_text, strictly
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, Example, ExtractionRule, completion_text, strictly
 from grpo_kit.tasks.data import Located, build_prompt, check_rows, local_rows, numbered
 from grpo_kit.tasks.rewards import RewardFunc, column, describe, texts
-from grpo_kit.tasks.task import Example, ExtractionRule
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -21,9 +21,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.tasks.answer_format import SYSTEM_PROMPT
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, Example
 from grpo_kit.tasks.data import Located, build_prompt, check_rows, local_rows, numbered
-from grpo_kit.tasks.task import Example
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_xml_answer, strictly
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, Example, ExtractionRule, extract_xml_answer, strictly
 from grpo_kit.tasks.answer_types import MAX_BOXED_CHARS, last_boxed
 from grpo_kit.tasks.data import build_prompt, check_rows, local_rows, numbered
 from grpo_kit.tasks.math_verify import math_verifier
-from grpo_kit.tasks.task import Example, ExtractionRule
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -1,5 +1,5 @@
 """Reward functions for verifiable answers in TRL's ``reward_funcs`` contract, what the kit knows about each,
-and the weighted set a run trains with.
+and how the trainer calls them.
 
 A reward function takes keyword arguments ``prompts``, ``completions``, the dataset columns it
 needs (``answer``) and ``**kwargs`` (TRL also passes ``completion_ids``, ``trainer_state``,
@@ -19,10 +19,10 @@ What the kit knows about a reward is one :class:`Reward`: the function, its tabl
 largest value, whether it is right/wrong (evaluation counts flips and runs McNemar on it) and the
 dataset columns it reads (checked before training). A function carries these as attributes
 (:func:`describe`); a user's function without them still works (its columns are read from its
-signature). :class:`RewardSet` is the rewards of one run with their weights (TRL's
-``reward_weights``; weight 0 = computed and logged, not trained on). Built-in rewards are known by
-name through one mapping, :data:`grpo_kit.tasks.BUILTIN_REWARDS` (open-r1's ``REWARD_FUNCS_REGISTRY``); a user's
-own function passes through as an object and is added to no table.
+signature). :func:`guarded` is what the trainer and evaluation call: a reward's mistake becomes "cannot judge",
+never a crash. Built-in rewards are known by name through one mapping, which this module does not read:
+:data:`grpo_kit.tasks.reward_registry.BUILTIN_REWARDS` (open-r1's ``REWARD_FUNCS_REGISTRY``), with
+:class:`~grpo_kit.tasks.reward_registry.RewardSet`, the rewards of one run and their weights.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ __all__ = [
     "Reward",
     "RewardCalls",
     "RewardFunc",
-    "RewardSet",
     "column",
     "column_problem",
     "correctness_reward_func",
@@ -63,12 +62,8 @@ __all__ = [
     "gold_text",
     "golds",
     "as_values",
-    "builtin_rewards",
     "guarded",
-    "import_reward",
     "int_reward_func",
-    "probe",
-    "reward_path",
     "soft_correctness_reward_func",
     "soft_format_reward_func",
     "strict_format_reward_func",
@@ -484,210 +479,3 @@ def guarded(func: RewardFunc) -> RewardFunc:
     checked.calls = calls  # type: ignore[attr-defined]
     return checked
 
-
-def probe(rewards: RewardSet, rows: Sequence[Mapping[str, Any]], completions: Sequence[str]) -> None:
-    """Call every reward once as TRL will (keyword arguments, the rows' dataset columns), before any model loads.
-
-    Args:
-        rewards: the rewards to check.
-        rows: a few dataset rows (dicts with ``prompt`` and the columns the rewards read).
-        completions: one completion text per row (e.g. the gold answer in the answer format).
-
-    Raises:
-        ValueError: a reward raised (``SystemExit`` included), or did not return a list (or numpy array) of one
-            number (or ``None``) per completion; the message names the reward and what it returned. (NaN, infinity
-            and numbers beyond :data:`LARGEST_REWARD` pass here: :func:`guarded` skips them during training, with a
-            warning.)
-    """
-    n = len(rows)
-    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"} if rows else {}
-    chats = [[{"role": "assistant", "content": text}] for text in completions]
-    for reward in rewards.rewards:
-        try:  # each reward gets its own copies: one that edits its arguments in place cannot break the next
-            out = as_values(reward.func(prompts=copy.deepcopy([row["prompt"] for row in rows]),
-                                        completions=copy.deepcopy(chats), completion_ids=[[]] * n,
-                                        **copy.deepcopy(columns)))
-        except BaseException as e:  # noqa: BLE001 - reported with the reward's name; sys.exit included
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            raise ValueError(f"reward {reward.name} raised {type(e).__name__}: {e} when called as TRL calls it "
-                             f"({reward.name}(prompts=..., completions=[[{{'role': 'assistant', 'content': ...}}]], "
-                             f"{', '.join(columns)}=..., **kwargs)); fix it before training") from None
-        good = isinstance(out, Sequence) and not isinstance(out, (str, bytes)) and len(out) == n and all(
-            v is None or isinstance(v, numbers.Real) for v in out)
-        if not good:  # NaN and inf are numbers: the trainer's guard (guarded) skips them with a warning
-            raise ValueError(f"reward {reward.name} returned {out!r:.200} for {n} completions: a reward returns a "
-                             "list with one number (or None: cannot judge) per completion")
-
-
-def builtin_rewards() -> Mapping[str, RewardFunc]:
-    """:data:`grpo_kit.tasks.BUILTIN_REWARDS`, read when a name is looked up: the mapping imports every module that
-    defines a reward, this one included."""
-    from grpo_kit.tasks import BUILTIN_REWARDS
-
-    return BUILTIN_REWARDS
-
-
-def reward_path(func: RewardFunc) -> str | None:
-    """``module:function`` of a reward of your own that another process can import again (what a run folder
-    records); ``None`` for a built-in reward, or a function defined in a notebook or inside another function.
-
-    >>> from grpo_kit.tasks.rewards import reward_path, texts
-    >>> reward_path(texts), reward_path(correctness_reward_func) is None
-    ('grpo_kit.tasks.rewards:texts', True)
-    """
-    name = getattr(func, "__name__", None)
-    if builtin_rewards().get(name) is func:
-        return None
-    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname:
-        return None
-    return f"{module}:{qualname}"
-
-
-def import_reward(path: str, what: str = "--rewards") -> RewardFunc:
-    """The reward function ``module:function`` names, imported (from the current folder too).
-
-    Raises:
-        ValueError: a malformed path, a module that cannot be imported (whatever it raised, ``SystemExit``
-            included), or a name that is not a function; the message starts with ``what``.
-    """
-    import importlib
-    import sys
-
-    module, _, function = path.strip().partition(":")
-    if not module or not function:
-        raise ValueError(f"{what} {path!r}: write module:function, e.g. my_rewards:length_penalty")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")  # python -m puts the current folder first; a console script does not
-    try:
-        found: Any = importlib.import_module(module)
-    except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise ValueError(f"{what} {path!r}: importing {module!r} failed with {type(e).__name__}: {e}; fix the module "
-                         "(it must import without side effects) or its name") from None
-    missing = object()
-    for part in function.split("."):
-        found = getattr(found, part, missing)
-    if not callable(found):
-        kind = "no attribute" if found is missing else f"a {type(found).__name__}, not a function, named"
-        raise ValueError(f"{what} {path!r}: {module!r} has {kind} {function!r}; give module:function of a reward "
-                         "function (TRL's contract) importable from the current folder")
-    return found
-
-
-class RewardSet:
-    """The rewards a run trains with, and their weights: TRL's ``reward_funcs`` and ``GRPOConfig.reward_weights``.
-
-    TRL sums each completion's rewards times their weights and computes the advantage from that
-    sum; every reward is still logged as ``rewards/<name>/mean``. Weight 0 therefore means
-    "computed and logged, not trained on" (a metric-only reward).
-
-    Args:
-        rewards: built-in names (:data:`grpo_kit.tasks.BUILTIN_REWARDS`), functions in TRL's contract, or
-            :class:`Reward` objects (weight 1 each, or ``weights``); or a mapping from any of those to its weight.
-        weights: one per reward, when ``rewards`` is a sequence.
-
-    Raises:
-        ValueError: an unknown name, no rewards, a weight count that does not match, a weight that is not
-            a finite number, every weight 0, a function that cannot take ``completions``, or two rewards with
-            one ``__name__`` (TRL would log them as one).
-
-    >>> rewards = RewardSet({"correctness_reward_func": 2.0, "xmlcount_reward_func": 0.0})
-    >>> rewards.names, rewards.weights, rewards.trained
-    (['correctness_reward_func', 'xmlcount_reward_func'], [2.0, 0.0], ['correctness_reward_func'])
-    >>> rewards.replace("correctness_reward_func", "soft_correctness_reward_func").names
-    ['soft_correctness_reward_func', 'xmlcount_reward_func']
-    """
-
-    def __init__(self, rewards: Sequence[str | RewardFunc | Reward] | Mapping[Any, float],
-                 weights: Sequence[float] | None = None) -> None:
-        if isinstance(rewards, RewardSet):
-            rewards, weights = rewards.rewards, rewards.weights if weights is None else weights
-        elif isinstance(rewards, Mapping):
-            if weights is not None:
-                raise ValueError("give weights either in the mapping or as weights=, not both")
-            rewards, weights = list(rewards), list(rewards.values())
-        elif isinstance(rewards, str) or callable(rewards):
-            rewards = [rewards]
-        rewards = list(rewards)
-        if not rewards:
-            raise ValueError("no reward functions given: name at least one of " + ", ".join(builtin_rewards()))
-        weights = [1.0] * len(rewards) if weights is None else list(weights)
-        if len(weights) != len(rewards):
-            raise ValueError(f"{len(weights)} weights for {len(rewards)} rewards: give one weight per reward")
-        for w in weights:
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
-                raise ValueError(f"reward weights must be finite numbers, got {weights}")
-        self.rewards: list[Reward] = [self._resolve(r) for r in rewards]
-        self.weights: list[float] = [float(w) for w in weights]
-        names = self.names
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"two rewards are named {repeated}: TRL logs rewards by __name__, so rename one")
-        if not any(self.weights):
-            raise ValueError(f"every reward weight is 0 ({self}): nothing would be trained on; give at least one "
-                             "reward a non-zero weight")
-
-    @staticmethod
-    def _resolve(reward: str | RewardFunc | Reward) -> Reward:
-        if isinstance(reward, str):
-            if reward not in builtin_rewards():
-                raise ValueError(f"unknown reward {reward!r}: choose from {', '.join(builtin_rewards())} or pass "
-                                 "your own function")
-            return Reward.of(builtin_rewards()[reward])
-        return Reward.of(reward)
-
-    @property
-    def funcs(self) -> list[RewardFunc]:
-        """The functions, in order (TRL's ``reward_funcs``)."""
-        return [r.func for r in self.rewards]
-
-    @property
-    def checked_funcs(self) -> list[RewardFunc]:
-        """The functions with their output checked (:func:`guarded`): what the trainer and evaluation call."""
-        return [guarded(f) for f in self.funcs]
-
-    @property
-    def names(self) -> list[str]:
-        """Each reward's ``__name__`` (its metric name), in order."""
-        return [r.name for r in self.rewards]
-
-    @property
-    def trained(self) -> list[str]:
-        """Names of the rewards with a non-zero weight (those that move the advantage)."""
-        return [n for n, w in zip(self.names, self.weights) if w != 0]
-
-    @property
-    def columns(self) -> list[str]:
-        """The dataset columns these rewards read, in order, once each."""
-        return list(dict.fromkeys(c for r in self.rewards for c in r.columns))
-
-    def _index(self, reward: str | RewardFunc | Reward) -> int:
-        name = reward if isinstance(reward, str) else reward.name if isinstance(reward, Reward) else reward.__name__
-        if name not in self.names:
-            raise ValueError(f"{name!r} is not in this set ({', '.join(self.names)})")
-        return self.names.index(name)
-
-    def replace(self, old: str | RewardFunc | Reward, new: str | RewardFunc | Reward,
-                weight: float | None = None) -> RewardSet:
-        """A copy with ``old`` swapped for ``new`` (same weight unless ``weight`` is given)."""
-        i = self._index(old)
-        rewards: list[Any] = list(self.rewards)
-        weights = list(self.weights)
-        rewards[i] = new
-        weights[i] = weights[i] if weight is None else weight
-        return RewardSet(rewards, weights)
-
-    def with_weight(self, reward: str | RewardFunc | Reward, weight: float) -> RewardSet:
-        """A copy with ``reward``'s weight set (0: log it without training on it)."""
-        weights = list(self.weights)
-        weights[self._index(reward)] = weight
-        return RewardSet(list(self.rewards), weights)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RewardSet) and (self.funcs, self.weights) == (other.funcs, other.weights)
-
-    def __repr__(self) -> str:
-        return "RewardSet({" + ", ".join(f"{n!r}: {w:g}" for n, w in zip(self.names, self.weights)) + "})"

@@ -27,10 +27,9 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.tasks.answer_format import extract_xml_answer, strictly
+from grpo_kit.tasks.answer_format import Example, ExtractionRule, extract_xml_answer, strictly
 from grpo_kit.tasks.data import build_prompt
 from grpo_kit.tasks.numbers import last_number, normalize_number
-from grpo_kit.tasks.task import Example, ExtractionRule
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -17,25 +17,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.tasks.answer_format import extract_xml_answer
-from grpo_kit.tasks.rewards import Reward, RewardSet
+from grpo_kit.tasks.answer_format import Example, ExtractionRule, extract_xml_answer
+from grpo_kit.tasks.reward_registry import RewardSet
+from grpo_kit.tasks.rewards import Reward
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["ExtractionRule", "Task"]
-
-Example = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class ExtractionRule:
-    """How one rule reads an answer (``extract(text) -> str | None``; ``None``: nothing to read) and
-    checks it against an example (``correct(answer, example) -> bool``). Answers are strings, so
-    equal answers vote together in maj@k."""
-
-    extract: Callable[[str], str | None]
-    correct: Callable[[str, Example], bool]
+__all__ = ["Task"]
 
 
 def _answer_field(text: str) -> dict[str, Any]:

@@ -41,11 +41,18 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.system.files import sha256_file
-from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, extract_final_answer, extract_xml_answer
+from grpo_kit.tasks.answer_format import (
+    SYSTEM_PROMPT,
+    Example,
+    ExtractionRule,
+    extract_final_answer,
+    extract_xml_answer,
+)
 from grpo_kit.tasks.answer_types import ANSWER_TYPES, answer_type
 from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, iter_rows, numbered
-from grpo_kit.tasks.rewards import RewardSet, builtin_rewards, gold_text
-from grpo_kit.tasks.task import Example, ExtractionRule, Task
+from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, RewardSet
+from grpo_kit.tasks.rewards import gold_text
+from grpo_kit.tasks.task import Task
 
 __all__ = ["EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "is_task_file", "load_task"]
 
@@ -288,8 +295,8 @@ def _reward_names(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
         raise ValueError(f"{path}: field {key!r} must map reward names to weights, e.g. "
                          f"{{text_correctness_reward_func: 2.0, strict_format_reward_func: 0.5}}, got {given!r}")
     for name in given:
-        if name not in builtin_rewards():
-            raise ValueError(f"{path}: {key}: unknown reward {name!r}; choose from {', '.join(builtin_rewards())} "
+        if name not in BUILTIN_REWARDS:
+            raise ValueError(f"{path}: {key}: unknown reward {name!r}; choose from {', '.join(BUILTIN_REWARDS)} "
                              "(your own functions go to --rewards module:function or the notebooks' rewards)")
     return given
 

@@ -207,7 +207,7 @@ def test_training_curves_are_titled_in_words_with_their_maximum(tmp_path):
     import matplotlib.pyplot as plt
 
     from grpo_kit.evaluation.plots import plot_training_curves, smoothed
-    from grpo_kit.tasks.rewards import RewardSet
+    from grpo_kit.tasks import RewardSet
 
     rewards = RewardSet({"xmlcount_reward_func": 1.0, "correctness_reward_func": 2.0})
     history = [{"step": s, "reward": s / 10, "completions/mean_length": 30.0, "rewards/xmlcount_reward_func/mean": 0.1,

@@ -19,9 +19,10 @@ import pytest
 from grpo_kit.cli import main
 from grpo_kit.policy.warm_start import TinyPolicy, WarmStart
 from grpo_kit.runs.folder import RunFolder, RunFolderBusy
-from grpo_kit.tasks import get_task
+from grpo_kit.tasks import RewardSet, get_task
 from grpo_kit.tasks.countdown import safe_eval
-from grpo_kit.tasks.rewards import RewardSet, guarded, probe
+from grpo_kit.tasks.reward_registry import probe
+from grpo_kit.tasks.rewards import guarded
 from grpo_kit.training.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grpo_kit
-from grpo_kit.tasks import BUILTIN_REWARDS
+from grpo_kit.tasks import BUILTIN_REWARDS, Reward, RewardSet
 from grpo_kit.tasks.countdown import (
     MAX_LENGTH,
     countdown_reward,
@@ -20,7 +20,6 @@ from grpo_kit.tasks.countdown import (
     safe_eval,
     solve,
 )
-from grpo_kit.tasks.rewards import Reward, RewardSet
 
 
 @pytest.mark.parametrize("expression, value", [

@@ -24,9 +24,9 @@ from grpo_kit import (
 )
 from grpo_kit.evaluation.scoring import score
 from grpo_kit.evaluation.summary import summarize
-from grpo_kit.tasks import BUILTIN_REWARDS, get_task
+from grpo_kit.tasks import BUILTIN_REWARDS, RewardSet, get_task
 from grpo_kit.tasks.gsm8k import extract_hash_answer
-from grpo_kit.tasks.rewards import SEED_REWARDS, Reward, RewardSet
+from grpo_kit.tasks.rewards import SEED_REWARDS, Reward
 
 # A post-training sample from the blog post "LLM Reinforcement Learning with GRPO" (2025-03-03; Ursula's salary),
 # a well-formed multi-line completion.
@@ -261,7 +261,8 @@ def _rows():
 def test_numpy_rewards_are_read_as_trl_reads_them():
     import numpy as np
 
-    from grpo_kit.tasks.rewards import guarded, probe
+    from grpo_kit.tasks.reward_registry import probe
+    from grpo_kit.tasks.rewards import guarded
 
     def scalar_f32(completions, **kwargs):
         return [np.float32(0.5)] * len(completions)
@@ -282,7 +283,8 @@ def test_numpy_rewards_are_read_as_trl_reads_them():
 
 
 def test_a_reward_editing_completions_in_place_cannot_break_the_next_one_and_sys_exit_is_named():
-    from grpo_kit.tasks.rewards import guarded, probe
+    from grpo_kit.tasks.reward_registry import probe
+    from grpo_kit.tasks.rewards import guarded
 
     def vandal(completions, **kwargs):
         completions.clear()

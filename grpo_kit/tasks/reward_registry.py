@@ -1,0 +1,243 @@
+"""Rewards by name: every built-in reward in one mapping (:data:`BUILTIN_REWARDS`), a reward of your own as
+``module:function`` (:func:`import_reward`, :func:`reward_path`), and the weighted set a run trains with
+(:class:`RewardSet`), checked once as TRL will call it (:func:`probe`).
+
+The mapping sits above every module that defines a reward (:mod:`grpo_kit.tasks.rewards`,
+:mod:`grpo_kit.tasks.answer_types`, :mod:`grpo_kit.tasks.countdown`, :mod:`grpo_kit.tasks.math_verify`) and lists
+their functions by hand: no function registers itself when its module is imported, and none of those modules reads
+the mapping, so the tasks wing imports one way.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from grpo_kit.tasks.answer_types import choice_correctness_reward_func, text_correctness_reward_func
+from grpo_kit.tasks.countdown import countdown_reward_func
+from grpo_kit.tasks.math_verify import math_verify_reward_func
+from grpo_kit.tasks.rewards import (
+    Reward,
+    RewardFunc,
+    as_values,
+    correctness_reward_func,
+    guarded,
+    int_reward_func,
+    soft_correctness_reward_func,
+    soft_format_reward_func,
+    strict_format_reward_func,
+    xmlcount_reward_func,
+)
+
+__all__ = ["BUILTIN_REWARDS", "RewardSet", "import_reward", "probe", "reward_path"]
+
+#: Every built-in reward by name (``--rewards NAME``, a task file's ``rewards:``, notebook parameters), as open-r1's
+#: ``REWARD_FUNCS_REGISTRY``. Read-only: a user's own function is passed as an object, never added here.
+BUILTIN_REWARDS: Mapping[str, RewardFunc] = MappingProxyType({func.__name__: func for func in (
+    correctness_reward_func, soft_correctness_reward_func, int_reward_func, strict_format_reward_func,
+    soft_format_reward_func, xmlcount_reward_func, text_correctness_reward_func, choice_correctness_reward_func,
+    countdown_reward_func, math_verify_reward_func)})
+
+
+def reward_path(func: RewardFunc) -> str | None:
+    """``module:function`` of a reward of your own that another process can import again (what a run folder
+    records); ``None`` for a built-in reward, or a function defined in a notebook or inside another function.
+
+    >>> from grpo_kit.tasks.rewards import texts
+    >>> reward_path(texts), reward_path(correctness_reward_func) is None
+    ('grpo_kit.tasks.rewards:texts', True)
+    """
+    name = getattr(func, "__name__", None)
+    if BUILTIN_REWARDS.get(name) is func:
+        return None
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+def import_reward(path: str, what: str = "--rewards") -> RewardFunc:
+    """The reward function ``module:function`` names, imported (from the current folder too).
+
+    Raises:
+        ValueError: a malformed path, a module that cannot be imported (whatever it raised, ``SystemExit``
+            included), or a name that is not a function; the message starts with ``what``.
+    """
+    import importlib
+    import sys
+
+    module, _, function = path.strip().partition(":")
+    if not module or not function:
+        raise ValueError(f"{what} {path!r}: write module:function, e.g. my_rewards:length_penalty")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # python -m puts the current folder first; a console script does not
+    try:
+        found: Any = importlib.import_module(module)
+    except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise ValueError(f"{what} {path!r}: importing {module!r} failed with {type(e).__name__}: {e}; fix the module "
+                         "(it must import without side effects) or its name") from None
+    missing = object()
+    for part in function.split("."):
+        found = getattr(found, part, missing)
+    if not callable(found):
+        kind = "no attribute" if found is missing else f"a {type(found).__name__}, not a function, named"
+        raise ValueError(f"{what} {path!r}: {module!r} has {kind} {function!r}; give module:function of a reward "
+                         "function (TRL's contract) importable from the current folder")
+    return found
+
+
+class RewardSet:
+    """The rewards a run trains with, and their weights: TRL's ``reward_funcs`` and ``GRPOConfig.reward_weights``.
+
+    TRL sums each completion's rewards times their weights and computes the advantage from that
+    sum; every reward is still logged as ``rewards/<name>/mean``. Weight 0 therefore means
+    "computed and logged, not trained on" (a metric-only reward).
+
+    Args:
+        rewards: built-in names (:data:`BUILTIN_REWARDS`), functions in TRL's contract, or
+            :class:`Reward` objects (weight 1 each, or ``weights``); or a mapping from any of those to its weight.
+        weights: one per reward, when ``rewards`` is a sequence.
+
+    Raises:
+        ValueError: an unknown name, no rewards, a weight count that does not match, a weight that is not
+            a finite number, every weight 0, a function that cannot take ``completions``, or two rewards with
+            one ``__name__`` (TRL would log them as one).
+
+    >>> rewards = RewardSet({"correctness_reward_func": 2.0, "xmlcount_reward_func": 0.0})
+    >>> rewards.names, rewards.weights, rewards.trained
+    (['correctness_reward_func', 'xmlcount_reward_func'], [2.0, 0.0], ['correctness_reward_func'])
+    >>> rewards.replace("correctness_reward_func", "soft_correctness_reward_func").names
+    ['soft_correctness_reward_func', 'xmlcount_reward_func']
+    """
+
+    def __init__(self, rewards: Sequence[str | RewardFunc | Reward] | Mapping[Any, float],
+                 weights: Sequence[float] | None = None) -> None:
+        if isinstance(rewards, RewardSet):
+            rewards, weights = rewards.rewards, rewards.weights if weights is None else weights
+        elif isinstance(rewards, Mapping):
+            if weights is not None:
+                raise ValueError("give weights either in the mapping or as weights=, not both")
+            rewards, weights = list(rewards), list(rewards.values())
+        elif isinstance(rewards, str) or callable(rewards):
+            rewards = [rewards]
+        rewards = list(rewards)
+        if not rewards:
+            raise ValueError("no reward functions given: name at least one of " + ", ".join(BUILTIN_REWARDS))
+        weights = [1.0] * len(rewards) if weights is None else list(weights)
+        if len(weights) != len(rewards):
+            raise ValueError(f"{len(weights)} weights for {len(rewards)} rewards: give one weight per reward")
+        for w in weights:
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+                raise ValueError(f"reward weights must be finite numbers, got {weights}")
+        self.rewards: list[Reward] = [self._resolve(r) for r in rewards]
+        self.weights: list[float] = [float(w) for w in weights]
+        names = self.names
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"two rewards are named {repeated}: TRL logs rewards by __name__, so rename one")
+        if not any(self.weights):
+            raise ValueError(f"every reward weight is 0 ({self}): nothing would be trained on; give at least one "
+                             "reward a non-zero weight")
+
+    @staticmethod
+    def _resolve(reward: str | RewardFunc | Reward) -> Reward:
+        if isinstance(reward, str):
+            if reward not in BUILTIN_REWARDS:
+                raise ValueError(f"unknown reward {reward!r}: choose from {', '.join(BUILTIN_REWARDS)} or pass "
+                                 "your own function")
+            return Reward.of(BUILTIN_REWARDS[reward])
+        return Reward.of(reward)
+
+    @property
+    def funcs(self) -> list[RewardFunc]:
+        """The functions, in order (TRL's ``reward_funcs``)."""
+        return [r.func for r in self.rewards]
+
+    @property
+    def checked_funcs(self) -> list[RewardFunc]:
+        """The functions with their output checked (:func:`guarded`): what the trainer and evaluation call."""
+        return [guarded(f) for f in self.funcs]
+
+    @property
+    def names(self) -> list[str]:
+        """Each reward's ``__name__`` (its metric name), in order."""
+        return [r.name for r in self.rewards]
+
+    @property
+    def trained(self) -> list[str]:
+        """Names of the rewards with a non-zero weight (those that move the advantage)."""
+        return [n for n, w in zip(self.names, self.weights) if w != 0]
+
+    @property
+    def columns(self) -> list[str]:
+        """The dataset columns these rewards read, in order, once each."""
+        return list(dict.fromkeys(c for r in self.rewards for c in r.columns))
+
+    def _index(self, reward: str | RewardFunc | Reward) -> int:
+        name = reward if isinstance(reward, str) else reward.name if isinstance(reward, Reward) else reward.__name__
+        if name not in self.names:
+            raise ValueError(f"{name!r} is not in this set ({', '.join(self.names)})")
+        return self.names.index(name)
+
+    def replace(self, old: str | RewardFunc | Reward, new: str | RewardFunc | Reward,
+                weight: float | None = None) -> RewardSet:
+        """A copy with ``old`` swapped for ``new`` (same weight unless ``weight`` is given)."""
+        i = self._index(old)
+        rewards: list[Any] = list(self.rewards)
+        weights = list(self.weights)
+        rewards[i] = new
+        weights[i] = weights[i] if weight is None else weight
+        return RewardSet(rewards, weights)
+
+    def with_weight(self, reward: str | RewardFunc | Reward, weight: float) -> RewardSet:
+        """A copy with ``reward``'s weight set (0: log it without training on it)."""
+        weights = list(self.weights)
+        weights[self._index(reward)] = weight
+        return RewardSet(list(self.rewards), weights)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RewardSet) and (self.funcs, self.weights) == (other.funcs, other.weights)
+
+    def __repr__(self) -> str:
+        return "RewardSet({" + ", ".join(f"{n!r}: {w:g}" for n, w in zip(self.names, self.weights)) + "})"
+
+
+def probe(rewards: RewardSet, rows: Sequence[Mapping[str, Any]], completions: Sequence[str]) -> None:
+    """Call every reward once as TRL will (keyword arguments, the rows' dataset columns), before any model loads.
+
+    Args:
+        rewards: the rewards to check.
+        rows: a few dataset rows (dicts with ``prompt`` and the columns the rewards read).
+        completions: one completion text per row (e.g. the gold answer in the answer format).
+
+    Raises:
+        ValueError: a reward raised (``SystemExit`` included), or did not return a list (or numpy array) of one
+            number (or ``None``) per completion; the message names the reward and what it returned. (NaN, infinity
+            and numbers beyond :data:`LARGEST_REWARD` pass here: :func:`guarded` skips them during training, with a
+            warning.)
+    """
+    n = len(rows)
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"} if rows else {}
+    chats = [[{"role": "assistant", "content": text}] for text in completions]
+    for reward in rewards.rewards:
+        try:  # each reward gets its own copies: one that edits its arguments in place cannot break the next
+            out = as_values(reward.func(prompts=copy.deepcopy([row["prompt"] for row in rows]),
+                                        completions=copy.deepcopy(chats), completion_ids=[[]] * n,
+                                        **copy.deepcopy(columns)))
+        except BaseException as e:  # noqa: BLE001 - reported with the reward's name; sys.exit included
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise ValueError(f"reward {reward.name} raised {type(e).__name__}: {e} when called as TRL calls it "
+                             f"({reward.name}(prompts=..., completions=[[{{'role': 'assistant', 'content': ...}}]], "
+                             f"{', '.join(columns)}=..., **kwargs)); fix it before training") from None
+        good = isinstance(out, Sequence) and not isinstance(out, (str, bytes)) and len(out) == n and all(
+            v is None or isinstance(v, numbers.Real) for v in out)
+        if not good:  # NaN and inf are numbers: the trainer's guard (guarded) skips them with a warning
+            raise ValueError(f"reward {reward.name} returned {out!r:.200} for {n} completions: a reward returns a "
+                             "list with one number (or None: cannot judge) per completion")
