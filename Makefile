@@ -124,10 +124,11 @@ $(DOCS_STAMP): requirements-docs.txt $(STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-# Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores): on 2 cores about
-# 9 minutes (measured 539 to 573 s once installed). Each test file runs on one process, so a module's expensive fixture (a trained policy,
-# a reference run) is built once. (Finer `xdist_group`s would balance better, but pytest 9.2 with xdist 3.8
-# silently ignores them: pytest-xdist #1386.)
+# Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores). Each test file runs on
+# one process, so a module's expensive fixture (a trained policy, a reference run) is built once; files are handed
+# out in collection order, which tests/conftest.py makes longest first (xdist's default order, most tests first, left
+# the longest files to the end, one process running them alone). (Finer `xdist_group`s would balance better, but
+# pytest 9.2 with xdist 3.8 silently ignores them: pytest-xdist #1386.)
 # The viewer's browser tests (tests/runs/test_view.py) open it in Debian's headless Chromium through Debian's
 # chromedriver, driven by Selenium (requirements-cpu.txt): no browser is downloaded. Installed where missing (CI runs
 # as root on Debian); chromium-driver pulls chromium.
@@ -137,14 +138,14 @@ $(CHROMEDRIVER):
 
 test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
-		-m "not rebuild"
+		--no-loadscope-reorder -m "not rebuild"
 
 # The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
 # experiments). CI runs `make test`.
 test-quick: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
 	$(VENV)/bin/ruff check .
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
-		-m "not slow and not rebuild"
+		--no-loadscope-reorder -m "not slow and not rebuild"
 
 # Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
 # trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from grpo_kit.policy.tiny import TinyPolicySpec, build_tiny_policy
 from grpo_kit.tasks.gsm8k import load_gsm8k, tokenizer_texts
 
+ROOT = Path(__file__).resolve().parent.parent
 SMALL_SPEC = TinyPolicySpec(vocab_size=512, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
                             intermediate_size=128, max_positions=512)
 
@@ -30,9 +35,40 @@ def tiny_policy_files(tmp_path_factory, gsm8k_train_small):
 
 
 @pytest.fixture(scope="session")
-def addition_policy_files(tmp_path_factory):
+def addition_policy_files():
     """A tiny policy warm-started on single-digit addition (tests/addition.py): it knows the sums and
-    rarely uses the XML format under greedy decoding. Built once (about 40 s), loaded per test."""
+    rarely uses the XML format under greedy decoding. Built once per checkout (about 90 s) into
+    .cache/grpo_kit-tests/, as the reward-choice experiment's warm start is; the folder's name hashes everything
+    the build reads (its code below, tests/addition.py, the kit's tasks and policy code, torch's and transformers'
+    versions), so a change to any of them builds it again. Tests load their own copy."""
+    import hashlib
+
+    import torch
+    import transformers
+
+    kit = ROOT / "grpo_kit"
+    sources = [ROOT / "tests" / "addition.py", *sorted((kit / "tasks").rglob("*.py")),
+               *sorted((kit / "policy").glob("*.py"))]
+    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__}".encode())
+    digest.update(inspect.getsource(_build_addition_policy).encode())
+    for source in sources:
+        digest.update(source.read_bytes())
+    path = ROOT / ".cache" / "grpo_kit-tests" / f"addition-policy-{digest.hexdigest()[:12]}"
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(dir=path.parent, prefix=".building-"))
+        try:
+            _build_addition_policy(building)
+            building.rename(path)  # whole or not at all: a killed build leaves only a .building- folder
+        except OSError:
+            if not path.is_dir():  # not another process's finished build
+                raise
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    return path
+
+
+def _build_addition_policy(path: Path) -> None:
     import torch
 
     from grpo_kit.policy.warm_start import WarmStart, warm_start
@@ -44,9 +80,7 @@ def addition_policy_files(tmp_path_factory):
     model, tokenizer = build_tiny_policy(texts * 3, seed=0, spec=TinyPolicySpec(vocab_size=400))
     warm = WarmStart(xml_share=0.3, plain_lead="The sum:", steps=400, batch_size=32, learning_rate=3e-3,
                      max_length=96)
-    path = tmp_path_factory.mktemp("addition-policy")
     warm_start(model, tokenizer, train_rows + heldout_rows, path, warm, progress=False)
-    return path
 
 
 @pytest.fixture
@@ -73,3 +107,18 @@ def kit_log_on_stderr():
     logger.handlers[:] = handlers
     logger.propagate = propagate
     logger.setLevel(level)
+
+
+# `make test` hands whole files to its two test processes in collection order (--dist loadfile
+# --no-loadscope-reorder), so the longest files (pytest --durations=0 on 2 cores, 2026-11-26) go first and the short
+# ones fill in at the end: a long file handed out last would run alone while the other process waited.
+LONGEST_FIRST = ["tests/test_notebooks.py", "tests/runs/test_scaling.py", "tests/runs/test_train_runs.py",
+                 "tests/training/test_reward_choice.py", "tests/test_notebooks_task_file.py",
+                 "tests/runs/test_export.py", "tests/training/test_learning.py", "tests/runs/test_spec.py",
+                 "tests/tasks/test_countdown.py", "tests/test_gpu_proof.py", "tests/runs/test_bad_input.py",
+                 "tests/test_demo.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
