@@ -439,14 +439,17 @@ def test_ctrl_c_during_training_prints_one_line_and_resume_goes_on(tiny_policy_f
     import signal
 
     command = [sys.executable, "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files),
-               "--run-dir", str(tmp_path / "run"), "--max-steps", "50", "--train-size", "16", "--rewards",
+               "--run-dir", str(tmp_path / "run"), "--max-steps", "500", "--train-size", "16", "--rewards",
                "xmlcount_reward_func", "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=8"]
+    # As in a terminal: a shell without job control starts background commands with SIGINT ignored, and Python
+    # keeps an ignored SIGINT ignored, so a test run started that way would see no Ctrl-C at all.
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)})
+                             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in child.stdout:
         seen.append(line)
-        if "step 1/50" in line:
+        if "step 1/500" in line:  # 500 steps of a tenth of a second: still training when a busy machine reads this
             child.send_signal(signal.SIGINT)
             break
     seen.extend(child.stdout)
