@@ -437,7 +437,7 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     plan = baseline_plan(task, config, model=model, seed=seed, max_new_tokens=max_new_tokens, eval_size=eval_size,
                          samples=samples, batch_size=batch_size, warm=warm)
     print(f"{config.name}: {config.max_steps} steps, learning rate {config.learning_rate}, "
-          f"{config.per_device_train_batch_size // config.num_generations} prompts x {config.num_generations} "
+          f"{config.prompts_per_step} prompts x {config.num_generations} "
           "completions")
     for name, spec in specs.items():
         print(f"{name}: {spec.rewards}; algorithm {spec.preset.algorithm}")

@@ -336,8 +336,6 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         return _measure_after(run, batch_size, backend, rewards)
 
 
-
-
 def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
     """The run's rewards of its own (not built in) to score before and after: ``given``, then those
     ``train_settings.json`` records as importable; one that cannot be imported is named in a warning."""

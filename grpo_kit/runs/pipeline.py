@@ -467,7 +467,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
         "task": task.name,
         "variants (reward sets)": "; ".join(f"{name}: {spec.rewards}" for name, spec in specs.items()),
         "GRPO steps (each variant)": preset.max_steps,
-        "prompts x completions per step": f"{preset.per_device_train_batch_size // preset.num_generations} x "
+        "prompts x completions per step": f"{preset.prompts_per_step} x "
                                           f"{preset.num_generations}",
         "learning rate": preset.learning_rate,
         "temperature (training)": preset.temperature,

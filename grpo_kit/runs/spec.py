@@ -313,7 +313,7 @@ class RunSpec:
         """The run in two lines, as ``train`` logs them and notebook 03 prints them: the recipe, task, rewards and
         algorithm; the steps, checkpoints and held-out evaluation."""
         p = self.preset
-        prompts = p.per_device_train_batch_size * p.gradient_accumulation_steps // p.num_generations
+        prompts = p.prompts_per_step
         held_out = (f"; validation accuracy every {self.eval_steps} steps on {self.eval_size} questions held out of "
                     "the train split" if self.eval_steps else "")
         return [f"{p.name} on {self.task.name} with {self.rewards}; algorithm {p.algorithm}: loss_type {p.loss_type}, "

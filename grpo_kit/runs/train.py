@@ -116,7 +116,7 @@ def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, do
     per_step = expected_seconds("grpo step", sum(p.numel() for p in model.parameters()), completions=completions,
                                 new_tokens=preset.max_completion_length, prompt_tokens=prompt_tokens)
     announce(f"GRPO on {spec.task.name}: {preset.max_steps - done} steps of {completions} completions "
-             f"({completions // preset.num_generations} prompts x {preset.num_generations}, up to "
+             f"({preset.prompts_per_step} prompts x {preset.num_generations}, up to "
              f"{preset.max_completion_length} new tokens each), a checkpoint every {preset.save_steps} steps",
              per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
 

@@ -153,6 +153,12 @@ class Recipe:
         raise AttributeError(f"a recipe has no key {key!r}")
 
     @property
+    def prompts_per_step(self) -> int:
+        """Prompts one process sees per optimiser step: ``per_device_train_batch_size * gradient_accumulation_steps``
+        completions, ``num_generations`` per prompt (TRL's grouping)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps // self.num_generations
+
+    @property
     def model(self) -> str | None:
         """``model_name_or_path``: a Hub id or folder; ``None`` is the kit's tiny offline policy."""
         return self.settings.get("model_name_or_path")
