@@ -66,7 +66,7 @@ class PolicySource:
                 raise ValueError(f"model {text!r} is neither an existing folder nor a Hub id (owner/name): give the "
                                  "path of a saved model or an id such as Qwen/Qwen2.5-0.5B-Instruct")
             return cls(model=text)
-        if not task.trains:
+        if not task.trains or task.extras.get("demonstration") is None:
             raise ValueError(f"the kit's tiny policy is warm-started on a task's train split with demonstrations, and "
                              f"task {task.name!r} has none: give a model (--model, or a preset with one), or "
                              "evaluate on a task the tiny policy can learn")

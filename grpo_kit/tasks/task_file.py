@@ -315,7 +315,8 @@ def _rewards(path: Path, data: dict[str, Any], correctness: str | None) -> tuple
 def _extras(path: Path, data: dict[str, Any], weights: dict[str, float], correctness: str | None,
             trains: bool) -> dict[str, Any]:
     """:attr:`grpo_kit.tasks.Task.extras`: the keys of :data:`EXTRAS` the file gives (the Python they name
-    imported), and for a file that gives none of them the defaults a task over the user's own data gets."""
+    imported), and for a task that trains, each key the file leaves out at the default a task over the user's own data
+    gets."""
     extras: dict[str, Any] = {key: data[key] for key in ("notes", "warm_xml_share", "answer_value") if key in data}
     extras.update({key: _named(path, data, key) for key in ("demonstration", "tokenizer_texts") if key in data})
     if "compare_rewards" in data:
@@ -326,7 +327,7 @@ def _extras(path: Path, data: dict[str, Any], weights: dict[str, float], correct
     elif "loader" not in data and weights.get(correctness) and any(w for n, w in weights.items() if n != correctness):
         # the task's own set against the same set with its correctness logged but not trained on (notebook 05)
         extras["compare_rewards"] = {"format-only": {**weights, correctness: 0.0}, "correctness": weights}
-    if "demonstration" in data or not trains:
+    if not trains:
         return extras
     solution, system_prompt = bool(data.get("solution")), data.get("system_prompt", SYSTEM_PROMPT)
 
@@ -433,7 +434,8 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, loader: Any, s
 
         rules = {"strict": ExtractionRule(kind.strict, correct), "flexible": ExtractionRule(kind.flexible, correct)}
     gold = data.get("gold", "{answer}")
-    metrics = _reward_names(path, data, "metrics") if "metrics" in data else (kind.reward, *_FORMAT_METRICS)
+    metrics = _reward_names(path, data, "metrics") if "metrics" in data else \
+        ((kind.reward,) if kind else ()) + _FORMAT_METRICS
     extras = _extras(path, data, dict(zip(rewards, weights)), kind.reward if kind else None, "train" in splits)
     if kind is not None and kind.name == "number":
         extras.setdefault("answer_value", "answer")
