@@ -38,18 +38,20 @@ def tiny_policy_files(tmp_path_factory, gsm8k_train_small):
 def addition_policy_files():
     """A tiny policy warm-started on single-digit addition (tests/addition.py): it knows the sums and
     rarely uses the XML format under greedy decoding. Built once per checkout (about 90 s) into
-    .cache/grpo_kit-tests/, as the reward-choice experiment's warm start is; the folder's name hashes everything
-    the build reads (its code below, tests/addition.py, the kit's tasks and policy code, torch's and transformers'
-    versions), so a change to any of them builds it again. Tests load their own copy."""
+    .cache/grpo_kit-tests/, written whole as the kit's own tiny-policy cache is (grpo_kit.policy.warm_start); the
+    folder's name hashes everything the build reads (its code below, tests/addition.py, the kit's tasks code and task
+    files, its policy code, torch's, transformers' and trl's versions), so a change to any of them builds it again.
+    Tests load their own copy."""
     import hashlib
 
     import torch
     import transformers
+    import trl
 
     kit = ROOT / "grpo_kit"
     sources = [ROOT / "tests" / "addition.py", *sorted((kit / "tasks").rglob("*.py")),
-               *sorted((kit / "policy").glob("*.py"))]
-    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__}".encode())
+               *sorted((kit / "tasks" / "builtin").glob("*.yaml")), *sorted((kit / "policy").glob("*.py"))]
+    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__} {trl.__version__}".encode())
     digest.update(inspect.getsource(_build_addition_policy).encode())
     for source in sources:
         digest.update(source.read_bytes())
