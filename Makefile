@@ -168,15 +168,32 @@ test-gpu: $(GPU_STAMP)
 # then benchmarks/gpu_proof.py into OUT, a row per route appended to raw.jsonl as it finishes). On a lent machine the
 # device tool runs `bash benchmarks/gpu_call.sh --out "$OUT"` (docs/development/benchmarks.md); here, on a CUDA
 # machine whose python3 has the stack: make gpu-proof OUT=DIR.
-.PHONY: gpu-proof wheels
+.PHONY: gpu-proof gpu-rehearsal wheels
 OUT ?= benchmarks/results/gpu-proof
 gpu-proof:
 	bash benchmarks/gpu_call.sh --out $(OUT)
 
+# The proof rehearsed on this CPU with the lent machine's own software (requirements-rehearsal.txt, Python 3.12 as
+# there; about 5 GB and 3 minutes the first time) and the real bundle installed as there, at toy shapes. What only a
+# GPU runs is said in the rows (TRL 1.15's Triton kernel swapped for PyTorch, 4-bit and 8-bit bitsandbytes, Unsloth's
+# loader). Beside `make test`, not in it: CI would download the 5 GB each time.
+REHEARSAL_VENV ?= .venv-rehearsal
+REHEARSAL_PYTHON ?= python3.12
+REHEARSAL_STAMP := $(REHEARSAL_VENV)/.installed
+$(REHEARSAL_STAMP): requirements-rehearsal.txt
+	$(REHEARSAL_PYTHON) -m venv $(REHEARSAL_VENV)
+	$(REHEARSAL_VENV)/bin/python -m pip install --quiet -r requirements-rehearsal.txt
+	touch $(REHEARSAL_STAMP)
+gpu-rehearsal: $(REHEARSAL_STAMP) wheels/manifest.json
+	PYTHON=$(REHEARSAL_VENV)/bin/python bash benchmarks/gpu_call.sh --miniature --out benchmarks/results/rehearsal
+wheels/manifest.json:
+	$(PYTHON) benchmarks/wheel_bundle.py --out wheels
+
 # The wheels a lent GPU machine lacks for the proof (pinned, CPython 3.12 manylinux; unsloth and bitsandbytes
-# repacked without what is never imported there), with wheels/manifest.json: at most 25 MiB with the tree.
-wheels: $(STAMP)
-	$(PY) benchmarks/wheel_bundle.py --out wheels
+# repacked without what is never imported there), with wheels/manifest.json: at most 64 MiB with the tree (what one
+# device call carries). The script needs only the standard library and pip, so no .venv is built for it.
+wheels:
+	$(PYTHON) benchmarks/wheel_bundle.py --out wheels
 
 clean:
 	rm -rf $(VENV) $(STACK_VENV) $(GPU_VENV) $(DS_DIR) $(LLAMA_DIR) runs site .cache .pytest_cache .ruff_cache unsloth_compiled_cache*

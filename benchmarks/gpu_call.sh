@@ -6,25 +6,30 @@
 #   3. run benchmarks/gpu_proof.py into the given folder ($OUT on the device machine), each route's row appended to
 #      raw.jsonl as it finishes, within the budget.
 #
-#   bash benchmarks/gpu_call.sh --out "$OUT"                   # on the GPU machine
+#   bash benchmarks/gpu_call.sh --out "$OUT"                   # on the GPU machine: the first call
+#   bash benchmarks/gpu_call.sh --rerun --out "$OUT"           # the next call: only what the first left unfinished
 #   bash benchmarks/gpu_call.sh --miniature --out /tmp/proof   # the same steps on a CPU at toy shapes (make test)
 #
-# Options: --wheels DIR (default wheels/, made by `make wheels`), --budget-s S (default 420), --python PY (default
-# $PYTHON or python3), and after `--` arguments for gpu_proof.py (e.g. -- --routes a100-peft eval).
+# Options: --wheels DIR (default wheels/, made by `make wheels`), --budget-s S (default gpu_proof.py's: its plan's
+# caps, or its rerun budget), --python PY (default $PYTHON or python3), and after `--` arguments for gpu_proof.py
+# (e.g. -- --routes a100-peft eval). The bundle is installed once per machine (a marker holds the manifest's hash), so
+# a rerun on the same warm machine starts at once.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT_DIR="${OUT:-}"
 WHEELS="$ROOT/wheels"
-BUDGET=420
+BUDGET=()
 PY="${PYTHON:-python3}"
 MINIATURE=()
+RERUN=()
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT_DIR="$2"; shift 2;;
     --wheels) WHEELS="$2"; shift 2;;
-    --budget-s) BUDGET="$2"; shift 2;;
+    --budget-s) BUDGET=(--budget-s "$2"); shift 2;;
+    --rerun) RERUN=(--rerun); shift;;
     --python) PY="$2"; shift 2;;
     --miniature) MINIATURE=(--miniature); shift;;
     --) shift; EXTRA=("$@"); break;;
@@ -37,24 +42,31 @@ if [ -z "$OUT_DIR" ]; then
 fi
 mkdir -p "$OUT_DIR" || exit 2
 LOG="$OUT_DIR/call.log"
-echo "== gpu_call.sh $(date -u +%FT%TZ): wheels $WHEELS, budget ${BUDGET}s ${MINIATURE[*]}" | tee "$LOG"
+echo "== gpu_call.sh $(date -u +%FT%TZ): wheels $WHEELS ${BUDGET[*]} ${MINIATURE[*]} ${RERUN[*]}" | tee "$LOG"
 
 # 1. The bundle: the wheels its manifest lists, under the size limit with the tree.
 "$PY" "$ROOT/benchmarks/wheel_bundle.py" --check "$WHEELS" 2>&1 | tee -a "$LOG"
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
 
-# 2. Installed beside the machine's packages, never over them (--no-deps: exactly the carried wheels).
-SITE="$(mktemp -d)/site"
-start=$(date +%s)
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl \
-  2>&1 | tee -a "$LOG"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_call.sh: installing the wheels failed" | tee -a "$LOG"; exit 3; }
-echo "installed $(ls "$WHEELS"/*.whl | wc -l) wheels into $SITE in $(( $(date +%s) - start )) s" | tee -a "$LOG"
+# 2. Installed beside the machine's packages, never over them (--no-deps: exactly the carried wheels), once per
+#    machine and bundle: a rerun on the same machine finds them.
+SITE="${TMPDIR:-/tmp}/grpo_kit_gpu_proof/site-$(sha256sum "$WHEELS/manifest.json" | cut -c1-12)"
+if [ -f "$SITE/.installed" ]; then
+  echo "the bundle is installed already in $SITE" | tee -a "$LOG"
+else
+  start=$(date +%s)
+  rm -rf "$SITE"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl \
+    2>&1 | tee -a "$LOG"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_call.sh: installing the wheels failed" | tee -a "$LOG"; exit 3; }
+  touch "$SITE/.installed"
+  echo "installed $(ls "$WHEELS"/*.whl | wc -l) wheels into $SITE in $(( $(date +%s) - start )) s" | tee -a "$LOG"
+fi
 export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 # 3. The proof, into the given folder.
-"$PY" "$ROOT/benchmarks/gpu_proof.py" --out "$OUT_DIR" --budget-s "$BUDGET" "${MINIATURE[@]}" "${EXTRA[@]}" \
+"$PY" "$ROOT/benchmarks/gpu_proof.py" --out "$OUT_DIR" "${BUDGET[@]}" "${MINIATURE[@]}" "${RERUN[@]}" "${EXTRA[@]}" \
   2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 echo "== gpu_call.sh done: exit $status; $OUT_DIR holds $(ls "$OUT_DIR" | tr '\n' ' ')" | tee -a "$LOG"

@@ -93,8 +93,59 @@ def test_without_cuda_the_proof_refuses_clearly(capsys):
 def test_a_route_at_toy_shapes_trains_every_trainable_tensor(tmp_path):
     row = gpu_proof.run_route("a100-peft", steps=2, miniature=True, workdir=tmp_path)
     assert row["every_trainable_moved"] and row["trainable_tensors"] == 2 * 2 * 7  # lora_A, lora_B x 2 layers x 7
-    assert row["steps"] == 2 and row["generated_tokens_per_s"] > 0
+    assert row["steps"] == 2 and row["generation_tokens_per_s"] > 0 and row["phase"] == "done"
+    # generation timed alone: its seconds are part of the steps', and every completion's tokens are counted
+    assert 0 < row["generation_s"] <= sum(row["step_times_s"]) and row["generated_tokens"] > 0
     assert row["estimate"]["estimate"] and row["estimate"]["parts"]["vllm_weights"] == 0
+
+
+def test_a_part_cut_at_its_timeout_keeps_what_it_measured_and_the_phase_it_was_in(tmp_path):
+    """The child writes its row as each step ends; killed at its timeout, the parent reads that row back."""
+    args = gpu_proof.argparse.Namespace(steps=10_000, out=str(tmp_path), eval_questions=4, eval_tokens=4,
+                                        eval_batch=4, miniature=True)
+    row, output = gpu_proof.run_child("a100-peft", args, timeout=25)
+    assert row["cut"] == "timed out after 25 s", output[-2000:]
+    assert row["phase"].startswith("training") and row["steps"] >= 1 and len(row["step_times_s"]) == row["steps"]
+    assert row["model_shape"] == "unsloth/Meta-Llama-3.1-8B-Instruct" and "every_trainable_moved" not in row
+    assert gpu_proof.unfinished(row) and "cut: timed out after 25 s (training" in gpu_proof.summary([row])
+
+
+def test_the_rerun_keeps_finished_rows_and_runs_only_what_was_left(tmp_path, monkeypatch):
+    """--rerun reads the rows the last call left on the machine (its --out is emptied between calls), keeps the
+    finished ones and runs the cut, failed and skipped ones again, in the plan's order."""
+    monkeypatch.setattr(gpu_proof, "WORK", tmp_path / "work")
+    mirror = tmp_path / "work" / "miniature" / "raw.jsonl"
+    mirror.parent.mkdir(parents=True)
+    first = [{"route": "machine", "device": "X"}, {"route": "pipeline-smoke", "ok": True, "steps": []},
+             {"route": "a100-unsloth-4bit", "cut": "timed out after 245 s", "phase": "training: step 1",
+              "child_seconds": 245.0},
+             {"route": "a100-peft", "step_s": 30.0}, {"route": "eval", "skipped": "budget spent"}]
+    mirror.write_text("".join(gpu_proof.json.dumps(r) + "\n" for r in first))
+    ran = []
+
+    def run_child(name, args, timeout):
+        ran.append((name, timeout))
+        return {"route": name, "step_s": 1.0}, "its output"
+
+    monkeypatch.setattr(gpu_proof, "run_child", run_child)
+    assert gpu_proof.main(["--miniature", "--rerun", "--out", str(tmp_path / "out")]) == 0
+    # the part cut after more than this call's whole budget goes last, after the one that did not run
+    assert [name for name, _ in ran] == ["eval", "a100-unsloth-4bit"]
+    assert ran[0][1] == dict(gpu_proof.PLAN)["eval"] and ran[1][1] > gpu_proof.RERUN_BUDGET_S - 61
+    rows = [gpu_proof.json.loads(line) for line in (tmp_path / "out" / "raw.jsonl").read_text().splitlines()]
+    assert [(r["route"], r["call"]) for r in rows] == [("machine", "first"), ("pipeline-smoke", "first"),
+                                                       ("a100-peft", "first"), ("eval", "rerun"),
+                                                       ("a100-unsloth-4bit", "rerun")]
+    assert mirror.read_text().count("\n") == 5 and "cut" not in mirror.read_text()  # the next rerun starts from here
+
+
+def test_the_plans_first_call_fits_the_device_calls_limit():
+    """The first call's parts add up to its budget, which leaves the call's 540 s room for the install; a part
+    after the budget's parts gets its own cap, or what earlier parts saved."""
+    assert gpu_proof.BUDGET_S == sum(cap for _, cap in gpu_proof.PLAN[:3]) <= 540 - 30
+    assert [name for name, _ in gpu_proof.PLAN][:3] == ["machine", "pipeline-smoke", "a100-unsloth-4bit"]
+    assert gpu_proof.child_timeout("a100-peft", left=200, later=["eval"]) == 140  # 90 + the 50 saved before it
+    assert gpu_proof.child_timeout("a100-peft", left=70, later=["eval"]) == 70  # never more than is left
 
 
 def test_the_word_tokenizer_covers_every_id():
@@ -144,7 +195,8 @@ def test_a_missing_or_stray_wheel_is_named(tmp_path):
 def test_the_bundle_is_what_the_machine_lacks_pinned_for_cpython_3_12(tmp_path):
     versions = wheel_bundle.pins()
     assert versions == {"trl": "1.15.0", "datasets": "4.8.5", "dill": "0.4.1", "multiprocess": "0.70.19",
-                        "unsloth": "2026.10.7", "unsloth_zoo": "2026.10.7", "bitsandbytes": "0.50.2"}
+                        "unsloth": "2026.10.7", "unsloth_zoo": "2026.10.7", "bitsandbytes": "0.50.2",
+                        "peft": "0.21.2"}
     command = wheel_bundle.download_command(versions, tmp_path)
     assert command[3:5] == ["download", "--no-deps"] and "--only-binary=:all:" in command
     assert command[command.index("--python-version") + 1] == "3.12"

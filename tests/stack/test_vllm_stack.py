@@ -7,7 +7,7 @@
   Two test shims let TRL 1.15.0 run on a CPU at all; each stands for one call that needs a GPU:
   1. TRL 1.15.0 computes per-token log-probabilities only through its Triton kernel
      (``trl.trainer.utils._ChunkedLogProbFunction``), and Triton has no CPU driver ("0 active drivers");
-     trl 1.16 falls back to PyTorch. The shim is that fallback's arithmetic in PyTorch.
+     trl 1.16 falls back to PyTorch. The shim is that fallback's arithmetic in PyTorch (benchmarks/triton_shim.py).
   2. TRL syncs weights into vLLM with ``model.load_weights`` (trl/generation/vllm_generation.py,
      ``sync_weights``); vLLM's CPU build repacks linear weights after loading
      (vllm/model_executor/layers/utils.py, ``dispatch_cpu_unquantized_gemm``), so that call fails with
@@ -22,6 +22,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benchmarks.triton_shim import TorchLogProbs
 from grpo_kit.evaluation.scoring import evaluate
 from grpo_kit.policy.generation import Sampling, TransformersBackend
 from grpo_kit.policy.routes import eval_route
@@ -86,25 +87,6 @@ def test_a_vllm_engine_failure_shows_vllms_own_log(tiny_policy_files, tmp_path):
     assert "NoSuchModelForCausalLM" in str(failure.value)
 
 
-class _TorchLogProbs:
-    """Shim 1: the per-token log-probabilities (and entropy) TRL's Triton kernel computes, in PyTorch.
-
-    Same arguments and outputs as ``trl.kernels.ChunkedLogProbFunction.apply``: logits are
-    ``hidden @ weight.T + bias``, times ``logit_scale``, soft-capped, divided by ``temperature``."""
-
-    @staticmethod
-    def apply(hidden, weight, bias, targets, temperature, chunk_size, softcap=None, logit_scale=1.0, outputs=()):
-        logits = hidden.float() @ weight.float().t()
-        if bias is not None:
-            logits = logits + bias.float()
-        logits = logits * logit_scale
-        if softcap:
-            logits = softcap * torch.tanh(logits / softcap)
-        logp = (logits / temperature).log_softmax(-1)
-        entropy = -(logp.exp() * logp).sum(-1) if "entropy" in outputs else None
-        return logp.gather(-1, targets[:, None]).squeeze(-1), entropy, None, None, None
-
-
 def _sync_by_reload(include_tied_head: bool):
     """Shim 2: TRL's weight sync through vLLM's ``reload_weights`` (which repacks the CPU linear layers).
 
@@ -129,7 +111,7 @@ def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weig
 
     from grpo_kit.training.callbacks import StaleWeightsAlarm
 
-    monkeypatch.setattr(trl.trainer.utils, "_ChunkedLogProbFunction", _TorchLogProbs)
+    monkeypatch.setattr(trl.trainer.utils, "_ChunkedLogProbFunction", TorchLogProbs)
     monkeypatch.setattr(VLLMGeneration, "sync_weights", _sync_by_reload(include_tied_head))
     model, tokenizer = tiny_policy
     assert model.config.tie_word_embeddings
