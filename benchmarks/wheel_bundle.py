@@ -168,7 +168,8 @@ def tree_bytes(root: Path = ROOT) -> int:
 
 def bundle(folder: Path, versions: dict[str, str], repack_rules: dict[str, dict[str, object]] | None = None,
            tree: int | None = None, limit: int = LIMIT) -> dict[str, object]:
-    """Repack the wheels in ``folder`` (once: a wheel the manifest lists as repacked is left as it is) and write
+    """Repack the wheels in ``folder`` (once: a wheel the manifest lists as repacked, with the same SHA-256, is left as
+    it is; one downloaded again over it is repacked again) and write
     ``manifest.json``: each wheel with its size, SHA-256 and what was removed and why, the tree's bytes and the
     total against ``limit``.
 
@@ -185,13 +186,14 @@ def bundle(folder: Path, versions: dict[str, str], repack_rules: dict[str, dict[
                          "--no-download (pip download), or remove the strays")
     try:
         before = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        done = {w["name"]: w["repacked"] for w in before["wheels"] if w.get("repacked")}
+        done = {(w["name"], w["sha256"]): w["repacked"] for w in before["wheels"] if w.get("repacked")}
     except (OSError, ValueError, KeyError, TypeError):
         done = {}
     listed = []
     for project, path in sorted(wheels.items()):
         rule = next((r for n, r in rules.items() if _normal(n) == project), None)
-        repacked = done.get(path.name) or (repack(path, rule) if rule is not None else None)
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        repacked = done.get((path.name, sha)) or (repack(path, rule) if rule is not None else None)
         data = path.read_bytes()
         listed.append({"name": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
                        "repacked": repacked})

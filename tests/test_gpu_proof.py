@@ -176,6 +176,12 @@ def test_a_repacked_wheel_drops_what_is_never_imported_and_still_installs(tmp_pa
     assert "studio/" not in record and "unsloth/__init__.py,sha256=" in record
     again = wheel_bundle.bundle(bundle, {"unsloth": "2026.10.7", "trl": "1.15.0"}, tree=0)  # repacked once only
     assert again["wheels"][1]["repacked"] == unsloth["repacked"] and again["wheels"][1]["sha256"] == unsloth["sha256"]
+    make_wheel(bundle, "unsloth", "2026.10.7", {"unsloth/__init__.py": "OK = True\n", "studio/app.js": "x" * 5000,
+                                                 "unsloth_cli/__init__.py": "app = None\n"})  # downloaded again
+    third = wheel_bundle.bundle(bundle, {"unsloth": "2026.10.7", "trl": "1.15.0"}, tree=0)
+    assert third["wheels"][1]["repacked"]["removed"] == ["studio/app.js", "unsloth_cli/__init__.py"]
+    with zipfile.ZipFile(bundle / unsloth["name"]) as z:
+        assert not any(n.startswith(("studio/", "unsloth_cli/")) for n in z.namelist())
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site),
                     *map(str, bundle.glob("*.whl"))], check=True)

@@ -185,7 +185,7 @@ def test_plan_json_for_each_route_on_a_cpu(capsys):
     code, zero3 = _plan(capsys, "--preset", "multi-gpu-full", "--device", "h100-80gb", "--launch", "zero3",
                         "--gpus", "7")
     assert code == 0 and zero3["route"] == "transformers" and zero3["vllm"]["mode"] == "server"
-    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in zero3["vllm"]["command"]
+    assert "vllm serve unsloth/Meta-Llama-3.1-8B-Instruct" in zero3["vllm"]["command"]
     assert [p["device_map"] for p in zero3["processes"]] == [None] * 7
 
 
@@ -204,7 +204,7 @@ def test_plan_for_a_resume_names_the_checkpoint(tmp_path, capsys):
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    identity = run_identity(PRESETS["multi-gpu-full"], "gsm8k", "meta-llama/Llama-3.1-8B-Instruct", REWARDS)
+    identity = run_identity(PRESETS["multi-gpu-full"], "gsm8k", "unsloth/Meta-Llama-3.1-8B-Instruct", REWARDS)
     (run / "train_settings.json").write_text(json.dumps({"identity": identity, "max_steps": 300}))
     code, nothing = _plan(capsys, "--run-dir", str(run), "--resume", "--device", "h100-80gb")
     assert nothing["resume_from"] is None and "step 0" in nothing["resume_why"]
@@ -215,7 +215,7 @@ def test_plan_for_a_resume_names_the_checkpoint(tmp_path, capsys):
     code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--max-steps", "350", "--device", "h100-80gb",
                        "--launch", "fsdp2", "--gpus", "8")
     assert plan["resume_from"] == str(newest) and plan["resume_why"].endswith("newer but incomplete: checkpoint-100")
-    assert plan["grpo_config"]["max_steps"] == 350 and plan["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert plan["grpo_config"]["max_steps"] == 350 and plan["model"] == "unsloth/Meta-Llama-3.1-8B-Instruct"
 
 
 def test_plan_refuses_the_resumes_train_refuses(tmp_path, capsys):
@@ -225,7 +225,7 @@ def test_plan_refuses_the_resumes_train_refuses(tmp_path, capsys):
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    identity = run_identity(PRESETS["multi-gpu-full"], "gsm8k", "meta-llama/Llama-3.1-8B-Instruct", REWARDS)
+    identity = run_identity(PRESETS["multi-gpu-full"], "gsm8k", "unsloth/Meta-Llama-3.1-8B-Instruct", REWARDS)
     (run / "train_settings.json").write_text(json.dumps({"identity": identity, "max_steps": 300}))
     _fsdp_checkpoint(run / "checkpoints", 100, weights=False)
     code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--device", "h100-80gb")
