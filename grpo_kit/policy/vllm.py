@@ -282,7 +282,7 @@ def check_vllm_server(host: str, port: int, timeout_s: float = 5.0, model: str =
 
     It probes ``/health``, as TRL's client does (trl 1.15.0, ``VLLMClient.check_server``); vLLM's server
     answers there, not at ``/health/``. Then ``/get_world_size``, the first weight-sync route TRL's client calls
-    (``VLLMClient.init_communicator``): vLLM 0.32 registers those routes only in dev mode
+    (``VLLMClient.init_communicator``): vLLM 0.31 registers those routes only in dev mode
     (``VLLM_SERVER_DEV_MODE=1``, vllm/entrypoints/launchers/api_server/routers.py), and a server started without it
     answers ``/health`` but fails the first weight sync, after the model has loaded.
 

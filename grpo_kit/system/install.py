@@ -5,7 +5,7 @@ A Colab or Jupyter GPU runtime comes with a torch built for its CUDA and driver.
 restart, and a torch built for a newer CUDA than the driver runs is a CPU-only torch. So the plan keeps the
 runtime's torch and installs the row made for it, as Unsloth's own Colab cells do (they choose xformers and vLLM by
 the torch found). Every vLLM release pins one torch (``Requires-Dist: torch==X``) and PyPI's vLLM wheels are built
-for the CUDA of PyPI's torch of that version (vllm 0.32.0's ``_C_stable_libtorch.abi3.so`` links
+for the CUDA of PyPI's torch of that version (vllm 0.31.0's ``_C_stable_libtorch.abi3.so`` links
 ``libcudart.so.13``): a runtime whose torch is another version, or the same version built for another CUDA major,
 has no vLLM, and the Unsloth route runs without ``fast_inference`` there (generation through transformers).
 xformers likewise: PyPI's wheel is one CUDA's build (xformers 0.0.35's ``cpp_lib.json``: torch 2.10.0+cu128, its
@@ -86,8 +86,8 @@ def driver_problem(driver: str | None, cuda: str, what: str) -> str | None:
 
     >>> driver_problem("580.82.07", "13.0", "torch 2.13.0") is None
     True
-    >>> driver_problem("570.172.08", "13.0", "vllm 0.32.0")
-    'NVIDIA driver 570.172.08 found, vllm 0.32.0 (CUDA 13.0) needs >= 580.65.06'
+    >>> driver_problem("570.172.08", "13.0", "vllm 0.31.0")
+    'NVIDIA driver 570.172.08 found, vllm 0.31.0 (CUDA 13.0) needs >= 580.65.06'
     >>> driver_problem("535.104.05", "12.8", "torch 2.11.0+cu128") is None  # CUDA 12 minor-version compatibility
     True
     """
@@ -121,6 +121,8 @@ class InstallPlan:
         xformers: ``xformers==VERSION`` installed from ``xformers_index_url`` alone (``pip install --no-deps
             --index-url``: PyTorch's index for the runtime's CUDA, where the build for this torch and CUDA is), or
             ``None``; ``xformers_note`` says why none.
+        no_vllm: where the plan installs no vLLM on a GPU runtime, one line: why, and the runtime that would have
+            one (checked against this driver), or that none the kit pins runs on it; ``None`` otherwise.
         problems: one line each; with ``fatal`` the first says why no route exists and what to do.
         fatal: no GPU route exists for this runtime (the CLI exits 2, the notebook cell stops before downloading).
     """
@@ -134,6 +136,7 @@ class InstallPlan:
     xformers: str | None = None
     xformers_index_url: str | None = None
     xformers_note: str | None = None
+    no_vllm: str | None = None
     problems: list[str] = field(default_factory=list)
     fatal: bool = False
 
@@ -145,7 +148,7 @@ class InstallPlan:
         """The plan as text, a line each."""
         head = (f"torch {self.torch} (CUDA {self.cuda or 'none'}) is kept" if self.keep_torch
                 else f"torch is installed: {next((p for p in self.install if p.startswith('torch==')), 'none')}")
-        lines = [f"{head}; NVIDIA driver: {self.driver or 'none'}",
+        lines = ([self.no_vllm] if self.no_vllm else []) + [f"{head}; NVIDIA driver: {self.driver or 'none'}",
                  f"vLLM: {self.vllm or 'none (the Unsloth route runs without fast_inference)'}",
                  "install: " + (" ".join(self.install) if self.install else "nothing"),
                  f"xformers: {self.xformers} from {self.xformers_index_url}" if self.xformers else
@@ -157,6 +160,45 @@ def _row_for(minor: str, table: dict[str, Any]) -> dict[str, Any] | None:
     return next((row for row in table["rows"] if row["torch_minor"] == minor), None)
 
 
+def _runnable(table: dict[str, Any], driver: str) -> list[dict[str, Any]]:
+    """The rows whose PyPI torch this driver runs, the ones with a vLLM it runs first, newest first in each."""
+    rows = [row for row in reversed(table["rows"]) if driver_problem(driver, row["cuda"], "") is None]
+    with_vllm = [row for row in rows if row["vllm"] and driver_problem(driver, row["vllm_cuda"], "") is None]
+    return with_vllm + [row for row in rows if row not in with_vllm]
+
+
+def _torch_advice(table: dict[str, Any], driver: str) -> str:
+    """What torch to install for this driver: the newest release with a vLLM it runs, else the newest it runs at all
+    (never a CUDA the driver cannot run)."""
+    rows = _runnable(table, driver)
+    if not rows:
+        cudas = sorted({row["cuda"] for row in table["rows"]})
+        return (f"no torch the kit has a package set for runs on NVIDIA driver {driver} (CUDA {', '.join(cudas)}): "
+                f"use a runtime with a newer driver ({_needs(table)})")
+    row = rows[0]
+    return (f"pip install torch=={row['torch']} (PyPI's build, CUDA {row['cuda']}, which driver {driver} runs"
+            + (f"; vLLM {row['vllm']} with it" if row["vllm"] else "") + "), then restart the runtime")
+
+
+def _needs(table: dict[str, Any]) -> str:
+    cudas = sorted({row["cuda"].split(".")[0] for row in table["rows"]})
+    return ", ".join(f"CUDA {c} needs >= {MIN_DRIVER[c]}" for c in cudas if c in MIN_DRIVER)
+
+
+def _vllm_fix(table: dict[str, Any], driver: str) -> str:
+    """Where vLLM would come from for this driver: the torch releases whose row has a vLLM the driver runs."""
+    fits = [row for row in _runnable(table, driver) if row["vllm"] and driver_problem(driver, row["vllm_cuda"], "")
+            is None]
+    if not fits:
+        cudas = sorted({row["vllm_cuda"].split(".")[0] for row in table["rows"] if row["vllm"]})
+        return (f"the kit's vLLM builds are for CUDA {', '.join(cudas)}, which driver {driver} does not run ("
+                + ", ".join(f"CUDA {c} needs >= {MIN_DRIVER[c]}" for c in cudas if c in MIN_DRIVER)
+                + "): a runtime with a newer driver has one")
+    return ("a runtime whose torch is " + " or ".join(f"{row['torch']} built for CUDA {row['vllm_cuda'].split('.')[0]}"
+                                                     f" (vllm {row['vllm']})" for row in fits)
+            + " has one (on Colab, another runtime: Runtime > Change runtime type)")
+
+
 def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | None = None) -> InstallPlan:
     """The packages to install beside a runtime's torch (or with the pinned one, where there is none).
 
@@ -164,12 +206,13 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
 
     1. No NVIDIA driver: no GPU route (fatal).
     2. No torch: the pinned row (``requirements.txt``'s torch) is installed whole, torch included, when the driver
-       runs its CUDA (fatal otherwise, naming both).
-    3. A torch the table has no row for, or a CPU build: fatal, naming the supported releases.
+       runs its CUDA; else the newest row whose CUDA the driver runs (a vLLM it runs preferred); fatal when none.
+    3. A torch the table has no row for, or a CPU build: fatal, with a torch to install that the driver runs.
     4. A torch whose CUDA the driver cannot run: fatal (the runtime's own torch cannot use the GPU).
-    5. Otherwise torch is kept and the row's packages installed; vLLM only where its pinned torch is this exact
-       release, its CUDA major is this torch's, and the driver runs it; else a problem line says why there is no
-       vLLM and that the Unsloth route runs without ``fast_inference``.
+    5. Otherwise torch is kept and the row's packages installed; vLLM only where the row has one (a release that
+       pins this torch, within the pinned TRL's declared range), its pinned torch is this exact release, its CUDA
+       major is this torch's, and the driver runs it; else ``no_vllm`` says in one line why there is none and
+       which runtime would have one, and the Unsloth route runs without ``fast_inference``.
 
     Args:
         torch: the runtime's ``torch.__version__`` (``None``: not installed).
@@ -181,9 +224,11 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
 
     >>> plan = install_plan("2.13.0+cu130", "580.82.07")
     >>> plan.keep_torch, plan.vllm, plan.fatal, any(p.startswith("torch==") for p in plan.install)
-    (True, '0.32.0', False, False)
+    (True, '0.31.0', False, False)
     >>> install_plan("2.13.0", "535.104.05").problems[0].split(":")[0]
     "NVIDIA driver 535.104.05 found, this runtime's torch 2.13.0 (CUDA 13.0) needs >= 580.65.06"
+    >>> install_plan("2.10.0+cu128", "550.54.15").no_vllm.split(", is")[0]
+    'no vLLM for this runtime (vllm 0.19.1, the newest release that pins torch 2.10'
     """
     table = install_table() if table is None else table
     supported = ", ".join(row["torch_minor"] for row in table["rows"])
@@ -192,41 +237,44 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
             "no NVIDIA driver found (nvidia-smi): the GPU stack needs an NVIDIA GPU. On Colab choose Runtime > "
             "Change runtime type > GPU; on a CPU use preset cpu-tiny (pip install -r requirements-cpu.txt)"])
     if torch is None:
-        row = _row_for(table["pinned"], table)
-        problem = driver_problem(driver, row["cuda"], f"torch {row['torch']}")
-        if problem:
-            return InstallPlan(None, row["cuda"], driver, keep_torch=False, fatal=True, problems=[
-                f"{problem}: no torch is installed and the kit's pinned one cannot use this GPU. Use a runtime with "
-                f"a newer driver, or install a torch {supported.replace(', ', '/')} built for your driver's CUDA "
-                "first (PyTorch's index, e.g. --index-url https://download.pytorch.org/whl/cu126) and run this again"])
+        pinned = _row_for(table["pinned"], table)
+        runnable = _runnable(table, driver)
+        row = pinned if pinned in runnable else (runnable[0] if runnable else None)
+        if row is None:
+            return InstallPlan(None, pinned["cuda"], driver, keep_torch=False, fatal=True, problems=[
+                f"{driver_problem(driver, pinned['cuda'], 'torch ' + pinned['torch'])}: no torch is installed and "
+                f"{_torch_advice(table, driver)}"])
+        problems = [] if row is pinned else [
+            f"driver {driver} does not run the kit's pinned torch {pinned['torch']} (CUDA {pinned['cuda']}): "
+            f"torch {row['torch']} (CUDA {row['cuda']}) is installed instead"]
         install = [f"torch=={row['torch']}"] + _packages(row, with_vllm=True)
         return InstallPlan(None, row["cuda"], driver, keep_torch=False, install=install, vllm=row["vllm"],
-                           **_xformers(row, row["cuda"]))
+                           no_vllm=None if row["vllm"] else f"no vLLM: {row['vllm_note']}; {_vllm_fix(table, driver)}",
+                           problems=problems, **_xformers(row, row["cuda"]))
     minor = ".".join(torch.split("+")[0].split(".")[:2])
     row = _row_for(minor, table)
     if row is None:
         return InstallPlan(torch, cuda_of(torch), driver, keep_torch=True, fatal=True, problems=[
-            f"torch {torch} is not a release the kit has a package set for ({supported}): install one of those "
-            f"(pip install torch=={_row_for(table['pinned'], table)['torch']}, then restart the runtime), or run on "
-            "a runtime that has one"])
+            f"torch {torch} is not a release the kit has a package set for ({supported}): "
+            f"{_torch_advice(table, driver)}; or run on a runtime that has one"])
     cuda = cuda_of(torch, default=row["cuda"])
     if cuda is None:
         return InstallPlan(torch, None, driver, keep_torch=True, fatal=True, problems=[
-            f"torch {torch} is a CPU build: install a CUDA build of torch {row['torch']} (PyTorch's index for your "
-            "driver's CUDA), restart the runtime and run this again"])
+            f"torch {torch} is a CPU build: {_torch_advice(table, driver)}"])
     problem = driver_problem(driver, cuda, f"this runtime's torch {torch}")
     if problem:
         return InstallPlan(torch, cuda, driver, keep_torch=True, fatal=True, problems=[
-            f"{problem}: torch cannot use the GPU. Install a torch built for an older CUDA (PyTorch's index, e.g. "
-            "--index-url https://download.pytorch.org/whl/cu126) or use a runtime with a newer driver"])
+            f"{problem}: torch cannot use the GPU. {_torch_advice(table, driver)}; or use a runtime with a newer "
+            "driver"])
     problems = list(row["problems"])
     why_not = _why_no_vllm(row, torch, cuda, driver)
-    if why_not:
-        problems.append(f"{why_not}: the Unsloth route runs without fast_inference here (generation through "
-                        "transformers, several times slower); a runtime matching the vLLM row avoids that")
     install = _packages(row, with_vllm=why_not is None)
+    no_vllm = None
+    if why_not:
+        no_vllm = (f"no vLLM for this runtime ({why_not}), so the Unsloth route generates through transformers, "
+                   f"without fast_inference; {_vllm_fix(table, driver)}")
     return InstallPlan(torch, cuda, driver, keep_torch=True, install=install, vllm=None if why_not else row["vllm"],
-                       problems=problems, **_xformers(row, cuda))
+                       no_vllm=no_vllm, problems=problems, **_xformers(row, cuda))
 
 
 def _xformers(row: dict[str, Any], cuda: str) -> dict[str, Any]:
@@ -243,7 +291,7 @@ def _xformers(row: dict[str, Any], cuda: str) -> dict[str, Any]:
 
 def _why_no_vllm(row: dict[str, Any], torch: str, cuda: str, driver: str) -> str | None:
     if row["vllm"] is None:
-        return f"no vLLM release pins torch {row['torch_minor']}"
+        return row.get("vllm_note") or f"no vLLM release pins torch {row['torch_minor']}"
     what = f"vllm {row['vllm']}"
     if version_tuple(torch) != version_tuple(row["vllm_torch"]):
         return f"{what} pins torch=={row['vllm_torch']} and this runtime has torch {torch}"

