@@ -99,15 +99,25 @@ def test_a_route_at_toy_shapes_trains_every_trainable_tensor(tmp_path):
     assert row["estimate"]["estimate"] and row["estimate"]["parts"]["vllm_weights"] == 0
 
 
-def test_a_part_cut_at_its_timeout_keeps_what_it_measured_and_the_phase_it_was_in(tmp_path):
-    """The child writes its row as each step ends; killed at its timeout, the parent reads that row back."""
-    args = gpu_proof.argparse.Namespace(steps=10_000, out=str(tmp_path), eval_questions=4, eval_tokens=4,
-                                        eval_batch=4, miniature=True)
-    row, output = gpu_proof.run_child("a100-peft", args, timeout=25)
-    assert row["cut"] == "timed out after 25 s", output[-2000:]
-    assert row["phase"].startswith("training") and row["steps"] >= 1 and len(row["step_times_s"]) == row["steps"]
-    assert row["model_shape"] == "unsloth/Meta-Llama-3.1-8B-Instruct" and "every_trainable_moved" not in row
-    assert gpu_proof.unfinished(row) and "cut: timed out after 25 s (training" in gpu_proof.summary([row])
+def test_a_part_cut_at_its_timeout_keeps_what_it_measured_and_the_phase_it_was_in(tmp_path, monkeypatch):
+    """The child writes its row as it goes (its --progress file); killed at its timeout, with every process it
+    started, the parent reads that row back. A stand-in child writes a row and hangs, whatever the machine's load."""
+    child = tmp_path / "child.py"
+    child.write_text("import json, subprocess, sys, time\n"
+                     "path = sys.argv[sys.argv.index('--progress') + 1]\n"
+                     "open(path, 'w').write(json.dumps({'route': 'a100-peft', 'phase': 'training: step 2', "
+                     "'steps': 1, 'step_times_s': [0.5]}))\n"
+                     "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                     "print('started', flush=True)\n"
+                     "time.sleep(600)\n")
+    monkeypatch.setattr(gpu_proof, "__file__", str(child))
+    monkeypatch.setattr(gpu_proof, "WORK", tmp_path / "work")
+    args = gpu_proof.argparse.Namespace(steps=2, out=str(tmp_path), eval_questions=4, eval_tokens=4, eval_batch=4,
+                                        miniature=True)
+    row, output = gpu_proof.run_child("a100-peft", args, timeout=20)
+    assert row["cut"] == "timed out after 20 s" and "started" in output
+    assert row["phase"] == "training: step 2" and row["steps"] == 1 and row["step_times_s"] == [0.5]
+    assert gpu_proof.unfinished(row) and "cut: timed out after 20 s (training: step 2)" in gpu_proof.summary([row])
 
 
 def test_the_rerun_keeps_finished_rows_and_runs_only_what_was_left(tmp_path, monkeypatch):
