@@ -185,7 +185,7 @@ def _names(folders: Sequence[RunFolder]) -> list[str]:
 
 
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None, names: Sequence[str] | None = None,
-                 seed: int = 0) -> RunsReport:
+                 seed: int = 0, trust_remote_code: bool = False) -> RunsReport:
     """Compare trained runs that share one baseline: one table of metrics, one of paired tests (Holm-adjusted).
 
     Args:
@@ -195,6 +195,8 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
             ``runs_comparison.png`` (nothing written when ``None``).
         names: the runs' names in the tables (default the folders' names).
         seed: the bootstrap's seed.
+        trust_remote_code: the runs' task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         :class:`RunsReport`.
@@ -225,10 +227,11 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     with contextlib.ExitStack() as locks:  # no training or evaluation rewrites a run while it is compared
         for folder in folders:
             locks.enter_context(folder.lock("compare"))
-        return _compare_runs(folders, names, out_dir, seed)
+        return _compare_runs(folders, names, out_dir, seed, trust_remote_code)
 
 
-def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int) -> RunsReport:
+def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int,
+                  trust_remote_code: bool) -> RunsReport:
     evaluated = {n: f.read_json(f.eval_settings, BASELINE_STEP)
                  for n, f in zip(names, folders)}
     trained = {n: f.read_json(f.train_settings, TRAIN_STEP)
@@ -239,7 +242,8 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
         values = {n: evaluated[n].get(key) for n in names}
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
             problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
-    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest")) if not problems else None
+    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest"),
+                    trust_remote_code=trust_remote_code) if not problems else None
     if not problems:
         baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, BASELINE_STEP), task=task)
                      for n, f in zip(names, folders)}
@@ -269,7 +273,8 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
     own = {getattr(f, "__name__", ""): f for n in names for f in own_rewards(trained[n], ())}
     baseline = baselines[first]
     if own:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
-        baseline = with_rewards(baseline, list(plan_from_settings(evaluated[first]).questions()), list(own.values()))
+        questions = plan_from_settings(evaluated[first], trust_remote_code=trust_remote_code).questions()
+        baseline = with_rewards(baseline, list(questions), list(own.values()))
     comparison = compare_runs_results(baseline, afters, seed=seed)
     differences = differing_settings(trained)
     lines = [f"# {len(names)} runs against their shared baseline", "",

@@ -140,12 +140,16 @@ def _digest(task: Task) -> dict[str, str] | None:
     return dict(task.digest) if task.digest is not None else None
 
 
-def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None) -> EvalPlan:
-    """Rebuild notebook 02's :class:`EvalPlan` from its ``eval_settings.json`` (:meth:`EvalPlan.settings`)."""
+def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None, trust_remote_code: bool = False
+                       ) -> EvalPlan:
+    """Rebuild notebook 02's :class:`EvalPlan` from its ``eval_settings.json`` (:meth:`EvalPlan.settings`);
+    ``trust_remote_code``: the recorded task file may import and run Python of its own
+    (:func:`grpo_kit.tasks.task_file.check_task_code`)."""
     recorded = settings.get("recipe")  # a folder of an earlier version records a preset's overrides
     preset = get_preset(Recipe(settings["preset"], recorded)) if isinstance(recorded, dict) else \
         get_preset(settings["preset"], **settings.get("preset_overrides", {}))
-    return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest")), preset=preset,
+    return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest"),
+                                  trust_remote_code=trust_remote_code), preset=preset,
                     model=settings.get("model_override"),
                     slice=settings["slice"], seed=settings["seed"], max_new_tokens=settings["max_new_tokens"],
                     samples=settings["samples"], temperature=settings["temperature"],
@@ -307,7 +311,7 @@ class Measured(BeforeAfter):
 
 
 def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None,
-                  rewards: Sequence[Any] = ()) -> Measured:
+                  rewards: Sequence[Any] = (), trust_remote_code: bool = False) -> Measured:
     """Evaluate the run folder's trained model on the baseline's questions, route and decoding, and compare.
 
     Args:
@@ -319,6 +323,8 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         rewards: reward functions of your own to show beside the task's metrics, before and after (scored on the
             recorded completions). The run's own rewards that ``train_settings.json`` records as importable
             (``module:function``) are added without asking; one defined in a notebook is passed here.
+        trust_remote_code: the run's task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         :class:`Measured`; ``trained.jsonl`` (and ``trained_sampled.jsonl``), ``comparison.csv``,
@@ -333,7 +339,7 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
             ``model/`` no longer matches what training wrote (``finished.json``).
     """
     with run.lock("eval"):
-        return _measure_after(run, batch_size, backend, rewards)
+        return _measure_after(run, batch_size, backend, rewards, trust_remote_code)
 
 
 def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
@@ -356,17 +362,19 @@ def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
     return list(found.values())
 
 
-def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards: Sequence[Any] = ()) -> Measured:
+def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards: Sequence[Any] = (),
+                   trust_remote_code: bool = False) -> Measured:
     evaluated = run.read_settings(run.eval_settings, BASELINE_STEP, ("task", "route", "base_model", "system_prompt"))
     trained = run.read_settings(run.train_settings, TRAIN_STEP, ("base_model", "task", "system_prompt"))
     check_pairing(evaluated, trained, run.path)
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
                          f"half-written): run {TRAIN_STEP} with --resume to finish it, then evaluate")
-    get_task(evaluated["task"], digest=evaluated.get("task_digest"))  # changed data is refused, naming the file
+    # changed data is refused, naming the file
+    get_task(evaluated["task"], digest=evaluated.get("task_digest"), trust_remote_code=trust_remote_code)
     step, digest = run.finished_step(), run.check_model()  # model/ as training wrote it, else the file is named
     try:
-        plan = plan_from_settings(evaluated, batch_size)
+        plan = plan_from_settings(evaluated, batch_size, trust_remote_code)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run "
                          f"{BASELINE_STEP} again") from None

@@ -175,7 +175,7 @@ class RunSpec:
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
                 launch: Launch | None = None, algorithm: str | None = None, groups: GroupsKept | None = None,
                 argv: Sequence[str] = (), recipe_overrides: Mapping[str, Any] | None = None,
-                wandb_project: str | None = None, **overrides: Any) -> RunSpec:
+                wandb_project: str | None = None, trust_remote_code: bool = False, **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
@@ -201,6 +201,8 @@ class RunSpec:
                 algorithm fields; ``overrides`` still replace any of them (``None``: the preset's own algorithm).
             wandb_project: log to this Weights & Biases project (``report_to``, set up by
                 :func:`grpo_kit.training.tracking.setup_wandb`; ``None``: the recipe's ``report_to``).
+            trust_remote_code: a task file may import and run Python of its own
+                (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
         Raises:
             ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model
@@ -211,7 +213,7 @@ class RunSpec:
                 checkpoints (what differs).
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
-        task = get_task(task if task is not None else _recorded_task(run_dir))
+        task = get_task(task if task is not None else _recorded_task(run_dir), trust_remote_code=trust_remote_code)
         if not task.trains:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")

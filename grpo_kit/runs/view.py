@@ -52,11 +52,11 @@ def _table(frame: Any) -> list[dict[str, Any]]:
     return [{k: (v if isinstance(v, str) else _number(v)) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def _evaluation(run: RunFolder, path: Path) -> EvalResult | None:
+def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool) -> EvalResult | None:
     if not path.is_file():
         return None
     settings = run.read_json(run.eval_settings, BASELINE_STEP)
-    task = get_task(settings["task"], digest=settings.get("task_digest"))
+    task = get_task(settings["task"], digest=settings.get("task_digest"), trust_remote_code=trust_remote_code)
     return EvalResult.from_jsonl(path, task=task)
 
 
@@ -101,13 +101,13 @@ def _groups(run: RunFolder) -> dict[str, Any]:
             "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out}
 
 
-def _reward_check(run: RunFolder) -> dict[str, Any] | None:
+def _reward_check(run: RunFolder, trust_remote_code: bool) -> dict[str, Any] | None:
     if not run.baseline_sampled.is_file():
         return None
     from grpo_kit.runs.reward_check import reward_check
 
     try:
-        check = reward_check(run)
+        check = reward_check(run, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         return {"error": str(e)}
     data = check.to_json()
@@ -125,13 +125,16 @@ def _check_folders(run_dirs: Sequence[str | Path]) -> list[RunFolder]:
     return [RunFolder.existing(d) for d in run_dirs]
 
 
-def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0) -> dict[str, Any]:
+def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0,
+              trust_remote_code: bool = False) -> dict[str, Any]:
     """What the viewer page shows, as one JSON-safe dict (:func:`grpo_kit.evaluation.viewer.viewer_html` draws it).
 
     Args:
         run_dirs: one or more run folders; several must share one baseline (``compare``'s rule).
         names: the runs' names (default the folders' names).
         seed: the bootstrap's seed for the intervals.
+        trust_remote_code: the runs' task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         ``{"runs": [...], "questions": [...], "metrics": [...], "headline": str, "compare": ... | None}``: per
@@ -150,16 +153,16 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
     if len(folders) > 1:
         from grpo_kit.runs.compare import compare_runs
 
-        report = compare_runs([f.path for f in folders], names=names, seed=seed)
+        report = compare_runs([f.path for f in folders], names=names, seed=seed, trust_remote_code=trust_remote_code)
         comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
-    before = _evaluation(folders[0], folders[0].require(folders[0].baseline, BASELINE_STEP))
+    before = _evaluation(folders[0], folders[0].require(folders[0].baseline, BASELINE_STEP), trust_remote_code)
     metrics = before.metrics()
     keys = [m.key for m in metrics]
     base = _answers(before, keys)
     runs, afters = [], []
     for name, run in zip(names, folders):
-        after = _evaluation(run, run.trained)
+        after = _evaluation(run, run.trained, trust_remote_code)
         entry: dict[str, Any] = {"name": name, "path": str(run.path), "table": None, "stale": None}
         if after is not None:
             paired_ids(before.records, after.records)  # refuses what is not paired
@@ -169,7 +172,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
             with contextlib.suppress(OSError, ValueError):
                 entry["stale"] = run.stale_results()
         afters.append(_answers(after, keys) if after is not None else None)
-        entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run))
+        entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run, trust_remote_code))
         runs.append(entry)
     questions = []
     first = {r["id"]: r for r in before.records if r["sample"] == 0}
@@ -182,7 +185,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
 
 
 def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, names: Sequence[str] | None = None,
-               seed: int = 0) -> Path:
+               seed: int = 0, trust_remote_code: bool = False) -> Path:
     """Write the viewer page of ``run_dirs`` (:func:`view_data`) as one HTML file, whole or not at all.
 
     Args:
@@ -191,6 +194,7 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
             first, where ``compare`` writes its tables).
         names: the runs' names.
         seed: the bootstrap's seed.
+        trust_remote_code: see :func:`view_data`.
 
     Returns:
         the file's path.
@@ -210,6 +214,6 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
         with open(out, encoding="utf-8", errors="replace") as f:
             if MARK not in f.read(512):
                 raise ValueError(f"{out} exists and was not written by python -m grpo_kit view: give another --out")
-    data = view_data(run_dirs, names, seed)
+    data = view_data(run_dirs, names, seed, trust_remote_code)
     write_text(out, viewer_html(data))
     return out

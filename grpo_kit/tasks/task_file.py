@@ -16,12 +16,16 @@ A task file::
     rewards: {text_correctness_reward_func: 2.0, strict_format_reward_func: 0.5}   # optional
     validation_size: 100        # optional; questions held out of the train split during training
 
-Where a rule is not data, the file names Python as ``module:name`` (imported when the file is read): ``loader``
+Where a rule is not data, the file names Python as ``module:name`` (:data:`CODE_KEYS`): ``loader``
 (``function(split, **kwargs) -> datasets.Dataset``, with ``splits``, instead of the data keys), ``rules``
 (``{"strict": ExtractionRule, "flexible": ExtractionRule}`` instead of an answer type's), and for the tiny policy
-``demonstration`` and ``tokenizer_texts``; ``gold`` (a template over a row's fields), ``metrics`` and ``headline``
-are declared as data, and so is what only the demo and notebook 01 read (:data:`EXTRAS`, kept as
-:attr:`grpo_kit.tasks.Task.extras`). The kit's own tasks are such files (``grpo_kit/tasks/builtin/``).
+``demonstration`` and ``tokenizer_texts``. A module outside ``grpo_kit`` is code that came with the file, so it is
+imported only when the caller says so (``trust_remote_code=True``, the command line's ``--trust-task-code``), as
+``datasets`` and ``transformers`` ask before running code that came with a dataset or a model; otherwise the file is
+refused before anything is imported, naming each key and module (:func:`check_task_code`). ``gold`` (a template over
+a row's fields), ``metrics`` and ``headline`` are declared as data, and so is what only the demo and notebook 01 read
+(:data:`EXTRAS`, kept as :attr:`grpo_kit.tasks.Task.extras`). The kit's own tasks are such files
+(``grpo_kit/tasks/builtin/``).
 
 Everything is checked when the file is loaded, before any model: the file must be YAML with known keys, the data
 files must exist, be UTF-8 and parse, every row must hold the question and a non-empty answer of the declared type;
@@ -54,7 +58,8 @@ from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, RewardSet
 from grpo_kit.tasks.rewards import gold_text
 from grpo_kit.tasks.task import Task
 
-__all__ = ["EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "is_task_file", "load_task"]
+__all__ = ["CODE_KEYS", "EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "check_task_code", "is_task_file",
+           "load_task"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,10 @@ KEYS = ("name", "description", "train", "test", "hub", "question", "answer", "an
 #: The keys only the demo, the tiny policy or notebook 01 read (:attr:`grpo_kit.tasks.Task.extras`).
 EXTRAS = ("demonstration", "tokenizer_texts", "notes", "warm_xml_share", "compare_rewards", "answer_value")
 _HUB_KEYS = ("path", "name", "train_split", "test_split")
+#: The keys that name Python as ``module:name``, imported when the file is loaded.
+CODE_KEYS = ("loader", "rules", "demonstration", "tokenizer_texts")
+#: How a caller says that a task file's own Python may run, as a message names it.
+TRUST = "--trust-task-code (in Python and the notebooks: trust_remote_code=True)"
 #: Suffixes that mark a task file where a task name is expected.
 TASK_FILE_SUFFIXES = (".yaml", ".yml")
 #: Format rewards every answer type is measured with, after its correctness reward.
@@ -121,6 +130,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a YAML mapping (it holds {type(data).__name__}): write one key per line, "
                          "e.g. 'answer_type: text'")
+    if "trust_remote_code" in data:
+        raise ValueError(f"{path}: a task file cannot trust its own code (trust_remote_code): remove the key; whoever "
+                         f"runs the file says so, with {TRUST}")
     unknown = [k for k in data if k not in KEYS + EXTRAS]
     if unknown:
         raise ValueError(f"{path}: unknown field {unknown[0]!r}; a task file's fields are {', '.join(KEYS + EXTRAS)}")
@@ -271,6 +283,54 @@ def _signature(path: Path) -> tuple[Any, ...]:
     return str(path), stat.st_size, stat.st_mtime_ns
 
 
+def _outside_kit(ref: Any) -> bool:
+    """Whether a ``module:name`` names a module outside the ``grpo_kit`` package."""
+    module = str(ref).partition(":")[0].strip()
+    return module != "grpo_kit" and not module.startswith("grpo_kit.")
+
+
+def _module_origin(ref: Any) -> str:
+    """Where ``module:name``'s top-level module would be imported from, found without running it
+    (``importlib.util.find_spec`` of a top-level name executes nothing)."""
+    import importlib.util
+
+    top = str(ref).partition(":")[0].strip().split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top) if top else None
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return f"{top or ref!r}: not found from here"
+    return f"{top}: {spec.origin if spec.origin not in (None, 'built-in', 'frozen') else 'built into Python'}"
+
+
+def check_task_code(path: str | Path, data: Mapping[str, Any], trust_remote_code: bool = False) -> None:
+    """Refuse a task file that names Python outside ``grpo_kit`` (:data:`CODE_KEYS`) unless the caller trusts it.
+
+    A task file arrives with data, often downloaded; importing a module it names runs that module's code. As
+    ``datasets.load_dataset`` and ``transformers``' ``from_pretrained`` run code that came with a dataset or a model
+    only with ``trust_remote_code=True``, the kit imports a task file's own modules only when told so by whoever runs
+    it, never by the file itself. The kit's own modules (``grpo_kit.*``, which its built-in task files name) need
+    nothing.
+
+    Args:
+        path: the task file (for the message).
+        data: its keys, as read.
+        trust_remote_code: the caller's consent (``--trust-task-code`` on the command line).
+
+    Raises:
+        ValueError: untrusted code; one line naming each key, its ``module:name`` and where the module would be
+            imported from, said before anything is imported.
+    """
+    foreign = {key: data[key] for key in CODE_KEYS if data.get(key) is not None and _outside_kit(data[key])}
+    if not foreign or trust_remote_code:
+        return
+    names = ", ".join(f"{key}: {ref}" for key, ref in foreign.items())
+    origins = "; ".join(dict.fromkeys(_module_origin(ref) for ref in foreign.values()))
+    raise ValueError(f"{path} names Python that loading it would import and run ({names}; {origins}), and nothing "
+                     f"was imported: read that code, and if you trust it pass {TRUST}")
+
+
 def _named(path: Path, data: dict[str, Any], key: str) -> Any:
     """The Python object a key names as ``module:name`` (``None`` when the key is absent), imported."""
     import importlib
@@ -345,12 +405,14 @@ def _extras(path: Path, data: dict[str, Any], weights: dict[str, float], correct
     return {"demonstration": demonstration, "tokenizer_texts": tokenizer_texts, "notes": notes, **extras}
 
 
-def load_task(path: str | Path, builtin: bool = False) -> Task:
+def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool = False) -> Task:
     """Read a task file and its data into a :class:`grpo_kit.tasks.Task` (see the module docstring for the fields).
 
     Args:
         path: the YAML file; data files are found relative to it.
         builtin: a task file of the kit's own (:data:`grpo_kit.tasks.BUILTIN_TASKS`): recorded by name, with no digest.
+        trust_remote_code: import the Python the file names outside ``grpo_kit`` (:func:`check_task_code`);
+            without it such a file is refused before anything is imported.
 
     Returns:
         The task: its ``name`` (default the file's stem), the splits given, rows with ``question``, ``answer`` (the
@@ -362,16 +424,18 @@ def load_task(path: str | Path, builtin: bool = False) -> Task:
 
     Raises:
         ValueError: before anything else loads, naming the file and the line or field: no such file; not UTF-8 or
-            not YAML; an unknown or missing field; an unknown answer type; Python named as ``module:name`` that
-            cannot be imported; a data file that is missing, not UTF-8, or holds a line that is not JSON; a row
-            without the question or answer field, or whose answer is null, empty or not of the answer type; an
-            unknown reward or a bad weight; a bad ``validation_size``.
+            not YAML; an unknown or missing field; an unknown answer type; Python of the file's own without
+            ``trust_remote_code``; Python named as ``module:name`` that cannot be imported; a data file that is
+            missing, not UTF-8, or holds a line that is not JSON; a row without the question or answer field, or
+            whose answer is null, empty or not of the answer type; an unknown reward or a bad weight; a bad
+            ``validation_size``.
     """
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise ValueError(f"no task file at {path}: give the path of a YAML task file (see the tutorial 'Your own "
                          "data')")
     data = _read_yaml(path)
+    check_task_code(path, data, trust_remote_code)
     kind = None
     if data.get("answer_type") is not None:
         kind_name = data["answer_type"].strip()

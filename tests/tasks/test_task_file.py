@@ -407,14 +407,59 @@ def test_a_task_file_may_name_its_loader_and_rules_in_python(tmp_path):
 
     sys.path.insert(0, str(tmp_path))
     try:
-        task = load_task(path)
+        task = load_task(path, trust_remote_code=True)
         assert task.splits == ("test",) and not task.trains and task.rules["strict"].extract(" yes ") == "yes"
         assert task.load("test")[0]["answer"] == "yes" and set(task.digest) == {str(path.resolve())}
         bad = _write(tmp_path / "bad", "loader: my_rows:nowhere\nsplits: [test]\nrules: my_rows:RULES\n"
                                        "rewards: [xmlcount_reward_func]\n")
         with pytest.raises(ValueError, match=r"task.yaml: loader: cannot import 'my_rows:nowhere'"):
-            load_task(bad)
+            load_task(bad, trust_remote_code=True)
         with pytest.raises(ValueError, match="field 'answer_type' is missing"):
-            load_task(_write(tmp_path / "no_rules", "loader: my_rows:load\nrewards: [xmlcount_reward_func]\n"))
+            load_task(_write(tmp_path / "no_rules", "loader: my_rows:load\nrewards: [xmlcount_reward_func]\n"),
+                      trust_remote_code=True)
     finally:
         sys.path.remove(str(tmp_path))
+
+
+TRUSTED_KEYS = ("loader: payload:load\nsplits: [test]\nanswer_type: text\n", "rules: payload:RULES\n",
+                "demonstration: payload:show\n", "tokenizer_texts: os:listdir\n")
+
+
+@pytest.mark.parametrize("code", TRUSTED_KEYS)
+def test_a_task_files_own_python_runs_only_when_the_user_says_so(tmp_path, monkeypatch, capsys, code):
+    """Case 1: a downloaded task file's loader module ran at import; `loader: os:system` ran a shell command."""
+    (tmp_path / "payload.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n", encoding="utf-8")
+    data = "" if code.startswith("loader") else BASIC.format("text")
+    path = _write(tmp_path, data + code, train=_rows(["a", "b"]), test=_rows(["c"]))
+    monkeypatch.chdir(tmp_path)  # the module sits in the folder the command runs in, as in a downloaded folder
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key, ref = code.split("\n")[0].split(": ")
+    for command in (["eval", "--before", "--task", str(path), "--run-dir", str(tmp_path / "run")],
+                    ["train", "--task", str(path), "--run-dir", str(tmp_path / "run2")],
+                    ["demo", "--task", str(path), "--runs-dir", str(tmp_path / "runs")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {path} names Python that loading it would import and "
+                                                         f"run ({key}: {ref}; ")
+        assert "nothing was imported" in err and "--trust-task-code" in err and "trust_remote_code=True" in err
+    assert "payload: " + str(tmp_path / "payload.py") in err or key == "tokenizer_texts"
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="names Python that loading it would import"):
+        get_task(str(path))
+    # the file cannot trust itself
+    (tmp_path / "own.yaml").write_text(data + code + "trust_remote_code: true\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="a task file cannot trust its own code"):
+        get_task(str(tmp_path / "own.yaml"), trust_remote_code=True)
+
+
+def test_trusted_task_code_is_imported_and_the_kits_own_modules_need_nothing(tmp_path, monkeypatch):
+    (tmp_path / "payload.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n"
+                                         "def show(row, style):\n    return ('', row['answer'])\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _write(tmp_path, BASIC.format("text") + "demonstration: payload:show\n", train=_rows(["a"]),
+                  test=_rows(["b"]))
+    task = get_task(str(path), trust_remote_code=True)
+    assert (tmp_path / "ran").exists() and task.extras["demonstration"]({"answer": "b"}, "x") == ("", "b")
+    kit = _write(tmp_path / "kit", BASIC.format("number") + "demonstration: grpo_kit.tasks.gsm8k:demonstration\n",
+                 train=_rows([1]), test=_rows([2]))
+    assert load_task(kit).extras["demonstration"] is not None  # the kit's own modules are not code of the file's
