@@ -30,6 +30,7 @@ import argparse
 import ast
 import errno
 import logging
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -225,8 +226,10 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
                  "split, so this baseline is a measurement on its own (train on another task, in another run "
                  "folder)")
         return 0
-    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
-             f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+    # the next commands as they can be pasted: the folder quoted for a shell, and the trust the task file needed
+    folder = shlex.quote(str(run.path)) + (" --trust-task-code" if args.trust_task_code else "")
+    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train --run-dir {folder}, "
+             f"then python -m grpo_kit eval --run-dir {folder}")
     return 0
 
 

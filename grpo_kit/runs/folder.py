@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -367,7 +368,7 @@ class RunFolder:
         Returns:
             A one-line reason that ends with what to run, or ``None``.
         """
-        again = f"run python -m grpo_kit eval --run-dir {self.path} again"
+        again = f"run python -m grpo_kit eval --run-dir {shlex.quote(str(self.path))} again"
         if not self.evaluated.is_file():
             return (f"{self.path}'s evaluation after training does not record the step and model it measured (no "
                     f"{self.evaluated.name}): {again}")

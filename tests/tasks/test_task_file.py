@@ -232,11 +232,14 @@ def test_eval_before_then_after_on_the_example_with_the_tiny_policy(tmp_path, ca
     finds the task in the run folder; changed data is refused with the file's name."""
     folder = tmp_path / "capitals"
     shutil.copytree(EXAMPLE, folder)
-    run = tmp_path / "run"
+    run = tmp_path / "my run"
     tiny = ["--warm-steps", "3", "--cache-dir", str(tmp_path / "cache")]
     assert main(["eval", "--before", "--run-dir", str(run), "--task", str(folder / "task.yaml"), "--preset",
                  "cpu-tiny", "--eval-size", "4", "--max-new-tokens", "8", *tiny]) == 0
-    assert "Text correctness" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "Text correctness" in out.out
+    # case 20: the next commands can be pasted into a shell, a folder with a space included
+    assert f"next: python -m grpo_kit train --run-dir '{run}', then python -m grpo_kit eval --run-dir '{run}'" in out.err
     settings = json.loads((run / "eval_settings.json").read_text())
     assert settings["task"] == str((folder / "task.yaml").resolve())
     assert set(settings["task_digest"]) == {str(folder.resolve() / n) for n in ("task.yaml", "train.jsonl",
