@@ -245,7 +245,7 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
     task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest"),
                     trust_remote_code=trust_remote_code) if not problems else None
     if not problems:
-        baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, BASELINE_STEP), task=task)
+        baselines = {n: EvalResult.from_jsonl(f.check_baseline(f.baseline), task=task)
                      for n, f in zip(names, folders)}
         reference = [(r["id"], r["completion"]) for r in baselines[first].records]
         for n in names[1:]:

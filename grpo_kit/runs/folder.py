@@ -357,6 +357,33 @@ class RunFolder:
         write_json(self.evaluated, {"step": step, "model_digest": digest, **settings, "files": files,
                                     "evaluated": time.strftime("%Y-%m-%d %H:%M:%S")})
 
+    def baseline_files(self) -> dict[str, str]:
+        """The SHA-256 of the baseline's records (``baseline.jsonl``, and ``baseline_sampled.jsonl`` when measured), by
+        file name: what ``eval_settings.json``, written last by the baseline, records under ``files``."""
+        return {p.name: sha256_file(p) for p in (self.baseline, self.baseline_sampled) if p.is_file()}
+
+    def check_baseline(self, path: Path) -> Path:
+        """Refuse baseline records (``path``: :attr:`baseline` or :attr:`baseline_sampled`) that are not the ones the
+        baseline wrote: their SHA-256 differs from the one ``eval_settings.json`` records, as ``evaluated.json``
+        holds ``trained.jsonl`` to its (:meth:`stale_results`). A baseline measured before the kit recorded them has
+        nothing to check against. Returns ``path``.
+
+        Raises:
+            FileNotFoundError: ``path`` is missing (the message names the step that writes it).
+            ValueError: the file was edited or replaced; the message names it and what to do.
+        """
+        self.require(path, BASELINE_STEP)
+        try:
+            settings = json.loads(self.eval_settings.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return path  # no settings (a baseline still being measured) or damaged ones, which their reader names
+        recorded = settings.get("files") if isinstance(settings, dict) else None
+        if isinstance(recorded, dict) and path.name in recorded and sha256_file(path) != recorded[path.name]:
+            raise ValueError(f"{path} is not the file the baseline wrote (its SHA-256 differs from the one "
+                             f"{self.eval_settings.name} records: it was edited or replaced), so no table reads it: "
+                             f"restore it, or measure the baseline again in a new run folder ({BASELINE_STEP})")
+        return path
+
     def stale_results(self, settings: dict[str, Any] | None = None) -> str | None:
         """Why the evaluation after training (``trained.jsonl``, ``report.md``, ``comparison.csv``) is not of the
         model now in ``model/``; ``None`` when it is current.

@@ -252,20 +252,23 @@ def _measure_before(plan: EvalPlan, run: RunFolder, backend: Any, questions: Any
     # Written last: a baseline that died on the way leaves no settings for notebook 04 to pair with.
     run.write_json(run.eval_settings, {
         **plan.settings(), "route": route, "base_model": source.name, "base_fingerprint": _base_fingerprint(backend),
-        "system_prompt": system_prompt_of(questions), "questions": len(questions),
+        "system_prompt": system_prompt_of(questions), "questions": len(questions), "files": run.baseline_files(),
     })
     return results
 
 
 def _records(run: RunFolder, path: Path, plan: EvalPlan, expected: int) -> EvalResult:
-    """A baseline file of the run, checked whole (before any model loads): readable, and the ``expected`` number of
-    questions ``eval_settings.json`` describes.
+    """A baseline file of the run, checked whole (before any model loads): the file the baseline wrote
+    (:meth:`grpo_kit.runs.folder.RunFolder.check_baseline`), readable, and the ``expected`` number of questions
+    ``eval_settings.json`` describes.
 
     Raises:
-        ValueError: the file is damaged or holds other questions than the plan's slice (the message names it).
+        ValueError: the file was edited, is damaged or holds other questions than the plan's slice (the message names
+            it).
     """
+    run.check_baseline(path)
     try:
-        result = EvalResult.from_jsonl(run.require(path, BASELINE_STEP), task=plan.task)
+        result = EvalResult.from_jsonl(path, task=plan.task)
     except ValueError as e:
         raise ValueError(f"{e}. Delete {path} and {run.eval_settings.name} and run {BASELINE_STEP} again") from None
     found = len({r["id"] for r in result.records})

@@ -52,7 +52,7 @@ def reward_check(run_dir: str | Path | RunFolder,
     if not settings["samples"] or not run.baseline_sampled.is_file():
         raise ValueError(f"the baseline in {run.path} has no sampled completions: measure it again with samples "
                          "(eval --before --samples 8; notebook 02: samples = 8) in a new run folder")
-    result = EvalResult.from_jsonl(run.baseline_sampled, task=plan.task)
+    result = EvalResult.from_jsonl(run.check_baseline(run.baseline_sampled), task=plan.task)
     reward_set = reward_set or plan.task.reward_set()
     questions = list(plan.questions())
     probe_rewards(reward_set, plan.task, questions)  # what train refuses is refused here, naming the reward

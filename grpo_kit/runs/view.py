@@ -156,7 +156,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         report = compare_runs([f.path for f in folders], names=names, seed=seed, trust_remote_code=trust_remote_code)
         comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
-    before = _evaluation(folders[0], folders[0].require(folders[0].baseline, BASELINE_STEP), trust_remote_code)
+    before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code)
     metrics = before.metrics()
     keys = [m.key for m in metrics]
     base = _answers(before, keys)

@@ -295,3 +295,33 @@ def test_an_edited_finished_step_is_refused_not_reported(tmp_path, capsys):
     assert main(["export", str(run.path)]) == 2
     err = capsys.readouterr().err
     assert "finished.json was edited" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_edited_baseline_record_is_refused_by_every_reader_naming_the_file(tmp_path, capsys):
+    """Case 3: strict/flexible flags of baseline.jsonl set to true made the report say "Strict accuracy 1.000 ->
+    0.000, right->wrong 10"; trained.jsonl and finished.json were checked, the baseline was not."""
+    from tests.viewer_run import write_run
+
+    run = write_run(tmp_path / "run", n=12, steps=1, samples=2)
+    (tmp_path / "out").mkdir()
+    readers = {"view": ["view", str(run), "--out", str(tmp_path / "out" / "v.html")],
+               "compare": ["compare", str(run), "--out", str(tmp_path / "out" / "cmp")],
+               "reward-check": ["reward-check", str(run)]}
+    for args in readers.values():
+        assert main(args) == 0
+    capsys.readouterr()
+    for name, field in (("baseline.jsonl", "strict_correct"), ("baseline_sampled.jsonl", "flexible_correct")):
+        path = run / name
+        kept = path.read_text(encoding="utf-8")
+        lines = [json.loads(line) for line in kept.splitlines()]
+        path.write_text("".join(json.dumps({**r, field: True}) + "\n" for r in lines), encoding="utf-8")
+        # the greedy records make the tables; the sampled ones reward-check's (view shows its refusal in the page)
+        for command in ("view", "compare") if name == "baseline.jsonl" else ("reward-check",):
+            assert main(readers[command]) == 2, command
+            err = capsys.readouterr().err
+            assert err == (f"error: {path} is not the file the baseline wrote (its SHA-256 differs from the one "
+                           "eval_settings.json records: it was edited or replaced), so no table reads it: restore "
+                           "it, or measure the baseline again in a new run folder (02_baseline_eval (or python -m "
+                           "grpo_kit eval --before))\n"), command
+        path.write_text(kept, encoding="utf-8")
+        assert main(readers["reward-check"]) == 0
