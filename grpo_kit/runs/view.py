@@ -24,7 +24,7 @@ from typing import Any
 from grpo_kit.evaluation.compare import compare, paired_ids
 from grpo_kit.evaluation.scoring import EvalResult
 from grpo_kit.evaluation.viewer import MARK, viewer_html
-from grpo_kit.runs.folder import BASELINE_STEP, RunFolder
+from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 from grpo_kit.training.groups import read_groups
@@ -200,8 +200,10 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
         the file's path.
 
     Raises:
-        FileNotFoundError, ValueError: see :func:`view_data`; ``out`` is a folder, or a file that this command did
-            not write (it is not replaced).
+        FileNotFoundError, ValueError: see :func:`view_data`; ``out`` is a folder, a file that this command did
+            not write (it is not replaced), or lies inside a run folder's own folders (``model/``, ``checkpoints/``,
+            ...: a run folder holds only what its steps write, and a file added to ``model/`` makes ``eval`` and
+            ``export`` refuse the run; ``export --out`` and ``compare --out`` follow the same rule).
     """
     _check_folders(run_dirs)
     if out is None:  # several runs: beside compare's tables (its default --out)
@@ -210,6 +212,11 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder: give a file name ending in .html")
+    inside = enclosing_run(out)
+    if inside is not None and inside[1] != out.name:
+        raise ValueError(f"--out {out} lies inside the run folder {inside[0]}'s own {inside[1]}/, which holds only "
+                         "what the run's steps write (a file added to model/ makes eval and export refuse the run): "
+                         f"give a file outside it, e.g. {Path(inside[0]) / 'view.html'} (the default)")
     if out.exists():
         with open(out, encoding="utf-8", errors="replace") as f:
             if MARK not in f.read(512):

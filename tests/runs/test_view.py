@@ -188,3 +188,20 @@ def test_the_notebooks_inline_frame_draws_the_page(runs, driver, tmp_path):
     finally:
         driver.switch_to.default_content()
     assert not _errors(driver)
+
+
+def test_out_inside_a_run_folders_own_folders_is_refused(tmp_path, capsys):
+    """Case 4: view --out RUN/model/view.html wrote into model/, and eval and export then refused the run."""
+    run = write_run(tmp_path / "run", n=8, steps=1, samples=2)
+    for inside in ("model", "groups"):
+        out = run / inside / "view.html"
+        assert main(["view", str(run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {out} lies inside the run folder {run.resolve()}'s own {inside}/") \
+            and err.count("\n") == 1
+        assert not out.exists()
+    from grpo_kit.runs.folder import RunFolder
+
+    assert RunFolder(run).check_model() is not None  # model/ as training wrote it
+    assert main(["view", str(run), "--out", str(run / "view.html")]) == 0
+    assert main(["view", str(run), "--out", str(tmp_path / "elsewhere.html")]) == 0
