@@ -289,6 +289,28 @@ def test_numbers_are_read_as_written_or_refused_never_cut_short(tmp_path):
     assert task.load("train")["answer"] == ["1" + "0" * 300, "0.00000015"] and task.load("test")["answer"] == ["-3"]
 
 
+def test_numbers_written_without_a_whole_part_with_a_bare_point_or_a_plus_are_read_as_written(tmp_path):
+    """Case 17 of issue 44: gold numbers ".5", "5." and "+7" were refused."""
+    kind = answer_type("number")
+    assert [kind.gold(g) for g in (".5", "5.", "+7", "-.25", "+$3")] == ["0.5", "5", "7", "-0.25", "3"]
+    assert kind.strict(STRICT.format("x", ".5")) == "0.5" and kind.flexible("it is +7.") == "7"
+    assert kind.same(kind.strict(STRICT.format("x", "0.50")), ".5")
+    path = _write(tmp_path, BASIC.format("number"), _rows([".5", "5."]), _rows(["+7"]))
+    task = load_task(path)
+    assert task.load("train")["answer"] == ["0.5", "5"] and task.load("test")["answer"] == ["7"]
+
+
+def test_a_text_answer_that_is_a_number_is_compared_as_a_number():
+    """Case 6 of issue 44: answer_type text scored "-5" equal to "5" and "3.14" equal to "314"."""
+    kind = answer_type("text")
+    reward = BUILTIN_REWARDS["text_correctness_reward_func"]
+    for gold, written, same in (("-5", "5", False), ("3.14", "314", False), ("-5", "\u22125", True),
+                                ("3.14", "3.140", True), ("1,200", "1200", True), ("The Hague", "the hague.", True)):
+        assert kind.same(kind.strict(STRICT.format("x", written)), gold) is same, (gold, written)
+        assert kind.same(kind.flexible(f"so\n#### {written}"), gold) is same, (gold, written)
+        assert reward(completions=[f"<answer>{written}</answer>"], answer=[gold]) == [float(same)]
+
+
 def test_a_choice_answer_of_two_letters_is_not_read_as_the_first():
     """Case 5: "A and B" was read as "A"."""
     kind = answer_type("choice")
