@@ -40,7 +40,8 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+import string
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, ite
 from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, RewardSet
 from grpo_kit.tasks.rewards import gold_text
 from grpo_kit.tasks.task import Task
+from grpo_kit.tasks.user_code import import_named
 
 __all__ = ["CODE_KEYS", "EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "check_task_code", "is_task_file",
            "load_task"]
@@ -144,6 +146,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path}: field {key!r} is {'missing' if key not in data else repr(data[key])}; "
                              + ("choose one of " + ", ".join(ANSWER_TYPES) if key == "answer_type" else
                                 f"name the data field that holds the {key}"))
+    named = [key for key in ("question", "answer", "solution") if isinstance(data.get(key), str)]
+    for i, key in enumerate(named):  # one field for two roles: every gold answer would be the question
+        for other in named[i + 1:]:
+            if data[key].strip() == data[other].strip():
+                raise ValueError(f"{path}: {key} and {other} both name the data field {data[key]!r}: name the field "
+                                 f"that holds the {other}")
     return data
 
 
@@ -332,18 +340,13 @@ def check_task_code(path: str | Path, data: Mapping[str, Any], trust_remote_code
 
 
 def _named(path: Path, data: dict[str, Any], key: str) -> Any:
-    """The Python object a key names as ``module:name`` (``None`` when the key is absent), imported."""
-    import importlib
-
+    """The Python object a key names as ``module:name`` (``None`` when the key is absent), imported
+    (:func:`grpo_kit.tasks.user_code.import_named`: whatever its import raises is one line naming the file and line).
+    """
     ref = data.get(key)
     if ref is None:
         return None
-    module, _, name = str(ref).partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"{path}: {key}: cannot import {ref!r} ({e}); write module:name of an importable "
-                         "module") from None
+    return import_named(str(ref), f"{path}: {key}:")
 
 
 def _reward_names(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -364,6 +367,10 @@ def _reward_names(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
 def _rewards(path: Path, data: dict[str, Any], correctness: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:
     if data.get("rewards") is None and correctness is not None:
         return ("xmlcount_reward_func", "strict_format_reward_func", correctness), (1.0, 1.0, 2.0)
+    if data.get("rewards") is None:
+        raise ValueError(f"{path}: without answer_type the task has no correctness reward to train with: add "
+                         "rewards: {reward name: weight} (e.g. {xmlcount_reward_func: 1.0}), or an answer_type: "
+                         + ", ".join(ANSWER_TYPES))
     given = _reward_names(path, data, "rewards")
     try:
         RewardSet(dict(given))
@@ -459,16 +466,20 @@ def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool =
     if not isinstance(name, str) or not name.strip() or "/" in name:
         raise ValueError(f"{path}: field 'name' must be a short name without '/', got {name!r}")
     rewards, weights = _rewards(path, data, kind.reward if kind else None)
+    gold = _gold(path, data)
     loader = _named(path, data, "loader")
     if loader is not None:
-        return _task(path, data, name, kind, loader, tuple(data.get("splits", ("train", "test"))), rewards, weights,
-                     validation_size, None if builtin else {str(path): sha256_file(path)})
+        return _task(path, data, name, kind, _checked_loader(path, data["loader"], loader, gold), _splits(path, data),
+                     rewards, weights, validation_size, None if builtin else {str(path): sha256_file(path)}, gold)
     rows, files = _split_rows(path, data)
     key = (_signature(path), *(_signature(Path(f)) for f in files.values()))
     if not files or key not in _CACHE:
         examples = {split: _examples(path, split, split_rows, data, kind, system_prompt)
                     for split, split_rows in rows.items()}
         _warn_overlap(path, examples)
+        for table in examples.values():  # a template naming a field the rows lack is refused now, not at a table
+            if table.num_rows:
+                gold(table.slice(0, 1).to_pylist()[0])
         digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
 
         def load(split: str = "test", **kwargs: Any) -> Any:
@@ -481,23 +492,93 @@ def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool =
             return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
 
         task = _task(path, data, name, kind, load, tuple(s for s in ("train", "test") if s in examples), rewards,
-                     weights, validation_size, None if builtin else digest)
+                     weights, validation_size, None if builtin else digest, gold)
         if not files:
             return task
         _CACHE[key] = task
     return _CACHE[key]
 
 
+def _gold(path: Path, data: dict[str, Any]) -> Callable[[Example], str]:
+    """The ``gold`` key as a function of a row: a ``str.format`` template over the row's fields (default
+    ``"{answer}"``), its syntax checked now; a row that cannot fill it raises one line naming the file.
+
+    Raises:
+        ValueError: the template is not text, is not a template (a lone brace), or numbers its fields instead of
+            naming them.
+    """
+    template = data.get("gold", "{answer}")
+    example = "e.g. '{answer}', or '{target} from {nums}' (a brace meant as text written twice: '{{')"
+    if not isinstance(template, str) or not template.strip():
+        raise ValueError(f"{path}: field 'gold' must be a template over a row's fields, {example}; got {template!r}")
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+    except ValueError as e:
+        raise ValueError(f"{path}: gold {template!r} is not a template ({e}): {example}") from None
+    if any(not field or field[0].isdigit() for field in fields):
+        raise ValueError(f"{path}: gold {template!r} numbers its fields: name them, {example}")
+
+    def gold(row: Example) -> str:
+        try:
+            return template.format_map(row)
+        except (KeyError, IndexError, AttributeError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: gold {template!r} cannot be filled from a row ({type(e).__name__}: {e}): name "
+                             f"the row's fields, which are {', '.join(map(str, row))}") from None
+
+    return gold
+
+
+def _splits(path: Path, data: dict[str, Any]) -> tuple[str, ...]:
+    """The ``splits`` a ``loader`` has (default train and test); one name may stand for a list of one."""
+    splits = data.get("splits", ["train", "test"])
+    splits = [splits] if isinstance(splits, str) else splits
+    if not isinstance(splits, list) or not splits or not all(isinstance(s, str) and s.strip() for s in splits) \
+            or "test" not in splits or len(set(splits)) != len(splits):
+        raise ValueError(f"{path}: field 'splits' must list the loader's split names, test among them, e.g. [train, "
+                         f"test] or [test], got {data.get('splits')!r}")
+    return tuple(splits)
+
+
+def _checked_loader(path: Path, ref: str, loader: Callable[..., Any], gold: Callable[[Example], str]
+                    ) -> Callable[..., Any]:
+    """A task file's ``loader``, each split it returns checked before anything uses it: a ``datasets.Dataset`` with a
+    ``prompt`` column whose first row fills the ``gold`` template; what the loader raises besides a ``ValueError``
+    (which says what to change already) is one line naming the file."""
+
+    def load(split: str = "test", **kwargs: Any) -> Any:
+        from datasets import Dataset
+
+        try:
+            rows = loader(split, **kwargs)
+        except ValueError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a user's loader may raise anything
+            lines = str(e).strip().splitlines()
+            raise ValueError(f"{path}: loader {ref} raised {type(e).__name__} reading split {split!r}"
+                             f"{': ' + lines[0] if lines else ''}: fix the loader") from None
+        if not isinstance(rows, Dataset):
+            raise ValueError(f"{path}: loader {ref} returned {type(rows).__name__} for split {split!r}, not a "
+                             "datasets.Dataset: return one with a conversational prompt column, e.g. "
+                             "datasets.Dataset.from_list(rows)")
+        if "prompt" not in rows.column_names:
+            raise ValueError(f"{path}: loader {ref} returned split {split!r} without a prompt column (it has "
+                             f"{', '.join(rows.column_names) or 'none'}): give each row its conversational prompt")
+        if len(rows):
+            gold(rows[0])
+        return rows
+
+    return load
+
+
 def _task(path: Path, data: dict[str, Any], name: str, kind: Any, loader: Any, splits: tuple[str, ...],
           rewards: tuple[str, ...], weights: tuple[float, ...], validation_size: int | None,
-          digest: dict[str, str] | None) -> Task:
+          digest: dict[str, str] | None, gold: Callable[[Example], str]) -> Task:
     rules = _named(path, data, "rules")
     if rules is None:
         def correct(answer: str, example: Example) -> bool:
             return kind.same(answer, str(example["answer"]))
 
         rules = {"strict": ExtractionRule(kind.strict, correct), "flexible": ExtractionRule(kind.flexible, correct)}
-    gold = data.get("gold", "{answer}")
     metrics = _reward_names(path, data, "metrics") if "metrics" in data else \
         ((kind.reward,) if kind else ()) + _FORMAT_METRICS
     extras = _extras(path, data, dict(zip(rewards, weights)), kind.reward if kind else None, "train" in splits)
@@ -513,7 +594,7 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, loader: Any, s
         metrics=tuple(metrics),
         rules=rules,
         headline=data.get("headline", kind.reward if kind else "strict_correct"),
-        gold=lambda example: gold.format_map(example),
+        gold=gold,
         fields=_number_fields if kind is not None and kind.name == "number" else Task.fields,
         validation_size=validation_size,
         file=None if digest is None else str(path),

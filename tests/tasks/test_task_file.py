@@ -239,7 +239,8 @@ def test_eval_before_then_after_on_the_example_with_the_tiny_policy(tmp_path, ca
     out = capsys.readouterr()
     assert "Text correctness" in out.out
     # case 20: the next commands can be pasted into a shell, a folder with a space included
-    assert f"next: python -m grpo_kit train --run-dir '{run}', then python -m grpo_kit eval --run-dir '{run}'" in out.err
+    assert f"next: python -m grpo_kit train --run-dir '{run}', then python -m grpo_kit eval --run-dir '{run}'" \
+        in out.err
     settings = json.loads((run / "eval_settings.json").read_text())
     assert settings["task"] == str((folder / "task.yaml").resolve())
     assert set(settings["task_digest"]) == {str(folder.resolve() / n) for n in ("task.yaml", "train.jsonl",
@@ -437,7 +438,8 @@ def test_a_task_file_may_name_its_loader_and_rules_in_python(tmp_path):
         assert task.load("test")[0]["answer"] == "yes" and set(task.digest) == {str(path.resolve())}
         bad = _write(tmp_path / "bad", "loader: my_rows:nowhere\nsplits: [test]\nrules: my_rows:RULES\n"
                                        "rewards: [xmlcount_reward_func]\n")
-        with pytest.raises(ValueError, match=r"task.yaml: loader: cannot import 'my_rows:nowhere'"):
+        with pytest.raises(ValueError, match=r"task.yaml: loader: 'my_rows:nowhere': module 'my_rows' has no "
+                                             "'nowhere'"):
             load_task(bad, trust_remote_code=True)
         with pytest.raises(ValueError, match="field 'answer_type' is missing"):
             load_task(_write(tmp_path / "no_rules", "loader: my_rows:load\nrewards: [xmlcount_reward_func]\n"),
@@ -488,3 +490,85 @@ def test_trusted_task_code_is_imported_and_the_kits_own_modules_need_nothing(tmp
     kit = _write(tmp_path / "kit", BASIC.format("number") + "demonstration: grpo_kit.tasks.gsm8k:demonstration\n",
                  train=_rows([1]), test=_rows([2]))
     assert load_task(kit).extras["demonstration"] is not None  # the kit's own modules are not code of the file's
+
+
+def test_one_field_named_for_the_question_and_the_answer_is_refused(tmp_path):
+    """Case 5 of issue 44: `answer:` naming the question's own field was accepted: every gold answer was the
+    question."""
+    path = _write(tmp_path, "train: train.jsonl\ntest: test.jsonl\nquestion: q\nanswer: q\nanswer_type: text\n",
+                  _rows(["a"]), _rows(["b"]))
+    assert _error(path) == f"{path}: question and answer both name the data field 'q': name the field that holds " \
+                           "the answer"
+
+
+@pytest.mark.parametrize("gold, message", [
+    ("'{nope}'", "gold '{nope}' cannot be filled from a row (KeyError: 'nope'): name the row's fields, which are "
+                 "question, answer, prompt"),
+    ("5", "field 'gold' must be a template over a row's fields, e.g. '{answer}'"),
+    ("'{'", "gold '{' is not a template (Single '{' encountered in format string)"),
+    ("'{0} of {answer}'", "gold '{0} of {answer}' numbers its fields: name them"),
+])
+def test_a_gold_template_the_rows_cannot_fill_is_refused_when_the_file_loads(tmp_path, gold, message):
+    """Case 8 of issue 44: `gold: '{nope}'` raised KeyError after the warm start; `gold: 5` AttributeError."""
+    path = _write(tmp_path, BASIC.format("text") + f"gold: {gold}\n", _rows(["a"]), _rows(["b"]))
+    assert _error(path).startswith(f"{path}: {message}")
+
+
+LOADERS = """\
+import datasets
+def rows(split, **kwargs):
+    return datasets.Dataset.from_list([{"question": "q", "answer": "a", "prompt": [{"role": "user", "content": "q"}]}])
+def a_list(split, **kwargs):
+    return [1, 2]
+def no_prompt(split, **kwargs):
+    return datasets.Dataset.from_list([{"question": "q", "answer": "a"}])
+def breaks(split, **kwargs):
+    return {}[split]
+"""
+
+
+@pytest.mark.parametrize("module, message", [
+    ("builtins:len", "loader builtins:len returned int for split 'test', not a datasets.Dataset"),
+    ("loaders:a_list", "loader loaders:a_list returned list for split 'test', not a datasets.Dataset"),
+    ("loaders:no_prompt", "loader loaders:no_prompt returned split 'test' without a prompt column (it has question, "
+                          "answer)"),
+    ("loaders:breaks", "loader loaders:breaks raised KeyError reading split 'test': 'test': fix the loader"),
+    ("loaders_syntax:rows", "loader: 'loaders_syntax:rows': importing 'loaders_syntax' failed with SyntaxError"),
+    ("loaders_name:rows", "loader: 'loaders_name:rows': importing 'loaders_name' failed with NameError: name "
+                          "'nowhere' is not defined at "),
+    ("loaders_exit:rows", "loader: 'loaders_exit:rows': importing 'loaders_exit' failed with SystemExit: 0 at "),
+    ("loaders_raise:rows", "loader: 'loaders_raise:rows': importing 'loaders_raise' failed with RuntimeError: no "
+                           "data here at "),
+])
+def test_a_loader_or_module_that_fails_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys, module, message):
+    """Cases 9 and 16 of issue 44: a loader returning no dataset, a module with a SyntaxError, NameError or
+    RuntimeError at import gave a traceback; one calling sys.exit(0) at import ended the command with 0, silent."""
+    for name, source in (("loaders", LOADERS), ("loaders_syntax", "def f(:\n"), ("loaders_name", "x = nowhere\n"),
+                         ("loaders_exit", "import sys\nsys.exit(0)\n"),
+                         ("loaders_raise", "raise RuntimeError('no data here')\n")):
+        (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _write(tmp_path, f"loader: {module}\nsplits: test\nanswer_type: text\n")
+    assert main(["eval", "--before", "--task", str(path), "--run-dir", str(tmp_path / "run"), "--model",
+                 str(tmp_path), "--trust-task-code"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: {message}") and err.count("\n") == 1, err
+    if "import" in message:  # the module's file and line
+        assert f"{tmp_path / module.split(':')[0]}.py:{2 if 'exit' in module else 1};" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_splits_may_be_one_name_and_a_file_without_answer_type_names_what_it_lacks(tmp_path, monkeypatch):
+    """Case 20 of issue 44: `splits: test` read as the splits t, e, s, t; a file with loader and rules but no
+    answer_type or rewards was told about a `rewards` key it did not have."""
+    (tmp_path / "loaders.py").write_text(LOADERS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    task = load_task(_write(tmp_path, "loader: loaders:rows\nsplits: test\nanswer_type: text\n"),
+                     trust_remote_code=True)
+    assert task.splits == ("test",) and task.load("test")[0]["answer"] == "a"
+    path = _write(tmp_path / "b", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nsplits: [train]\nanswer_type: text\n")
+    assert "field 'splits' must list the loader's split names, test among them" in _error(path)
+    path = _write(tmp_path / "c", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nrules: grpo_kit.tasks.gsm8k:RULES\n")
+    assert _error(path) == (f"{path}: without answer_type the task has no correctness reward to train with: add "
+                            "rewards: {reward name: weight} (e.g. {xmlcount_reward_func: 1.0}), or an answer_type: "
+                            "number, text, math, choice")
