@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import errno
 import logging
 import shlex
@@ -195,15 +196,22 @@ def _eval(args: argparse.Namespace) -> int:
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
     if not args.before:
         return _eval_after(args)
-    created = not Path(args.run_dir).exists()
+    run_dir = Path(args.run_dir)
+    # the outermost folder this command creates (a/ of a/b/c): a refused first baseline removes what it created
+    created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)
     try:
-        return _eval_before(args, RunFolder(args.run_dir))
+        return _eval_before(args, RunFolder(run_dir))
     except BaseException:  # a refused or interrupted first baseline leaves no empty run folder behind
-        leftover = {p.name for p in Path(args.run_dir).iterdir()} if Path(args.run_dir).is_dir() else set()
-        if created and leftover <= {".lock", ".lock-holder.json"}:
+        leftover = {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else set()
+        if created is not None and leftover <= {".lock", ".lock-holder.json"}:
             import shutil
 
-            shutil.rmtree(args.run_dir, ignore_errors=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            for parent in run_dir.parents:  # the empty folders above it that it created, up to that outermost one
+                if parent != created and created not in parent.parents:
+                    break
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
         raise
 
 
@@ -346,7 +354,6 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _reward_check(args: argparse.Namespace) -> int:
-    import contextlib
     import json
 
     from grpo_kit.runs.reward_check import reward_check

@@ -30,7 +30,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly
+from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly, visible
 from grpo_kit.tasks.numbers import exact_number, last_number, normalize_number
 from grpo_kit.tasks.rewards import describe, golds, texts
 
@@ -40,10 +40,10 @@ __all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "ans
 
 #: Characters that join words ("thirty-eight", "well_known", "either/or"): read as a space, so "thirty-eight" and
 #: "thirty eight" compare equal. Hyphen-minus, underscore and slash, and Unicode's hyphens and dashes (U+2010 to U+2015,
-#: U+2212 minus); the soft hyphen (U+00AD) and word joiner (U+2060) are invisible, so they join without a space.
+#: U+2212 minus); the soft hyphen (U+00AD) and word joiner (U+2060) are invisible, so they join without a space
+#: (:func:`grpo_kit.tasks.answer_format.visible` drops them).
 WORD_JOINERS = "-_/\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
-_PUNCTUATION = str.maketrans({**dict.fromkeys(string.punctuation), **dict.fromkeys(WORD_JOINERS, " "),
-                              "\u00ad": None, "\u2060": None})
+_PUNCTUATION = str.maketrans({**dict.fromkeys(string.punctuation), **dict.fromkeys(WORD_JOINERS, " ")})
 _SPACES = re.compile(r"\s+")
 _BOXED_OPEN = re.compile(r"\s*\{")
 #: Longest ``\\boxed{...}`` content read, in characters.
@@ -55,9 +55,10 @@ _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
 
 def normalize_text(text: str | None) -> str | None:
-    """A text answer in the form compared: lower case, word joiners (:data:`WORD_JOINERS`) made spaces, the rest of
-    ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``), whitespace runs
-    one space, stripped (``None`` and a text that normalises to nothing give ``None``).
+    """A text answer in the form compared: invisible characters dropped
+    (:func:`grpo_kit.tasks.answer_format.visible`), lower case, word joiners (:data:`WORD_JOINERS`) made spaces, the
+    rest of ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``),
+    whitespace runs one space, stripped (``None`` and a text that normalises to nothing give ``None``).
 
     >>> normalize_text("  Paris. "), normalize_text("New  York!"), normalize_text("?!")
     ('paris', 'new york', None)
@@ -68,7 +69,7 @@ def normalize_text(text: str | None) -> str | None:
     """
     if text is None:
         return None
-    out = _SPACES.sub(" ", text.lower().translate(_PUNCTUATION)).strip()
+    out = _SPACES.sub(" ", visible(text).lower().translate(_PUNCTUATION)).strip()
     return out or None
 
 

@@ -396,10 +396,11 @@ def test_a_moved_task_file_is_named_as_the_run_folders_not_as_a_missing_option(t
                                                         "samples": 4, "slice": {"n": 2}, "seed": 0,
                                                         "max_new_tokens": 8, "temperature": 0.7,
                                                         "preset": "cpu-tiny"}))
-    assert main(["reward-check", str(run)]) == 2
-    err = capsys.readouterr().err
-    assert f"the task file {moved}, which this run folder was measured and trained on, is no longer there" in err
-    assert "give the path" not in err
+    for command in (["reward-check", str(run)], ["train", "--run-dir", str(run)]):  # case 13 of issue 44: train too
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"the task file {moved}, which this run folder was measured and trained on, is no longer there" in err
+        assert "give the path" not in err
 
 
 def test_the_kits_own_tasks_are_task_files_read_by_the_same_loader_and_recorded_by_name():
@@ -572,3 +573,13 @@ def test_splits_may_be_one_name_and_a_file_without_answer_type_names_what_it_lac
     assert _error(path) == (f"{path}: without answer_type the task has no correctness reward to train with: add "
                             "rewards: {reward name: weight} (e.g. {xmlcount_reward_func: 1.0}), or an answer_type: "
                             "number, text, math, choice")
+
+
+@pytest.mark.parametrize("blank", ["\u200b\u200b", "\u2060 \ufeff", "\u00ad"])
+def test_a_question_or_answer_of_invisible_characters_is_refused(tmp_path, blank):
+    """Case 13 of issue 44: a question or answer of zero-width spaces only was accepted."""
+    path = _write(tmp_path, BASIC.format("text"), _rows(["a"]), [{"q": "Q?", "a": "b"}, {"q": blank, "a": "c"}])
+    assert f"{tmp_path / 'test.jsonl'}:2: 'q' is {blank!r}" in _error(path)
+    path = _write(tmp_path, BASIC.format("text"), _rows(["a", blank]), _rows(["b"]))
+    assert f"{tmp_path / 'train.jsonl'}:2: 'a' is {blank!r}" in _error(path)
+    assert normalize_text(f"Pa{blank.replace(' ', '')}ris") == "paris"  # nor do they tell answers apart
