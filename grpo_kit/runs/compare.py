@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,6 +161,9 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     if run is not None:
         where = f"is the run folder {run[0]}" if not run[1] else f"lies inside the run folder {run[0]} (its {run[1]})"
         raise ValueError(f"--out {out} {where}, which holds only what the run's own steps write: {fix}")
+    folder = next((p for p in (out.resolve(), *out.resolve().parents) if p.exists()), None)
+    if folder is not None and not os.access(folder, os.W_OK):  # read-only run folders are still compared
+        raise ValueError(f"cannot write {out} ({folder} is read-only to you): give --out a folder where you can write")
     if not out.is_dir():
         return out
     runs = {Path(d).resolve() for d in run_dirs}
@@ -214,7 +218,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     """
     if not run_dirs:
         raise ValueError("give at least one run folder (python -m grpo_kit compare RUN_DIR RUN_DIR ...)")
-    folders = [RunFolder.existing(d) for d in run_dirs]  # a mistyped path is named, not created
+    folders = [RunFolder.existing(d, write=False) for d in run_dirs]  # a mistyped path is named, not created
     if out_dir is not None:
         check_comparison_out(out_dir, run_dirs)
     if len({f.path.resolve() for f in folders}) != len(folders):
@@ -226,7 +230,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         raise ValueError(f"run names go into markdown tables: give names without '|' or line breaks, got {names}")
     with contextlib.ExitStack() as locks:  # no training or evaluation rewrites a run while it is compared
         for folder in folders:
-            locks.enter_context(folder.lock("compare"))
+            locks.enter_context(folder.lock("compare", reading=True))
         return _compare_runs(folders, names, out_dir, seed, trust_remote_code)
 
 

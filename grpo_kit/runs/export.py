@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.runs.folder import RunFolder, enclosing_run
-from grpo_kit.system.files import json_or_none, sha256_file, write_json, write_text
+from grpo_kit.system.files import json_or_none, new_beside, sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
            "check_out", "check_record", "check_repo_id", "check_tools", "export", "merge_base", "model_card",
@@ -141,10 +141,10 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
     if not Path(run_dir).is_dir():
         raise FileNotFoundError(f"no run folder at {run_dir}: give the folder a train run wrote (it holds model/ "
                                 "and train_settings.json)")
-    run = RunFolder(run_dir)
+    run = RunFolder(run_dir, write=False)  # export writes into --out only
     run.require(run.model, "python -m grpo_kit train (or notebook 03)")
     if run.finished_step() is None:
-        with run.lock("export"):  # a training still writing it is named (RunFolderBusy), else it was stopped
+        with run.lock("export", reading=True):  # a training still writing it is named (RunFolderBusy), else stopped
             pass
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be "
                          "half-written): run python -m grpo_kit train with --resume to finish it, then export")
@@ -253,7 +253,7 @@ def merge_base(run_dir: str | Path, base: str | Path | None = None) -> Path | No
             ``HF_HUB_OFFLINE`` set where the base would come from the Hub (the message names ``--base``).
         ConnectionError: the Hub does not answer for the base (the message names ``--base``).
     """
-    run = RunFolder(run_dir)
+    run = RunFolder(run_dir, write=False)
     settings = run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
     preset = settings.get("identity", {}).get("preset", {}) if isinstance(settings, dict) else {}
     adapter = run.model / "adapter_config.json"
@@ -822,12 +822,11 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     out = check_out(out if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}"),
                     run.path, format)
     # One writer per export folder, and no training rewrites model/ while it is exported.
-    with _export_lock(out), run.lock("export"):
+    with _export_lock(out), run.lock("export", reading=True):
         check_out(out, run.path, format)  # again, now that no other export can be writing it
         run.check_model()
         out.parent.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))  # this export's own
-        folder.chmod(0o755)  # mkdtemp's 0o700 would follow the export
+        folder = new_beside(out, "partial-", folder=True)  # this export's own, with the user's umask
         try:
             done, verification = _build(run, settings, format, quant, folder, out, questions, threshold, merge_from,
                                         trust_remote_code)
@@ -906,7 +905,7 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
         raise ValueError(f"{folder} changed since it was verified (a file's SHA-256 differs): verify it again")
     source = verification.get("run")
     if source and verification.get("model_digest") and Path(source, "finished.json").is_file():
-        digest = RunFolder(source).check_model()  # a model/ edited since raises, naming the file
+        digest = RunFolder(source, write=False).check_model()  # a model/ edited since raises, naming the file
         if digest != verification["model_digest"]:
             raise ValueError(f"{source}/model was trained further or replaced since {folder} was verified against "
                              "it: export it again")

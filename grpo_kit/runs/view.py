@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,7 @@ def _check_folders(run_dirs: Sequence[str | Path]) -> list[RunFolder]:
     """The run folders; no folder or a missing one is refused (a mistyped path is named, not created)."""
     if not run_dirs:
         raise ValueError("give at least one run folder (python -m grpo_kit view RUN_DIR [RUN_DIR ...])")
-    return [RunFolder.existing(d) for d in run_dirs]
+    return [RunFolder.existing(d, write=False) for d in run_dirs]
 
 
 def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0,
@@ -207,7 +208,7 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
     """
     _check_folders(run_dirs)
     if out is None:  # several runs: beside compare's tables (its default --out)
-        out = RunFolder(run_dirs[0]).view if len(run_dirs) == 1 else \
+        out = RunFolder(run_dirs[0], write=False).view if len(run_dirs) == 1 else \
             Path(run_dirs[0]).parent / "comparison" / "view.html"
     out = Path(out)
     if out.is_dir():
@@ -221,6 +222,10 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
         with open(out, encoding="utf-8", errors="replace") as f:
             if MARK not in f.read(512):
                 raise ValueError(f"{out} exists and was not written by python -m grpo_kit view: give another --out")
+    folder = next((p for p in out.resolve().parents if p.exists()), None)
+    if folder is not None and not os.access(folder, os.W_OK):  # a read-only run folder is still read
+        raise ValueError(f"cannot write {out} ({folder} is read-only to you): give --out a file where you can write, "
+                         "e.g. --out view.html")
     data = view_data(run_dirs, names, seed, trust_remote_code)
     write_text(out, viewer_html(data))
     return out
