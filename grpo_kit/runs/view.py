@@ -28,7 +28,7 @@ from grpo_kit.evaluation.viewer import MARK, viewer_html
 from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
-from grpo_kit.training.groups import read_groups
+from grpo_kit.training.groups import kept_steps, read_groups
 
 __all__ = ["view_data", "write_view"]
 
@@ -82,8 +82,17 @@ def _curves(run: RunFolder) -> dict[str, Any]:
 
 def _groups(run: RunFolder) -> dict[str, Any]:
     """The kept training groups, column-wise per group (the page's largest part, inflated only when shown), and per
-    kept step the share of groups whose completions all scored the same total (they teach nothing)."""
-    frame = read_groups(run.groups)
+    kept step the share of groups whose completions all scored the same total (they teach nothing); a step's damaged
+    file (torn by a kill, edited) is left out and named under ``damaged``, and the other steps are shown."""
+    import pandas as pd
+
+    frames, damaged = [], []
+    for step, _ in kept_steps(run.groups):
+        try:
+            frames.append(read_groups(run.groups, steps=[step]))
+        except ValueError as e:
+            damaged.append(str(e))
+    frame = pd.concat(frames, ignore_index=True) if frames else read_groups(run.groups, steps=[])
     rewards = [c for c in frame.columns if c.startswith("reward/")]
     out = []
     for (step, group), rows in frame.groupby(["step", "group"], sort=True):
@@ -99,7 +108,7 @@ def _groups(run: RunFolder) -> dict[str, Any]:
         zero[g["step"]][0] += (g["std"] or 0.0) < ZERO_STD
         zero[g["step"]][1] += 1
     return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": steps,
-            "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out}
+            "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out, "damaged": damaged}
 
 
 def _reward_check(run: RunFolder, trust_remote_code: bool) -> dict[str, Any] | None:

@@ -205,3 +205,15 @@ def test_out_inside_a_run_folders_own_folders_is_refused(tmp_path, capsys):
     assert RunFolder(run).check_model() is not None  # model/ as training wrote it
     assert main(["view", str(run), "--out", str(run / "view.html")]) == 0
     assert main(["view", str(run), "--out", str(tmp_path / "elsewhere.html")]) == 0
+
+
+def test_a_torn_groups_file_leaves_that_step_out_and_names_it(tmp_path):
+    """Case 15 of issue 44: one torn groups/step-N.parquet made view refuse the whole page."""
+    run = write_run(tmp_path / "run", n=8, steps=3, samples=2)
+    torn = run / "groups" / "step-000002.parquet"
+    torn.write_bytes(torn.read_bytes()[:100])
+    data = view_data([run])
+    groups = data["runs"][0]["groups"]
+    assert groups["steps"] == [1, 3] and len(groups["damaged"]) == 1
+    assert groups["damaged"][0].startswith(f"{torn} is damaged (") and "delete it" in groups["damaged"][0]
+    assert write_view([run], out=tmp_path / "page.html").is_file()
