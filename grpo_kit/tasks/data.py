@@ -64,9 +64,12 @@ def _read_jsonl(path: Path) -> Iterator[Located]:
     with its ``file:line``; a UTF-8 byte order mark (what some editors write first) is skipped.
 
     Raises:
-        ValueError: a line that is not UTF-8 or not JSON, an object that names a key twice, or the file holds no rows
-            (the message names the line).
+        ValueError: a line that is not UTF-8 or not JSON, an object that names a key twice, a whole number longer than
+            Python reads (``sys.get_int_max_str_digits``), an escape of half a UTF-16 pair (``\\ud800``, no
+            character: it cannot be written as UTF-8), or the file holds no rows (the message names the line).
     """
+    import sys
+
     rows = 0
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, 1):
@@ -81,7 +84,18 @@ def _read_jsonl(path: Path) -> Iterator[Located]:
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{line_no} is not a JSON line: {e}") from None
                 except ValueError as e:
+                    if "int_max_str_digits" in str(e):  # Python's own limit, and its advice to raise it
+                        raise ValueError(f"{path}:{line_no} holds a whole number of more than "
+                                         f"{sys.get_int_max_str_digits()} digits, which Python does not read: write "
+                                         "it as text in quotes, or shorten it") from None
                     raise ValueError(f"{path}:{line_no}: {e}") from None
+                if "\\ud" in line.lower():  # an escaped surrogate: is one left without its pair?
+                    try:
+                        json.dumps(row, ensure_ascii=False).encode("utf-8")
+                    except UnicodeEncodeError as e:
+                        raise ValueError(f"{path}:{line_no} holds {e.object[e.start]!r}, half of a UTF-16 pair, "
+                                         "which is no character (a broken escape of an emoji, say): fix that text"
+                                         ) from None
                 rows += 1
                 yield f"{path}:{line_no}", row
     if not rows:

@@ -80,6 +80,8 @@ TASK_FILE_SUFFIXES = (".yaml", ".yml")
 #: Format rewards every answer type is measured with, after its correctness reward.
 _FORMAT_METRICS = ("soft_format_reward_func", "strict_format_reward_func", "xmlcount_reward_func")
 _CACHE: dict[tuple[Any, ...], Task] = {}
+#: The kinds of value a data file's field may hold, as a message names them (one kind a field: one table column).
+_KINDS = {bool: "true or false", int: "a number", float: "a number", str: "text", list: "a list", dict: "an object"}
 
 
 def is_task_file(task: Any) -> bool:
@@ -94,13 +96,17 @@ def is_task_file(task: Any) -> bool:
 @functools.cache
 def _unique_key_loader() -> type:
     """A ``yaml.SafeLoader`` that refuses a mapping naming a key twice (YAML says keys are unique; PyYAML keeps the
-    last one silently, so a second ``answer:`` would replace the first)."""
+    last one silently, so a second ``answer:`` would replace the first). A merge key (``<<: *defaults``, YAML 1.1's,
+    which PyYAML's safe loader reads) is read as PyYAML reads it: the keys written beside it replace those it brings,
+    which is what it is for."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # flattened by SafeLoader below
                 key = self.construct_object(key_node, deep=deep)
                 if key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice (only the "
@@ -235,6 +241,7 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
         fields[solution] = (str,)
     own = (question, answer, solution, "prompt", "question", "answer", "solution")
     chunks, batch = [], []
+    kinds: dict[str, tuple[str, str]] = {}  # each other field's first kind of value, and where it was seen
 
     def flush() -> None:
         try:
@@ -252,6 +259,14 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
             raise ValueError(f"{where}: {answer!r} is {row[answer]!r}, not {kind.needs} (answer_type {kind.name} in "
                              f"{path})")
         example = {k: v for k, v in row.items() if k not in own}
+        for k, v in example.items():  # one table holds them: a field of two kinds is named with both rows
+            if v is None:
+                continue
+            held = _KINDS.get(type(v), type(v).__name__)
+            first = kinds.setdefault(k, (held, where))
+            if first[0] != held:
+                raise ValueError(f"{where}: field {k!r} is {held} ({str(v)[:40]!r}) where {first[1]} holds {first[0]}: "
+                                 "give the field values of one kind in every row (quote numbers meant as text)")
         example.update(question=row[question], answer=gold, prompt=build_prompt(row[question], system_prompt))
         if solution:
             example["solution"] = row[solution]
@@ -260,8 +275,8 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
             flush()
     if batch:
         flush()
-    try:
-        return pa.concat_tables(chunks, promote_options="default")
+    try:  # "permissive": a field of whole numbers in one batch and decimals in another is one of decimals
+        return pa.concat_tables(chunks, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values of "
                          "one type in every row") from None

@@ -583,3 +583,33 @@ def test_a_question_or_answer_of_invisible_characters_is_refused(tmp_path, blank
     path = _write(tmp_path, BASIC.format("text"), _rows(["a", blank]), _rows(["b"]))
     assert f"{tmp_path / 'train.jsonl'}:2: 'a' is {blank!r}" in _error(path)
     assert normalize_text(f"Pa{blank.replace(' ', '')}ris") == "paris"  # nor do they tell answers apart
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"q": "What is \\ud800?", "a": "x"}', ":2 holds '\\ud800', half of a UTF-16 pair, which is no character"),
+    ('{"q": "big?", "a": ' + "7" * 5000 + "}", ":2 holds a whole number of more than 4300 digits, which Python does "
+                                               "not read: write it as text in quotes, or shorten it"),
+    ('{"q": "c?", "a": "x", "extra": "one"}', ":2: field 'extra' is text ('one') where {first}:1 holds a number: give "
+                                              "the field values of one kind in every row"),
+])
+def test_data_a_table_cannot_hold_is_named_with_file_and_line(tmp_path, line, message):
+    """Case 16 of issue 44: a JSONL holding \\ud800, a 5,000-digit number (with Python's set_int_max_str_digits
+    advice) and mixed types in an unused column were refused without the file or line."""
+    test = tmp_path / "test.jsonl"
+    path = _write(tmp_path, BASIC.format("text"), _rows(["a"]), json.dumps({"q": "b?", "a": "b", "extra": 1}) + "\n"
+                  + line + "\n")
+    assert _error(path).startswith(f"{test}{message.format(first=test)}")
+    # numbers of a field written whole in one row and with decimals in another are one column of numbers
+    rows = [{"q": f"q{i}?", "a": "x", "extra": 1 if i < 1500 else 2.5} for i in range(3000)]
+    assert load_task(_write(tmp_path / "numbers", BASIC.format("text"), _rows(["a"]), rows)).load("test")[-1][
+        "extra"] == 2.5
+
+
+def test_a_yaml_merge_key_is_read_in_task_files_as_in_recipes(tmp_path):
+    """Case 16 of issue 44: a merge key `<<:` worked in recipes and was refused in task files."""
+    path = _write(tmp_path, "train: train.jsonl\ntest: test.jsonl\n<<: {question: q, answer: z}\nanswer: a\n"
+                            "answer_type: text\n", _rows(["a"]), _rows(["b"]))
+    assert load_task(path).load("test")[0]["answer"] == "b"  # the key beside it replaces the merged one
+    twice = _write(tmp_path / "twice", "train: train.jsonl\ntest: test.jsonl\n<<: {question: q}\nanswer: a\n"
+                                       "answer: b\nanswer_type: text\n", _rows(["a"]), _rows(["b"]))
+    assert "the key 'answer' is given twice" in _error(twice)
