@@ -600,7 +600,7 @@ def test_data_a_table_cannot_hold_is_named_with_file_and_line(tmp_path, line, me
                   + line + "\n")
     assert _error(path).startswith(f"{test}{message.format(first=test)}")
     # numbers of a field written whole in one row and with decimals in another are one column of numbers
-    rows = [{"q": f"q{i}?", "a": "x", "extra": 1 if i < 1500 else 2.5} for i in range(3000)]
+    rows = [{"q": f"q{i}?", "a": "x", "extra": 1 if i < 4500 else 2.5} for i in range(5000)]  # two batches
     assert load_task(_write(tmp_path / "numbers", BASIC.format("text"), _rows(["a"]), rows)).load("test")[-1][
         "extra"] == 2.5
 
