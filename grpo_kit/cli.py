@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.system.logs import configure_logging
+from grpo_kit.system.progress import quiet_library_bars_off_a_terminal
 
 __all__ = ["main", "parse_rewards", "parse_sets"]
 
@@ -296,9 +297,11 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import ExportRefused
+    from grpo_kit.runs.export import ExportRefused, trained_through_unsloth
     from grpo_kit.runs.pipeline import export_steps
 
+    if not trained_through_unsloth(args.run_dir):  # Unsloth must be imported before transformers
+        _quiet_library_bars()
     try:
         for line in export_steps(args.run_dir, args.format, out=args.out, quant=args.quant,
                                  push_to_hub=args.push_to_hub, private=args.private, questions=args.questions,
@@ -314,8 +317,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _verify_export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import check_record, verification_record, verify_export
+    from grpo_kit.runs.export import check_record, trained_through_unsloth, verification_record, verify_export
 
+    if not trained_through_unsloth(args.against):  # Unsloth must be imported before transformers
+        _quiet_library_bars()
     if args.record:
         check_record(args.export)  # before any model loads
     try:
@@ -685,6 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input; 1: the system
     refused, e.g. a full disk; 130: Ctrl-C), each problem said in one line on standard error."""
     configure_logging()
+    quiet_library_bars_off_a_terminal()  # before anything imports tqdm
     parser = _parser()
     try:
         args, rest = parser.parse_known_args(argv)

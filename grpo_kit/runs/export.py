@@ -316,6 +316,15 @@ def _saved_dtype(folder: Path) -> str | None:
     return str(found).removeprefix("torch.") if found else None
 
 
+def trained_through_unsloth(run_dir: str | Path) -> bool:
+    """Whether the run folder's policy was trained (and so loads again) through Unsloth, as its
+    ``train_settings.json`` records; ``False`` when it records nothing readable (the command that reads it says so).
+    Such a run's commands must import Unsloth before transformers."""
+    settings = json_or_none(Path(run_dir) / "train_settings.json")
+    preset = settings.get("identity", {}).get("preset", {}) if isinstance(settings, dict) else {}
+    return isinstance(preset, dict) and bool(preset.get("use_unsloth"))
+
+
 def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, bool]:
     """The trained policy as training and the after-table saw it: ``(model, tokenizer, through_unsloth)``.
 
