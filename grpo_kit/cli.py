@@ -339,9 +339,9 @@ def _verify_export(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.compare import compare_runs
+    from grpo_kit.runs.compare import compare_runs, comparison_folder
 
-    out = args.out or Path(args.run_dirs[0]).parent / "comparison"
+    out = args.out or comparison_folder(args.run_dirs)
     report = compare_runs(args.run_dirs, out_dir=out, names=args.names, seed=args.seed,
                           trust_remote_code=args.trust_task_code)
     print(report.markdown, flush=True)

@@ -26,8 +26,8 @@ from grpo_kit.runs.measure import evaluated_with, own_rewards, plan_from_setting
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
-__all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "compare_runs",
-           "differing_settings", "share_baseline"]
+__all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "check_run_names",
+           "compare_runs", "comparison_folder", "differing_settings", "share_baseline"]
 
 #: What :func:`compare_runs` writes into its ``out_dir``; ``runs_comparison.md`` begins with this heading.
 COMPARISON_FILES = ("runs_comparison.md", "runs_metrics.csv", "runs_pairs.csv", "runs_comparison.png")
@@ -137,7 +137,8 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     """Refuse a folder for :func:`compare_runs`' tables that would overwrite what is not a comparison, before any work.
 
     ``out`` may be new, empty, or a folder that holds only a previous comparison (:data:`COMPARISON_FILES`, its
-    ``runs_comparison.md`` written by the kit, whose files are replaced) and the compared run folders themselves. It
+    ``runs_comparison.md`` written by the kit, whose files are replaced), the page ``view`` writes beside it
+    (``view.html``) and the compared run folders themselves. It
     may not be, or lie inside, a run folder (one holding ``train_settings.json``, ``eval_settings.json`` or
     ``finished.json``): a run folder holds only what its own steps write, and a file added to ``model/`` makes
     ``export`` and ``eval`` refuse the run.
@@ -168,7 +169,7 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
         return out
     runs = {Path(d).resolve() for d in run_dirs}
     foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
-                     if p.resolve() not in runs and p.name not in COMPARISON_FILES)
+                     if p.resolve() not in runs and p.name not in COMPARISON_FILES and not _viewer_page(p))
     ours = out / COMPARISON_FILES[0]
     if not foreign and any((out / name).exists() for name in COMPARISON_FILES):
         try:
@@ -183,9 +184,43 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     return out
 
 
+def _viewer_page(path: Path) -> bool:
+    """Whether ``path`` is the page ``view`` writes beside a comparison (its default for several runs)."""
+    from grpo_kit.evaluation.viewer import MARK
+
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return path.name == "view.html" and f.read(len(MARK)) == MARK
+    except OSError:
+        return False
+
+
 def _names(folders: Sequence[RunFolder]) -> list[str]:
-    names = [f.path.name for f in folders]
+    names = [f.path.resolve().name for f in folders]  # "." is the folder's own name
     return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
+
+
+def comparison_folder(run_dirs: Sequence[str | Path]) -> Path:
+    """Where a comparison of ``run_dirs`` goes when no ``--out`` is given: ``comparison/`` beside the first run folder
+    (that folder resolved first, so ``compare . ../other`` from inside a run folder puts it beside it, not in it)."""
+    return Path(run_dirs[0]).resolve().parent / "comparison"
+
+
+def check_run_names(names: Sequence[str] | None, folders: Sequence[RunFolder]) -> list[str]:
+    """The runs' names in tables and the viewer: ``names`` (``--names``) checked, or the folders' names.
+
+    Raises:
+        ValueError: not one distinct name per folder, or a name holding ``|`` or a line break (names go into markdown
+            tables) or nothing.
+    """
+    if names is None:
+        return _names(folders)
+    names = list(names)
+    if len(names) != len(folders) or len(set(names)) != len(names):
+        raise ValueError(f"give one distinct name per run folder: {len(folders)} folders, names {names}")
+    if any("|" in n or "\n" in n or not n.strip() for n in names):
+        raise ValueError(f"run names go into markdown tables: give names without '|' or line breaks, got {names}")
+    return names
 
 
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None, names: Sequence[str] | None = None,
@@ -223,11 +258,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         check_comparison_out(out_dir, run_dirs)
     if len({f.path.resolve() for f in folders}) != len(folders):
         raise ValueError("the same run folder is given twice: compare different runs")
-    names = list(names) if names is not None else _names(folders)
-    if len(names) != len(folders) or len(set(names)) != len(names):
-        raise ValueError(f"give one distinct name per run folder: {len(folders)} folders, names {names}")
-    if any("|" in n or "\n" in n or not n.strip() for n in names):
-        raise ValueError(f"run names go into markdown tables: give names without '|' or line breaks, got {names}")
+    names = check_run_names(names, folders)
     with contextlib.ExitStack() as locks:  # no training or evaluation rewrites a run while it is compared
         for folder in folders:
             locks.enter_context(folder.lock("compare", reading=True))

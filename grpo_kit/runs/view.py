@@ -155,10 +155,10 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         FileNotFoundError: a run folder is missing, or has no baseline (the message names the step that writes it).
         ValueError: several runs that do not share a baseline (the message names what differs).
     """
+    from grpo_kit.runs.compare import check_run_names
+
     folders = _check_folders(run_dirs)
-    names = list(names) if names is not None else [f.path.name for f in folders]
-    if len(names) != len(folders) or len(set(names)) != len(names):
-        names = [str(f.path) for f in folders]
+    names = check_run_names(names, folders)  # refused as compare refuses them, not replaced silently
     comparison = None
     if len(folders) > 1:
         from grpo_kit.runs.compare import compare_runs
@@ -217,8 +217,10 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
     """
     _check_folders(run_dirs)
     if out is None:  # several runs: beside compare's tables (its default --out)
+        from grpo_kit.runs.compare import comparison_folder
+
         out = RunFolder(run_dirs[0], write=False).view if len(run_dirs) == 1 else \
-            Path(run_dirs[0]).parent / "comparison" / "view.html"
+            comparison_folder(run_dirs) / "view.html"
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder: give a file name ending in .html")
