@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import errno
 import logging
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.system.logs import configure_logging
+from grpo_kit.system.progress import quiet_library_bars_off_a_terminal
 
 __all__ = ["main", "parse_rewards", "parse_sets"]
 
@@ -137,12 +140,12 @@ def _demo(args: argparse.Namespace) -> int:
     from grpo_kit.tasks import DEFAULT_TASK, get_task
 
     warm = WarmStart(steps=args.warm_steps, xml_share=args.xml_share)  # bad values raise here
-    name = get_task(args.task).name  # a task file is read and checked here
+    name = get_task(args.task, trust_remote_code=args.trust_task_code).name  # a task file is read and checked here
     config = DemoConfig(
         name=args.name if args.name is not None else ("demo" if args.task == DEFAULT_TASK else f"demo-{name}"),
         task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir, eval_size=args.eval_size,
         train_size=args.train_size, grpo_steps=args.steps, samples=args.samples, warm=warm, seed=args.seed,
-        resume=args.resume)
+        resume=args.resume, trust_remote_code=args.trust_task_code)
     _quiet_library_bars()
     run_demo(config)
     return 0
@@ -169,7 +172,7 @@ def _train(args: argparse.Namespace) -> int:
         seed=args.seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
         algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides,
         wandb_project=args.wandb_project if args.report_to == "wandb" else None,
-        groups=GroupsKept(args.groups_every, args.groups_per_step))
+        groups=GroupsKept(args.groups_every, args.groups_per_step), trust_remote_code=args.trust_task_code)
     if not spec.preset.use_unsloth:  # on an Unsloth route transformers must wait until Unsloth is imported
         _quiet_library_bars()
     if spec.launch.is_main:
@@ -194,15 +197,22 @@ def _eval(args: argparse.Namespace) -> int:
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
     if not args.before:
         return _eval_after(args)
-    created = not Path(args.run_dir).exists()
+    run_dir = Path(args.run_dir)
+    # the outermost folder this command creates (a/ of a/b/c): a refused first baseline removes what it created
+    created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)
     try:
-        return _eval_before(args, RunFolder(args.run_dir))
+        return _eval_before(args, RunFolder(run_dir))
     except BaseException:  # a refused or interrupted first baseline leaves no empty run folder behind
-        leftover = {p.name for p in Path(args.run_dir).iterdir()} if Path(args.run_dir).is_dir() else set()
-        if created and leftover <= {".lock", ".lock-holder.json"}:
+        leftover = {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else set()
+        if created is not None and leftover <= {".lock", ".lock-holder.json"}:
             import shutil
 
-            shutil.rmtree(args.run_dir, ignore_errors=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            for parent in run_dir.parents:  # the empty folders above it that it created, up to that outermost one
+                if parent != created and created not in parent.parents:
+                    break
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
         raise
 
 
@@ -216,7 +226,8 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
     plan = baseline_plan(args.task or DEFAULT_TASK, preset, model=args.model, eval_size=args.eval_size,
                          eval_fraction=args.eval_fraction, max_new_tokens=args.max_new_tokens, samples=args.samples,
                          temperature=args.temperature, batch_size=args.batch_size, backend=args.backend,
-                         seed=args.seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir)
+                         seed=args.seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir,
+                         trust_remote_code=args.trust_task_code)
     results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
     print(results["greedy"].summary.round(3).to_markdown(), flush=True)
     if not plan.task.trains:  # an evaluation-only task: nothing to train on it
@@ -224,8 +235,10 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
                  "split, so this baseline is a measurement on its own (train on another task, in another run "
                  "folder)")
         return 0
-    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train "
-             f"--run-dir {run.path}, then python -m grpo_kit eval --run-dir {run.path}")
+    # the next commands as they can be pasted: the folder quoted for a shell, and the trust the task file needed
+    folder = shlex.quote(str(run.path)) + (" --trust-task-code" if args.trust_task_code else "")
+    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train --run-dir {folder}, "
+             f"then python -m grpo_kit eval --run-dir {folder}")
     return 0
 
 
@@ -241,7 +254,7 @@ def _eval_after(args: argparse.Namespace) -> int:
                          f"the baseline's settings ({Path(args.run_dir) / 'eval_settings.json'}). Drop them, or "
                          "measure a new baseline with --before in a new run folder")
     run = RunFolder.existing(args.run_dir)  # a mistyped folder is named, not created
-    measured = measure_after(run, batch_size=args.batch_size)
+    measured = measure_after(run, batch_size=args.batch_size, trust_remote_code=args.trust_task_code)
     report = run.report.read_text(encoding="utf-8")
     print(report.split("## Diagnostics")[0].strip() + "\n", flush=True)
     if measured.alarms:
@@ -284,13 +297,15 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import ExportRefused
+    from grpo_kit.runs.export import ExportRefused, trained_through_unsloth
     from grpo_kit.runs.pipeline import export_steps
 
+    if not trained_through_unsloth(args.run_dir):  # Unsloth must be imported before transformers
+        _quiet_library_bars()
     try:
         for line in export_steps(args.run_dir, args.format, out=args.out, quant=args.quant,
                                  push_to_hub=args.push_to_hub, private=args.private, questions=args.questions,
-                                 threshold=args.threshold, base=args.base):
+                                 threshold=args.threshold, base=args.base, trust_remote_code=args.trust_task_code):
             print(line, flush=True)
     except ExportRefused as e:  # the export does not answer like the trained policy
         print(f"error: {e}", file=sys.stderr)
@@ -302,12 +317,15 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _verify_export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import check_record, verification_record, verify_export
+    from grpo_kit.runs.export import check_record, trained_through_unsloth, verification_record, verify_export
 
+    if not trained_through_unsloth(args.against):  # Unsloth must be imported before transformers
+        _quiet_library_bars()
     if args.record:
         check_record(args.export)  # before any model loads
     try:
-        verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold)
+        verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold,
+                                     trust_remote_code=args.trust_task_code)
     except ImportError as e:  # llama-cpp-python not built
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -321,10 +339,11 @@ def _verify_export(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.compare import compare_runs
+    from grpo_kit.runs.compare import compare_runs, comparison_folder
 
-    out = args.out or Path(args.run_dirs[0]).parent / "comparison"
-    report = compare_runs(args.run_dirs, out_dir=out, names=args.names, seed=args.seed)
+    out = args.out or comparison_folder(args.run_dirs)
+    report = compare_runs(args.run_dirs, out_dir=out, names=args.names, seed=args.seed,
+                          trust_remote_code=args.trust_task_code)
     print(report.markdown, flush=True)
     log.info(f"wrote {out}/ (runs_comparison.md, runs_metrics.csv, runs_pairs.csv, runs_comparison.png)")
     return 0
@@ -333,20 +352,21 @@ def _compare(args: argparse.Namespace) -> int:
 def _view(args: argparse.Namespace) -> int:
     from grpo_kit.runs.view import write_view
 
-    path = write_view(args.run_dirs, out=args.out, names=args.names, seed=args.seed)
+    path = write_view(args.run_dirs, out=args.out, names=args.names, seed=args.seed,
+                      trust_remote_code=args.trust_task_code)
     print(path, flush=True)
     return 0
 
 
 def _reward_check(args: argparse.Namespace) -> int:
-    import contextlib
     import json
 
     from grpo_kit.runs.reward_check import reward_check
 
     # what a user's reward prints goes to standard error, so that --json's standard output stays JSON
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None)
+        check = reward_check(args.run_dir, parse_rewards(args.rewards) if args.rewards else None,
+                             trust_remote_code=args.trust_task_code)
     print(json.dumps(check.to_json(), indent=1) if args.json else check.markdown(), flush=True)
     return 0
 
@@ -399,6 +419,14 @@ def _rewards_option(parser: argparse.ArgumentParser, what: str) -> None:
                         "logs without training on it")
 
 
+def _trust_option(parser: argparse.ArgumentParser) -> None:
+    """``--trust-task-code``: the commands that read a task file (given, or recorded by a run folder)."""
+    parser.add_argument("--trust-task-code", action="store_true",
+                        help="let a task file import and run the Python it names outside grpo_kit (loader, rules, "
+                        "demonstration, tokenizer_texts as module:name); without it such a file is refused, naming "
+                        "the modules, before anything is imported")
+
+
 def _demo_options(parser: argparse.ArgumentParser, config: Any, folder: str) -> None:
     """The options both demos take, each defaulting to the demo's own setting (``config``)."""
     parser.add_argument("--name", default=None, help=f"folder under --runs-dir (default {folder})")
@@ -418,6 +446,7 @@ def _runs_options(parser: argparse.ArgumentParser, out: str) -> None:
     parser.add_argument("--names", nargs="+", default=None, help="the runs' names (default: their folders')")
     parser.add_argument("--out", default=None, help=out)
     parser.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
+    _trust_option(parser)
 
 
 def _verify_options(parser: argparse.ArgumentParser) -> None:
@@ -456,6 +485,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--xml-share", type=_share, default=DemoConfig.warm.xml_share,
                       help="share of warm-start targets in the XML format")
     demo.add_argument("--resume", action="store_true", help="continue a killed demo from its newest checkpoint")
+    _trust_option(demo)
 
     compare_demo = command("compare-demo", _compare_demo, "one warm start and baseline, one GRPO run per reward set, "
                            "one paired table (offline, CPU)")
@@ -501,6 +531,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--warm-steps", type=_positive, default=None,
                        help="tiny policy only: warm-start steps (default the baseline's, else sized to the task)")
     train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")
+    _trust_option(train)
 
     ev = command("eval", _eval, "--before: the baseline (notebook 02); else the trained model and the before/after "
                  "report (notebook 04)", recipe=True)
@@ -509,6 +540,7 @@ def _parser() -> argparse.ArgumentParser:
                     "same settings again reuse the baseline; other settings are refused)")
     ev.add_argument("--batch-size", type=_positive, default=None, help=f"prompts per generate call (default "
                     f"{base.batch_size}; after training: the baseline's)")
+    _trust_option(ev)
     before = ev.add_argument_group("--before only", "the baseline's settings (the evaluation after training repeats "
                                    "them)")
     before.add_argument("--replace-baseline", action="store_true", help="replace a baseline measured with other "
@@ -538,6 +570,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder measured with eval --before --samples k")
     _rewards_option(check, "the reward set to check")
     _json_option(check, "check")
+    _trust_option(check)
 
     _runs_options(command("compare", _compare, "several trained runs sharing a baseline: one paired table, "
                           "Holm-adjusted, and a chart (notebook 05)"),
@@ -555,6 +588,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
     exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
     _verify_options(exp)
+    _trust_option(exp)
     exp.add_argument("--base", default=None, metavar="PATH", help="a local folder holding the 16-bit base an Unsloth "
                      "LoRA run merges into (without it Unsloth downloads it from the Hub: about 16 GB for 8B)")
     exp.add_argument("--push-to-hub", default=None, metavar="OWNER/NAME", help="upload the verified export")
@@ -565,6 +599,7 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("export", help="a merged model folder or a .gguf file (or a folder holding one)")
     ver.add_argument("--against", required=True, help="the run folder")
     _verify_options(ver)
+    _trust_option(ver)
     ver.add_argument("--record", action="store_true", help="write verification.json into the export (lets "
                      "--push-to-hub upload a verified export made elsewhere)")
 
@@ -655,6 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input; 1: the system
     refused, e.g. a full disk; 130: Ctrl-C), each problem said in one line on standard error."""
     configure_logging()
+    quiet_library_bars_off_a_terminal()  # before anything imports tqdm
     parser = _parser()
     try:
         args, rest = parser.parse_known_args(argv)

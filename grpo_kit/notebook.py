@@ -249,7 +249,7 @@ def _warm(cpu: CpuDemo | None) -> Any:
 def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = None,
                   eval_questions: float | None = None, max_new_tokens: int | None = None, samples: int | None = None,
                   cpu_demo: Any = False, temperature: float | None = None, seed: int | None = None,
-                  use_drive: bool | None = None) -> tuple[Any, Any]:
+                  use_drive: bool | None = None, trust_remote_code: bool = False) -> tuple[Any, Any]:
     """Notebook 02's plan: which questions, how they are decoded, where the results go. Nothing loads.
 
     Args:
@@ -266,6 +266,8 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``eval_size``, ``max_new_tokens``,
             ``batch_size`` and warm start replace the notebook's.
         use_drive: ``None``: Drive in Colab only.
+        trust_remote_code: the task file may import and run the Python it names outside ``grpo_kit``
+            (:func:`grpo_kit.tasks.task_file.check_task_code`; the command line's ``--trust-task-code``).
 
     Returns:
         ``(plan, run)``: the :class:`grpo_kit.runs.measure.EvalPlan` and the :class:`grpo_kit.runs.folder.RunFolder`.
@@ -288,7 +290,7 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
                          eval_fraction=None if cpu or isinstance(eval_questions, int) else eval_questions,
                          max_new_tokens=cpu.max_new_tokens if cpu else max_new_tokens,
                          samples=samples, temperature=temperature, batch_size=cpu.batch_size if cpu else None,
-                         warm=_warm(cpu))
+                         warm=_warm(cpu), trust_remote_code=trust_remote_code)
     run = RunFolder(resolve_run_dir(run_dir, use_drive))
     print(f"{len(plan.questions())} {plan.task.name} test questions, greedy, up to {plan.max_new_tokens} new tokens"
           + (f", and {plan.samples} samples each at temperature {plan.temperature}" if plan.samples else ""))
@@ -299,7 +301,8 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
 def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = None, algorithm: str | None = None,
                   rewards: Any = None, max_steps: int | None = None, resume: bool = False,
                   eval_steps: int | None = None, eval_size: int | None = None, wandb_project: str | None = None,
-                  cpu_demo: Any = False, seed: int = 0, use_drive: bool | None = None) -> Any:
+                  cpu_demo: Any = False, seed: int = 0, use_drive: bool | None = None,
+                  trust_remote_code: bool = False) -> Any:
     """Notebook 03's run, resolved and checked before anything loads (:meth:`grpo_kit.runs.spec.RunSpec.resolve`),
     and said in two lines (:meth:`grpo_kit.runs.spec.RunSpec.describe`).
 
@@ -318,6 +321,8 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
         wandb_project: log to wandb (:func:`grpo_kit.training.tracking.setup_wandb`; ``None``: no wandb).
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``train_size`` and warm start apply.
         seed: seeds the training and the held-out slice.
+        trust_remote_code: the task file may import and run the Python it names outside ``grpo_kit``
+            (:func:`grpo_kit.tasks.task_file.check_task_code`; the command line's ``--trust-task-code``).
 
     Returns:
         The :class:`grpo_kit.runs.spec.RunSpec` that :func:`grpo_kit.runs.train.train` runs.
@@ -330,14 +335,16 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
                            run_dir=resolve_run_dir(run_dir, use_drive), resume=resume,
                            train_size=cpu.train_size if cpu else None, eval_steps=eval_steps, eval_size=eval_size,
                            seed=seed, warm=_warm(cpu), algorithm=algorithm, wandb_project=wandb_project,
+                           trust_remote_code=trust_remote_code,
                            **({"max_steps": max_steps} if max_steps is not None else {}))
     print("\n".join(spec.describe()))
     return spec
 
 
-def open_run(run_dir: str, use_drive: bool | None = None) -> tuple[Any, Any]:
+def open_run(run_dir: str, use_drive: bool | None = None, trust_remote_code: bool = False) -> tuple[Any, Any]:
     """Notebook 04's first step: the run folder notebooks 02 and 03 wrote, the plan its baseline measured, and the
-    GPU check for that plan's preset (Unsloth first on its routes).
+    GPU check for that plan's preset (Unsloth first on its routes). ``trust_remote_code``: the run's task file may
+    import and run Python of its own (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         ``(run, plan)``: the :class:`grpo_kit.runs.folder.RunFolder` and its :class:`grpo_kit.runs.measure.EvalPlan`.
@@ -349,18 +356,20 @@ def open_run(run_dir: str, use_drive: bool | None = None) -> tuple[Any, Any]:
     from grpo_kit.runs.measure import plan_from_settings
 
     run = RunFolder.existing(resolve_run_dir(run_dir, use_drive))  # a mistyped run_dir is named, not created
-    plan = plan_from_settings(run.read_json(run.eval_settings, written_by=BASELINE_STEP))
+    plan = plan_from_settings(run.read_json(run.eval_settings, written_by=BASELINE_STEP),
+                              trust_remote_code=trust_remote_code)
     gpu_check(plan.preset)
     print(f"run folder {run.path}: task {plan.task.name}")
     return run, plan
 
 
 def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_repo: str | None = None,
-               base: str | None = None) -> str:
+               base: str | None = None, trust_remote_code: bool = False) -> str:
     """Notebook 04's export (:func:`grpo_kit.runs.pipeline.export_steps`, as ``python -m grpo_kit export``): each
     format checked against the trained policy on ``questions`` held-out questions, and the export (the merged one of
     several) uploaded to ``hub_repo`` (private) when given. ``base``: a local folder holding the 16-bit base an Unsloth
-    LoRA run merges into (:func:`grpo_kit.runs.export.merge_base`).
+    LoRA run merges into (:func:`grpo_kit.runs.export.merge_base`). ``trust_remote_code``: the run's task file may
+    import and run Python of its own (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         One line per export: its folder and its verification's summary (and the upload's address).
@@ -372,7 +381,8 @@ def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_re
     from grpo_kit.runs.pipeline import export_steps
 
     formats = [formats] if isinstance(formats, str) else list(formats)
-    return "\n".join(export_steps(run.path, formats, questions=questions, base=base, push_to_hub=hub_repo))
+    return "\n".join(export_steps(run.path, formats, questions=questions, base=base, push_to_hub=hub_repo,
+                                  trust_remote_code=trust_remote_code))
 
 
 @dataclass
@@ -387,7 +397,7 @@ class Comparison:
 def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[str, Mapping[str, Any]] | None = None,
                     model: str | None = None, max_steps: int | None = None, eval_size: int | None = None,
                     max_new_tokens: int | None = None, samples: int | None = None, cpu_demo: Any = False,
-                    seed: int = 0, use_drive: bool | None = None) -> Comparison:
+                    seed: int = 0, use_drive: bool | None = None, trust_remote_code: bool = False) -> Comparison:
     """Notebook 05's variants, each resolved and checked before anything loads, and the baseline they share.
 
     On the CPU demo the recipe is the compare demo's (:class:`grpo_kit.runs.pipeline.CompareDemoConfig`: its warm start,
@@ -403,6 +413,8 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
         eval_size, max_new_tokens, samples: the evaluation every run shares (``None``: the compare demo's, 300
             questions, 40 tokens, 8 samples; the CPU demo's ``max_new_tokens`` and ``batch_size`` replace the
             notebook's).
+        trust_remote_code: the task file may import and run the Python it names outside ``grpo_kit``
+            (:func:`grpo_kit.tasks.task_file.check_task_code`; the command line's ``--trust-task-code``).
 
     Raises:
         ValueError: fewer than two variants, and whatever :meth:`grpo_kit.runs.spec.RunSpec.resolve` refuses.
@@ -416,7 +428,8 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     from grpo_kit.training.presets import get_preset
 
     cpu = cpu_demo_settings(cpu_demo)
-    demo = CompareDemoConfig(task=task, seed=seed, **({"grpo_steps": max_steps} if max_steps else {}))
+    demo = CompareDemoConfig(task=task, seed=seed, trust_remote_code=trust_remote_code,
+                             **({"grpo_steps": max_steps} if max_steps else {}))
     eval_size, max_new_tokens = eval_size or demo.eval_size, max_new_tokens or demo.eval_max_new_tokens
     samples = demo.samples if samples is None else samples
     warm = batch_size = None
@@ -426,16 +439,17 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
         warm = dataclasses.replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
         model, max_new_tokens, batch_size = None, cpu.max_new_tokens, cpu.batch_size
     config = get_preset(config, **{**fields_, **({"max_steps": max_steps} if max_steps else {})})
-    compare_rewards = get_task(task).extras.get("compare_rewards", {})
+    compare_rewards = get_task(task, trust_remote_code=trust_remote_code).extras.get("compare_rewards", {})
     chosen = variants if variants is not None else {name: {"rewards": dict(weights)}
                                                     for name, weights in compare_rewards.items()}
     if len(chosen) < 2:
         raise ValueError(f"compare two or more variants, got {list(chosen)}: set variants = {{name: {{...}}, ...}}")
     root = Path(resolve_run_dir(run_dir, use_drive))
-    specs = {name: RunSpec.resolve(config, task, model=model, run_dir=root / name, seed=seed, warm=warm, **kwargs)
+    specs = {name: RunSpec.resolve(config, task, model=model, run_dir=root / name, seed=seed, warm=warm,
+                                   trust_remote_code=trust_remote_code, **kwargs)
              for name, kwargs in chosen.items()}
     plan = baseline_plan(task, config, model=model, seed=seed, max_new_tokens=max_new_tokens, eval_size=eval_size,
-                         samples=samples, batch_size=batch_size, warm=warm)
+                         samples=samples, batch_size=batch_size, warm=warm, trust_remote_code=trust_remote_code)
     print(f"{config.name}: {config.max_steps} steps, learning rate {config.learning_rate}, "
           f"{config.prompts_per_step} prompts x {config.num_generations} "
           "completions")
@@ -462,7 +476,8 @@ class RunView:
                 f"<p>{html.escape(str(self.path))}: the same page, to open in a browser or share.</p>")
 
 
-def view_runs(run_dirs: Any, out: str | Path | None = None, names: Any = None, height: int = 760) -> RunView:
+def view_runs(run_dirs: Any, out: str | Path | None = None, names: Any = None, height: int = 760,
+              trust_remote_code: bool = False) -> RunView:
     """Write the run viewer (``python -m grpo_kit view``: :func:`grpo_kit.runs.view.write_view`) and show it inline.
 
     Args:
@@ -471,6 +486,8 @@ def view_runs(run_dirs: Any, out: str | Path | None = None, names: Any = None, h
             first).
         names: the runs' names (default the folders' names).
         height: the inline frame's height in pixels.
+        trust_remote_code: the runs' task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         :class:`RunView` (the notebook shows it; ``.path`` is the file).
@@ -482,4 +499,4 @@ def view_runs(run_dirs: Any, out: str | Path | None = None, names: Any = None, h
 
     dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) or hasattr(run_dirs, "path") else list(run_dirs)
     dirs = [getattr(d, "path", d) for d in dirs]
-    return RunView(write_view(dirs, out=out, names=names), height)
+    return RunView(write_view(dirs, out=out, names=names, trust_remote_code=trust_remote_code), height)

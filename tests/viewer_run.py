@@ -62,7 +62,6 @@ def write_run(folder: Path, n: int = 40, steps: int = 4, groups: int = 3, genera
     settings = {"task": "gsm8k", "preset": "cpu-tiny", "slice": {"n": n}, "seed": 0, "questions": n,
                 "base_model": "tiny", "base_fingerprint": "abc", "system_prompt": "S", "max_new_tokens": 64,
                 "samples": samples, "temperature": 0.7, "route": "transformers", "warm": None, "tiny_spec": None}
-    (folder / "eval_settings.json").write_text(json.dumps(settings))
     before = _completions(rows, 0.3, 0)
     before[0] = [SCRIPT]  # a completion that must show as text
     after = _completions(rows, right, seed)
@@ -71,6 +70,8 @@ def write_run(folder: Path, n: int = 40, steps: int = 4, groups: int = 3, genera
                               "baseline_sampled.jsonl": _completions(rows, 0.3, 5, samples)}.items():
         records = score(rows, completions, task=task, rewards=REWARDS if "sampled" in name else None)
         (folder / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    # written last, with the records' SHA-256, as the baseline writes it (grpo_kit.runs.measure)
+    (folder / "eval_settings.json").write_text(json.dumps({**settings, "files": RunFolder(folder).baseline_files()}))
     (folder / "train_settings.json").write_text(json.dumps({"identity": {"preset": {"name": "cpu-tiny"},
                                                             "rewards": {r: 1.0 for r in REWARDS}},
                                                             "max_steps": steps}))

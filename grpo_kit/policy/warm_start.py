@@ -382,9 +382,11 @@ class TinyPolicy:
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> TinyPolicy:
-        """The inverse of :meth:`request`."""
-        return cls(get_task(request["task"]), WarmStart(**request["warm"]), TinyPolicySpec(**request["spec"]),
-                   request["seed"], request["cache_dir"])
+        """The inverse of :meth:`request`. A request comes from the process that built this policy from a task it
+        had loaded, with the user's consent where the task file names Python of its own: the worker reads it
+        trusted."""
+        return cls(get_task(request["task"], trust_remote_code=True), WarmStart(**request["warm"]),
+                   TinyPolicySpec(**request["spec"]), request["seed"], request["cache_dir"])
 
 
 def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool = True) -> tuple[Any, Any, bool]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,8 +26,8 @@ from grpo_kit.runs.measure import evaluated_with, own_rewards, plan_from_setting
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
-__all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "compare_runs",
-           "differing_settings", "share_baseline"]
+__all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "check_run_names",
+           "compare_runs", "comparison_folder", "differing_settings", "share_baseline"]
 
 #: What :func:`compare_runs` writes into its ``out_dir``; ``runs_comparison.md`` begins with this heading.
 COMPARISON_FILES = ("runs_comparison.md", "runs_metrics.csv", "runs_pairs.csv", "runs_comparison.png")
@@ -136,7 +137,8 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     """Refuse a folder for :func:`compare_runs`' tables that would overwrite what is not a comparison, before any work.
 
     ``out`` may be new, empty, or a folder that holds only a previous comparison (:data:`COMPARISON_FILES`, its
-    ``runs_comparison.md`` written by the kit, whose files are replaced) and the compared run folders themselves. It
+    ``runs_comparison.md`` written by the kit, whose files are replaced), the page ``view`` writes beside it
+    (``view.html``) and the compared run folders themselves. It
     may not be, or lie inside, a run folder (one holding ``train_settings.json``, ``eval_settings.json`` or
     ``finished.json``): a run folder holds only what its own steps write, and a file added to ``model/`` makes
     ``export`` and ``eval`` refuse the run.
@@ -160,11 +162,14 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     if run is not None:
         where = f"is the run folder {run[0]}" if not run[1] else f"lies inside the run folder {run[0]} (its {run[1]})"
         raise ValueError(f"--out {out} {where}, which holds only what the run's own steps write: {fix}")
+    folder = next((p for p in (out.resolve(), *out.resolve().parents) if p.exists()), None)
+    if folder is not None and not os.access(folder, os.W_OK):  # read-only run folders are still compared
+        raise ValueError(f"cannot write {out} ({folder} is read-only to you): give --out a folder where you can write")
     if not out.is_dir():
         return out
     runs = {Path(d).resolve() for d in run_dirs}
     foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
-                     if p.resolve() not in runs and p.name not in COMPARISON_FILES)
+                     if p.resolve() not in runs and p.name not in COMPARISON_FILES and not _viewer_page(p))
     ours = out / COMPARISON_FILES[0]
     if not foreign and any((out / name).exists() for name in COMPARISON_FILES):
         try:
@@ -179,13 +184,47 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     return out
 
 
+def _viewer_page(path: Path) -> bool:
+    """Whether ``path`` is the page ``view`` writes beside a comparison (its default for several runs)."""
+    from grpo_kit.evaluation.viewer import MARK
+
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return path.name == "view.html" and f.read(len(MARK)) == MARK
+    except OSError:
+        return False
+
+
 def _names(folders: Sequence[RunFolder]) -> list[str]:
-    names = [f.path.name for f in folders]
+    names = [f.path.resolve().name for f in folders]  # "." is the folder's own name
     return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
 
 
+def comparison_folder(run_dirs: Sequence[str | Path]) -> Path:
+    """Where a comparison of ``run_dirs`` goes when no ``--out`` is given: ``comparison/`` beside the first run folder
+    (that folder resolved first, so ``compare . ../other`` from inside a run folder puts it beside it, not in it)."""
+    return Path(run_dirs[0]).resolve().parent / "comparison"
+
+
+def check_run_names(names: Sequence[str] | None, folders: Sequence[RunFolder]) -> list[str]:
+    """The runs' names in tables and the viewer: ``names`` (``--names``) checked, or the folders' names.
+
+    Raises:
+        ValueError: not one distinct name per folder, or a name holding ``|`` or a line break (names go into markdown
+            tables) or nothing.
+    """
+    if names is None:
+        return _names(folders)
+    names = list(names)
+    if len(names) != len(folders) or len(set(names)) != len(names):
+        raise ValueError(f"give one distinct name per run folder: {len(folders)} folders, names {names}")
+    if any("|" in n or "\n" in n or not n.strip() for n in names):
+        raise ValueError(f"run names go into markdown tables: give names without '|' or line breaks, got {names}")
+    return names
+
+
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None, names: Sequence[str] | None = None,
-                 seed: int = 0) -> RunsReport:
+                 seed: int = 0, trust_remote_code: bool = False) -> RunsReport:
     """Compare trained runs that share one baseline: one table of metrics, one of paired tests (Holm-adjusted).
 
     Args:
@@ -195,6 +234,8 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
             ``runs_comparison.png`` (nothing written when ``None``).
         names: the runs' names in the tables (default the folders' names).
         seed: the bootstrap's seed.
+        trust_remote_code: the runs' task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         :class:`RunsReport`.
@@ -212,23 +253,20 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     """
     if not run_dirs:
         raise ValueError("give at least one run folder (python -m grpo_kit compare RUN_DIR RUN_DIR ...)")
-    folders = [RunFolder.existing(d) for d in run_dirs]  # a mistyped path is named, not created
+    folders = [RunFolder.existing(d, write=False) for d in run_dirs]  # a mistyped path is named, not created
     if out_dir is not None:
         check_comparison_out(out_dir, run_dirs)
     if len({f.path.resolve() for f in folders}) != len(folders):
         raise ValueError("the same run folder is given twice: compare different runs")
-    names = list(names) if names is not None else _names(folders)
-    if len(names) != len(folders) or len(set(names)) != len(names):
-        raise ValueError(f"give one distinct name per run folder: {len(folders)} folders, names {names}")
-    if any("|" in n or "\n" in n or not n.strip() for n in names):
-        raise ValueError(f"run names go into markdown tables: give names without '|' or line breaks, got {names}")
+    names = check_run_names(names, folders)
     with contextlib.ExitStack() as locks:  # no training or evaluation rewrites a run while it is compared
         for folder in folders:
-            locks.enter_context(folder.lock("compare"))
-        return _compare_runs(folders, names, out_dir, seed)
+            locks.enter_context(folder.lock("compare", reading=True))
+        return _compare_runs(folders, names, out_dir, seed, trust_remote_code)
 
 
-def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int) -> RunsReport:
+def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int,
+                  trust_remote_code: bool) -> RunsReport:
     evaluated = {n: f.read_json(f.eval_settings, BASELINE_STEP)
                  for n, f in zip(names, folders)}
     trained = {n: f.read_json(f.train_settings, TRAIN_STEP)
@@ -239,9 +277,10 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
         values = {n: evaluated[n].get(key) for n in names}
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
             problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
-    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest")) if not problems else None
+    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest"),
+                    trust_remote_code=trust_remote_code) if not problems else None
     if not problems:
-        baselines = {n: EvalResult.from_jsonl(f.require(f.baseline, BASELINE_STEP), task=task)
+        baselines = {n: EvalResult.from_jsonl(f.check_baseline(f.baseline), task=task)
                      for n, f in zip(names, folders)}
         reference = [(r["id"], r["completion"]) for r in baselines[first].records]
         for n in names[1:]:
@@ -269,7 +308,8 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
     own = {getattr(f, "__name__", ""): f for n in names for f in own_rewards(trained[n], ())}
     baseline = baselines[first]
     if own:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
-        baseline = with_rewards(baseline, list(plan_from_settings(evaluated[first]).questions()), list(own.values()))
+        questions = plan_from_settings(evaluated[first], trust_remote_code=trust_remote_code).questions()
+        baseline = with_rewards(baseline, list(questions), list(own.values()))
     comparison = compare_runs_results(baseline, afters, seed=seed)
     differences = differing_settings(trained)
     lines = [f"# {len(names)} runs against their shared baseline", "",

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.runs.folder import RunFolder, enclosing_run
-from grpo_kit.system.files import json_or_none, sha256_file, write_json, write_text
+from grpo_kit.system.files import json_or_none, new_beside, sha256_file, write_json, write_text
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
            "check_out", "check_record", "check_repo_id", "check_tools", "export", "merge_base", "model_card",
@@ -141,10 +141,10 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
     if not Path(run_dir).is_dir():
         raise FileNotFoundError(f"no run folder at {run_dir}: give the folder a train run wrote (it holds model/ "
                                 "and train_settings.json)")
-    run = RunFolder(run_dir)
+    run = RunFolder(run_dir, write=False)  # export writes into --out only
     run.require(run.model, "python -m grpo_kit train (or notebook 03)")
     if run.finished_step() is None:
-        with run.lock("export"):  # a training still writing it is named (RunFolderBusy), else it was stopped
+        with run.lock("export", reading=True):  # a training still writing it is named (RunFolderBusy), else stopped
             pass
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be "
                          "half-written): run python -m grpo_kit train with --resume to finish it, then export")
@@ -155,8 +155,10 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
     return run, settings
 
 
-def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[Any, Any, int]:
-    """``(task, the first questions of the baseline's seeded test slice, max_new_tokens)``."""
+def _heldout(run: RunFolder, settings: dict[str, Any], questions: int, trust_remote_code: bool = False
+             ) -> tuple[Any, Any, int]:
+    """``(task, the first questions of the baseline's seeded test slice, max_new_tokens)``; ``trust_remote_code``: the
+    run's task file may import and run Python of its own (:func:`grpo_kit.tasks.task_file.check_task_code`)."""
     from grpo_kit.tasks import get_task
     from grpo_kit.tasks.data import take_slice
 
@@ -168,7 +170,7 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int) -> tuple[
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
             raise ValueError(f"{path} is damaged or was edited ({name} = {value!r}, not a whole number): restore it, "
                              "or measure the baseline again in a new run folder (eval --before)")
-    task = get_task(settings.get("task"), digest=settings.get("task_digest"))
+    task = get_task(settings.get("task"), digest=settings.get("task_digest"), trust_remote_code=trust_remote_code)
     test = task.load("test")
     rows = take_slice(test, n=min(questions, len(test)), seed=seed)
     return task, rows, int(budget)
@@ -251,7 +253,7 @@ def merge_base(run_dir: str | Path, base: str | Path | None = None) -> Path | No
             ``HF_HUB_OFFLINE`` set where the base would come from the Hub (the message names ``--base``).
         ConnectionError: the Hub does not answer for the base (the message names ``--base``).
     """
-    run = RunFolder(run_dir)
+    run = RunFolder(run_dir, write=False)
     settings = run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
     preset = settings.get("identity", {}).get("preset", {}) if isinstance(settings, dict) else {}
     adapter = run.model / "adapter_config.json"
@@ -312,6 +314,15 @@ def _saved_dtype(folder: Path) -> str | None:
     config = json_or_none(folder / "config.json")
     found = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
     return str(found).removeprefix("torch.") if found else None
+
+
+def trained_through_unsloth(run_dir: str | Path) -> bool:
+    """Whether the run folder's policy was trained (and so loads again) through Unsloth, as its
+    ``train_settings.json`` records; ``False`` when it records nothing readable (the command that reads it says so).
+    Such a run's commands must import Unsloth before transformers."""
+    settings = json_or_none(Path(run_dir) / "train_settings.json")
+    preset = settings.get("identity", {}).get("preset", {}) if isinstance(settings, dict) else {}
+    return isinstance(preset, dict) and bool(preset.get("use_unsloth"))
 
 
 def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, bool]:
@@ -402,12 +413,13 @@ def _dtype_name(model: Any) -> str:
     return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
-def _reference(run: RunFolder, settings: dict[str, Any], questions: int) -> dict[str, Any]:
+def _reference(run: RunFolder, settings: dict[str, Any], questions: int, trust_remote_code: bool = False
+               ) -> dict[str, Any]:
     """The trained policy's greedy answers to the held-out questions, its merged weights and tokenizer."""
     from grpo_kit.evaluation.scoring import evaluate
     from grpo_kit.policy.generation import Sampling, TransformersBackend
 
-    task, rows, budget = _heldout(run, settings, questions)
+    task, rows, budget = _heldout(run, settings, questions, trust_remote_code)
     model, tokenizer, unsloth = _load_trained(run, settings)
     sampling = Sampling(temperature=0.0, max_new_tokens=budget)
     result = evaluate(TransformersBackend(model, tokenizer, name="the trained policy"), rows, sampling, task=task)
@@ -457,7 +469,8 @@ def _gguf_type(path: Path) -> str:
 
 
 def verify_export(export: str | Path, against: str | Path, questions: int = 32,
-                  reference: dict[str, Any] | None = None, threshold: float | None = None) -> Verification:
+                  reference: dict[str, Any] | None = None, threshold: float | None = None,
+                  trust_remote_code: bool = False) -> Verification:
     """Check an export against a run's trained policy: the serving runtime's greedy answers to held-out questions.
 
     Works on an export made anywhere (this kit, Unsloth's ``save_pretrained_merged``, by hand): a folder
@@ -472,6 +485,8 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         reference: the trained policy's answers already computed (:func:`export` passes them).
         threshold: replaces the type's threshold (:data:`IDENTICAL_THRESHOLDS`, :data:`AGREEMENT_THRESHOLDS`), in
             [0, 1]; a float32 merged export must still be identical.
+        trust_remote_code: the run's task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         :class:`Verification` (``passed`` says the verdict; nothing is raised for a failed check).
@@ -493,7 +508,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
 
         import_llama_cpp()  # before any model loads: llama.cpp's Python binding must be built (make install-llama)
     run, settings = _run(against)
-    ref = reference or _reference(run, settings, questions)
+    ref = reference or _reference(run, settings, questions, trust_remote_code)
     digest = run.check_model()
     from grpo_kit.evaluation.compare import flips
     from grpo_kit.evaluation.scoring import evaluate
@@ -766,7 +781,8 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
 
 def export(run_dir: str | Path, format: str = "merged", quant: str | None = None, out: str | Path | None = None,
            questions: int = 32, push_to_hub: str | None = None, private: bool = True,
-           threshold: float | None = None, base: str | Path | None = None) -> tuple[Path, Verification]:
+           threshold: float | None = None, base: str | Path | None = None, trust_remote_code: bool = False
+           ) -> tuple[Path, Verification]:
     """Export a run's trained policy and verify it (:func:`verify_export`) before calling it done.
 
     Args:
@@ -782,6 +798,8 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         threshold: replaces the type's threshold (see :func:`verify_export`).
         base: a local folder holding the 16-bit base an Unsloth LoRA run merges into (:func:`merge_base`); without
             it Unsloth downloads that base from the Hub, which is checked before any model loads.
+        trust_remote_code: the run's task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         ``(the export folder, its Verification)``; the folder holds the model, ``README.md`` and
@@ -813,14 +831,14 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     out = check_out(out if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}"),
                     run.path, format)
     # One writer per export folder, and no training rewrites model/ while it is exported.
-    with _export_lock(out), run.lock("export"):
+    with _export_lock(out), run.lock("export", reading=True):
         check_out(out, run.path, format)  # again, now that no other export can be writing it
         run.check_model()
         out.parent.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))  # this export's own
-        folder.chmod(0o755)  # mkdtemp's 0o700 would follow the export
+        folder = new_beside(out, "partial-", folder=True)  # this export's own, with the user's umask
         try:
-            done, verification = _build(run, settings, format, quant, folder, out, questions, threshold, merge_from)
+            done, verification = _build(run, settings, format, quant, folder, out, questions, threshold, merge_from,
+                                        trust_remote_code)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
         if push_to_hub is not None:
@@ -829,11 +847,12 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
 
 
 def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, folder: Path, out: Path,
-           questions: int, threshold: float | None, base: Path | None = None) -> tuple[Path, Verification]:
+           questions: int, threshold: float | None, base: Path | None = None, trust_remote_code: bool = False
+           ) -> tuple[Path, Verification]:
     from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
     from grpo_kit.system.progress import phase_bar
 
-    reference = _reference(run, settings, questions)
+    reference = _reference(run, settings, questions, trust_remote_code)
     reference["base"] = base
     _check_disk(folder, reference["parameters"], format, quant, float32=reference["dtype"] == "float32")
     with phase_bar("merging and saving", None):
@@ -852,7 +871,8 @@ def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | N
                 quantize_gguf(full, gguf, quant)
             full.unlink()
         shutil.rmtree(merged)
-    verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold)
+    verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold,
+                                 trust_remote_code=trust_remote_code)
     return _finish(folder, out, verification, run.path), verification
 
 
@@ -894,7 +914,7 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
         raise ValueError(f"{folder} changed since it was verified (a file's SHA-256 differs): verify it again")
     source = verification.get("run")
     if source and verification.get("model_digest") and Path(source, "finished.json").is_file():
-        digest = RunFolder(source).check_model()  # a model/ edited since raises, naming the file
+        digest = RunFolder(source, write=False).check_model()  # a model/ edited since raises, naming the file
         if digest != verification["model_digest"]:
             raise ValueError(f"{source}/model was trained further or replaced since {folder} was verified against "
                              "it: export it again")

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -178,14 +179,22 @@ def hold_lock(lock_file: Path, holder_file: Path, what: Path, command: str, valu
 class RunFolder:
     """Paths inside one run folder (created on first use).
 
+    Args:
+        path: the folder.
+        write: this process writes the folder: it is created and must be writable. ``False`` for a command that only
+            reads it (``reward-check``, ``compare``, ``view``, ``export`` with its ``--out`` elsewhere), which works on
+            a read-only folder too.
+
     Raises:
-        ValueError: the folder cannot be created or written (the message names it).
+        ValueError: ``write`` and the folder cannot be created or written (the message names it).
     """
 
     path: Path
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, write: bool = True) -> None:
         object.__setattr__(self, "path", Path(path))
+        if not write:
+            return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / f".write-test-{os.getpid()}"
@@ -196,16 +205,17 @@ class RunFolder:
                              "write, e.g. --run-dir runs/<name> under the current directory") from None
 
     @classmethod
-    def existing(cls, path: str | Path, written_by: str = "notebooks 02-03 (or eval --before and train)") -> RunFolder:
+    def existing(cls, path: str | Path, written_by: str = "notebooks 02-03 (or eval --before and train)",
+                 write: bool = True) -> RunFolder:
         """The run folder at ``path``, which a reader (notebook 04, ``compare``) needs to exist: a mistyped path is
-        named, not created empty.
+        named, not created empty. ``write``: see the class.
 
         Raises:
             FileNotFoundError: no folder at ``path``; the message names it and the steps that write one.
         """
         if not Path(path).is_dir():
             raise FileNotFoundError(f"no run folder at {path}: check the path, or write one with {written_by}")
-        return cls(path)
+        return cls(path, write)
 
     baseline = property(lambda self: self.path / "baseline.jsonl", doc="records of the evaluation before training")
     trained = property(lambda self: self.path / "trained.jsonl", doc="records of the evaluation after training")
@@ -238,7 +248,7 @@ class RunFolder:
     alarms = property(lambda self: self.path / "alarms.jsonl", doc="reward-hacking and stale-weights alarms")
     report = property(lambda self: self.path / "report.md", doc="the before/after report")
 
-    def lock(self, command: str) -> contextlib.AbstractContextManager[RunFolder]:
+    def lock(self, command: str, reading: bool = False) -> contextlib.AbstractContextManager[RunFolder]:
         """Hold the folder's write lock while the block runs: one writer per run folder.
 
         The lock is ``filelock``'s (an OS lock on ``.lock``), which the operating system releases when its
@@ -247,10 +257,15 @@ class RunFolder:
 
         Args:
             command: what this process does (``"train"``, ``"eval --before"``; shown to a second writer).
+            reading: the block only reads the folder, and holds the lock so that no step rewrites what it reads; a
+                folder this process cannot write (read-only, or another user's) is read without it, since the lock
+                is a file in the folder.
 
         Raises:
             RunFolderBusy: another process holds it; the message names it and what to do.
         """
+        if reading and not os.access(self.path, os.W_OK):
+            return contextlib.nullcontext(self)
         return hold_lock(self.lock_file, self.lock_holder, self.path, command, self)
 
     def write_json(self, path: Path, data: Any) -> Path:
@@ -356,6 +371,33 @@ class RunFolder:
         write_json(self.evaluated, {"step": step, "model_digest": digest, **settings, "files": files,
                                     "evaluated": time.strftime("%Y-%m-%d %H:%M:%S")})
 
+    def baseline_files(self) -> dict[str, str]:
+        """The SHA-256 of the baseline's records (``baseline.jsonl``, and ``baseline_sampled.jsonl`` when measured), by
+        file name: what ``eval_settings.json``, written last by the baseline, records under ``files``."""
+        return {p.name: sha256_file(p) for p in (self.baseline, self.baseline_sampled) if p.is_file()}
+
+    def check_baseline(self, path: Path) -> Path:
+        """Refuse baseline records (``path``: :attr:`baseline` or :attr:`baseline_sampled`) that are not the ones the
+        baseline wrote: their SHA-256 differs from the one ``eval_settings.json`` records, as ``evaluated.json``
+        holds ``trained.jsonl`` to its (:meth:`stale_results`). A baseline measured before the kit recorded them has
+        nothing to check against. Returns ``path``.
+
+        Raises:
+            FileNotFoundError: ``path`` is missing (the message names the step that writes it).
+            ValueError: the file was edited or replaced; the message names it and what to do.
+        """
+        self.require(path, BASELINE_STEP)
+        try:
+            settings = json.loads(self.eval_settings.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return path  # no settings (a baseline still being measured) or damaged ones, which their reader names
+        recorded = settings.get("files") if isinstance(settings, dict) else None
+        if isinstance(recorded, dict) and path.name in recorded and sha256_file(path) != recorded[path.name]:
+            raise ValueError(f"{path} is not the file the baseline wrote (its SHA-256 differs from the one "
+                             f"{self.eval_settings.name} records: it was edited or replaced), so no table reads it: "
+                             f"restore it, or measure the baseline again in a new run folder ({BASELINE_STEP})")
+        return path
+
     def stale_results(self, settings: dict[str, Any] | None = None) -> str | None:
         """Why the evaluation after training (``trained.jsonl``, ``report.md``, ``comparison.csv``) is not of the
         model now in ``model/``; ``None`` when it is current.
@@ -367,7 +409,7 @@ class RunFolder:
         Returns:
             A one-line reason that ends with what to run, or ``None``.
         """
-        again = f"run python -m grpo_kit eval --run-dir {self.path} again"
+        again = f"run python -m grpo_kit eval --run-dir {shlex.quote(str(self.path))} again"
         if not self.evaluated.is_file():
             return (f"{self.path}'s evaluation after training does not record the step and model it measured (no "
                     f"{self.evaluated.name}): {again}")

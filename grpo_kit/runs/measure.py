@@ -140,12 +140,16 @@ def _digest(task: Task) -> dict[str, str] | None:
     return dict(task.digest) if task.digest is not None else None
 
 
-def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None) -> EvalPlan:
-    """Rebuild notebook 02's :class:`EvalPlan` from its ``eval_settings.json`` (:meth:`EvalPlan.settings`)."""
+def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None, trust_remote_code: bool = False
+                       ) -> EvalPlan:
+    """Rebuild notebook 02's :class:`EvalPlan` from its ``eval_settings.json`` (:meth:`EvalPlan.settings`);
+    ``trust_remote_code``: the recorded task file may import and run Python of its own
+    (:func:`grpo_kit.tasks.task_file.check_task_code`)."""
     recorded = settings.get("recipe")  # a folder of an earlier version records a preset's overrides
     preset = get_preset(Recipe(settings["preset"], recorded)) if isinstance(recorded, dict) else \
         get_preset(settings["preset"], **settings.get("preset_overrides", {}))
-    return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest")), preset=preset,
+    return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest"),
+                                  trust_remote_code=trust_remote_code), preset=preset,
                     model=settings.get("model_override"),
                     slice=settings["slice"], seed=settings["seed"], max_new_tokens=settings["max_new_tokens"],
                     samples=settings["samples"], temperature=settings["temperature"],
@@ -248,20 +252,23 @@ def _measure_before(plan: EvalPlan, run: RunFolder, backend: Any, questions: Any
     # Written last: a baseline that died on the way leaves no settings for notebook 04 to pair with.
     run.write_json(run.eval_settings, {
         **plan.settings(), "route": route, "base_model": source.name, "base_fingerprint": _base_fingerprint(backend),
-        "system_prompt": system_prompt_of(questions), "questions": len(questions),
+        "system_prompt": system_prompt_of(questions), "questions": len(questions), "files": run.baseline_files(),
     })
     return results
 
 
 def _records(run: RunFolder, path: Path, plan: EvalPlan, expected: int) -> EvalResult:
-    """A baseline file of the run, checked whole (before any model loads): readable, and the ``expected`` number of
-    questions ``eval_settings.json`` describes.
+    """A baseline file of the run, checked whole (before any model loads): the file the baseline wrote
+    (:meth:`grpo_kit.runs.folder.RunFolder.check_baseline`), readable, and the ``expected`` number of questions
+    ``eval_settings.json`` describes.
 
     Raises:
-        ValueError: the file is damaged or holds other questions than the plan's slice (the message names it).
+        ValueError: the file was edited, is damaged or holds other questions than the plan's slice (the message names
+            it).
     """
+    run.check_baseline(path)
     try:
-        result = EvalResult.from_jsonl(run.require(path, BASELINE_STEP), task=plan.task)
+        result = EvalResult.from_jsonl(path, task=plan.task)
     except ValueError as e:
         raise ValueError(f"{e}. Delete {path} and {run.eval_settings.name} and run {BASELINE_STEP} again") from None
     found = len({r["id"] for r in result.records})
@@ -307,7 +314,7 @@ class Measured(BeforeAfter):
 
 
 def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = None,
-                  rewards: Sequence[Any] = ()) -> Measured:
+                  rewards: Sequence[Any] = (), trust_remote_code: bool = False) -> Measured:
     """Evaluate the run folder's trained model on the baseline's questions, route and decoding, and compare.
 
     Args:
@@ -319,6 +326,8 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         rewards: reward functions of your own to show beside the task's metrics, before and after (scored on the
             recorded completions). The run's own rewards that ``train_settings.json`` records as importable
             (``module:function``) are added without asking; one defined in a notebook is passed here.
+        trust_remote_code: the run's task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         :class:`Measured`; ``trained.jsonl`` (and ``trained_sampled.jsonl``), ``comparison.csv``,
@@ -333,7 +342,7 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
             ``model/`` no longer matches what training wrote (``finished.json``).
     """
     with run.lock("eval"):
-        return _measure_after(run, batch_size, backend, rewards)
+        return _measure_after(run, batch_size, backend, rewards, trust_remote_code)
 
 
 def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
@@ -356,17 +365,19 @@ def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
     return list(found.values())
 
 
-def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards: Sequence[Any] = ()) -> Measured:
+def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards: Sequence[Any] = (),
+                   trust_remote_code: bool = False) -> Measured:
     evaluated = run.read_settings(run.eval_settings, BASELINE_STEP, ("task", "route", "base_model", "system_prompt"))
     trained = run.read_settings(run.train_settings, TRAIN_STEP, ("base_model", "task", "system_prompt"))
     check_pairing(evaluated, trained, run.path)
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
                          f"half-written): run {TRAIN_STEP} with --resume to finish it, then evaluate")
-    get_task(evaluated["task"], digest=evaluated.get("task_digest"))  # changed data is refused, naming the file
+    # changed data is refused, naming the file
+    get_task(evaluated["task"], digest=evaluated.get("task_digest"), trust_remote_code=trust_remote_code)
     step, digest = run.finished_step(), run.check_model()  # model/ as training wrote it, else the file is named
     try:
-        plan = plan_from_settings(evaluated, batch_size)
+        plan = plan_from_settings(evaluated, batch_size, trust_remote_code)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run "
                          f"{BASELINE_STEP} again") from None

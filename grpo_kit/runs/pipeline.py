@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = None,
                   eval_fraction: float | None = None, max_new_tokens: int | None = None, warm_steps: int | None = None,
-                  **settings: Any) -> EvalPlan:
+                  trust_remote_code: bool = False, **settings: Any) -> EvalPlan:
     """What a baseline measures (:class:`grpo_kit.runs.measure.EvalPlan`), from a front door's settings (``eval
     --before``, notebook 02); nothing loads.
 
@@ -55,13 +55,15 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
         max_new_tokens: each completion's budget (``None``: for a task file on the tiny policy, from its longest
             answer (:func:`grpo_kit.policy.warm_start.completion_budget`, said in one line), else the plan's).
         warm_steps: the tiny policy's warm-start steps (``None``: the kit's, sized to the task).
+        trust_remote_code: a task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
         settings: the plan's other fields (``model``, ``samples``, ``temperature``, ``batch_size``,
             ``backend``, ``seed``, ``cache_dir``, ...); a ``None`` value keeps its default.
 
     Raises:
         ValueError: whatever :class:`EvalPlan` refuses; a slice out of the test split's range.
     """
-    task = get_task(task)
+    task = get_task(task, trust_remote_code=trust_remote_code)
     settings = {k: v for k, v in settings.items() if v is not None}
     if eval_size or eval_fraction:
         settings["slice"] = {"n": eval_size} if eval_size else {"fraction": eval_fraction}
@@ -93,7 +95,8 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
         quant: the GGUF type (a GGUF only).
         push_to_hub: ``owner/name``: upload the verified export (the only one, or the merged one of several).
         private: the Hub repository's visibility when created.
-        settings: :func:`grpo_kit.runs.export.export`'s ``questions``, ``threshold``, ``base``.
+        settings: :func:`grpo_kit.runs.export.export`'s ``questions``, ``threshold``, ``base``,
+            ``trust_remote_code``.
 
     Yields:
         ``"<folder>: <verification summary>"`` per format, then the upload's address.
@@ -170,6 +173,7 @@ class DemoConfig:
     seed: int = 0
     progress: bool = True
     resume: bool = False  # continue a killed demo from its newest checkpoint (else start the training afresh)
+    trust_remote_code: bool = False  # a task file may import and run Python of its own (tasks.task_file)
 
     def __post_init__(self) -> None:
         _one_folder_name(self.name, self.runs_dir, "the demo")
@@ -207,6 +211,7 @@ class CompareDemoConfig:
     variants: tuple[str, ...] | None = None  # which of the task's compare_rewards (None: all, in order)
     seed: int = 0
     progress: bool = True
+    trust_remote_code: bool = False  # a task file may import and run Python of its own (tasks.task_file)
 
     def __post_init__(self) -> None:
         _one_folder_name(self.folder_name, self.runs_dir, "the compare demo")
@@ -214,7 +219,8 @@ class CompareDemoConfig:
     @property
     def folder_name(self) -> str:
         """The folder under ``runs_dir``: ``name``, default ``compare-<task>``."""
-        return self.name if self.name is not None else f"compare-{get_task(self.task_name).name}"
+        return self.name if self.name is not None else \
+            f"compare-{get_task(self.task_name, trust_remote_code=self.trust_remote_code).name}"
 
     def preset_fields(self) -> dict[str, Any]:
         """The ``cpu-tiny`` preset fields every variant trains with (notebook 05 uses them on the tiny policy)."""
@@ -286,7 +292,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
     total_start, wall = time.perf_counter(), {}
-    task = get_task(config.task)
+    task = get_task(config.task, trust_remote_code=config.trust_remote_code)
     if not task.trains:
         raise ValueError(f"the demo trains, and task {task.name!r} has no train split with solutions: choose one of "
                          + ", ".join(demo_tasks()))
@@ -367,7 +373,8 @@ def _run_demo(config: DemoConfig, task: Task, preset: Recipe, plan: EvalPlan, ru
             from grpo_kit.policy.loading import load_policy
 
             model = load_policy(str(trained.model_dir))[0]
-        measured = measure_after(run, backend=_backend(model, tokenizer, config))
+        measured = measure_after(run, backend=_backend(model, tokenizer, config),
+                                 trust_remote_code=config.trust_remote_code)
     return measured, trained, cached, ", ".join(spec.rewards.names)
 
 
@@ -414,7 +421,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
 
     wall: dict[str, float] = {}
     total_start = time.perf_counter()
-    task = get_task(config.task_name)
+    task = get_task(config.task_name, trust_remote_code=config.trust_remote_code)
     variants = _variants(config, task)
     preset = get_preset("cpu-tiny", **config.preset_fields())
     plan = _tiny_plan(config, task, preset)
@@ -450,8 +457,10 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
             fresh, _ = load_policy(str(plan.source.tiny.folder), dtype="float32")  # every variant starts from the cache
             trained = train(spec, policy=(fresh, tokenizer))
         with _timed(wall, f"{name}: evaluation after GRPO"):
-            measured[name] = measure_after(spec.folder, backend=_backend(trained.trainer.model, tokenizer, config))
-    report = compare_runs([f.path for f in folders.values()], out_dir=root, seed=config.seed)
+            measured[name] = measure_after(spec.folder, backend=_backend(trained.trainer.model, tokenizer, config),
+                                           trust_remote_code=config.trust_remote_code)
+    report = compare_runs([f.path for f in folders.values()], out_dir=root, seed=config.seed,
+                          trust_remote_code=config.trust_remote_code)
     wall["total"] = time.perf_counter() - total_start
 
     sampled = []
@@ -494,7 +503,8 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
 
 def demo_policy(config: DemoConfig = DemoConfig()) -> TinyPolicy:
     """The tiny policy the demo with ``config`` trains from (its warm start, shape, seed, task and cache folder)."""
-    return TinyPolicy(get_task(config.task), config.warm, config.spec, config.seed, config.cache_dir)
+    return TinyPolicy(get_task(config.task, trust_remote_code=config.trust_remote_code), config.warm, config.spec,
+                      config.seed, config.cache_dir)
 
 
 def ship_demo_policy(cache_dir: str | Path | None = None) -> Path:

@@ -20,8 +20,9 @@ __all__ = ["reward_check"]
 _BASELINE = "02_baseline_eval (or python -m grpo_kit eval --before --samples 8)"
 
 
-def reward_check(run_dir: str | Path | RunFolder, rewards: RewardSet | Sequence[Any] | Mapping[Any, float] | None = None
-                 ) -> RewardCheck:
+def reward_check(run_dir: str | Path | RunFolder,
+                 rewards: RewardSet | Sequence[Any] | Mapping[Any, float] | None = None,
+                 trust_remote_code: bool = False) -> RewardCheck:
     """Check a reward set on the run folder's sampled baseline (``baseline_sampled.jsonl``).
 
     Args:
@@ -29,6 +30,8 @@ def reward_check(run_dir: str | Path | RunFolder, rewards: RewardSet | Sequence[
         rewards: the rewards and weights to check (a :class:`grpo_kit.tasks.RewardSet`, names and/or functions, or a
             ``{reward: weight}`` mapping); default the task's. Rewards the records do not hold are scored on the
             recorded completions (nothing is generated).
+        trust_remote_code: the run's task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         :class:`grpo_kit.evaluation.reward_check.RewardCheck` (``.markdown()``, ``.to_json()``).
@@ -42,14 +45,14 @@ def reward_check(run_dir: str | Path | RunFolder, rewards: RewardSet | Sequence[
     path = run_dir.path if isinstance(run_dir, RunFolder) else Path(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"no run folder at {path}: run {_BASELINE} with run_dir={str(path)!r} first")
-    run = run_dir if isinstance(run_dir, RunFolder) else RunFolder(path)
+    run = run_dir if isinstance(run_dir, RunFolder) else RunFolder(path, write=False)
     settings = run.read_settings(run.eval_settings, _BASELINE, ("task", "samples"))
     reward_set = RewardSet(rewards) if rewards is not None else None  # an unknown reward fails before the data loads
-    plan = plan_from_settings(settings)
+    plan = plan_from_settings(settings, trust_remote_code=trust_remote_code)
     if not settings["samples"] or not run.baseline_sampled.is_file():
         raise ValueError(f"the baseline in {run.path} has no sampled completions: measure it again with samples "
                          "(eval --before --samples 8; notebook 02: samples = 8) in a new run folder")
-    result = EvalResult.from_jsonl(run.baseline_sampled, task=plan.task)
+    result = EvalResult.from_jsonl(run.check_baseline(run.baseline_sampled), task=plan.task)
     reward_set = reward_set or plan.task.reward_set()
     questions = list(plan.questions())
     probe_rewards(reward_set, plan.task, questions)  # what train refuses is refused here, naming the reward

@@ -25,7 +25,7 @@ from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.data import carve_validation
 from grpo_kit.tasks.reward_registry import probe
-from grpo_kit.tasks.task_file import check_digest
+from grpo_kit.tasks.task_file import check_digest, is_task_file
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.groups import GroupsKept
@@ -71,8 +71,9 @@ def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
                 check_digest(task, recorded.get("task_digest"), folder.path)
 
 
-def _recorded_task(run_dir: str | Path | None) -> str:
-    """The task a run folder recorded (its training, else its baseline); the kit's default task for a new folder."""
+def _recorded_task(run_dir: str | Path | None) -> tuple[str, dict[str, str] | None]:
+    """The task a run folder recorded (its training, else its baseline) and the digest of its files; the kit's default
+    task for a new folder."""
     for name in ("train_settings.json", "eval_settings.json"):
         path = Path(run_dir) / name if run_dir is not None else None
         if path is not None and path.is_file():
@@ -81,8 +82,9 @@ def _recorded_task(run_dir: str | Path | None) -> str:
             except (OSError, ValueError):
                 continue  # the step that reads it reports a damaged file, with what to do
             if isinstance(recorded, dict) and isinstance(recorded.get("task"), str):
-                return recorded["task"]
-    return DEFAULT_TASK
+                digest = recorded.get("task_digest")
+                return recorded["task"], digest if isinstance(digest, dict) else None
+    return DEFAULT_TASK, None
 
 
 def _same_policy(a: str, b: str) -> bool:
@@ -175,7 +177,7 @@ class RunSpec:
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
                 launch: Launch | None = None, algorithm: str | None = None, groups: GroupsKept | None = None,
                 argv: Sequence[str] = (), recipe_overrides: Mapping[str, Any] | None = None,
-                wandb_project: str | None = None, **overrides: Any) -> RunSpec:
+                wandb_project: str | None = None, trust_remote_code: bool = False, **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
@@ -201,6 +203,8 @@ class RunSpec:
                 algorithm fields; ``overrides`` still replace any of them (``None``: the preset's own algorithm).
             wandb_project: log to this Weights & Biases project (``report_to``, set up by
                 :func:`grpo_kit.training.tracking.setup_wandb`; ``None``: the recipe's ``report_to``).
+            trust_remote_code: a task file may import and run Python of its own
+                (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
         Raises:
             ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model
@@ -211,7 +215,11 @@ class RunSpec:
                 checkpoints (what differs).
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
-        task = get_task(task if task is not None else _recorded_task(run_dir))
+        # the run folder's task when none is given; one whose file moved since is named as the run's (get_task with
+        # the recorded digest), and changed data is checked below, against what each step recorded
+        task, digest = (task, None) if task is not None else _recorded_task(run_dir)
+        moved = digest is not None and is_task_file(task) and not Path(task).expanduser().is_file()
+        task = get_task(task, digest=digest if moved else None, trust_remote_code=trust_remote_code)
         if not task.trains:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")
@@ -258,9 +266,12 @@ class RunSpec:
         train_split = task.load("train")
         validation = None
         if eval_steps is not None:
+            what = f"--eval-size {eval_size} (notebook 03: eval_size)"  # the message names where the size came from
             if eval_size is None:
                 eval_size = task.validation_size or min(100, max(1, len(train_split) // 5))
-            train_split, validation = carve_validation(train_split, eval_size, seed)
+                what = f"validation_size {eval_size} in {task.file}" if task.validation_size else \
+                    f"the default validation size {eval_size} (a fifth of the train split, at most 100)"
+            train_split, validation = carve_validation(train_split, eval_size, seed, what)
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)

@@ -36,7 +36,13 @@ from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
-from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
+from grpo_kit.training.checkpoints import (
+    TiedKeysLoaded,
+    checkpoint_step,
+    fingerprint_on_save,
+    latest_complete,
+    schedule_on_resume,
+)
 from grpo_kit.training.presets import get_preset, recipe_yaml
 
 __all__ = ["TrainResult", "model_card", "package_versions", "train"]
@@ -269,9 +275,12 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     else:
         if resume_from is not None and main:
             log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
+        tied = TiedKeysLoaded(trainer.model)  # a resume's warning of tied weights the checkpoint holds once
+        logging.getLogger("transformers.trainer").addFilter(tied)
         try:
             trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
         finally:
+            logging.getLogger("transformers.trainer").removeFilter(tied)
             bar.close()
     with phase_bar(f"saving the trained policy into {folder.model}", None, "s",
                    enabled=spec.progress != "none" and main):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,10 @@ from typing import Any
 from grpo_kit.evaluation.compare import compare, paired_ids
 from grpo_kit.evaluation.scoring import EvalResult
 from grpo_kit.evaluation.viewer import MARK, viewer_html
-from grpo_kit.runs.folder import BASELINE_STEP, RunFolder
+from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
-from grpo_kit.training.groups import read_groups
+from grpo_kit.training.groups import kept_steps, read_groups
 
 __all__ = ["view_data", "write_view"]
 
@@ -52,11 +53,11 @@ def _table(frame: Any) -> list[dict[str, Any]]:
     return [{k: (v if isinstance(v, str) else _number(v)) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def _evaluation(run: RunFolder, path: Path) -> EvalResult | None:
+def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool) -> EvalResult | None:
     if not path.is_file():
         return None
     settings = run.read_json(run.eval_settings, BASELINE_STEP)
-    task = get_task(settings["task"], digest=settings.get("task_digest"))
+    task = get_task(settings["task"], digest=settings.get("task_digest"), trust_remote_code=trust_remote_code)
     return EvalResult.from_jsonl(path, task=task)
 
 
@@ -81,8 +82,17 @@ def _curves(run: RunFolder) -> dict[str, Any]:
 
 def _groups(run: RunFolder) -> dict[str, Any]:
     """The kept training groups, column-wise per group (the page's largest part, inflated only when shown), and per
-    kept step the share of groups whose completions all scored the same total (they teach nothing)."""
-    frame = read_groups(run.groups)
+    kept step the share of groups whose completions all scored the same total (they teach nothing); a step's damaged
+    file (torn by a kill, edited) is left out and named under ``damaged``, and the other steps are shown."""
+    import pandas as pd
+
+    frames, damaged = [], []
+    for step, _ in kept_steps(run.groups):
+        try:
+            frames.append(read_groups(run.groups, steps=[step]))
+        except ValueError as e:
+            damaged.append(str(e))
+    frame = pd.concat(frames, ignore_index=True) if frames else read_groups(run.groups, steps=[])
     rewards = [c for c in frame.columns if c.startswith("reward/")]
     out = []
     for (step, group), rows in frame.groupby(["step", "group"], sort=True):
@@ -98,16 +108,16 @@ def _groups(run: RunFolder) -> dict[str, Any]:
         zero[g["step"]][0] += (g["std"] or 0.0) < ZERO_STD
         zero[g["step"]][1] += 1
     return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": steps,
-            "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out}
+            "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out, "damaged": damaged}
 
 
-def _reward_check(run: RunFolder) -> dict[str, Any] | None:
+def _reward_check(run: RunFolder, trust_remote_code: bool) -> dict[str, Any] | None:
     if not run.baseline_sampled.is_file():
         return None
     from grpo_kit.runs.reward_check import reward_check
 
     try:
-        check = reward_check(run)
+        check = reward_check(run, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         return {"error": str(e)}
     data = check.to_json()
@@ -122,16 +132,19 @@ def _check_folders(run_dirs: Sequence[str | Path]) -> list[RunFolder]:
     """The run folders; no folder or a missing one is refused (a mistyped path is named, not created)."""
     if not run_dirs:
         raise ValueError("give at least one run folder (python -m grpo_kit view RUN_DIR [RUN_DIR ...])")
-    return [RunFolder.existing(d) for d in run_dirs]
+    return [RunFolder.existing(d, write=False) for d in run_dirs]
 
 
-def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0) -> dict[str, Any]:
+def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0,
+              trust_remote_code: bool = False) -> dict[str, Any]:
     """What the viewer page shows, as one JSON-safe dict (:func:`grpo_kit.evaluation.viewer.viewer_html` draws it).
 
     Args:
         run_dirs: one or more run folders; several must share one baseline (``compare``'s rule).
         names: the runs' names (default the folders' names).
         seed: the bootstrap's seed for the intervals.
+        trust_remote_code: the runs' task file may import and run Python of its own
+            (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:
         ``{"runs": [...], "questions": [...], "metrics": [...], "headline": str, "compare": ... | None}``: per
@@ -142,24 +155,24 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         FileNotFoundError: a run folder is missing, or has no baseline (the message names the step that writes it).
         ValueError: several runs that do not share a baseline (the message names what differs).
     """
+    from grpo_kit.runs.compare import check_run_names
+
     folders = _check_folders(run_dirs)
-    names = list(names) if names is not None else [f.path.name for f in folders]
-    if len(names) != len(folders) or len(set(names)) != len(names):
-        names = [str(f.path) for f in folders]
+    names = check_run_names(names, folders)  # refused as compare refuses them, not replaced silently
     comparison = None
     if len(folders) > 1:
         from grpo_kit.runs.compare import compare_runs
 
-        report = compare_runs([f.path for f in folders], names=names, seed=seed)
+        report = compare_runs([f.path for f in folders], names=names, seed=seed, trust_remote_code=trust_remote_code)
         comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
-    before = _evaluation(folders[0], folders[0].require(folders[0].baseline, BASELINE_STEP))
+    before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code)
     metrics = before.metrics()
     keys = [m.key for m in metrics]
     base = _answers(before, keys)
     runs, afters = [], []
     for name, run in zip(names, folders):
-        after = _evaluation(run, run.trained)
+        after = _evaluation(run, run.trained, trust_remote_code)
         entry: dict[str, Any] = {"name": name, "path": str(run.path), "table": None, "stale": None}
         if after is not None:
             paired_ids(before.records, after.records)  # refuses what is not paired
@@ -169,7 +182,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
             with contextlib.suppress(OSError, ValueError):
                 entry["stale"] = run.stale_results()
         afters.append(_answers(after, keys) if after is not None else None)
-        entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run))
+        entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run, trust_remote_code))
         runs.append(entry)
     questions = []
     first = {r["id"]: r for r in before.records if r["sample"] == 0}
@@ -182,7 +195,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
 
 
 def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, names: Sequence[str] | None = None,
-               seed: int = 0) -> Path:
+               seed: int = 0, trust_remote_code: bool = False) -> Path:
     """Write the viewer page of ``run_dirs`` (:func:`view_data`) as one HTML file, whole or not at all.
 
     Args:
@@ -191,25 +204,39 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
             first, where ``compare`` writes its tables).
         names: the runs' names.
         seed: the bootstrap's seed.
+        trust_remote_code: see :func:`view_data`.
 
     Returns:
         the file's path.
 
     Raises:
-        FileNotFoundError, ValueError: see :func:`view_data`; ``out`` is a folder, or a file that this command did
-            not write (it is not replaced).
+        FileNotFoundError, ValueError: see :func:`view_data`; ``out`` is a folder, a file that this command did
+            not write (it is not replaced), or lies inside a run folder's own folders (``model/``, ``checkpoints/``,
+            ...: a run folder holds only what its steps write, and a file added to ``model/`` makes ``eval`` and
+            ``export`` refuse the run; ``export --out`` and ``compare --out`` follow the same rule).
     """
     _check_folders(run_dirs)
     if out is None:  # several runs: beside compare's tables (its default --out)
-        out = RunFolder(run_dirs[0]).view if len(run_dirs) == 1 else \
-            Path(run_dirs[0]).parent / "comparison" / "view.html"
+        from grpo_kit.runs.compare import comparison_folder
+
+        out = RunFolder(run_dirs[0], write=False).view if len(run_dirs) == 1 else \
+            comparison_folder(run_dirs) / "view.html"
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder: give a file name ending in .html")
+    inside = enclosing_run(out)
+    if inside is not None and inside[1] != out.name:
+        raise ValueError(f"--out {out} lies inside the run folder {inside[0]}'s own {inside[1]}/, which holds only "
+                         "what the run's steps write (a file added to model/ makes eval and export refuse the run): "
+                         f"give a file outside it, e.g. {Path(inside[0]) / 'view.html'} (the default)")
     if out.exists():
         with open(out, encoding="utf-8", errors="replace") as f:
             if MARK not in f.read(512):
                 raise ValueError(f"{out} exists and was not written by python -m grpo_kit view: give another --out")
-    data = view_data(run_dirs, names, seed)
+    folder = next((p for p in out.resolve().parents if p.exists()), None)
+    if folder is not None and not os.access(folder, os.W_OK):  # a read-only run folder is still read
+        raise ValueError(f"cannot write {out} ({folder} is read-only to you): give --out a file where you can write, "
+                         "e.g. --out view.html")
+    data = view_data(run_dirs, names, seed, trust_remote_code)
     write_text(out, viewer_html(data))
     return out

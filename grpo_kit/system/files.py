@@ -2,9 +2,10 @@
 
 A whole file is written to a temporary file in the same folder, flushed to disk (``fsync``) and
 renamed over the target (``os.replace`` is atomic on POSIX and Windows): a reader sees the old file
-or the new one, never half of one, whatever kills the writer. Records that grow one at a time
-(generation caches, alarms) are appended a line at a time; a line cut short by a kill is skipped
-when read and never glued to the next one.
+or the new one, never half of one, whatever kills the writer. Temporary files and folders are created with the
+user's umask (:func:`new_beside`), as a plain ``open`` would, so a run folder shared by a team stays readable to it.
+Records that grow one at a time (generation caches, alarms) are appended a line at a time; a line cut short by a kill
+is skipped when read and never glued to the next one.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "json_or_none", "read_jsonl", "replaced", "sha256_file", "write_json", "write_jsonl",
-           "write_text"]
+__all__ = ["append_jsonl", "json_or_none", "new_beside", "read_jsonl", "replaced", "sha256_file", "write_json",
+           "write_jsonl", "write_text"]
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -35,6 +36,36 @@ def write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
+def new_beside(path: str | Path, tag: str, folder: bool = False) -> Path:
+    """A new empty file (or folder) beside ``path``, named ``.<name>.<tag><random>``, created with the user's umask.
+
+    ``tempfile.mkstemp`` and ``mkdtemp`` create theirs 0600 and 0700 whatever the umask (their docs), and renamed into
+    place they would leave every file the kit writes unreadable to the rest of a team sharing a run folder.
+
+    Raises:
+        OSError: the folder cannot be written.
+
+    >>> import tempfile, pathlib, os
+    >>> mask = os.umask(0o022)
+    >>> made = new_beside(pathlib.Path(tempfile.mkdtemp()) / "report.md", "tmp-")
+    >>> _ = os.umask(mask)
+    >>> made.name.startswith(".report.md.tmp-"), oct(made.stat().st_mode & 0o777)
+    (True, '0o644')
+    """
+    path = Path(path)
+    for _ in range(100):
+        candidate = path.with_name(f".{path.name}.{tag}{secrets.token_hex(4)}{'' if folder else path.suffix}")
+        try:
+            if folder:
+                os.mkdir(candidate, 0o777)  # the umask applies, as to any folder the user makes
+            else:
+                os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 @contextlib.contextmanager
 def replaced(path: str | Path) -> Iterator[Path]:
     """Write ``path`` whole or not at all: the block writes the temporary file it is given (same folder, created),
@@ -44,8 +75,7 @@ def replaced(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = new_beside(path, "")
     try:
         yield Path(tmp)
         with open(tmp, "rb+") as f:

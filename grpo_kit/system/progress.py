@@ -8,8 +8,9 @@ threads torch will use, so a slower or busier machine gets a longer estimate. La
 the same way, only more loosely: the bar's own rate and remaining time take over once it moves.
 
 A bar whose unit takes longer than a second (a GRPO step, a warm-start step on a busy machine) is redrawn every
-second by a ticker thread, so its elapsed time moves between updates; where standard error is not a terminal (a log
-file) it is redrawn every 30 seconds instead of filling the file.
+second by a ticker thread, so its elapsed time moves between updates. Where standard error is not a terminal (a log
+file, a pipe) a bar is a line of text instead, written every 30 seconds on a line of its own (:class:`_Lines`): no
+carriage returns redrawing it in place, no block characters, no log line glued onto it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["TINY_PARAMETERS", "announce", "duration", "expected_seconds", "machine_factor", "phase_bar"]
+__all__ = ["TINY_PARAMETERS", "announce", "duration", "expected_seconds", "machine_factor", "on_a_terminal",
+           "phase_bar", "quiet_library_bars_off_a_terminal"]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,45 @@ def announce(what: str, seconds: float, shorten: str) -> None:
     log.info(f"{what}: {duration(seconds)} on this machine ({shorten})")
 
 
+def on_a_terminal() -> bool:
+    """Whether progress is drawn in place: standard error is a terminal, or a notebook shows it (tqdm's widget)."""
+    return "ipykernel" in sys.modules or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+
+
+def quiet_library_bars_off_a_terminal() -> None:
+    """Where standard error is not a terminal (a log file, a pipe), turn off the progress bars of the libraries the
+    kit calls (transformers' weight loading and shard writing, datasets' maps, huggingface_hub's downloads): tqdm
+    redraws them in place with carriage returns, which glue a log file's lines into one. Done through tqdm's own
+    ``TQDM_DISABLE`` default, which tqdm (4.66 and later) reads once, when it is first imported: so call this before
+    anything imports tqdm; nothing is imported here, so Unsloth can still be imported before transformers. A
+    ``TQDM_DISABLE`` already set is kept. The kit's own bars (:func:`phase_bar`) say ``disable`` themselves and are
+    written as lines."""
+    import os
+
+    if not on_a_terminal():
+        os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+class _Lines:
+    """What a tqdm bar writes to when standard error is not a terminal: each redraw as a whole line of its own, without
+    the carriage returns and the blank-padding erasures that redraw a bar in place on a terminal (in a log file they
+    glue every redraw, and the log lines written between them, into one line). Writes to whatever ``sys.stderr`` is
+    at the time, as the kit's log handler does."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def write(self, text: str) -> int:
+        line = text.replace("\r", "").strip()
+        if line and line != self.last:  # tqdm's erasures (spaces) and an unchanged redraw add nothing to a log
+            sys.stderr.write(line + "\n")
+            self.last = line
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 class _Ticker(threading.Thread):
     """Redraws a bar every ``interval`` seconds, so its elapsed time moves while one unit of work runs."""
 
@@ -137,12 +178,15 @@ def phase_bar(label: str, total: float | None, unit: str = "it", enabled: bool =
     """
     from tqdm.auto import tqdm
 
-    terminal = "ipykernel" in sys.modules or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+    terminal = on_a_terminal()
     # A step bar's postfix says seconds per step itself; a bar of unknown length shows only once it lasts a second.
     layout = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]" if unit == "step" else \
         "{desc}: {elapsed}{postfix}" if total is None else None
-    bar = tqdm(total=total, desc=label, unit=unit, disable=not enabled, dynamic_ncols=True, bar_format=layout,
-               mininterval=0.5 if terminal else 30.0, delay=1.0 if total is None else 0.0)
+    if not terminal and total is not None:  # a line of text: where it is, how long it took and has left
+        layout = "{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} " + unit + "s [{elapsed}<{remaining}{postfix}]"
+    bar = tqdm(total=total, desc=label, unit=unit, disable=not enabled, dynamic_ncols=terminal, bar_format=layout,
+               mininterval=0.5 if terminal else 30.0, delay=1.0 if total is None else 0.0,
+               file=None if terminal else _Lines(), ascii=not terminal)
     ticker = _Ticker(bar, 1.0 if terminal else 30.0) if enabled else None
     if ticker is not None:
         ticker.start()

@@ -40,7 +40,8 @@ TASKS: dict[str, Task] = {name: load_task(path, builtin=True) for name, path in 
 DEFAULT_TASK = "gsm8k"
 
 
-def get_task(task: str | Path | Task, digest: Mapping[str, str] | None = None) -> Task:
+def get_task(task: str | Path | Task, digest: Mapping[str, str] | None = None, trust_remote_code: bool = False
+             ) -> Task:
     """A task by name, or from a task file (a path ending ``.yaml``/``.yml``: :func:`load_task`); a :class:`Task`
     passes through.
 
@@ -48,10 +49,13 @@ def get_task(task: str | Path | Task, digest: Mapping[str, str] | None = None) -
         task: a name of :data:`TASKS`, a task file's path, or a :class:`Task`.
         digest: the task's files' SHA-256 as a run folder recorded them (:attr:`Task.digest`): data that changed
             since is refused (:func:`grpo_kit.tasks.task_file.check_digest`).
+        trust_remote_code: a task file may import and run Python of its own (``module:name`` outside ``grpo_kit``:
+            :func:`grpo_kit.tasks.task_file.check_task_code`); the kit's own tasks need nothing.
 
     Raises:
         ValueError: unknown name (the message lists the tasks); a task file that cannot be read (the message names
-            the file and the line or field); data that changed since ``digest``.
+            the file and the line or field), or that names Python of its own without ``trust_remote_code``; data
+            that changed since ``digest``.
 
     >>> get_task("countdown").rewards[-1]
     'countdown_reward_func'
@@ -63,7 +67,7 @@ def get_task(task: str | Path | Task, digest: Mapping[str, str] | None = None) -
             raise ValueError(f"the task file {task}, which this run folder was measured and trained on, is no longer "
                              "there (moved or deleted): put it back at that path (with its data files); the run's "
                              "results are checked against its data")
-        found = load_task(task)
+        found = load_task(task, trust_remote_code=trust_remote_code)
     elif task in TASKS:
         found = TASKS[task]
     else:

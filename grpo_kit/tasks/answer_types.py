@@ -7,7 +7,9 @@
 - ``text``: compared as normalised strings (:func:`normalize_text`): case and surrounding whitespace ignored, word
   joiners (hyphens, dashes, underscores, slashes) read as the spaces they stand for, the rest of ASCII punctuation
   removed, inner whitespace runs made one space (lm-evaluation-harness's ``exact_match`` with ``ignore_case`` and
-  ``ignore_punctuation``, which would delete the joiners: "thirty-eight" would read "thirtyeight").
+  ``ignore_punctuation``, which would delete the joiners: "thirty-eight" would read "thirtyeight"). An answer that is
+  exactly one number as written is compared as that number (:func:`text_answer`): removing its punctuation would
+  make "-5" equal "5" and "3.14" equal "314".
   Strict reads ``<answer>`` of a strictly formatted completion; flexible the ``<answer>`` however it is written,
   else the text after the last ``####``, else the last non-empty line. Reward: ``text_correctness_reward_func``.
 - ``math``: checked with math-verify (:mod:`grpo_kit.tasks.math_verify`); strict reads ``<answer>`` of a strictly
@@ -28,20 +30,20 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly
+from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly, visible
 from grpo_kit.tasks.numbers import exact_number, last_number, normalize_number
 from grpo_kit.tasks.rewards import describe, golds, texts
 
 __all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "answer_type",
            "choice_correctness_reward_func", "choice_letter", "gold_number", "last_boxed", "normalize_text",
-           "text_correctness_reward_func"]
+           "text_answer", "text_correctness_reward_func"]
 
 #: Characters that join words ("thirty-eight", "well_known", "either/or"): read as a space, so "thirty-eight" and
 #: "thirty eight" compare equal. Hyphen-minus, underscore and slash, and Unicode's hyphens and dashes (U+2010 to U+2015,
-#: U+2212 minus); the soft hyphen (U+00AD) and word joiner (U+2060) are invisible, so they join without a space.
+#: U+2212 minus); the soft hyphen (U+00AD) and word joiner (U+2060) are invisible, so they join without a space
+#: (:func:`grpo_kit.tasks.answer_format.visible` drops them).
 WORD_JOINERS = "-_/\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
-_PUNCTUATION = str.maketrans({**dict.fromkeys(string.punctuation), **dict.fromkeys(WORD_JOINERS, " "),
-                              "\u00ad": None, "\u2060": None})
+_PUNCTUATION = str.maketrans({**dict.fromkeys(string.punctuation), **dict.fromkeys(WORD_JOINERS, " ")})
 _SPACES = re.compile(r"\s+")
 _BOXED_OPEN = re.compile(r"\s*\{")
 #: Longest ``\\boxed{...}`` content read, in characters.
@@ -53,9 +55,10 @@ _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
 
 def normalize_text(text: str | None) -> str | None:
-    """A text answer in the form compared: lower case, word joiners (:data:`WORD_JOINERS`) made spaces, the rest of
-    ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``), whitespace runs
-    one space, stripped (``None`` and a text that normalises to nothing give ``None``).
+    """A text answer in the form compared: invisible characters dropped
+    (:func:`grpo_kit.tasks.answer_format.visible`), lower case, word joiners (:data:`WORD_JOINERS`) made spaces, the
+    rest of ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``),
+    whitespace runs one space, stripped (``None`` and a text that normalises to nothing give ``None``).
 
     >>> normalize_text("  Paris. "), normalize_text("New  York!"), normalize_text("?!")
     ('paris', 'new york', None)
@@ -66,8 +69,21 @@ def normalize_text(text: str | None) -> str | None:
     """
     if text is None:
         return None
-    out = _SPACES.sub(" ", text.lower().translate(_PUNCTUATION)).strip()
+    out = _SPACES.sub(" ", visible(text).lower().translate(_PUNCTUATION)).strip()
     return out or None
+
+
+def text_answer(text: str | None) -> str | None:
+    """A ``text`` answer in the form compared: exactly one number as written
+    (:func:`grpo_kit.tasks.numbers.exact_number`: ``"-5"``, ``"3.14"``, ``"1,200"``) in its canonical form, so that it
+    compares as a number; any other text in :func:`normalize_text`'s form (``None`` when nothing is left).
+
+    >>> [text_answer(s) for s in ["-5", "5", "3.14", "314", "1,200", " Paris. ", "3.14 metres"]]
+    ['-5', '5', '3.14', '314', '1200', 'paris', '314 metres']
+    """
+    if text is None:
+        return None
+    return exact_number(text) or normalize_text(text)
 
 
 def last_boxed(text: str) -> str | None:
@@ -127,15 +143,17 @@ def gold_number(gold: str) -> str | None:
 @describe("Text correctness", 1.0, columns=("answer",))
 def text_correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
     """Text correctness: 1.0 when the text inside ``<answer>`` equals the gold answer once both are normalised
-    (:func:`normalize_text`: case, punctuation, whitespace).
+    (:func:`text_answer`: case, punctuation, whitespace; a number as a number).
 
     >>> text_correctness_reward_func(completions=["<answer>\\n paris.\\n</answer>", "<answer>Lyon</answer>"],
     ...                              answer=["Paris", "Paris"])
     [1.0, 0.0]
+    >>> text_correctness_reward_func(completions=["<answer>5</answer>", "<answer>314</answer>"], answer=["-5", "3.14"])
+    [0.0, 0.0]
     """
     found = texts(completions)
-    return [1.0 if gold is not None and normalize_text(gold) is not None and
-            normalize_text(extract_xml_answer(t)) == normalize_text(gold) else 0.0
+    return [1.0 if gold is not None and text_answer(gold) is not None and
+            text_answer(extract_xml_answer(t)) == text_answer(gold) else 0.0
             for t, gold in zip(found, golds(answer, len(found)))]
 
 
@@ -153,12 +171,12 @@ def choice_correctness_reward_func(prompts=None, completions=None, answer=None, 
 
 def _text_flexible(text: str) -> str | None:
     if "<answer>" in text:
-        return normalize_text(extract_xml_answer(text))
+        return text_answer(extract_xml_answer(text))
     hashed = _after_hashes(text)
     if hashed is not None:
-        return normalize_text(hashed)
+        return text_answer(hashed)
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return normalize_text(lines[-1]) if lines else None
+    return text_answer(lines[-1]) if lines else None
 
 
 def _math_flexible(text: str) -> str | None:
@@ -231,8 +249,8 @@ def answer_type(name: str, choices: str = "ABCD") -> AnswerType:
                           "a number as written (a point for decimals and commas only between thousands, as in "
                           "1,234.5; 2e3 is read too)")
     if name == "text":
-        return AnswerType("text", strictly(lambda t: normalize_text(extract_xml_answer(t))), _text_flexible,
-                          lambda a, g: a == normalize_text(g), "text_correctness_reward_func",
+        return AnswerType("text", strictly(lambda t: text_answer(extract_xml_answer(t))), _text_flexible,
+                          lambda a, g: a == text_answer(g), "text_correctness_reward_func",
                           lambda g: g.strip() if normalize_text(g) is not None else None,
                           "text with at least one letter or digit")
     if name == "math":

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_kit.tasks.answer_format import SYSTEM_PROMPT
+from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, visible
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -64,9 +64,12 @@ def _read_jsonl(path: Path) -> Iterator[Located]:
     with its ``file:line``; a UTF-8 byte order mark (what some editors write first) is skipped.
 
     Raises:
-        ValueError: a line that is not UTF-8 or not JSON, an object that names a key twice, or the file holds no rows
-            (the message names the line).
+        ValueError: a line that is not UTF-8 or not JSON, an object that names a key twice, a whole number longer than
+            Python reads (``sys.get_int_max_str_digits``), an escape of half a UTF-16 pair (``\\ud800``, no
+            character: it cannot be written as UTF-8), or the file holds no rows (the message names the line).
     """
+    import sys
+
     rows = 0
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, 1):
@@ -81,7 +84,18 @@ def _read_jsonl(path: Path) -> Iterator[Located]:
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{line_no} is not a JSON line: {e}") from None
                 except ValueError as e:
+                    if "int_max_str_digits" in str(e):  # Python's own limit, and its advice to raise it
+                        raise ValueError(f"{path}:{line_no} holds a whole number of more than "
+                                         f"{sys.get_int_max_str_digits()} digits, which Python does not read: write "
+                                         "it as text in quotes, or shorten it") from None
                     raise ValueError(f"{path}:{line_no}: {e}") from None
+                if "\\ud" in line.lower():  # an escaped surrogate: is one left without its pair?
+                    try:
+                        json.dumps(row, ensure_ascii=False).encode("utf-8")
+                    except UnicodeEncodeError as e:
+                        raise ValueError(f"{path}:{line_no} holds {e.object[e.start]!r}, half of a UTF-16 pair, "
+                                         "which is no character (a broken escape of an emoji, say): fix that text"
+                                         ) from None
                 rows += 1
                 yield f"{path}:{line_no}", row
     if not rows:
@@ -183,12 +197,13 @@ def numbered(rows: Iterable[Any], origin: str) -> Iterator[Located]:
 
 def check_row(where: str, row: Any, fields: dict[str, tuple[type, ...]], need: str) -> None:
     """Raise a ``ValueError`` naming ``where`` when ``row`` is not an object with each field of ``fields`` set (not
-    null, not empty, not only whitespace) to a value of its types."""
+    null, not empty, not only whitespace or invisible characters: :func:`grpo_kit.tasks.answer_format.visible`) to a
+    value of its types."""
     if not isinstance(row, dict):
         raise ValueError(f"{where} holds a JSON {type(row).__name__}, not an object: {need}")
     for name, types in fields.items():
         value = row.get(name)
-        if name not in row or value is None or (isinstance(value, str) and not value.strip()) or value == []:
+        if name not in row or value is None or (isinstance(value, str) and not visible(value).strip()) or value == []:
             raise ValueError(f"{where}: {name!r} is {'missing' if name not in row else repr(value)}; {need}")
         if not isinstance(value, types) or isinstance(value, bool):
             raise ValueError(f"{where}: {name!r} is a {type(value).__name__} ({str(value)[:40]!r}); {need}")
@@ -262,7 +277,8 @@ def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = 
     return dataset.select(order.tolist())
 
 
-def carve_validation(dataset: Dataset, n: int, seed: int = 0) -> tuple[Dataset, Dataset]:
+def carve_validation(dataset: Dataset, n: int, seed: int = 0, what: str = "validation_size"
+                     ) -> tuple[Dataset, Dataset]:
     """Hold ``n`` questions of a train split out for measuring accuracy during training: a seeded choice of distinct
     questions, one row each, and the train rows without any of them (a question written more than once, as in a
     task whose warm start shows it in several styles, leaves training whole).
@@ -274,6 +290,7 @@ def carve_validation(dataset: Dataset, n: int, seed: int = 0) -> tuple[Dataset, 
         dataset: the train split (a ``question`` column, else ``prompt``, tells questions apart).
         n: validation questions, at most one fewer than the distinct questions.
         seed: seed of the choice (``numpy.random.default_rng``).
+        what: how the message names ``n`` (the option or the task file's key it came from).
 
     Returns:
         ``(train rows left, validation rows)``.
@@ -296,7 +313,7 @@ def carve_validation(dataset: Dataset, n: int, seed: int = 0) -> tuple[Dataset, 
         first.setdefault(key, i)
     distinct = list(first)
     if isinstance(n, bool) or not isinstance(n, int) or not 0 < n < len(distinct):
-        raise ValueError(f"validation_size must be between 1 and {len(distinct) - 1} (the train split's distinct "
+        raise ValueError(f"{what} must be between 1 and {len(distinct) - 1} (the train split's distinct "
                          f"questions less one), got {n!r}")
     order = np.random.default_rng(seed).permutation(len(distinct))[:n]
     held = {distinct[i] for i in order}

@@ -13,15 +13,18 @@ __all__ = ["MAX_NUMBER_CHARS", "exact_number", "is_integer_literal", "last_numbe
            "numbers_equal", "parse_number"]
 
 # A number: optional sign and `$`, thousands groups, optional decimals and `%`. The sign may stand
-# before or after the `$` ("-$5" and "$-5" both give -5). A minus is the hyphen-minus, the minus sign U+2212 or the
-# en dash U+2013, which typesetting and chat models write for it: read as "+3" they would score -3 as 3.
+# before or after the `$` ("-$5" and "$-5" both give -5); a plus sign is read as written ("+7" is 7). A minus is the
+# hyphen-minus, the minus sign U+2212 or the en dash U+2013, which typesetting and chat models write for it: read as
+# "+3" they would score -3 as 3. Decimals may stand without a whole part (".5" is 0.5) and a point without decimals
+# ("5." is 5), as people write them.
 _MINUS = "-\u2212\u2013"
 # Digits with commas are one number, read only when the commas group thousands ("1,234,567") or follow the Indian
 # lakh grouping ("12,34,567"); otherwise ("1,5", "1,00": a decimal comma, or a list) the number is not read at all,
 # rather than cut short at the first comma. An exponent ("1.5e-07", "2e3") is part of the number.
-_NUMBER = re.compile(rf"([{_MINUS}]?)\$?([{_MINUS}]?)(\d+(?:,\d+)*)(\.\d+)?([eE][{_MINUS}+]?\d+)?%?", re.ASCII)
+_NUMBER = re.compile(rf"([{_MINUS}+]?)\$?([{_MINUS}+]?)(?:(\d+(?:,\d+)*)(\.\d*)?|(\.\d+))([eE][{_MINUS}+]?\d+)?%?",
+                     re.ASCII)
 _GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+|\d{1,2}(?:,\d{2})*,\d{3}", re.ASCII)
-_NUMBER_PREFIX = 3  # "-$-" at most stands before a number's first digit
+_NUMBER_PREFIX = 4  # "-$-." at most stands before a number's first digit
 _DIGIT = re.compile(r"\d", re.ASCII)
 _DIGITS = "0123456789"
 #: Longest number read, in characters (a longer digit run is read from its end).
@@ -51,6 +54,8 @@ def parse_number(text: str) -> str | None:
     ('-3', '-3')
     >>> parse_number("96%"), parse_number("12,34,567"), parse_number("1.5e-07")
     ('96', '1234567', '1.5e-07')
+    >>> parse_number("about .5 of it"), parse_number("it is 5."), parse_number("+7 degrees")
+    ('0.5', '5', '7')
     >>> parse_number("1,5") is None, parse_number("1,00") is None
     (True, True)
     >>> parse_number("none") is None
@@ -65,12 +70,13 @@ def parse_number(text: str) -> str | None:
 
 def _number_text(match: re.Match) -> str | None:
     """The number ``match`` holds as plain text; ``None`` when its commas are not a grouping (see ``_NUMBER``)."""
-    digits = match.group(3)
+    digits = match.group(3) or "0"  # ".5"
     if "," in digits and not _GROUPED.fullmatch(digits):
         return None
-    sign = "-" if (match.group(1) or match.group(2)) else ""
-    exponent = (match.group(5) or "").translate(_ASCII_MINUS)
-    return sign + digits.replace(",", "") + (match.group(4) or "") + exponent
+    sign = "-" if any(s and s in _MINUS for s in match.group(1, 2)) else ""
+    decimals = match.group(4) or match.group(5) or ""
+    exponent = (match.group(6) or "").translate(_ASCII_MINUS)
+    return sign + digits.replace(",", "") + (decimals if decimals != "." else "") + exponent
 
 
 _ASCII_MINUS = str.maketrans({"\u2212": "-", "\u2013": "-"})
@@ -81,11 +87,13 @@ def exact_number(text: str) -> str | None:
     number as written: words around it, commas that group nothing ("1,5": write 1.5 or 15), two numbers.
 
     What a gold answer of type ``number`` must be. The forms :func:`parse_number` reads in completions are read here
-    too: a sign (the minus sign U+2212 and the en dash too), ``$``, thousands or lakh commas, decimals, an exponent,
-    ``%``.
+    too: a sign (a plus; the minus sign U+2212 and the en dash too), ``$``, thousands or lakh commas, decimals (with or
+    without a whole part), an exponent, ``%``.
 
     >>> [exact_number(s) for s in ["$1,200.0", "\u22123", "1.5e-07", "2e3", "12,34,567", " 7 "]]
     ['1200', '-3', '0.00000015', '2000', '1234567', '7']
+    >>> [exact_number(s) for s in [".5", "5.", "+7", "-.5"]]
+    ['0.5', '5', '7', '-0.5']
     >>> [exact_number(s) for s in ["1,5", "1,00", "12 apples", "3 4", "x"]]
     [None, None, None, None, None]
     """

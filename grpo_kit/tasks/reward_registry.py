@@ -32,6 +32,7 @@ from grpo_kit.tasks.rewards import (
     strict_format_reward_func,
     xmlcount_reward_func,
 )
+from grpo_kit.tasks.user_code import import_named
 
 __all__ = ["BUILTIN_REWARDS", "RewardSet", "import_reward", "probe", "reward_path"]
 
@@ -67,28 +68,14 @@ def import_reward(path: str, what: str = "--rewards") -> RewardFunc:
         ValueError: a malformed path, a module that cannot be imported (whatever it raised, ``SystemExit``
             included), or a name that is not a function; the message starts with ``what``.
     """
-    import importlib
-    import sys
-
     module, _, function = path.strip().partition(":")
     if not module or not function:
         raise ValueError(f"{what} {path!r}: write module:function, e.g. my_rewards:length_penalty")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")  # python -m puts the current folder first; a console script does not
-    try:
-        found: Any = importlib.import_module(module)
-    except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, sys.exit included
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise ValueError(f"{what} {path!r}: importing {module!r} failed with {type(e).__name__}: {e}; fix the module "
-                         "(it must import without side effects) or its name") from None
-    missing = object()
-    for part in function.split("."):
-        found = getattr(found, part, missing)
+    found = import_named(path, what)
     if not callable(found):
-        kind = "no attribute" if found is missing else f"a {type(found).__name__}, not a function, named"
-        raise ValueError(f"{what} {path!r}: {module!r} has {kind} {function!r}; give module:function of a reward "
-                         "function (TRL's contract) importable from the current folder")
+        raise ValueError(f"{what} {path!r}: {module!r} has a {type(found).__name__}, not a function, named "
+                         f"{function!r}; give module:function of a reward function (TRL's contract) importable from "
+                         "the current folder")
     return found
 
 

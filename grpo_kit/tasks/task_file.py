@@ -16,12 +16,16 @@ A task file::
     rewards: {text_correctness_reward_func: 2.0, strict_format_reward_func: 0.5}   # optional
     validation_size: 100        # optional; questions held out of the train split during training
 
-Where a rule is not data, the file names Python as ``module:name`` (imported when the file is read): ``loader``
+Where a rule is not data, the file names Python as ``module:name`` (:data:`CODE_KEYS`): ``loader``
 (``function(split, **kwargs) -> datasets.Dataset``, with ``splits``, instead of the data keys), ``rules``
 (``{"strict": ExtractionRule, "flexible": ExtractionRule}`` instead of an answer type's), and for the tiny policy
-``demonstration`` and ``tokenizer_texts``; ``gold`` (a template over a row's fields), ``metrics`` and ``headline``
-are declared as data, and so is what only the demo and notebook 01 read (:data:`EXTRAS`, kept as
-:attr:`grpo_kit.tasks.Task.extras`). The kit's own tasks are such files (``grpo_kit/tasks/builtin/``).
+``demonstration`` and ``tokenizer_texts``. A module outside ``grpo_kit`` is code that came with the file, so it is
+imported only when the caller says so (``trust_remote_code=True``, the command line's ``--trust-task-code``), as
+``datasets`` and ``transformers`` ask before running code that came with a dataset or a model; otherwise the file is
+refused before anything is imported, naming each key and module (:func:`check_task_code`). ``gold`` (a template over
+a row's fields), ``metrics`` and ``headline`` are declared as data, and so is what only the demo and notebook 01 read
+(:data:`EXTRAS`, kept as :attr:`grpo_kit.tasks.Task.extras`). The kit's own tasks are such files
+(``grpo_kit/tasks/builtin/``).
 
 Everything is checked when the file is loaded, before any model: the file must be YAML with known keys, the data
 files must exist, be UTF-8 and parse, every row must hold the question and a non-empty answer of the declared type;
@@ -36,7 +40,8 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+import string
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +58,10 @@ from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, ite
 from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, RewardSet
 from grpo_kit.tasks.rewards import gold_text
 from grpo_kit.tasks.task import Task
+from grpo_kit.tasks.user_code import import_named
 
-__all__ = ["EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "is_task_file", "load_task"]
+__all__ = ["CODE_KEYS", "EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "check_task_code", "is_task_file",
+           "load_task"]
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +71,17 @@ KEYS = ("name", "description", "train", "test", "hub", "question", "answer", "an
 #: The keys only the demo, the tiny policy or notebook 01 read (:attr:`grpo_kit.tasks.Task.extras`).
 EXTRAS = ("demonstration", "tokenizer_texts", "notes", "warm_xml_share", "compare_rewards", "answer_value")
 _HUB_KEYS = ("path", "name", "train_split", "test_split")
+#: The keys that name Python as ``module:name``, imported when the file is loaded.
+CODE_KEYS = ("loader", "rules", "demonstration", "tokenizer_texts")
+#: How a caller says that a task file's own Python may run, as a message names it.
+TRUST = "--trust-task-code (in Python and the notebooks: trust_remote_code=True)"
 #: Suffixes that mark a task file where a task name is expected.
 TASK_FILE_SUFFIXES = (".yaml", ".yml")
 #: Format rewards every answer type is measured with, after its correctness reward.
 _FORMAT_METRICS = ("soft_format_reward_func", "strict_format_reward_func", "xmlcount_reward_func")
 _CACHE: dict[tuple[Any, ...], Task] = {}
+#: The kinds of value a data file's field may hold, as a message names them (one kind a field: one table column).
+_KINDS = {bool: "true or false", int: "a number", float: "a number", str: "text", list: "a list", dict: "an object"}
 
 
 def is_task_file(task: Any) -> bool:
@@ -83,13 +96,17 @@ def is_task_file(task: Any) -> bool:
 @functools.cache
 def _unique_key_loader() -> type:
     """A ``yaml.SafeLoader`` that refuses a mapping naming a key twice (YAML says keys are unique; PyYAML keeps the
-    last one silently, so a second ``answer:`` would replace the first)."""
+    last one silently, so a second ``answer:`` would replace the first). A merge key (``<<: *defaults``, YAML 1.1's,
+    which PyYAML's safe loader reads) is read as PyYAML reads it: the keys written beside it replace those it brings,
+    which is what it is for."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # flattened by SafeLoader below
                 key = self.construct_object(key_node, deep=deep)
                 if key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice (only the "
@@ -121,6 +138,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a YAML mapping (it holds {type(data).__name__}): write one key per line, "
                          "e.g. 'answer_type: text'")
+    if "trust_remote_code" in data:
+        raise ValueError(f"{path}: a task file cannot trust its own code (trust_remote_code): remove the key; whoever "
+                         f"runs the file says so, with {TRUST}")
     unknown = [k for k in data if k not in KEYS + EXTRAS]
     if unknown:
         raise ValueError(f"{path}: unknown field {unknown[0]!r}; a task file's fields are {', '.join(KEYS + EXTRAS)}")
@@ -132,6 +152,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path}: field {key!r} is {'missing' if key not in data else repr(data[key])}; "
                              + ("choose one of " + ", ".join(ANSWER_TYPES) if key == "answer_type" else
                                 f"name the data field that holds the {key}"))
+    named = [key for key in ("question", "answer", "solution") if isinstance(data.get(key), str)]
+    for i, key in enumerate(named):  # one field for two roles: every gold answer would be the question
+        for other in named[i + 1:]:
+            if data[key].strip() == data[other].strip():
+                raise ValueError(f"{path}: {key} and {other} both name the data field {data[key]!r}: name the field "
+                                 f"that holds the {other}")
     return data
 
 
@@ -215,6 +241,7 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
         fields[solution] = (str,)
     own = (question, answer, solution, "prompt", "question", "answer", "solution")
     chunks, batch = [], []
+    kinds: dict[str, tuple[str, str]] = {}  # each other field's first kind of value, and where it was seen
 
     def flush() -> None:
         try:
@@ -232,6 +259,14 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
             raise ValueError(f"{where}: {answer!r} is {row[answer]!r}, not {kind.needs} (answer_type {kind.name} in "
                              f"{path})")
         example = {k: v for k, v in row.items() if k not in own}
+        for k, v in example.items():  # one table holds them: a field of two kinds is named with both rows
+            if v is None:
+                continue
+            held = _KINDS.get(type(v), type(v).__name__)
+            first = kinds.setdefault(k, (held, where))
+            if first[0] != held:
+                raise ValueError(f"{where}: field {k!r} is {held} ({str(v)[:40]!r}) where {first[1]} holds {first[0]}: "
+                                 "give the field values of one kind in every row (quote numbers meant as text)")
         example.update(question=row[question], answer=gold, prompt=build_prompt(row[question], system_prompt))
         if solution:
             example["solution"] = row[solution]
@@ -240,8 +275,8 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
             flush()
     if batch:
         flush()
-    try:
-        return pa.concat_tables(chunks, promote_options="default")
+    try:  # "permissive": a field of whole numbers in one batch and decimals in another is one of decimals
+        return pa.concat_tables(chunks, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values of "
                          "one type in every row") from None
@@ -271,19 +306,62 @@ def _signature(path: Path) -> tuple[Any, ...]:
     return str(path), stat.st_size, stat.st_mtime_ns
 
 
-def _named(path: Path, data: dict[str, Any], key: str) -> Any:
-    """The Python object a key names as ``module:name`` (``None`` when the key is absent), imported."""
-    import importlib
+def _outside_kit(ref: Any) -> bool:
+    """Whether a ``module:name`` names a module outside the ``grpo_kit`` package."""
+    module = str(ref).partition(":")[0].strip()
+    return module != "grpo_kit" and not module.startswith("grpo_kit.")
 
+
+def _module_origin(ref: Any) -> str:
+    """Where ``module:name``'s top-level module would be imported from, found without running it
+    (``importlib.util.find_spec`` of a top-level name executes nothing)."""
+    import importlib.util
+
+    top = str(ref).partition(":")[0].strip().split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top) if top else None
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return f"{top or ref!r}: not found from here"
+    return f"{top}: {spec.origin if spec.origin not in (None, 'built-in', 'frozen') else 'built into Python'}"
+
+
+def check_task_code(path: str | Path, data: Mapping[str, Any], trust_remote_code: bool = False) -> None:
+    """Refuse a task file that names Python outside ``grpo_kit`` (:data:`CODE_KEYS`) unless the caller trusts it.
+
+    A task file arrives with data, often downloaded; importing a module it names runs that module's code. As
+    ``datasets.load_dataset`` and ``transformers``' ``from_pretrained`` run code that came with a dataset or a model
+    only with ``trust_remote_code=True``, the kit imports a task file's own modules only when told so by whoever runs
+    it, never by the file itself. The kit's own modules (``grpo_kit.*``, which its built-in task files name) need
+    nothing.
+
+    Args:
+        path: the task file (for the message).
+        data: its keys, as read.
+        trust_remote_code: the caller's consent (``--trust-task-code`` on the command line).
+
+    Raises:
+        ValueError: untrusted code; one line naming each key, its ``module:name`` and where the module would be
+            imported from, said before anything is imported.
+    """
+    foreign = {key: data[key] for key in CODE_KEYS if data.get(key) is not None and _outside_kit(data[key])}
+    if not foreign or trust_remote_code:
+        return
+    names = ", ".join(f"{key}: {ref}" for key, ref in foreign.items())
+    origins = "; ".join(dict.fromkeys(_module_origin(ref) for ref in foreign.values()))
+    raise ValueError(f"{path} names Python that loading it would import and run ({names}; {origins}), and nothing "
+                     f"was imported: read that code, and if you trust it pass {TRUST}")
+
+
+def _named(path: Path, data: dict[str, Any], key: str) -> Any:
+    """The Python object a key names as ``module:name`` (``None`` when the key is absent), imported
+    (:func:`grpo_kit.tasks.user_code.import_named`: whatever its import raises is one line naming the file and line).
+    """
     ref = data.get(key)
     if ref is None:
         return None
-    module, _, name = str(ref).partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"{path}: {key}: cannot import {ref!r} ({e}); write module:name of an importable "
-                         "module") from None
+    return import_named(str(ref), f"{path}: {key}:")
 
 
 def _reward_names(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -304,6 +382,10 @@ def _reward_names(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
 def _rewards(path: Path, data: dict[str, Any], correctness: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:
     if data.get("rewards") is None and correctness is not None:
         return ("xmlcount_reward_func", "strict_format_reward_func", correctness), (1.0, 1.0, 2.0)
+    if data.get("rewards") is None:
+        raise ValueError(f"{path}: without answer_type the task has no correctness reward to train with: add "
+                         "rewards: {reward name: weight} (e.g. {xmlcount_reward_func: 1.0}), or an answer_type: "
+                         + ", ".join(ANSWER_TYPES))
     given = _reward_names(path, data, "rewards")
     try:
         RewardSet(dict(given))
@@ -345,12 +427,14 @@ def _extras(path: Path, data: dict[str, Any], weights: dict[str, float], correct
     return {"demonstration": demonstration, "tokenizer_texts": tokenizer_texts, "notes": notes, **extras}
 
 
-def load_task(path: str | Path, builtin: bool = False) -> Task:
+def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool = False) -> Task:
     """Read a task file and its data into a :class:`grpo_kit.tasks.Task` (see the module docstring for the fields).
 
     Args:
         path: the YAML file; data files are found relative to it.
         builtin: a task file of the kit's own (:data:`grpo_kit.tasks.BUILTIN_TASKS`): recorded by name, with no digest.
+        trust_remote_code: import the Python the file names outside ``grpo_kit`` (:func:`check_task_code`);
+            without it such a file is refused before anything is imported.
 
     Returns:
         The task: its ``name`` (default the file's stem), the splits given, rows with ``question``, ``answer`` (the
@@ -362,16 +446,18 @@ def load_task(path: str | Path, builtin: bool = False) -> Task:
 
     Raises:
         ValueError: before anything else loads, naming the file and the line or field: no such file; not UTF-8 or
-            not YAML; an unknown or missing field; an unknown answer type; Python named as ``module:name`` that
-            cannot be imported; a data file that is missing, not UTF-8, or holds a line that is not JSON; a row
-            without the question or answer field, or whose answer is null, empty or not of the answer type; an
-            unknown reward or a bad weight; a bad ``validation_size``.
+            not YAML; an unknown or missing field; an unknown answer type; Python of the file's own without
+            ``trust_remote_code``; Python named as ``module:name`` that cannot be imported; a data file that is
+            missing, not UTF-8, or holds a line that is not JSON; a row without the question or answer field, or
+            whose answer is null, empty or not of the answer type; an unknown reward or a bad weight; a bad
+            ``validation_size``.
     """
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise ValueError(f"no task file at {path}: give the path of a YAML task file (see the tutorial 'Your own "
                          "data')")
     data = _read_yaml(path)
+    check_task_code(path, data, trust_remote_code)
     kind = None
     if data.get("answer_type") is not None:
         kind_name = data["answer_type"].strip()
@@ -395,16 +481,20 @@ def load_task(path: str | Path, builtin: bool = False) -> Task:
     if not isinstance(name, str) or not name.strip() or "/" in name:
         raise ValueError(f"{path}: field 'name' must be a short name without '/', got {name!r}")
     rewards, weights = _rewards(path, data, kind.reward if kind else None)
+    gold = _gold(path, data)
     loader = _named(path, data, "loader")
     if loader is not None:
-        return _task(path, data, name, kind, loader, tuple(data.get("splits", ("train", "test"))), rewards, weights,
-                     validation_size, None if builtin else {str(path): sha256_file(path)})
+        return _task(path, data, name, kind, _checked_loader(path, data["loader"], loader, gold), _splits(path, data),
+                     rewards, weights, validation_size, None if builtin else {str(path): sha256_file(path)}, gold)
     rows, files = _split_rows(path, data)
     key = (_signature(path), *(_signature(Path(f)) for f in files.values()))
     if not files or key not in _CACHE:
         examples = {split: _examples(path, split, split_rows, data, kind, system_prompt)
                     for split, split_rows in rows.items()}
         _warn_overlap(path, examples)
+        for table in examples.values():  # a template naming a field the rows lack is refused now, not at a table
+            if table.num_rows:
+                gold(table.slice(0, 1).to_pylist()[0])
         digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
 
         def load(split: str = "test", **kwargs: Any) -> Any:
@@ -417,23 +507,93 @@ def load_task(path: str | Path, builtin: bool = False) -> Task:
             return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
 
         task = _task(path, data, name, kind, load, tuple(s for s in ("train", "test") if s in examples), rewards,
-                     weights, validation_size, None if builtin else digest)
+                     weights, validation_size, None if builtin else digest, gold)
         if not files:
             return task
         _CACHE[key] = task
     return _CACHE[key]
 
 
+def _gold(path: Path, data: dict[str, Any]) -> Callable[[Example], str]:
+    """The ``gold`` key as a function of a row: a ``str.format`` template over the row's fields (default
+    ``"{answer}"``), its syntax checked now; a row that cannot fill it raises one line naming the file.
+
+    Raises:
+        ValueError: the template is not text, is not a template (a lone brace), or numbers its fields instead of
+            naming them.
+    """
+    template = data.get("gold", "{answer}")
+    example = "e.g. '{answer}', or '{target} from {nums}' (a brace meant as text written twice: '{{')"
+    if not isinstance(template, str) or not template.strip():
+        raise ValueError(f"{path}: field 'gold' must be a template over a row's fields, {example}; got {template!r}")
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+    except ValueError as e:
+        raise ValueError(f"{path}: gold {template!r} is not a template ({e}): {example}") from None
+    if any(not field or field[0].isdigit() for field in fields):
+        raise ValueError(f"{path}: gold {template!r} numbers its fields: name them, {example}")
+
+    def gold(row: Example) -> str:
+        try:
+            return template.format_map(row)
+        except (KeyError, IndexError, AttributeError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: gold {template!r} cannot be filled from a row ({type(e).__name__}: {e}): name "
+                             f"the row's fields, which are {', '.join(map(str, row))}") from None
+
+    return gold
+
+
+def _splits(path: Path, data: dict[str, Any]) -> tuple[str, ...]:
+    """The ``splits`` a ``loader`` has (default train and test); one name may stand for a list of one."""
+    splits = data.get("splits", ["train", "test"])
+    splits = [splits] if isinstance(splits, str) else splits
+    if not isinstance(splits, list) or not splits or not all(isinstance(s, str) and s.strip() for s in splits) \
+            or "test" not in splits or len(set(splits)) != len(splits):
+        raise ValueError(f"{path}: field 'splits' must list the loader's split names, test among them, e.g. [train, "
+                         f"test] or [test], got {data.get('splits')!r}")
+    return tuple(splits)
+
+
+def _checked_loader(path: Path, ref: str, loader: Callable[..., Any], gold: Callable[[Example], str]
+                    ) -> Callable[..., Any]:
+    """A task file's ``loader``, each split it returns checked before anything uses it: a ``datasets.Dataset`` with a
+    ``prompt`` column whose first row fills the ``gold`` template; what the loader raises besides a ``ValueError``
+    (which says what to change already) is one line naming the file."""
+
+    def load(split: str = "test", **kwargs: Any) -> Any:
+        from datasets import Dataset
+
+        try:
+            rows = loader(split, **kwargs)
+        except ValueError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a user's loader may raise anything
+            lines = str(e).strip().splitlines()
+            raise ValueError(f"{path}: loader {ref} raised {type(e).__name__} reading split {split!r}"
+                             f"{': ' + lines[0] if lines else ''}: fix the loader") from None
+        if not isinstance(rows, Dataset):
+            raise ValueError(f"{path}: loader {ref} returned {type(rows).__name__} for split {split!r}, not a "
+                             "datasets.Dataset: return one with a conversational prompt column, e.g. "
+                             "datasets.Dataset.from_list(rows)")
+        if "prompt" not in rows.column_names:
+            raise ValueError(f"{path}: loader {ref} returned split {split!r} without a prompt column (it has "
+                             f"{', '.join(rows.column_names) or 'none'}): give each row its conversational prompt")
+        if len(rows):
+            gold(rows[0])
+        return rows
+
+    return load
+
+
 def _task(path: Path, data: dict[str, Any], name: str, kind: Any, loader: Any, splits: tuple[str, ...],
           rewards: tuple[str, ...], weights: tuple[float, ...], validation_size: int | None,
-          digest: dict[str, str] | None) -> Task:
+          digest: dict[str, str] | None, gold: Callable[[Example], str]) -> Task:
     rules = _named(path, data, "rules")
     if rules is None:
         def correct(answer: str, example: Example) -> bool:
             return kind.same(answer, str(example["answer"]))
 
         rules = {"strict": ExtractionRule(kind.strict, correct), "flexible": ExtractionRule(kind.flexible, correct)}
-    gold = data.get("gold", "{answer}")
     metrics = _reward_names(path, data, "metrics") if "metrics" in data else \
         ((kind.reward,) if kind else ()) + _FORMAT_METRICS
     extras = _extras(path, data, dict(zip(rewards, weights)), kind.reward if kind else None, "train" in splits)
@@ -449,7 +609,7 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, loader: Any, s
         metrics=tuple(metrics),
         rules=rules,
         headline=data.get("headline", kind.reward if kind else "strict_correct"),
-        gold=lambda example: gold.format_map(example),
+        gold=gold,
         fields=_number_fields if kind is not None and kind.name == "number" else Task.fields,
         validation_size=validation_size,
         file=None if digest is None else str(path),

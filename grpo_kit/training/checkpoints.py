@@ -18,7 +18,9 @@ A run folder records what it trains (:func:`run_identity`: preset, task, model, 
 
 from __future__ import annotations
 
+import ast
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -27,11 +29,41 @@ from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
-__all__ = ["FINGERPRINT", "WEIGHT_FILES", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints",
-           "continue_schedule", "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point",
-           "run_identity", "schedule_on_resume", "weights_fingerprint"]
+__all__ = ["FINGERPRINT", "WEIGHT_FILES", "TiedKeysLoaded", "check_fingerprint", "check_same_run", "checkpoint_step",
+           "checkpoints", "continue_schedule", "fingerprint_on_save", "is_complete", "latest_complete", "readable",
+           "resume_point", "run_identity", "schedule_on_resume", "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_MISSING_KEYS = "There were missing keys in the checkpoint model loaded: "
+
+
+class TiedKeysLoaded(logging.Filter):
+    """A filter for transformers' ``Trainer`` logger (``transformers.trainer``) that drops its "There were missing keys
+    in the checkpoint model loaded" warning on resume when every key it names is a weight tied to another the
+    checkpoint holds: a model whose ``lm_head.weight`` is its embedding's tensor (the tiny policy's, tied like
+    Llama 3.2's) saves it once, so every resume warned of a missing ``lm_head.weight`` although the weights loaded
+    whole (transformers issues 27972 and 29128). Any other missing key is still said.
+
+    Args:
+        model: the model the checkpoint is loaded into (the trainer's, a peft wrapper included).
+    """
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        names: dict[int, list[str]] = {}
+        for name, parameter in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(parameter), []).append(name)
+        self.tied = {name for shared in names.values() if len(shared) > 1 for name in shared}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(_MISSING_KEYS):
+            return True
+        try:
+            keys = ast.literal_eval(message[len(_MISSING_KEYS):].rstrip("."))
+        except (ValueError, SyntaxError):
+            return True  # a message of another form: said as it is
+        return not (isinstance(keys, list) and keys and set(keys) <= self.tied)
 #: What a saved model or adapter holds its weights in (one file, or the index of a sharded save), as transformers and
 #: peft write them; DeepSpeed and FSDP checkpoints keep theirs in folders of their own (:func:`is_complete`).
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",

@@ -228,9 +228,31 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ValueError(f"recipe {path} cannot be read ({type(e).__name__}: {e}): fix the file") from None
     if not isinstance(values, dict):
         raise ValueError(f"recipe {path} is not a YAML mapping of GRPOConfig keys: write one key: value a line")
-    for key, value in (values.pop("env", None) or {}).items():  # as trl's TrlParser does
-        os.environ[str(key)] = str(value)
+    if "env" in values:
+        _set_env(path, values.pop("env"))
     return values
+
+
+def _set_env(path: Path, env: Any) -> None:
+    """A recipe's ``env:`` block: environment variables set for this process when the file is read, as ``trl``'s
+    ``TrlParser.parse_args_and_config`` sets them (trl ``scripts/utils.py``), and said in one line, since a variable
+    such as ``HF_HUB_OFFLINE`` or ``WANDB_MODE`` changes what the run does.
+
+    Raises:
+        ValueError: ``env`` is not a mapping of names to text, numbers or booleans.
+    """
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                                            for k, v in env.items()):
+        raise ValueError(f"recipe {path}: env must map environment variable names to values, e.g. env: "
+                         f"{{WANDB_MODE: offline}}, got {env!r}")
+    if not env:
+        return
+    said = []
+    for key, value in env.items():
+        before = os.environ.get(key)
+        os.environ[key] = str(value)
+        said.append(f"{key}={value}" + (f" (was {before})" if before is not None and before != str(value) else ""))
+    log.warning(f"recipe {path} sets environment variables for this process (its env: block): {', '.join(said)}")
 
 
 def _refuse_unknown(keys: Sequence[str]) -> None:

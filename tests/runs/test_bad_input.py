@@ -472,3 +472,22 @@ def test_a_refused_first_baseline_leaves_no_run_folder_and_names_the_option(tmp_
     assert not run.exists()
     assert main(["eval", "--run-dir", str(tmp_path / "typo")]) == 2
     assert "no run folder at" in capsys.readouterr().err and not (tmp_path / "typo").exists()
+
+
+def test_a_refused_first_baseline_removes_the_parent_folders_it_created(tmp_path, capsys, monkeypatch):
+    """Case 13 of issue 44: a refused `eval --before --run-dir a/b/c` left a/b/ behind."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kept").mkdir()
+    for run_dir in ("a/b/c", "kept/b/c"):
+        assert main(["eval", "--before", "--run-dir", run_dir, "--eval-size", "100000"]) == 2
+        assert "--eval-size 100000" in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"] and not any((tmp_path / "kept").iterdir())
+
+
+def test_a_validation_size_out_of_range_names_where_it_came_from(tmp_path, capsys):
+    """Case 13 of issue 44: `train --eval-size 100000` named validation_size, not the option typed."""
+    task = Path(__file__).resolve().parents[2] / "examples" / "capitals" / "task.yaml"
+    assert main(["train", "--task", str(task), "--run-dir", str(tmp_path / "run"), "--eval-steps", "2",
+                 "--eval-size", "100000"]) == 2
+    assert capsys.readouterr().err == ("error: --eval-size 100000 (notebook 03: eval_size) must be between 1 and 59 "
+                                       "(the train split's distinct questions less one), got 100000\n")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -295,3 +297,84 @@ def test_an_edited_finished_step_is_refused_not_reported(tmp_path, capsys):
     assert main(["export", str(run.path)]) == 2
     err = capsys.readouterr().err
     assert "finished.json was edited" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_edited_baseline_record_is_refused_by_every_reader_naming_the_file(tmp_path, capsys):
+    """Case 3: strict/flexible flags of baseline.jsonl set to true made the report say "Strict accuracy 1.000 ->
+    0.000, right->wrong 10"; trained.jsonl and finished.json were checked, the baseline was not."""
+    from tests.viewer_run import write_run
+
+    run = write_run(tmp_path / "run", n=12, steps=1, samples=2)
+    (tmp_path / "out").mkdir()
+    readers = {"view": ["view", str(run), "--out", str(tmp_path / "out" / "v.html")],
+               "compare": ["compare", str(run), "--out", str(tmp_path / "out" / "cmp")],
+               "reward-check": ["reward-check", str(run)]}
+    for args in readers.values():
+        assert main(args) == 0
+    capsys.readouterr()
+    for name, field in (("baseline.jsonl", "strict_correct"), ("baseline_sampled.jsonl", "flexible_correct")):
+        path = run / name
+        kept = path.read_text(encoding="utf-8")
+        lines = [json.loads(line) for line in kept.splitlines()]
+        path.write_text("".join(json.dumps({**r, field: True}) + "\n" for r in lines), encoding="utf-8")
+        # the greedy records make the tables; the sampled ones reward-check's (view shows its refusal in the page)
+        for command in ("view", "compare") if name == "baseline.jsonl" else ("reward-check",):
+            assert main(readers[command]) == 2, command
+            err = capsys.readouterr().err
+            assert err == (f"error: {path} is not the file the baseline wrote (its SHA-256 differs from the one "
+                           "eval_settings.json records: it was edited or replaced), so no table reads it: restore "
+                           "it, or measure the baseline again in a new run folder (02_baseline_eval (or python -m "
+                           "grpo_kit eval --before))\n"), command
+        path.write_text(kept, encoding="utf-8")
+        assert main(readers["reward-check"]) == 0
+
+
+def _as_another_user(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m grpo_kit ARGS`` as a user who owns nothing here: as root (who may write anywhere) through
+    util-linux's setpriv as ``nobody``, else as this user."""
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root, and no setpriv to read a folder as another user")
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    return subprocess.run([*prefix, sys.executable, "-m", "grpo_kit", *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "HOME": str(cwd), "MPLCONFIGDIR": str(cwd / "mpl")},
+                          timeout=300)
+
+
+def test_commands_that_only_read_a_run_folder_work_on_a_read_only_one():
+    """Cases 14 and 18 of issue 44: a read-only run folder blocked reward-check, view --out and compare --out
+    ("cannot write the run folder ... choose --run-dir", an option none of them takes); every file the kit wrote was
+    mode 0600 whatever the umask, so another user could not read a shared run folder at all."""
+    import tempfile
+
+    from tests.viewer_run import write_run
+
+    root = Path(tempfile.mkdtemp(prefix="grpo-kit-read-only-"))
+    try:
+        mask = os.umask(0o022)
+        try:
+            run = write_run(root / "run", n=12, steps=1, samples=2)
+        finally:
+            os.umask(mask)
+        modes = {p.name: p.stat().st_mode & 0o777 for p in run.iterdir() if p.is_file()}
+        assert modes["eval_settings.json"] == modes["finished.json"] == 0o644, modes  # written whole, umask kept
+        for path in [run, *run.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+        root.chmod(0o755)
+        (root / "out").mkdir(mode=0o777)
+        (root / "out").chmod(0o1777)
+        for args in (["reward-check", "run"], ["view", "run", "--out", "out/view.html"],
+                     ["compare", "run", "--out", "out/cmp"]):
+            done = _as_another_user(args, root)
+            assert done.returncode == 0, (args, done.stderr)
+        assert (root / "out" / "view.html").is_file() and (root / "out" / "cmp" / "runs_comparison.md").is_file()
+        done = _as_another_user(["view", "run"], root)
+        assert done.returncode == 2 and done.stderr == (f"error: cannot write run/view.html ({run} is read-only to "
+                                                        "you): give --out a file where you can write, e.g. --out "
+                                                        "view.html\n")
+        assert sorted(p.name for p in run.iterdir()) == sorted([*modes, "groups", "model"])  # nothing was written
+    finally:
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755)
+        shutil.rmtree(root)

@@ -188,3 +188,52 @@ def test_the_notebooks_inline_frame_draws_the_page(runs, driver, tmp_path):
     finally:
         driver.switch_to.default_content()
     assert not _errors(driver)
+
+
+def test_out_inside_a_run_folders_own_folders_is_refused(tmp_path, capsys):
+    """Case 4: view --out RUN/model/view.html wrote into model/, and eval and export then refused the run."""
+    run = write_run(tmp_path / "run", n=8, steps=1, samples=2)
+    for inside in ("model", "groups"):
+        out = run / inside / "view.html"
+        assert main(["view", str(run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {out} lies inside the run folder {run.resolve()}'s own {inside}/") \
+            and err.count("\n") == 1
+        assert not out.exists()
+    from grpo_kit.runs.folder import RunFolder
+
+    assert RunFolder(run).check_model() is not None  # model/ as training wrote it
+    assert main(["view", str(run), "--out", str(run / "view.html")]) == 0
+    assert main(["view", str(run), "--out", str(tmp_path / "elsewhere.html")]) == 0
+
+
+def test_a_torn_groups_file_leaves_that_step_out_and_names_it(tmp_path):
+    """Case 15 of issue 44: one torn groups/step-N.parquet made view refuse the whole page."""
+    run = write_run(tmp_path / "run", n=8, steps=3, samples=2)
+    torn = run / "groups" / "step-000002.parquet"
+    torn.write_bytes(torn.read_bytes()[:100])
+    data = view_data([run])
+    groups = data["runs"][0]["groups"]
+    assert groups["steps"] == [1, 3] and len(groups["damaged"]) == 1
+    assert groups["damaged"][0].startswith(f"{torn} is damaged (") and "delete it" in groups["damaged"][0]
+    assert write_view([run], out=tmp_path / "page.html").is_file()
+
+
+def test_from_inside_a_run_folder_the_comparison_goes_beside_it_and_bad_names_are_refused(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """Case 20 of issue 44: `compare . ../cap2` inside a run folder blamed an --out never given; view ignored
+    --names that compare refused."""
+    a, b = write_run(tmp_path / "cap1", n=8, steps=1, samples=2), write_run(tmp_path / "cap2", n=8, steps=1,
+                                                                           samples=2, seed=7)
+    monkeypatch.chdir(a)
+    assert main(["compare", ".", "../cap2"]) == 0
+    assert (tmp_path / "comparison" / "runs_comparison.md").is_file() and not (a / "comparison").exists()
+    assert "cap1" in (tmp_path / "comparison" / "runs_comparison.md").read_text()  # ".": named as its folder
+    assert main(["view", ".", "../cap2"]) == 0 and (tmp_path / "comparison" / "view.html").is_file()
+    capsys.readouterr()
+    for command in ("view", "compare"):
+        assert main([command, ".", "../cap2", "--names", "only-one"]) == 2
+        assert capsys.readouterr().err == ("error: give one distinct name per run folder: 2 folders, names "
+                                           "['only-one']\n"), command
+    assert main(["view", str(b), "--names", "x|y", "--out", str(tmp_path / "b.html")]) == 2
+    assert "give names without '|'" in capsys.readouterr().err

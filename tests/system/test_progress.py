@@ -62,3 +62,21 @@ def test_generation_says_greedy_or_sampled_and_moves_per_token(tiny_policy, monk
     assert "shorten it" in lines[0]
     drawn = stream.getvalue()
     assert "greedy: 100%" in drawn and "10/10" in drawn and "sampled (2 per question): 100%" in drawn
+
+
+def test_off_a_terminal_a_bar_is_lines_and_a_log_line_is_never_glued_to_it(monkeypatch, kit_log_on_stderr):
+    """Case 19 of issue 44: in a log file, bars were redrawn with carriage returns and block characters, and log
+    lines were glued onto them."""
+    import sys
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    with phase_bar("greedy", 10, "token", enabled=True) as bar:
+        bar.update(4)
+        logging.getLogger("grpo_kit.test").info("a line logged meanwhile")
+        bar.update(6)
+    text = stream.getvalue()
+    assert "\r" not in text and "\u2588" not in text, repr(text)
+    lines = text.splitlines()
+    assert lines[0].startswith("greedy:   0% 0/10 tokens [") and lines[-1].startswith("greedy: 100% 10/10 tokens [")
+    assert "[grpo_kit] a line logged meanwhile" in lines

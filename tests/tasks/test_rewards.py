@@ -210,13 +210,13 @@ def test_rewards_never_raise_and_return_one_float_per_completion(data, completio
 # quadratically on crafted completions: benchmarks/reward_worst_case.py).
 _FRAGMENTS = ["<reasoning>", "</reasoning>", "<answer>", "</answer>", "<reasoning>\n", "\n</reasoning>\n<answer>\n",
               "\n</answer>", "\n", " ", "\t", "x", "1", "23", "-", "$", ",", ".", "%", "\\boxed", "{", "}", "e",
-              "\u2212"]
+              "\u2212", "+"]
 _STRICT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n*$", re.DOTALL)
 _SOFT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 # a digit run with its commas is one number, read only when they group thousands or lakhs; an exponent is part of it
-_NUMBER = re.compile(r"([-\u2212\u2013]?)\$?([-\u2212\u2013]?)(\d+(?:,\d+)*)(\.\d+)?([eE][\-\u2212\u2013+]?\d+)?%?",
-                     re.ASCII)
+_NUMBER = re.compile(r"([-\u2212\u2013+]?)\$?([-\u2212\u2013+]?)(?:(\d+(?:,\d+)*)(\.\d*)?|(\.\d+))"
+                     r"([eE][\-\u2212\u2013+]?\d+)?%?", re.ASCII)
 
 
 def _boxed_reference(text):

@@ -232,11 +232,15 @@ def test_eval_before_then_after_on_the_example_with_the_tiny_policy(tmp_path, ca
     finds the task in the run folder; changed data is refused with the file's name."""
     folder = tmp_path / "capitals"
     shutil.copytree(EXAMPLE, folder)
-    run = tmp_path / "run"
+    run = tmp_path / "my run"
     tiny = ["--warm-steps", "3", "--cache-dir", str(tmp_path / "cache")]
     assert main(["eval", "--before", "--run-dir", str(run), "--task", str(folder / "task.yaml"), "--preset",
                  "cpu-tiny", "--eval-size", "4", "--max-new-tokens", "8", *tiny]) == 0
-    assert "Text correctness" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "Text correctness" in out.out
+    # case 20: the next commands can be pasted into a shell, a folder with a space included
+    assert f"next: python -m grpo_kit train --run-dir '{run}', then python -m grpo_kit eval --run-dir '{run}'" \
+        in out.err
     settings = json.loads((run / "eval_settings.json").read_text())
     assert settings["task"] == str((folder / "task.yaml").resolve())
     assert set(settings["task_digest"]) == {str(folder.resolve() / n) for n in ("task.yaml", "train.jsonl",
@@ -284,6 +288,28 @@ def test_numbers_are_read_as_written_or_refused_never_cut_short(tmp_path):
     (tmp_path / "test.jsonl").write_text(json.dumps({"q": "c?", "a": "\u22123"}) + "\n", encoding="utf-8")
     task = load_task(path)
     assert task.load("train")["answer"] == ["1" + "0" * 300, "0.00000015"] and task.load("test")["answer"] == ["-3"]
+
+
+def test_numbers_written_without_a_whole_part_with_a_bare_point_or_a_plus_are_read_as_written(tmp_path):
+    """Case 17 of issue 44: gold numbers ".5", "5." and "+7" were refused."""
+    kind = answer_type("number")
+    assert [kind.gold(g) for g in (".5", "5.", "+7", "-.25", "+$3")] == ["0.5", "5", "7", "-0.25", "3"]
+    assert kind.strict(STRICT.format("x", ".5")) == "0.5" and kind.flexible("it is +7.") == "7"
+    assert kind.same(kind.strict(STRICT.format("x", "0.50")), ".5")
+    path = _write(tmp_path, BASIC.format("number"), _rows([".5", "5."]), _rows(["+7"]))
+    task = load_task(path)
+    assert task.load("train")["answer"] == ["0.5", "5"] and task.load("test")["answer"] == ["7"]
+
+
+def test_a_text_answer_that_is_a_number_is_compared_as_a_number():
+    """Case 6 of issue 44: answer_type text scored "-5" equal to "5" and "3.14" equal to "314"."""
+    kind = answer_type("text")
+    reward = BUILTIN_REWARDS["text_correctness_reward_func"]
+    for gold, written, same in (("-5", "5", False), ("3.14", "314", False), ("-5", "\u22125", True),
+                                ("3.14", "3.140", True), ("1,200", "1200", True), ("The Hague", "the hague.", True)):
+        assert kind.same(kind.strict(STRICT.format("x", written)), gold) is same, (gold, written)
+        assert kind.same(kind.flexible(f"so\n#### {written}"), gold) is same, (gold, written)
+        assert reward(completions=[f"<answer>{written}</answer>"], answer=[gold]) == [float(same)]
 
 
 def test_a_choice_answer_of_two_letters_is_not_read_as_the_first():
@@ -370,10 +396,11 @@ def test_a_moved_task_file_is_named_as_the_run_folders_not_as_a_missing_option(t
                                                         "samples": 4, "slice": {"n": 2}, "seed": 0,
                                                         "max_new_tokens": 8, "temperature": 0.7,
                                                         "preset": "cpu-tiny"}))
-    assert main(["reward-check", str(run)]) == 2
-    err = capsys.readouterr().err
-    assert f"the task file {moved}, which this run folder was measured and trained on, is no longer there" in err
-    assert "give the path" not in err
+    for command in (["reward-check", str(run)], ["train", "--run-dir", str(run)]):  # case 13 of issue 44: train too
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"the task file {moved}, which this run folder was measured and trained on, is no longer there" in err
+        assert "give the path" not in err
 
 
 def test_the_kits_own_tasks_are_task_files_read_by_the_same_loader_and_recorded_by_name():
@@ -407,14 +434,182 @@ def test_a_task_file_may_name_its_loader_and_rules_in_python(tmp_path):
 
     sys.path.insert(0, str(tmp_path))
     try:
-        task = load_task(path)
+        task = load_task(path, trust_remote_code=True)
         assert task.splits == ("test",) and not task.trains and task.rules["strict"].extract(" yes ") == "yes"
         assert task.load("test")[0]["answer"] == "yes" and set(task.digest) == {str(path.resolve())}
         bad = _write(tmp_path / "bad", "loader: my_rows:nowhere\nsplits: [test]\nrules: my_rows:RULES\n"
                                        "rewards: [xmlcount_reward_func]\n")
-        with pytest.raises(ValueError, match=r"task.yaml: loader: cannot import 'my_rows:nowhere'"):
-            load_task(bad)
+        with pytest.raises(ValueError, match=r"task.yaml: loader: 'my_rows:nowhere': module 'my_rows' has no "
+                                             "'nowhere'"):
+            load_task(bad, trust_remote_code=True)
         with pytest.raises(ValueError, match="field 'answer_type' is missing"):
-            load_task(_write(tmp_path / "no_rules", "loader: my_rows:load\nrewards: [xmlcount_reward_func]\n"))
+            load_task(_write(tmp_path / "no_rules", "loader: my_rows:load\nrewards: [xmlcount_reward_func]\n"),
+                      trust_remote_code=True)
     finally:
         sys.path.remove(str(tmp_path))
+
+
+TRUSTED_KEYS = ("loader: payload:load\nsplits: [test]\nanswer_type: text\n", "rules: payload:RULES\n",
+                "demonstration: payload:show\n", "tokenizer_texts: os:listdir\n")
+
+
+@pytest.mark.parametrize("code", TRUSTED_KEYS)
+def test_a_task_files_own_python_runs_only_when_the_user_says_so(tmp_path, monkeypatch, capsys, code):
+    """Case 1: a downloaded task file's loader module ran at import; `loader: os:system` ran a shell command."""
+    (tmp_path / "payload.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n", encoding="utf-8")
+    data = "" if code.startswith("loader") else BASIC.format("text")
+    path = _write(tmp_path, data + code, train=_rows(["a", "b"]), test=_rows(["c"]))
+    monkeypatch.chdir(tmp_path)  # the module sits in the folder the command runs in, as in a downloaded folder
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key, ref = code.split("\n")[0].split(": ")
+    for command in (["eval", "--before", "--task", str(path), "--run-dir", str(tmp_path / "run")],
+                    ["train", "--task", str(path), "--run-dir", str(tmp_path / "run2")],
+                    ["demo", "--task", str(path), "--runs-dir", str(tmp_path / "runs")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {path} names Python that loading it would import and "
+                                                         f"run ({key}: {ref}; ")
+        assert "nothing was imported" in err and "--trust-task-code" in err and "trust_remote_code=True" in err
+    assert "payload: " + str(tmp_path / "payload.py") in err or key == "tokenizer_texts"
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="names Python that loading it would import"):
+        get_task(str(path))
+    # the file cannot trust itself
+    (tmp_path / "own.yaml").write_text(data + code + "trust_remote_code: true\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="a task file cannot trust its own code"):
+        get_task(str(tmp_path / "own.yaml"), trust_remote_code=True)
+
+
+def test_trusted_task_code_is_imported_and_the_kits_own_modules_need_nothing(tmp_path, monkeypatch):
+    (tmp_path / "payload.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n"
+                                         "def show(row, style):\n    return ('', row['answer'])\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _write(tmp_path, BASIC.format("text") + "demonstration: payload:show\n", train=_rows(["a"]),
+                  test=_rows(["b"]))
+    task = get_task(str(path), trust_remote_code=True)
+    assert (tmp_path / "ran").exists() and task.extras["demonstration"]({"answer": "b"}, "x") == ("", "b")
+    kit = _write(tmp_path / "kit", BASIC.format("number") + "demonstration: grpo_kit.tasks.gsm8k:demonstration\n",
+                 train=_rows([1]), test=_rows([2]))
+    assert load_task(kit).extras["demonstration"] is not None  # the kit's own modules are not code of the file's
+
+
+def test_one_field_named_for_the_question_and_the_answer_is_refused(tmp_path):
+    """Case 5 of issue 44: `answer:` naming the question's own field was accepted: every gold answer was the
+    question."""
+    path = _write(tmp_path, "train: train.jsonl\ntest: test.jsonl\nquestion: q\nanswer: q\nanswer_type: text\n",
+                  _rows(["a"]), _rows(["b"]))
+    assert _error(path) == f"{path}: question and answer both name the data field 'q': name the field that holds " \
+                           "the answer"
+
+
+@pytest.mark.parametrize("gold, message", [
+    ("'{nope}'", "gold '{nope}' cannot be filled from a row (KeyError: 'nope'): name the row's fields, which are "
+                 "question, answer, prompt"),
+    ("5", "field 'gold' must be a template over a row's fields, e.g. '{answer}'"),
+    ("'{'", "gold '{' is not a template (Single '{' encountered in format string)"),
+    ("'{0} of {answer}'", "gold '{0} of {answer}' numbers its fields: name them"),
+])
+def test_a_gold_template_the_rows_cannot_fill_is_refused_when_the_file_loads(tmp_path, gold, message):
+    """Case 8 of issue 44: `gold: '{nope}'` raised KeyError after the warm start; `gold: 5` AttributeError."""
+    path = _write(tmp_path, BASIC.format("text") + f"gold: {gold}\n", _rows(["a"]), _rows(["b"]))
+    assert _error(path).startswith(f"{path}: {message}")
+
+
+LOADERS = """\
+import datasets
+def rows(split, **kwargs):
+    return datasets.Dataset.from_list([{"question": "q", "answer": "a", "prompt": [{"role": "user", "content": "q"}]}])
+def a_list(split, **kwargs):
+    return [1, 2]
+def no_prompt(split, **kwargs):
+    return datasets.Dataset.from_list([{"question": "q", "answer": "a"}])
+def breaks(split, **kwargs):
+    return {}[split]
+"""
+
+
+@pytest.mark.parametrize("module, message", [
+    ("builtins:len", "loader builtins:len returned int for split 'test', not a datasets.Dataset"),
+    ("loaders:a_list", "loader loaders:a_list returned list for split 'test', not a datasets.Dataset"),
+    ("loaders:no_prompt", "loader loaders:no_prompt returned split 'test' without a prompt column (it has question, "
+                          "answer)"),
+    ("loaders:breaks", "loader loaders:breaks raised KeyError reading split 'test': 'test': fix the loader"),
+    ("loaders_syntax:rows", "loader: 'loaders_syntax:rows': importing 'loaders_syntax' failed with SyntaxError"),
+    ("loaders_name:rows", "loader: 'loaders_name:rows': importing 'loaders_name' failed with NameError: name "
+                          "'nowhere' is not defined at "),
+    ("loaders_exit:rows", "loader: 'loaders_exit:rows': importing 'loaders_exit' failed with SystemExit: 0 at "),
+    ("loaders_raise:rows", "loader: 'loaders_raise:rows': importing 'loaders_raise' failed with RuntimeError: no "
+                           "data here at "),
+])
+def test_a_loader_or_module_that_fails_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys, module, message):
+    """Cases 9 and 16 of issue 44: a loader returning no dataset, a module with a SyntaxError, NameError or
+    RuntimeError at import gave a traceback; one calling sys.exit(0) at import ended the command with 0, silent."""
+    for name, source in (("loaders", LOADERS), ("loaders_syntax", "def f(:\n"), ("loaders_name", "x = nowhere\n"),
+                         ("loaders_exit", "import sys\nsys.exit(0)\n"),
+                         ("loaders_raise", "raise RuntimeError('no data here')\n")):
+        (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _write(tmp_path, f"loader: {module}\nsplits: test\nanswer_type: text\n")
+    assert main(["eval", "--before", "--task", str(path), "--run-dir", str(tmp_path / "run"), "--model",
+                 str(tmp_path), "--trust-task-code"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: {message}") and err.count("\n") == 1, err
+    if "import" in message:  # the module's file and line
+        assert f"{tmp_path / module.split(':')[0]}.py:{2 if 'exit' in module else 1};" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_splits_may_be_one_name_and_a_file_without_answer_type_names_what_it_lacks(tmp_path, monkeypatch):
+    """Case 20 of issue 44: `splits: test` read as the splits t, e, s, t; a file with loader and rules but no
+    answer_type or rewards was told about a `rewards` key it did not have."""
+    (tmp_path / "loaders.py").write_text(LOADERS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    task = load_task(_write(tmp_path, "loader: loaders:rows\nsplits: test\nanswer_type: text\n"),
+                     trust_remote_code=True)
+    assert task.splits == ("test",) and task.load("test")[0]["answer"] == "a"
+    path = _write(tmp_path / "b", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nsplits: [train]\nanswer_type: text\n")
+    assert "field 'splits' must list the loader's split names, test among them" in _error(path)
+    path = _write(tmp_path / "c", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nrules: grpo_kit.tasks.gsm8k:RULES\n")
+    assert _error(path) == (f"{path}: without answer_type the task has no correctness reward to train with: add "
+                            "rewards: {reward name: weight} (e.g. {xmlcount_reward_func: 1.0}), or an answer_type: "
+                            "number, text, math, choice")
+
+
+@pytest.mark.parametrize("blank", ["\u200b\u200b", "\u2060 \ufeff", "\u00ad"])
+def test_a_question_or_answer_of_invisible_characters_is_refused(tmp_path, blank):
+    """Case 13 of issue 44: a question or answer of zero-width spaces only was accepted."""
+    path = _write(tmp_path, BASIC.format("text"), _rows(["a"]), [{"q": "Q?", "a": "b"}, {"q": blank, "a": "c"}])
+    assert f"{tmp_path / 'test.jsonl'}:2: 'q' is {blank!r}" in _error(path)
+    path = _write(tmp_path, BASIC.format("text"), _rows(["a", blank]), _rows(["b"]))
+    assert f"{tmp_path / 'train.jsonl'}:2: 'a' is {blank!r}" in _error(path)
+    assert normalize_text(f"Pa{blank.replace(' ', '')}ris") == "paris"  # nor do they tell answers apart
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"q": "What is \\ud800?", "a": "x"}', ":2 holds '\\ud800', half of a UTF-16 pair, which is no character"),
+    ('{"q": "big?", "a": ' + "7" * 5000 + "}", ":2 holds a whole number of more than 4300 digits, which Python does "
+                                               "not read: write it as text in quotes, or shorten it"),
+    ('{"q": "c?", "a": "x", "extra": "one"}', ":2: field 'extra' is text ('one') where {first}:1 holds a number: give "
+                                              "the field values of one kind in every row"),
+])
+def test_data_a_table_cannot_hold_is_named_with_file_and_line(tmp_path, line, message):
+    """Case 16 of issue 44: a JSONL holding \\ud800, a 5,000-digit number (with Python's set_int_max_str_digits
+    advice) and mixed types in an unused column were refused without the file or line."""
+    test = tmp_path / "test.jsonl"
+    path = _write(tmp_path, BASIC.format("text"), _rows(["a"]), json.dumps({"q": "b?", "a": "b", "extra": 1}) + "\n"
+                  + line + "\n")
+    assert _error(path).startswith(f"{test}{message.format(first=test)}")
+    # numbers of a field written whole in one row and with decimals in another are one column of numbers
+    rows = [{"q": f"q{i}?", "a": "x", "extra": 1 if i < 4500 else 2.5} for i in range(5000)]  # two batches
+    assert load_task(_write(tmp_path / "numbers", BASIC.format("text"), _rows(["a"]), rows)).load("test")[-1][
+        "extra"] == 2.5
+
+
+def test_a_yaml_merge_key_is_read_in_task_files_as_in_recipes(tmp_path):
+    """Case 16 of issue 44: a merge key `<<:` worked in recipes and was refused in task files."""
+    path = _write(tmp_path, "train: train.jsonl\ntest: test.jsonl\n<<: {question: q, answer: z}\nanswer: a\n"
+                            "answer_type: text\n", _rows(["a"]), _rows(["b"]))
+    assert load_task(path).load("test")[0]["answer"] == "b"  # the key beside it replaces the merged one
+    twice = _write(tmp_path / "twice", "train: train.jsonl\ntest: test.jsonl\n<<: {question: q}\nanswer: a\n"
+                                       "answer: b\nanswer_type: text\n", _rows(["a"]), _rows(["b"]))
+    assert "the key 'answer' is given twice" in _error(twice)

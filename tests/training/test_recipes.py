@@ -117,3 +117,21 @@ def test_the_resolved_recipe_reads_back_as_the_same_recipe(tmp_path):
     again = get_preset(tmp_path / "recipe.yaml")
     assert again == recipe and again.name == "a100"
     assert (again.learning_rate, again.lora_rank, again.algorithm, again.epsilon_high) == (1e-5, 16, "dapo", 0.28)
+
+
+def test_a_recipes_env_block_is_said_in_the_runs_first_lines(tmp_path, monkeypatch, capsys, kit_log_on_stderr):
+    """Case 2: a recipe's env: block set HF_HUB_OFFLINE and other variables without a word."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("GRPO_KIT_TEST_VARIABLE", raising=False)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("env:\n  HF_HUB_OFFLINE: '0'\n  GRPO_KIT_TEST_VARIABLE: 5\nmax_steps: 3\n", encoding="utf-8")
+    main(["plan", "--config", str(recipe)])  # (2: this recipe wants a GPU)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (f"[grpo_kit] WARNING: recipe {recipe} sets environment variables for this process (its env: "
+                     "block): HF_HUB_OFFLINE=0 (was 1), GRPO_KIT_TEST_VARIABLE=5")
+    import os
+
+    assert os.environ["GRPO_KIT_TEST_VARIABLE"] == "5"
+    recipe.write_text("env: [HF_HUB_OFFLINE]\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="env must map environment variable names to values"):
+        get_preset(recipe)

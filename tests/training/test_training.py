@@ -266,3 +266,23 @@ def test_an_adapter_trained_from_a_relative_path_loads_from_any_working_folder(t
     assert base == str(tiny_policy_files.absolute())
     monkeypatch.chdir(tmp_path)
     load_policy(path, dtype="float32")  # from another working folder
+
+
+def test_a_resume_does_not_warn_of_tied_weights_the_checkpoint_holds_once(tiny_policy):
+    """Case 20 of issue 44: every resume printed transformers' "missing keys ['lm_head.weight']", though the tiny
+    policy's head is its embedding's tensor and loads whole."""
+    import logging
+
+    from grpo_kit.training.checkpoints import TiedKeysLoaded
+
+    model, _ = tiny_policy
+    assert model.lm_head.weight is model.get_input_embeddings().weight  # tied: saved once
+    tied = TiedKeysLoaded(model)
+
+    def said(message):
+        return tied.filter(logging.LogRecord("transformers.trainer", logging.WARNING, __file__, 1, message, (), None))
+
+    assert not said("There were missing keys in the checkpoint model loaded: ['lm_head.weight'].")
+    assert said("There were missing keys in the checkpoint model loaded: ['lm_head.weight', "
+                "'model.norm.weight'].")  # a key that is not tied is still said
+    assert said("There were unexpected keys in the checkpoint model loaded: ['x'].")
