@@ -347,8 +347,8 @@ def test_a_hub_dataset_while_offline_is_one_line_naming_the_task_file_at_once(tm
     start = time.perf_counter()
     message = _error(path)
     assert time.perf_counter() - start < 5
-    assert message.startswith(f"{path}: hub: the Hugging Face Hub (https://huggingface.co) cannot be reached (Name or "
-                              "service not known), so owner/name cannot be downloaded")
+    assert message.startswith(f"{path}: hub: owner/name is downloaded from the Hub, and the Hugging Face Hub "
+                              "(https://huggingface.co) cannot be reached (Name or service not known)")
     assert "HF_HUB_OFFLINE=1" in message
 
     from huggingface_hub import constants
