@@ -551,7 +551,7 @@ def _parser() -> argparse.ArgumentParser:
     exp = command("export", _export, "the run's trained policy merged (safetensors) or as GGUF, verified against it "
                   "before it is called done, with a model card; optionally uploaded to the Hub")
     exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
-    exp.add_argument("--format", nargs="+", choices=FORMATS, default=[FORMATS[0]])
+    exp.add_argument("--format", nargs="+", choices=list(FORMATS), default=[next(iter(FORMATS))])
     exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
     exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
     _verify_options(exp)

@@ -354,7 +354,7 @@ def test_an_unsloth_runs_export_offline_is_refused_in_one_line_before_anything_l
     assert "HF_HUB_OFFLINE is set" in err and "--base PATH" in err
     assert not (tmp_path / "merged").exists()
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(grpo_kit.runs.export, "_hub_offline", lambda: False)
+    monkeypatch.setattr(grpo_kit.runs.export, "hub_offline", lambda: False)
 
     def unreachable(repo):
         raise OSError("Name or service not known")
@@ -370,7 +370,7 @@ def test_an_unsloth_runs_export_says_how_much_it_downloads(lora_run, tmp_path, m
 
     run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
     monkeypatch.setattr(grpo_kit.runs.export, "_cached_snapshot", lambda repo: None)
-    monkeypatch.setattr(grpo_kit.runs.export, "_hub_offline", lambda: False)
+    monkeypatch.setattr(grpo_kit.runs.export, "hub_offline", lambda: False)
     monkeypatch.setattr(grpo_kit.runs.export, "_hub_weights_bytes", lambda repo: 16_060_522_496)
     with caplog.at_level("WARNING", logger="grpo_kit.runs.export"):
         assert merge_base(run) is None  # Unsloth downloads it
