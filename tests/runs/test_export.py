@@ -29,11 +29,11 @@ QUESTIONS = 8
 def full_run(tiny_policy_files, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("export") / "full"
     common = ["--run-dir", str(run_dir)]
-    assert main(["eval", "--before", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--eval-size", "8",
-                 "--max-new-tokens", "24", *common]) == 0
-    assert main(["train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--max-steps", "2",
-                 "--save-steps", "2", "--train-size", "16", "--set", "per_device_train_batch_size=8",
-                 "--set", "max_completion_length=16", "--set", "learning_rate=0.02", *common]) == 0
+    assert main(["eval", "--before", "--preset", "cpu-tiny", "--model_name_or_path", str(tiny_policy_files),
+                 "--eval-size", "8", "--max-new-tokens", "24", *common]) == 0
+    assert main(["train", "--preset", "cpu-tiny", "--model_name_or_path", str(tiny_policy_files), "--max-steps", "2",
+                 "--save-steps", "2", "--train-size", "16", "--per_device_train_batch_size", "8",
+                 "--max_completion_length", "16", "--learning_rate", "0.02", *common]) == 0
     assert main(["eval", *common]) == 0
     return run_dir
 
@@ -620,8 +620,9 @@ def test_what_a_user_gets_wrong_after_training_ends_in_one_line(full_run, tiny_p
              (["export", str(moved), "--questions", "2"], "cannot load the trained model"),
              (["verify-export", str(gguf), "--against", str(full_run)], "llama-cpp-python is not installed"),
              (["plan", "--run-dir", str(planned), "--resume"], "train_settings.json is damaged or was edited"),
-             (["train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--run-dir", str(tmp_path / "t"),
-               "--set", "report_to=tensorboard"], "report_to = 'tensorboard': tensorboard is not installed")]
+             (["train", "--preset", "cpu-tiny", "--model_name_or_path", str(tiny_policy_files), "--run-dir",
+               str(tmp_path / "t"), "--report_to", "tensorboard"],
+              "report_to = 'tensorboard': tensorboard is not installed")]
     for args, message in cases:
         assert main(args) == 2, args
         err = _no_traceback(capsys)
