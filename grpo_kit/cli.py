@@ -418,7 +418,7 @@ def _refuse_gone(rest: Sequence[str]) -> None:
             value = value or (rest[i + 1] if i + 1 < len(rest) else "")
             key, sep, setting = value.partition("=")
             if option == "--set" and sep:
-                raise ValueError(f"--set is gone: write --{key} {setting} (TRL's form, after the other options)")
+                raise ValueError(f"--set is gone: write --{key} {setting} (TRL's form)")
             raise ValueError(f"{option} is gone: {_GONE_OPTIONS[option]}")
 
 

@@ -20,22 +20,12 @@ from grpo_kit.policy.warm_start import (
     warm_started_tiny_policy,
     warm_steps_for,
 )
+from grpo_kit.system.hub import is_repo_id
 from grpo_kit.tasks import Task
 
 __all__ = ["PolicySource"]
 
 # A Hub id: "name" or "owner/name", each part letters, digits, '-', '_', '.' (huggingface_hub's repo-id rule).
-def _hub_id(text: str) -> bool:
-    """Whether ``text`` is a Hub model id (``name`` or ``owner/name``: ``huggingface_hub.utils.validate_repo_id``)."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(text)
-    except HFValidationError:
-        return False
-    return True
-
-
 @dataclass(frozen=True)
 class PolicySource:
     """A policy to start from: ``model`` (a Hub id or a local folder), or ``tiny`` (the kit's tiny policy).
@@ -69,7 +59,7 @@ class PolicySource:
         """
         if model is not None:
             text = str(model)
-            if not Path(text).is_dir() and (text.startswith((".", "/", "~")) or not _hub_id(text)):
+            if not Path(text).is_dir() and (text.startswith((".", "/", "~")) or not is_repo_id(text)):
                 raise ValueError(f"model {text!r} is neither an existing folder nor a Hub id (owner/name): give the "
                                  "path of a saved model or an id such as Qwen/Qwen2.5-0.5B-Instruct")
             return cls(model=text)

@@ -5,7 +5,7 @@ says in one line what is missing instead of failing in a library's retries.
 
 from __future__ import annotations
 
-__all__ = ["check_repo_id", "hub_offline", "hub_problem"]
+__all__ = ["check_repo_id", "hub_offline", "hub_problem", "is_repo_id"]
 
 
 def hub_offline() -> bool:
@@ -45,17 +45,27 @@ def hub_problem(what: str, token: bool = True, timeout_s: float = 5.0) -> str | 
     return None
 
 
-def check_repo_id(repo_id: str, option: str = "--push-to-hub") -> None:
-    """Refuse anything but ``owner/name`` in the Hub's characters (``huggingface_hub.utils.validate_repo_id``).
+def is_repo_id(text: str, owner: bool = False) -> bool:
+    """Whether ``text`` is a Hub repository's name, ``name`` or ``owner/name`` (``owner``: only the latter), in the
+    Hub's characters (``huggingface_hub.utils.validate_repo_id``).
 
-    Raises:
-        ValueError: the name, and what ``option`` takes.
+    >>> is_repo_id("Qwen/Qwen2.5-0.5B-Instruct"), is_repo_id("gpt2"), is_repo_id("gpt2", owner=True)
+    (True, True, False)
     """
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
-        validate_repo_id(repo_id)
-        if repo_id.count("/") != 1:
-            raise HFValidationError("no owner")
+        validate_repo_id(text)
     except HFValidationError:
-        raise ValueError(f"{option} takes owner/name (e.g. you/qwen-grpo-gsm), got {repo_id!r}") from None
+        return False
+    return not owner or text.count("/") == 1
+
+
+def check_repo_id(repo_id: str, option: str = "--push-to-hub") -> None:
+    """Refuse anything but ``owner/name`` in the Hub's characters (:func:`is_repo_id`).
+
+    Raises:
+        ValueError: the name, and what ``option`` takes.
+    """
+    if not is_repo_id(repo_id, owner=True):
+        raise ValueError(f"{option} takes owner/name (e.g. you/qwen-grpo-gsm), got {repo_id!r}")
