@@ -46,7 +46,8 @@ def build_checkpoint(folder: Path, hidden: int, layers: int) -> None:
 def route_overrides(folder: str, args: argparse.Namespace) -> dict:
     """Recipe overrides shared by both routes: one optimiser step = ``args.batch`` completions (no gradient
     accumulation, whatever the preset's), ``args.completion``-token completions, no vLLM, no checkpoints."""
-    return dict(model=folder, lora_rank=args.rank, lora_alpha=args.rank, load_in_4bit=False, fast_inference=False,
+    return dict(model_name_or_path=folder, use_peft=True, lora_r=args.rank, lora_alpha=args.rank, load_in_4bit=False,
+                fast_inference=False,
                 max_steps=args.steps, per_device_train_batch_size=args.batch, gradient_accumulation_steps=1,
                 num_generations=8, max_completion_length=args.completion, max_seq_length=args.completion + 512,
                 max_prompt_tokens=512, learning_rate=1e-5, warmup_steps=0, optim="adamw_torch", save_steps=10**6,

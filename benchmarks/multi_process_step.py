@@ -40,11 +40,11 @@ def run(config: str | None, model: Path, run_dir: Path, args: argparse.Namespace
     """Train on one process (``config=None``) or two under ``configs/accelerate/<config>.yaml``; return the
     median step time in seconds."""
     processes = 1 if config is None else 2
-    train = ["-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--model", str(model), "--run-dir", str(run_dir),
-             "--max-steps", str(args.steps), "--save-steps", "1000", "--train-size", "256",
-             "--rewards", "xmlcount_reward_func", "strict_format_reward_func",
-             "--set", f"per_device_train_batch_size={args.global_batch // processes}",
-             "--set", f"max_completion_length={args.completion}"]
+    train = ["-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--run-dir", str(run_dir), "--train-size", "256",
+             "--rewards", "xmlcount_reward_func", "strict_format_reward_func", "--model_name_or_path", str(model),
+             "--max_steps", str(args.steps), "--save_steps", "1000",
+             "--per_device_train_batch_size", str(args.global_batch // processes),
+             "--max_completion_length", str(args.completion)]
     env = dict(os.environ)
     if config is None:
         command = [sys.executable, *train]

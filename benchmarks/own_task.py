@@ -10,7 +10,7 @@ Each task runs in a fresh temporary folder with an empty cache (its warm start i
 ``python -m grpo_kit`` in a subprocess:
 
     eval --before --task TASK.yaml --run-dir RUN --samples 8
-    train --run-dir RUN --eval-steps 10
+    train --run-dir RUN --eval_strategy steps --eval_steps 10
     eval --run-dir RUN
 
 It prints, per phase, the time each command announced (the kit's estimate for this machine) beside the time it
@@ -109,8 +109,8 @@ def run_task(name: str, task_file: Path, work: Path, env: dict[str, str]) -> dic
     steps = {
         "eval --before (warm start, baseline)": [*kit, "eval", "--before", "--task", str(task_file), "--run-dir",
                                                  str(run), "--samples", "8", "--cache-dir", str(cache)],
-        "train (GRPO, cpu-tiny defaults)": [*kit, "train", "--run-dir", str(run), "--eval-steps", "10",
-                                            "--cache-dir", str(cache)],
+        "train (GRPO, cpu-tiny defaults)": [*kit, "train", "--run-dir", str(run), "--cache-dir", str(cache),
+                                            "--eval_strategy", "steps", "--eval_steps", "10"],
         "eval (after training, report)": [*kit, "eval", "--run-dir", str(run)],
     }
     phases = {}

@@ -27,7 +27,6 @@ standard output; what the kit is doing goes to the ``grpo_kit`` logger, shown on
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import errno
 import logging
@@ -40,7 +39,7 @@ from typing import Any
 from grpo_kit.system.logs import configure_logging
 from grpo_kit.system.progress import quiet_library_bars_off_a_terminal
 
-__all__ = ["main", "parse_rewards", "parse_sets"]
+__all__ = ["main", "parse_rewards"]
 
 log = logging.getLogger("grpo_kit.cli")
 
@@ -72,29 +71,6 @@ def parse_rewards(items: Sequence[str]) -> Any:
         else:
             rewards.append(name)
     return RewardSet(rewards, weights)
-
-
-def parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """``--set FIELD=VALUE`` pairs as preset overrides; a value is read as a Python literal (number, None,
-    True, a tuple or dict) and otherwise kept as text.
-
-    Raises:
-        ValueError: an item without ``=``.
-
-    >>> parse_sets(["learning_rate=1e-5", "lora_rank=None", "optim=adamw_torch"])
-    {'learning_rate': 1e-05, 'lora_rank': None, 'optim': 'adamw_torch'}
-    """
-    overrides = {}
-    for item in items:
-        field, sep, raw = item.partition("=")
-        if not sep or not field.strip():
-            raise ValueError(f"--set {item!r}: write FIELD=VALUE, e.g. --set learning_rate=1e-5")
-        try:
-            value: Any = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        overrides[field.strip()] = value
-    return overrides
 
 
 def _nonnegative(text: str) -> int:
@@ -163,16 +139,12 @@ def _train(args: argparse.Namespace) -> int:
     from grpo_kit.runs.train import train
     from grpo_kit.training.groups import GroupsKept
 
-    overrides = parse_sets(args.set)
-    overrides.update({k: v for k in ("max_steps", "save_steps") if (v := getattr(args, k)) is not None})
     spec = RunSpec.resolve(  # everything that can be checked before a model loads
         _recipe_source(args), args.task, rewards=parse_rewards(args.rewards) if args.rewards else None,
-        model=args.model, run_dir=args.run_dir, resume=args.resume, train_size=args.train_size,
-        eval_steps=args.eval_steps, eval_size=args.eval_size, eval_max_new_tokens=args.eval_max_new_tokens,
-        seed=args.seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir, progress="lines",
-        algorithm=args.algorithm, argv=args.trl, recipe_overrides=overrides,
-        wandb_project=args.wandb_project if args.report_to == "wandb" else None,
-        groups=GroupsKept(args.groups_every, args.groups_per_step), trust_remote_code=args.trust_task_code)
+        run_dir=args.run_dir, resume=args.resume, train_size=args.train_size, eval_size=args.eval_size,
+        eval_max_new_tokens=args.eval_max_new_tokens, warm_steps=args.warm_steps, cache_dir=args.cache_dir,
+        progress="lines", argv=args.trl, groups=GroupsKept(args.groups_every, args.groups_per_step),
+        trust_remote_code=args.trust_task_code)
     if not spec.preset.use_unsloth:  # on an Unsloth route transformers must wait until Unsloth is imported
         _quiet_library_bars()
     if spec.launch.is_main:
@@ -217,17 +189,20 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _eval_before(args: argparse.Namespace, run: Any) -> int:
-    from grpo_kit.runs.measure import measure_before
+    from grpo_kit.runs.measure import EvalPlan, measure_before
     from grpo_kit.runs.pipeline import baseline_plan
+    from grpo_kit.runs.spec import recipe_task
     from grpo_kit.tasks import DEFAULT_TASK
-    from grpo_kit.training.presets import get_preset
+    from grpo_kit.training.presets import command_line, get_preset
 
-    preset = get_preset(_recipe_source(args), argv=args.trl, **parse_sets(args.set))
-    plan = baseline_plan(args.task or DEFAULT_TASK, preset, model=args.model, eval_size=args.eval_size,
+    preset = get_preset(_recipe_source(args), argv=args.trl)
+    trusted = args.trust_task_code or bool(command_line(args.trl).get("trust_remote_code"))
+    task = args.task or recipe_task(preset, args.cache_dir or EvalPlan.cache_dir) or DEFAULT_TASK
+    plan = baseline_plan(task, preset, eval_size=args.eval_size,
                          eval_fraction=args.eval_fraction, max_new_tokens=args.max_new_tokens, samples=args.samples,
                          temperature=args.temperature, batch_size=args.batch_size, backend=args.backend,
-                         seed=args.seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir,
-                         trust_remote_code=args.trust_task_code)
+                         seed=preset.data_seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir,
+                         trust_remote_code=trusted)
     results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
     print(results["greedy"].summary.round(3).to_markdown(), flush=True)
     if not plan.task.trains:  # an evaluation-only task: nothing to train on it
@@ -236,7 +211,7 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
                  "folder)")
         return 0
     # the next commands as they can be pasted: the folder quoted for a shell, and the trust the task file needed
-    folder = shlex.quote(str(run.path)) + (" --trust-task-code" if args.trust_task_code else "")
+    folder = shlex.quote(str(run.path)) + (" --trust-task-code" if trusted else "")
     log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train --run-dir {folder}, "
              f"then python -m grpo_kit eval --run-dir {folder}")
     return 0
@@ -266,9 +241,8 @@ def _eval_after(args: argparse.Namespace) -> int:
 #: eval's options that only --before reads, each ``None`` (or off) unless given: the evaluation after training repeats
 #: the baseline's settings, so giving one without --before is refused rather than ignored; their defaults are the
 #: baseline plan's (:class:`grpo_kit.runs.measure.EvalPlan`).
-_BEFORE_ONLY = ("--replace-baseline", "--config", "--preset", "--set", "--model", "--task", "--eval-size",
-                "--eval-fraction", "--max-new-tokens", "--samples", "--temperature", "--backend", "--seed",
-                "--warm-steps", "--cache-dir")
+_BEFORE_ONLY = ("--replace-baseline", "--config", "--preset", "--task", "--eval-size", "--eval-fraction",
+                "--max-new-tokens", "--samples", "--temperature", "--backend", "--warm-steps", "--cache-dir")
 
 
 def presets_table() -> str:
@@ -285,8 +259,8 @@ def presets_table() -> str:
                      f"{fields['beta']:g}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    lines += ["", "python -m grpo_kit algorithms lists every variant's fields; --algorithm NAME or --set FIELD=VALUE "
-              "changes them.", ""]
+    lines += ["", "python -m grpo_kit algorithms lists every variant's fields; --algorithm NAME or --KEY VALUE (any "
+              "recipe key, TRL's form) changes them.", ""]
     lines += [f"{preset.name}: {preset.description}" for preset in PRESETS.values()]
     return "\n".join(lines)
 
@@ -397,20 +371,17 @@ def _compare_demo(args: argparse.Namespace) -> int:
 
 
 def _recipe_options(parser: Any, choices: bool = True) -> None:
-    """``--config``, ``--preset``, ``--set`` and ``--model``: the recipe a command takes (TRL's ``--KEY VALUE``
-    overrides after them land in ``trl``: see :func:`main`)."""
+    """``--config`` and ``--preset``: the recipe a command takes (any recipe key after them, in TRL's form
+    ``--KEY VALUE``, lands in ``trl``: see :func:`main`)."""
     from grpo_kit.training.presets import PRESETS
 
     parser.add_argument("--config", default=None, metavar="FILE.yaml",
-                        help="a recipe file: TRL's GRPOConfig and ModelConfig keys (as trl grpo --config "
-                        "reads them) and grpo_kit's own; --KEY VALUE after it overrides any key")
+                        help="a recipe file: TRL's GRPOConfig and ModelConfig keys and trl grpo's script keys (as trl "
+                        "grpo --config reads them) and grpo_kit's own; --KEY VALUE after it overrides any key, e.g. "
+                        "--learning_rate 1e-5 --lora_r 16")
     parser.add_argument("--preset", default=None, choices=list(PRESETS) if choices else None,
                         help="a shipped recipe (python -m grpo_kit presets; default: the one that fits "
                         "--device or this machine's GPU, e.g. t4-16gb colab-t4, a100-40gb a100; cpu-tiny without one)")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="any recipe key, e.g. --set learning_rate=1e-5 --set lora_r=16 (or TRL's own "
-                        "form: --learning_rate 1e-5)")
-    parser.add_argument("--model", default=None, help="a Hub id or folder instead of the recipe's model")
 
 
 def _rewards_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -459,13 +430,35 @@ def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print the {what} as one JSON object")
 
 
+_RECIPE_KEYS = ("Any recipe key goes after these options in TRL's form, --KEY VALUE (dashes or underscores): e.g. "
+                "--max_steps 50, --learning_rate 1e-5, --lora_r 16, --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct, "
+                "--algorithm dapo, --seed 1, --data_seed 1 (the data slices' seed), --report_to wandb, "
+                "--eval_strategy steps --eval_steps 10 (held-out accuracy during training). The command line wins "
+                "over the recipe file, and the last of a key given twice.")
+#: Options the command line no longer takes: one line each naming what to write instead.
+_GONE_OPTIONS = {"--set": "write each recipe key in TRL's form, --KEY VALUE (e.g. --learning_rate 1e-5)",
+                 "--wandb-project": "wandb reads its project from WANDB_PROJECT: WANDB_PROJECT=NAME python -m grpo_kit "
+                                    "train ... --report_to wandb (default project grpo-kit)"}
+
+
+def _refuse_gone(rest: Sequence[str]) -> None:
+    """One line for an option the command line no longer takes (:data:`_GONE_OPTIONS`)."""
+    for i, item in enumerate(rest):
+        option, _, value = item.partition("=")
+        if option in _GONE_OPTIONS:
+            value = value or (rest[i + 1] if i + 1 < len(rest) else "")
+            key, sep, setting = value.partition("=")
+            if option == "--set" and sep:
+                raise ValueError(f"--set is gone: write --{key} {setting} (TRL's form)")
+            raise ValueError(f"{option} is gone: {_GONE_OPTIONS[option]}")
+
+
 def _parser() -> argparse.ArgumentParser:
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
     from grpo_kit.runs.export import FORMATS
     from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan
     from grpo_kit.runs.pipeline import CompareDemoConfig, DemoConfig, compare_tasks, demo_tasks
     from grpo_kit.tasks import DEFAULT_TASK, TASKS
-    from grpo_kit.training.algorithms import ALGORITHMS
     from grpo_kit.training.groups import GroupsKept
 
     base = EvalPlan  # the baseline's defaults (a dataclass's field defaults are its class attributes)
@@ -473,7 +466,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, func: Any, summary: str, recipe: bool = False) -> argparse.ArgumentParser:
-        found = sub.add_parser(name, help=summary)
+        found = sub.add_parser(name, help=summary, epilog=_RECIPE_KEYS if recipe else None,
+                               allow_abbrev=False)  # an abbreviation would eat a recipe key
         found.set_defaults(func=func, **({"trl": []} if recipe else {}))  # only a recipe's commands take TRL's form
         return found
 
@@ -499,35 +493,25 @@ def _parser() -> argparse.ArgumentParser:
     train = command("train", _train, "GRPO into a run folder, with checkpoints, --resume and held-out accuracy",
                     recipe=True)
     _recipe_options(train)
-    train.add_argument("--algorithm", default=None, choices=list(ALGORITHMS),
-                       help="a named GRPO variant replacing the preset's algorithm fields (loss_type, beta, "
-                       "scale_rewards, ...; `python -m grpo_kit algorithms` lists them); --set still overrides any")
     train.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
                        help="the task: " + ", ".join(name for name, t in TASKS.items() if t.trains) + ", or a task "
                        f"file (default: the task the run folder recorded, else {DEFAULT_TASK})")
     _rewards_option(train, "rewards to train with")
-    train.add_argument("--max-steps", type=_positive, default=None, help="optimiser steps (with --resume: extends a "
-                       "finished run)")
-    train.add_argument("--save-steps", type=_positive, default=None, help="steps between checkpoints")
     train.add_argument("--run-dir", default=None, help="the run folder (default runs/<preset>-<task>)")
     train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint, with "
                        "the plan its recipe.yaml records")
-    train.add_argument("--eval-steps", type=_positive, default=None,
-                       help="measure held-out greedy accuracy every N steps (and at the start)")
     train.add_argument("--eval-size", type=_positive, default=None,
-                       help="validation questions held out of the train split for --eval-steps (seeded; default the "
-                       "task file's validation_size, else 100 or a fifth of the train split)")
+                       help="validation questions held out of the train split for eval_steps (seeded by data_seed; "
+                       "default the task file's validation_size, else 100 or a fifth of the train split)")
     train.add_argument("--eval-max-new-tokens", type=_positive, default=None,
                        help="held-out completion budget (default the preset's max_completion_length)")
-    train.add_argument("--train-size", type=_positive, default=None, help="train questions (seeded slice)")
+    train.add_argument("--train-size", type=_positive, default=None, help="train questions (a slice seeded by "
+                       "data_seed)")
     train.add_argument("--groups-every", type=_positive, default=GroupsKept.every, metavar="N",
                        help="keep the training groups (completions, rewards, advantages) of every N-th logged step "
                        f"in groups/ (default {GroupsKept.every})")
     train.add_argument("--groups-per-step", type=_nonnegative, default=GroupsKept.groups, metavar="K",
                        help=f"keep at most K groups a step (default {GroupsKept.groups}; 0 keeps none)")
-    train.add_argument("--report-to", choices=["none", "wandb"], default="none")
-    train.add_argument("--wandb-project", default="grpo-kit")
-    train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")
     train.add_argument("--warm-steps", type=_positive, default=None,
                        help="tiny policy only: warm-start steps (default the baseline's, else sized to the task)")
     train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")
@@ -560,7 +544,6 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"temperature of the samples (default {base.temperature})")
     before.add_argument("--backend", choices=["vllm", "transformers"], default=None,
                         help="generation backend for plain-transformers presets (default vLLM where usable)")
-    before.add_argument("--seed", type=_nonnegative, default=None, help=f"the slice's seed (default {base.seed})")
     before.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps "
                         "(default 300; a task file: 20 passes over its train rows, 60 to 300)")
     before.add_argument("--cache-dir", default=None, help=f"where the tiny policy is cached (default {base.cache_dir})")
@@ -584,7 +567,7 @@ def _parser() -> argparse.ArgumentParser:
     exp = command("export", _export, "the run's trained policy merged (safetensors) or as GGUF, verified against it "
                   "before it is called done, with a model card; optionally uploaded to the Hub")
     exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
-    exp.add_argument("--format", nargs="+", choices=FORMATS, default=[FORMATS[0]])
+    exp.add_argument("--format", nargs="+", choices=list(FORMATS), default=[next(iter(FORMATS))])
     exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
     exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
     _verify_options(exp)
@@ -616,7 +599,6 @@ def _parser() -> argparse.ArgumentParser:
                       help="one process, or accelerate launch with configs/accelerate/<launch>.yaml")
     plan.add_argument("--run-dir", default=None, help="a run folder (with --resume: plan resuming it)")
     plan.add_argument("--resume", action="store_true", help="plan resuming --run-dir with its recorded preset")
-    plan.add_argument("--max-steps", type=_positive, default=None, help="with --resume: extend the run to N steps")
     _json_option(plan, "plan")
 
     doctor = command("doctor", _doctor, "the installed stack (live and on disk), the driver, bfloat16 and free GPU "
@@ -647,17 +629,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.launch == "single" and args.gpus not in (None, 1):
         raise ValueError(f"--launch single runs one process, and --gpus {args.gpus} asks for {args.gpus}: choose "
                          "--launch ddp, zero2, zero3 or fsdp2 for several GPUs, or drop --gpus")
-    if args.model is not None:  # as train checks it, before anything loads
-        from grpo_kit.policy.source import PolicySource
-        from grpo_kit.tasks import DEFAULT_TASK, get_task
-
-        PolicySource.of(args.model, get_task(DEFAULT_TASK))
-    overrides = parse_sets(args.set)
-    if args.max_steps is not None:
-        overrides["max_steps"] = args.max_steps
-    result = make_plan(_recipe_source(args), overrides, argv=args.trl, device=args.device, processes=args.gpus,
-                       launch=args.launch,
-                       run_dir=args.run_dir, resume=args.resume, model=args.model)
+    result = make_plan(_recipe_source(args), argv=args.trl, device=args.device, processes=args.gpus,
+                       launch=args.launch, run_dir=args.run_dir, resume=args.resume)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
     else:
@@ -698,9 +671,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
     except SystemExit as e:  # argparse printed the problem and the usage
         return e.code if isinstance(e.code, int) else 2
-    if rest:
-        args.trl = rest
     try:
+        if rest:
+            _refuse_gone(rest)
+            args.trl = rest
         return args.func(args)
     except (ValueError, FileNotFoundError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -318,9 +318,11 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
         resume: continue from the newest complete checkpoint (with a larger ``max_steps``, extend a finished run).
         eval_steps: greedy accuracy every N steps on ``eval_size`` validation questions held out of the train split
             (``None``: the task's ``validation_size``, else up to 100), with the reward-hacking alarm (``None``: off).
-        wandb_project: log to wandb (:func:`grpo_kit.training.tracking.setup_wandb`; ``None``: no wandb).
+        wandb_project: log to wandb (:func:`grpo_kit.training.tracking.setup_wandb`; ``None``: as the preset's
+            ``report_to`` says).
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``train_size`` and warm start apply.
-        seed: seeds the training and the held-out slice.
+        seed: seeds the data slices (the train questions, the held-out slice) where the preset sets no
+            ``data_seed``.
         trust_remote_code: the task file may import and run the Python it names outside ``grpo_kit``
             (:func:`grpo_kit.tasks.task_file.check_task_code`; the command line's ``--trust-task-code``).
 

@@ -44,7 +44,7 @@ def test_demo_writes_the_run_folder_and_caches_the_warm_start(tmp_path):
 
 
 def test_demo_rejects_bad_settings_before_building_a_model(tmp_path):
-    with pytest.raises(ValueError, match="not divisible by num_generations"):
+    with pytest.raises(ValueError, match="must be divisible by num_generations"):
         run_demo(DemoConfig(runs_dir=str(tmp_path), cache_dir=str(tmp_path / "never"),
                             preset_overrides=dict(per_device_train_batch_size=12)))
     assert not (tmp_path / "never").exists()

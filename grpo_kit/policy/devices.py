@@ -46,11 +46,11 @@ def unsloth_problem(tiny_policy: bool) -> str | None:
     import on a CPU.
     """
     if tiny_policy:
-        return ("the kit's tiny offline policy loads through transformers, never Unsloth: set use_unsloth=False, "
-                "or give --model a model for Unsloth")
+        return ("the kit's tiny offline policy loads through transformers, never Unsloth: set use_unsloth false, "
+                "or give a model for Unsloth (--model_name_or_path)")
     if not cuda_available() and os.environ.get("UNSLOTH_ALLOW_CPU") != "1":
         return ("use_unsloth needs an NVIDIA GPU with CUDA, and none is visible here: on a CPU use preset "
-                "'cpu-tiny' or --set use_unsloth=false (transformers + peft)")
+                "'cpu-tiny' or --use_unsloth false (transformers + peft)")
     return None
 
 

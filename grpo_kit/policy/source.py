@@ -7,7 +7,6 @@ serves. Everything else takes a source and asks it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,12 @@ from grpo_kit.policy.warm_start import (
     warm_started_tiny_policy,
     warm_steps_for,
 )
+from grpo_kit.system.hub import is_repo_id
 from grpo_kit.tasks import Task
 
 __all__ = ["PolicySource"]
 
 # A Hub id: "name" or "owner/name", each part letters, digits, '-', '_', '.' (huggingface_hub's repo-id rule).
-_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
-
-
 @dataclass(frozen=True)
 class PolicySource:
     """A policy to start from: ``model`` (a Hub id or a local folder), or ``tiny`` (the kit's tiny policy).
@@ -62,14 +59,14 @@ class PolicySource:
         """
         if model is not None:
             text = str(model)
-            if not Path(text).is_dir() and (text.startswith((".", "/", "~")) or not _HUB_ID.match(text)):
+            if not Path(text).is_dir() and (text.startswith((".", "/", "~")) or not is_repo_id(text)):
                 raise ValueError(f"model {text!r} is neither an existing folder nor a Hub id (owner/name): give the "
                                  "path of a saved model or an id such as Qwen/Qwen2.5-0.5B-Instruct")
             return cls(model=text)
         if not task.trains or task.extras.get("demonstration") is None:
             raise ValueError(f"the kit's tiny policy is warm-started on a task's train split with demonstrations, and "
-                             f"task {task.name!r} has none: give a model (--model, or a preset with one), or "
-                             "evaluate on a task the tiny policy can learn")
+                             f"task {task.name!r} has none: give a model (--model_name_or_path, or a preset with one), "
+                             "or evaluate on a task the tiny policy can learn")
         if warm is None:
             warm = WarmStart(steps=warm_steps if warm_steps is not None else warm_steps_for(task))
         return cls(tiny=TinyPolicy(task, warm, spec or TinyPolicySpec(), seed, str(cache_dir)))

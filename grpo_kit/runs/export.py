@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import re
 import shutil
 import tempfile
@@ -35,15 +34,15 @@ from typing import Any
 
 from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.system.files import json_or_none, new_beside, sha256_file, write_json, write_text
+from grpo_kit.system.hub import check_repo_id, hub_offline
+from grpo_kit.system.progress import phase_bar
 
-__all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportRefused", "Verification",
-           "check_out", "check_record", "check_repo_id", "check_tools", "export", "merge_base", "model_card",
-           "parameter_count", "push_to_hub",
-           "verification_record", "verify_export"]
+__all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportFormat", "ExportRefused",
+           "Gguf", "Merged", "Verification", "check_out", "check_record", "export", "merge_base", "model_card",
+           "parameter_count", "push_to_hub", "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("merged", "gguf")
 #: Share of identical greedy completions an unquantized export must reach, by type. Measured on the kit's
 #: warm-started tiny policy (benchmarks/export.py, 32 GSM8K test questions, 64-token completions): the float32
 #: merge, and GGUF f32, f16 and bf16 each gave 32/32; q8_0 30/32, q4_k_m 28/32, q4_0 26/32. The thresholds sit
@@ -197,14 +196,6 @@ def _safetensors_model(folder: Path) -> bool:
     return any(folder.glob("*.safetensors")) and all((folder / name).is_file() for name in shards)
 
 
-def _hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` as huggingface_hub reads it (``constants.HF_HUB_OFFLINE``) or as set since its import."""
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in (
-        "1", "true", "yes", "on")
-
-
 def _hub_weights_bytes(repo: str) -> int:
     """The bytes of ``repo``'s safetensors files on the Hub (one metadata request, 30 s at most).
 
@@ -282,7 +273,7 @@ def merge_base(run_dir: str | Path, base: str | Path | None = None) -> Path | No
         log.info(f"export: Unsloth's merge reads the 16-bit base {name} from the Hugging Face cache ({cached})")
         return cached
     needs = f"this run's merged export needs the 16-bit base {name}, which Unsloth's merge downloads from the Hub"
-    if _hub_offline():
+    if hub_offline():
         raise ValueError(f"{needs}, and HF_HUB_OFFLINE is set: {_BASE_HELP}")
     try:
         size = _hub_weights_bytes(name)
@@ -366,18 +357,13 @@ def parameter_count(model: Any) -> int:
 F32_GGUF_LIMIT = 1_000_000_000
 
 
-def _check_disk(where: Path, parameters: int, format: str, quant: str | None, float32: bool) -> None:
-    """Refuse an export the disk under ``where`` cannot hold, before writing anything.
-
-    Needed, in bytes: the merged model (4 a parameter in float32, else 2), and for GGUF also the converter's
-    output and, when quantized, the quantizer's (each at most the 16-bit or float32 size).
+def _check_disk(where: Path, needed: int, format: str) -> None:
+    """Refuse an export the disk under ``where`` cannot hold (``needed`` bytes: :meth:`ExportFormat.needed`), before
+    writing anything.
 
     Raises:
         ValueError: less free space than needed (the message gives both, in GB, and what to do).
     """
-    merged = parameters * (4 if float32 else 2)
-    intermediate = parameters * (4 if parameters <= F32_GGUF_LIMIT else 2)
-    needed = merged if format == "merged" else merged + intermediate * (1 if quant in ("f32", "f16", "bf16") else 2)
     folder = where
     while not folder.exists():
         folder = folder.parent
@@ -455,19 +441,6 @@ def _compare_weights(export_dir: Path, merged: Any) -> dict[str, Any]:
     return {"max_abs_diff": worst, "differing": differing, "missing": missing}
 
 
-def _gguf_file(export: Path) -> Path | None:
-    if export.is_file() and export.suffix == ".gguf":
-        return export
-    files = sorted(export.glob("*.gguf")) if export.is_dir() else []
-    return files[0] if len(files) == 1 else None
-
-
-def _gguf_type(path: Path) -> str:
-    """The GGUF's weight type, as its file name says it (``model-<type>.gguf``) or llama.cpp's file type."""
-    match = re.search(r"-(f32|f16|bf16|q\d\w*)\.gguf$", path.name, re.IGNORECASE)
-    return match.group(1).lower() if match else "unknown"
-
-
 def verify_export(export: str | Path, against: str | Path, questions: int = 32,
                   reference: dict[str, Any] | None = None, threshold: float | None = None,
                   trust_remote_code: bool = False) -> Verification:
@@ -499,14 +472,11 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     export = Path(export)
     if not export.exists():
         raise FileNotFoundError(f"no export at {export}")
-    gguf = _gguf_file(export)
-    if gguf is None and not (export / "config.json").is_file():
+    fmt = next((f for f in FORMATS.values() if f.found(export) is not None), None)
+    if fmt is None:
         raise ValueError(f"{export} is neither a transformers model folder (config.json) nor a .gguf file (or a "
                          "folder holding exactly one)")
-    if gguf is not None:
-        from grpo_kit.policy.llama_cpp import import_llama_cpp
-
-        import_llama_cpp()  # before any model loads: llama.cpp's Python binding must be built (make install-llama)
+    fmt.check_tools(verifying=True)  # before any model loads
     run, settings = _run(against)
     ref = reference or _reference(run, settings, questions, trust_remote_code)
     digest = run.check_model()
@@ -514,26 +484,8 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     from grpo_kit.evaluation.scoring import evaluate
     from grpo_kit.evaluation.stats import mcnemar_exact
 
-    tokenizer = ref["tokenizer"]
-    weights = None
-    if gguf is not None:
-        from grpo_kit.policy.llama_cpp import LlamaCppBackend
-
-        _free_reference(ref)
-        backend: Any = LlamaCppBackend(gguf, lambda prompt: tokenizer.apply_chat_template(
-            prompt, add_generation_prompt=True, tokenize=False))
-        kind, dtype = "gguf", _gguf_type(gguf)
-    else:
-        from grpo_kit.policy.generation import TransformersBackend
-        from grpo_kit.policy.loading import load_policy
-
-        saved = _saved_dtype(export)
-        if ref["model"] is not None and saved == ref["dtype"]:
-            weights = _compare_weights(export, ref["model"])
-        _free_reference(ref)  # an 8B reference and its export do not both fit on one card
-        model, export_tokenizer = load_policy(export, **_generation_placement(saved))
-        backend = TransformersBackend(model, export_tokenizer, name="the export")
-        kind, dtype = "merged", saved or _dtype_name(model)
+    backend, dtype, weights = fmt.open(fmt.found(export), ref)
+    kind = fmt.name
     result = evaluate(backend, ref["rows"], ref["sampling"], task=ref["task"])
     before, after = ref["records"], result.records
     # Bytes that end inside a UTF-8 character are spelled U+FFFD by one decoder and dropped by another: the same
@@ -550,7 +502,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     n = len(before)
     acc_before, acc_after, p = sum(right_before) / n, sum(right_after) / n, mcnemar_exact(gained, lost)
     # trained on a 4-bit base, exported from its 16-bit original (not the same weights), or a quantized GGUF
-    if ref.get("quantized_base") or (kind == "gguf" and dtype not in IDENTICAL_THRESHOLDS):
+    if ref.get("quantized_base") or fmt.quantized(dtype):
         need = threshold if threshold is not None else DEFAULT_AGREEMENT if ref.get("quantized_base") else \
             AGREEMENT_THRESHOLDS.get(dtype, DEFAULT_AGREEMENT)
         rule = (f"flexible answers agree on >= {need:.0%} and flexible accuracy not significantly lower (McNemar p "
@@ -558,7 +510,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
                                          "original" if ref.get("quantized_base") else ""))
         passed = sum(agree) / n >= need and not (acc_after < acc_before and p < _SIGNIFICANT)
     else:
-        exact = kind == "merged" and dtype == "float32"
+        exact = fmt.exact(dtype)
         need = 1.0 if exact else threshold if threshold is not None else IDENTICAL_THRESHOLDS.get(dtype, 1.0)
         rule = f">= {need:.0%} identical completions"
         passed = sum(same) / n >= need
@@ -743,19 +695,153 @@ def _export_lock(out: Path) -> Any:
                      "export")
 
 
-def check_tools(format: str) -> None:
-    """Check that what exporting ``format`` needs is installed, before any work (a GGUF needs llama.cpp's converter
-    and quantizer, and llama-cpp-python to verify it).
+class ExportFormat:
+    """One export format, everything it does in one place: what it takes and checks before any work
+    (:meth:`check`, :meth:`check_tools`), where it goes (:meth:`folder`), the disk it needs (:meth:`needed`), how it
+    is built from the trained policy (:meth:`build`), and how a built one is found and read back to be verified
+    against the trained policy (:meth:`found`, :meth:`open`, :meth:`quantized`, :meth:`exact`)."""
 
-    Raises:
-        FileNotFoundError: llama.cpp is not built (the message says how to build it).
-        ImportError: llama-cpp-python is not installed.
-    """
-    if format == "gguf":
+    name = ""
+    #: It takes a type to quantize to (``--quant``).
+    quantizes = False
+    #: Of several formats exported together, the one ``--push-to-hub`` uploads.
+    for_the_hub = False
+
+    def check(self, quant: str | None) -> str | None:
+        """The type to build (``quant`` checked).
+
+        Raises:
+            ValueError: a type this format does not take.
+        """
+        if quant is not None:
+            raise ValueError(f"a {self.name} export keeps the base model's dtype: --quant is for --format gguf")
+        return None
+
+    def check_tools(self, verifying: bool = False) -> None:
+        """Refuse, before any work, when what building (or, ``verifying``, reading back) needs is not installed."""
+
+    def folder(self, quant: str | None) -> str:
+        """The export folder's default name under ``<run>/export/``."""
+        return self.name
+
+    def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
+        """Bytes of disk the build needs: the merged model (4 a parameter in float32, else 2)."""
+        return parameters * (4 if float32 else 2)
+
+    def build(self, reference: dict[str, Any], folder: Path, name: str, quant: str | None) -> None:
+        """Write the export into ``folder`` (``name``: the run's, for a file's name)."""
+        with phase_bar("merging and saving", None):
+            _merged_to(reference, folder)
+
+    def found(self, export: Path) -> Path | None:
+        """What of ``export`` this format reads (``None``: not this format's)."""
+        return export if (export / "config.json").is_file() else None
+
+    def open(self, found: Path, reference: dict[str, Any]) -> tuple[Any, str, dict[str, Any] | None]:
+        """``(a generation backend on it, its dtype, its weights against the trained policy's merge or None)``;
+        the trained policy's models are freed first (an 8B reference and its export do not both fit on one card)."""
+        from grpo_kit.policy.generation import TransformersBackend
+        from grpo_kit.policy.loading import load_policy
+
+        saved = _saved_dtype(found)
+        weights = _compare_weights(found, reference["model"]) \
+            if reference["model"] is not None and saved == reference["dtype"] else None
+        _free_reference(reference)
+        model, tokenizer = load_policy(found, **_generation_placement(saved))
+        return TransformersBackend(model, tokenizer, name="the export"), saved or _dtype_name(model), weights
+
+    def quantized(self, dtype: str) -> bool:
+        """Whether an export of ``dtype`` is judged by agreeing answers rather than identical completions."""
+        return False
+
+    def exact(self, dtype: str) -> bool:
+        """Whether an export of ``dtype`` must answer exactly as the trained policy (and hold its weights)."""
+        return dtype == "float32"
+
+
+class Gguf(ExportFormat):
+    """llama.cpp's format: the merged model through llama.cpp's converter, then its quantizer; read back with
+    llama-cpp-python."""
+
+    name = "gguf"
+    quantizes = True
+
+    def check(self, quant: str | None) -> str | None:
+        from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, QUANT_TYPES
+
+        quant = "q8_0" if quant is None else str(quant).lower()  # Unsloth's notebooks' first choice
+        if quant not in CONVERTER_TYPES + QUANT_TYPES:
+            raise ValueError(f"quant must be one of {', '.join(CONVERTER_TYPES + QUANT_TYPES)}, got {quant!r}")
+        return quant
+
+    def check_tools(self, verifying: bool = False) -> None:
         from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
 
-        _converter()
+        if not verifying:
+            _converter()
         import_llama_cpp()
+
+    def folder(self, quant: str | None) -> str:
+        return f"gguf-{quant}"
+
+    def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
+        """The merged model, the converter's output and, when quantized, the quantizer's (each at most the 16-bit or
+        float32 size)."""
+        between = parameters * (4 if parameters <= F32_GGUF_LIMIT else 2)
+        return super().needed(parameters, quant, float32) + between * (1 if quant in ("f32", "f16", "bf16") else 2)
+
+    def build(self, reference: dict[str, Any], folder: Path, name: str, quant: str | None) -> None:
+        from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
+
+        super().build(reference, folder / "merged", name, quant)
+        gguf = folder / f"{name}.gguf"
+        if quant in CONVERTER_TYPES:
+            with phase_bar(f"converting to GGUF {quant} (llama.cpp's convert_hf_to_gguf.py)", None):
+                convert_to_gguf(folder / "merged", gguf, quant)
+        else:  # through float32 only for a small model: an 8B model's float32 GGUF is 32 GB of disk
+            between = "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
+                "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
+            with phase_bar(f"converting to GGUF {between} (llama.cpp's convert_hf_to_gguf.py)", None):
+                full = convert_to_gguf(folder / "merged", folder / f"full-{between}.gguf.tmp", between)
+            with phase_bar(f"quantizing to {quant} (llama.cpp's llama_model_quantize)", None):
+                quantize_gguf(full, gguf, quant)
+            full.unlink()
+        shutil.rmtree(folder / "merged")
+
+    def found(self, export: Path) -> Path | None:
+        if export.is_file() and export.suffix == ".gguf":
+            return export
+        files = sorted(export.glob("*.gguf")) if export.is_dir() else []
+        return files[0] if len(files) == 1 else None
+
+    def open(self, found: Path, reference: dict[str, Any]) -> tuple[Any, str, dict[str, Any] | None]:
+        from grpo_kit.policy.llama_cpp import LlamaCppBackend
+
+        tokenizer = reference["tokenizer"]
+        _free_reference(reference)
+        backend = LlamaCppBackend(found, lambda prompt: tokenizer.apply_chat_template(
+            prompt, add_generation_prompt=True, tokenize=False))
+        # the type as the file's name says it (model-<type>.gguf)
+        match = re.search(r"-(f32|f16|bf16|q\d\w*)\.gguf$", found.name, re.IGNORECASE)
+        return backend, match.group(1).lower() if match else "unknown", None
+
+    def quantized(self, dtype: str) -> bool:
+        return dtype not in IDENTICAL_THRESHOLDS
+
+    def exact(self, dtype: str) -> bool:
+        return False
+
+
+class Merged(ExportFormat):
+    """The base with the adapter folded in, in the base's dtype: safetensors, tokenizer, generation config; read back
+    with transformers."""
+
+    name = "merged"
+    for_the_hub = True
+
+
+#: The export formats by name, in the order the command line lists them (the first is the default).
+FORMATS: dict[str, ExportFormat] = {f.name: f for f in (Merged(), Gguf())}
 
 
 def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | Path) -> Path:
@@ -813,23 +899,17 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         FileNotFoundError: no run folder or trained model; llama.cpp not built (GGUF).
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder (training it).
     """
-    from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, QUANT_TYPES
-
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-    if format == "merged" and quant is not None:
-        raise ValueError("a merged export keeps the base model's dtype: --quant is for --format gguf")
-    quant = ("q8_0" if quant is None else str(quant).lower()) if format == "gguf" else None
-    if quant is not None and quant not in CONVERTER_TYPES + QUANT_TYPES:
-        raise ValueError(f"quant must be one of {', '.join(CONVERTER_TYPES + QUANT_TYPES)}, got {quant!r}")
+    fmt = FORMATS[format]
+    quant = fmt.check(quant)
     _check_numbers(questions, threshold)
     if push_to_hub is not None:
         check_repo_id(push_to_hub)
-    check_tools(format)
+    fmt.check_tools()
     run, settings = _run(run_dir)
     merge_from = merge_base(run.path, base)
-    out = check_out(out if out is not None else run.path / "export" / (format if quant is None else f"gguf-{quant}"),
-                    run.path, format)
+    out = check_out(out if out is not None else run.path / "export" / fmt.folder(quant), run.path, format)
     # One writer per export folder, and no training rewrites model/ while it is exported.
     with _export_lock(out), run.lock("export", reading=True):
         check_out(out, run.path, format)  # again, now that no other export can be writing it
@@ -837,52 +917,18 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         out.parent.mkdir(parents=True, exist_ok=True)
         folder = new_beside(out, "partial-", folder=True)  # this export's own, with the user's umask
         try:
-            done, verification = _build(run, settings, format, quant, folder, out, questions, threshold, merge_from,
-                                        trust_remote_code)
+            reference = _reference(run, settings, questions, trust_remote_code)
+            reference["base"] = merge_from
+            _check_disk(folder, fmt.needed(reference["parameters"], quant, reference["dtype"] == "float32"), format)
+            fmt.build(reference, folder, f"{run.path.name}-{quant}", quant)
+            verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold,
+                                         trust_remote_code=trust_remote_code)
+            done = _finish(folder, out, verification, run.path)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
         if push_to_hub is not None:
             globals()["push_to_hub"](done, push_to_hub, private=private)  # the function, which the argument shadows
     return done, verification
-
-
-def _build(run: RunFolder, settings: dict[str, Any], format: str, quant: str | None, folder: Path, out: Path,
-           questions: int, threshold: float | None, base: Path | None = None, trust_remote_code: bool = False
-           ) -> tuple[Path, Verification]:
-    from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
-    from grpo_kit.system.progress import phase_bar
-
-    reference = _reference(run, settings, questions, trust_remote_code)
-    reference["base"] = base
-    _check_disk(folder, reference["parameters"], format, quant, float32=reference["dtype"] == "float32")
-    with phase_bar("merging and saving", None):
-        merged = _merged_to(reference, folder if format == "merged" else folder / "merged")
-    if format == "gguf":
-        gguf = folder / f"{run.path.name}-{quant}.gguf"
-        if quant in CONVERTER_TYPES:
-            with phase_bar(f"converting to GGUF {quant} (llama.cpp's convert_hf_to_gguf.py)", None):
-                convert_to_gguf(merged, gguf, quant)
-        else:  # through float32 only for a small model: an 8B model's float32 GGUF is 32 GB of disk
-            between = "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
-                "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
-            with phase_bar(f"converting to GGUF {between} (llama.cpp's convert_hf_to_gguf.py)", None):
-                full = convert_to_gguf(merged, folder / f"full-{between}.gguf.tmp", between)
-            with phase_bar(f"quantizing to {quant} (llama.cpp's llama_model_quantize)", None):
-                quantize_gguf(full, gguf, quant)
-            full.unlink()
-        shutil.rmtree(merged)
-    verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold,
-                                 trust_remote_code=trust_remote_code)
-    return _finish(folder, out, verification, run.path), verification
-
-
-_HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
-
-
-def check_repo_id(repo_id: str) -> None:
-    """Raise a ``ValueError`` unless ``repo_id`` is ``owner/name`` (huggingface_hub's characters)."""
-    if not _HUB_REPO.match(repo_id):
-        raise ValueError(f"--push-to-hub takes owner/name (e.g. you/qwen-grpo-gsm), got {repo_id!r}")
 
 
 def _hub_api(token: str) -> Any:

@@ -106,26 +106,32 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
             merged; all before any export. ImportError: a format's tools are missing (checked for every format
             first). Whatever :func:`grpo_kit.runs.export.export` and ``push_to_hub`` raise.
     """
-    from grpo_kit.runs.export import check_repo_id, check_tools, export
+    from grpo_kit.runs.export import FORMATS, export
     from grpo_kit.runs.export import push_to_hub as upload
+    from grpo_kit.system.hub import check_repo_id
 
-    if quant is not None and "gguf" not in formats:
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {unknown[0]!r}")
+    typed = [f for f in formats if FORMATS[f].quantizes]
+    if quant is not None and not typed:
         raise ValueError(f"--quant {quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the base "
                          "model's dtype)")
+    hub = formats[0] if len(formats) == 1 else next((f for f in formats if FORMATS[f].for_the_hub), None)
     if push_to_hub:
         check_repo_id(push_to_hub)
-        if len(formats) != 1 and "merged" not in formats:
+        if hub is None:
             raise ValueError("--push-to-hub (hub_repo) uploads one export: give one format, or add merged")
     for format in formats:  # a missing llama.cpp is said before a merged export is built
-        check_tools(format)
+        FORMATS[format].check_tools()
     done = {}
     for format in formats:
         folder = out if out is None or len(formats) == 1 else Path(out) / format
-        done[format], verification = export(run_dir, format=format, quant=quant if format == "gguf" else None,
+        done[format], verification = export(run_dir, format=format, quant=quant if format in typed else None,
                                             out=folder, **settings)
         yield f"{done[format]}: {verification.summary()}"
     if push_to_hub:
-        yield str(upload(done[formats[0]] if len(formats) == 1 else done["merged"], push_to_hub, private=private))
+        yield str(upload(done[hub], push_to_hub, private=private))
 
 
 # --- the demos: the shipped cpu-tiny recipe and a task, through the same steps ------------------------------------

@@ -8,8 +8,11 @@ once, here, and kept on the spec.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +33,10 @@ from grpo_kit.training.checkpoints import check_same_run, latest_complete, resum
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
-from grpo_kit.training.presets import PLAN_FIELDS, Recipe, get_preset
+from grpo_kit.training.presets import PLAN_FIELDS, Recipe, command_line, get_preset
 from grpo_kit.training.tracking import setup_wandb
 
-__all__ = ["PROGRESS", "RunSpec", "probe_rewards"]
+__all__ = ["PROGRESS", "RunSpec", "probe_rewards", "recipe_rewards", "recipe_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +55,103 @@ def probe_rewards(rewards: RewardSet, task: Task, rows: Any) -> None:
     """
     picked = [rows[i] for i in range(min(2, len(rows)))]
     probe(rewards, picked, [render("probe", task.gold(row)) for row in picked])
+
+
+def _with_wandb(preset: Recipe, project: str | None) -> Recipe:
+    """``preset`` with wandb set up where its ``report_to`` names it (or ``all`` with wandb installed), whatever said
+    so: the recipe, the command line or the notebook's ``wandb_project``. Never prompts or blocks
+    (:func:`grpo_kit.training.tracking.setup_wandb`); wandb disabled (``WANDB_MODE=disabled``) drops it."""
+    import importlib.util
+
+    reports = [preset.report_to] if isinstance(preset.report_to, str) else list(preset.report_to or [])
+    reports = [r.strip() for item in reports for r in str(item).split(",")]
+    if "wandb" not in reports and not ("all" in reports and importlib.util.find_spec("wandb")):
+        return preset
+    if setup_wandb(project or os.environ.get("WANDB_PROJECT") or "grpo-kit") == "wandb":
+        return preset
+    kept = [r for r in reports if r not in ("wandb", "all")]
+    return get_preset(preset, report_to=",".join(kept) or "none")
+
+
+#: open-r1's reward names (``open_r1.rewards.get_reward_funcs``), answered with the same functions.
+_OPEN_R1_REWARDS = {"accuracy": "accuracy_reward", "format": "r1_format_reward_func",
+                    "tag_count": "r1_tag_count_reward_func"}
+#: The reward names ``trl grpo`` knows (trl/scripts/grpo.py), from ``trl.rewards``.
+_TRL_REWARDS = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward", "get_soft_overlong_punishment")
+
+
+def recipe_task(preset: Recipe, cache_dir: str = DEFAULT_CACHE_DIR) -> str | None:
+    """The task file of the recipe's data keys (:meth:`grpo_kit.training.presets.Recipe.data_task`), written once
+    into the kit's cache under a name that holds its content's SHA-256, so that run folders record it as any task file
+    and read it back; ``None`` when the recipe names no data set.
+
+    Raises:
+        ValueError: see :meth:`~grpo_kit.training.presets.Recipe.data_task`.
+    """
+    import yaml
+
+    from grpo_kit.system.files import write_text
+
+    data = preset.data_task()
+    if data is None:
+        return None
+    text = (f"# The data keys of recipe {preset.name!r} as a task file: python -m grpo_kit train --task THIS_FILE\n"
+            + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110))
+    path = Path(cache_dir, "tasks", f"{data['name']}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml").resolve()
+    if not path.is_file():
+        write_text(path, text)
+    return str(path)
+
+
+def recipe_rewards(preset: Recipe, task: Task, trusted: bool) -> RewardSet:
+    """The rewards a recipe names as ``trl grpo`` reads them: ``reward_funcs`` (the kit's names, TRL's, open-r1's
+    ``accuracy``, ``format`` and ``tag_count``, or ``module.function``) weighted by ``reward_weights``; without
+    ``reward_funcs``, the task's rewards (weighted by ``reward_weights`` when given).
+
+    Args:
+        preset: the recipe.
+        task: the run's task.
+        trusted: Python a recipe names may be imported: the command line gave ``reward_funcs`` or
+            ``trust_remote_code`` (a recipe file's own ``trust_remote_code`` does not count).
+
+    Raises:
+        ValueError: a reward model (``reward_model_name_or_path``); an unknown name; Python named by a recipe file
+            without ``--trust_remote_code true``; weights that do not match the rewards.
+    """
+    if preset.reward_model_name_or_path:
+        raise ValueError(f"reward_model_name_or_path = {preset.reward_model_name_or_path!r}: the kit trains with "
+                         "reward functions, not a reward model; name them with reward_funcs or --rewards")
+    names = list(preset.reward_funcs or ())
+    try:
+        if names:
+            return RewardSet([_recipe_reward(name, trusted) for name in names], preset.reward_weights)
+        own = task.reward_set()
+        return RewardSet(own.rewards, preset.reward_weights or own.weights)
+    except ValueError as e:
+        raise ValueError(f"reward_funcs / reward_weights: {e}") from None
+
+
+def _recipe_reward(name: str, trusted: bool) -> Any:
+    """One ``reward_funcs`` name as a reward (:func:`recipe_rewards`)."""
+    from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, import_reward
+
+    name = _OPEN_R1_REWARDS.get(name, name)
+    if name in BUILTIN_REWARDS:
+        return name
+    if name in _TRL_REWARDS:
+        import trl.rewards
+
+        if name == "get_soft_overlong_punishment":  # with the values trl grpo gives it
+            return trl.rewards.get_soft_overlong_punishment(max_completion_len=1280, soft_punish_cache=256)
+        return getattr(trl.rewards, name)
+    if "." in name or ":" in name:
+        if not trusted:
+            raise ValueError(f"{name!r} is Python the recipe file would import and run: name it on the command line "
+                             "(--reward_funcs ...), or add --trust_remote_code true there if you trust the file")
+        module, _, function = name.partition(":") if ":" in name else name.rpartition(".")
+        return import_reward(f"{module}:{function}", "reward_funcs")
+    raise ValueError(f"unknown reward {name!r}: choose the kit's ({', '.join(BUILTIN_REWARDS)}), TRL's "
+                     f"({', '.join(_TRL_REWARDS)}), open-r1's ({', '.join(_OPEN_R1_REWARDS)}), or module.function")
 
 
 def _whole_or_none(name: str, value: Any) -> None:
@@ -121,7 +221,7 @@ def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int,
             return theirs
     warm = measured.get("warm") if isinstance(measured.get("warm"), dict) else None
     how = (f"--warm-steps {warm.get('steps')} (and the baseline's cache folder, {measured.get('cache_dir')})" if warm
-           else f"--model {base}")
+           else f"--model_name_or_path {base}")
     raise ValueError(f"the baseline in {run_dir} measured {base}, and this would train {policy.name}: the before/after "
                      f"table would pair two policies. Train what the baseline measured ({how}, or leave the policy "
                      "options out), or measure this policy's baseline in a new run folder (eval --before)")
@@ -149,6 +249,8 @@ class RunSpec:
         groups: which training groups the run folder keeps (``groups/``; :class:`grpo_kit.training.groups.GroupsKept`).
         train_split: the task's train split, read once by :meth:`resolve`, less the validation questions.
         validation: the validation questions (:func:`grpo_kit.tasks.data.carve_validation`), with ``eval_steps``.
+        taken: what the kit made of the recipe's script keys (the data set, the rewards, the run folder, ...) and
+            what it set aside, one line each (:meth:`grpo_kit.training.presets.Recipe.taken`).
     """
 
     preset: Recipe
@@ -167,6 +269,7 @@ class RunSpec:
     groups: GroupsKept = GroupsKept()
     train_split: Any = field(default=None, repr=False, compare=False)
     validation: Any = field(default=None, repr=False, compare=False)
+    taken: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def resolve(cls, preset: str | Recipe | None = None, task: str | Task | None = DEFAULT_TASK,
@@ -176,17 +279,17 @@ class RunSpec:
                 seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
                 launch: Launch | None = None, algorithm: str | None = None, groups: GroupsKept | None = None,
-                argv: Sequence[str] = (), recipe_overrides: Mapping[str, Any] | None = None,
-                wandb_project: str | None = None, trust_remote_code: bool = False, **overrides: Any) -> RunSpec:
+                argv: Sequence[str] = (), wandb_project: str | None = None, trust_remote_code: bool = False,
+                **overrides: Any) -> RunSpec:
         """Resolve every name into its object and check everything that can be checked before a model loads.
 
         Args:
             preset: a shipped recipe's name, a recipe file or a :class:`grpo_kit.training.presets.Recipe`
                 (``None``: resuming, the run folder's ``recipe.yaml``; else the shipped one that fits this machine);
-                ``overrides`` and ``recipe_overrides`` (Python values; the latter for keys named like an argument
-                here, such as ``seed``) and ``argv`` (TRL's ``--key value``) replace its keys. Resuming from a
-                recipe's name or file, the run's plan (:data:`grpo_kit.training.presets.PLAN_FIELDS`: steps,
-                checkpoints, logging) is the one ``recipe.yaml`` records, unless an override changes it.
+                ``overrides`` (Python values) and then ``argv`` (the command line, TRL's ``--key value``) replace its
+                keys (:func:`grpo_kit.training.presets.get_preset`). Resuming from a recipe's name or file, the
+                run's plan (:data:`grpo_kit.training.presets.PLAN_FIELDS`: steps, checkpoints, logging) is the one
+                ``recipe.yaml`` records, unless an override changes it.
             task: a task name or :class:`grpo_kit.tasks.Task`; ``None``: the task the run folder recorded (its
                 training, else its baseline), else the kit's default task.
             rewards: a :class:`grpo_kit.tasks.RewardSet`, names and/or functions, or a ``{reward: weight}``
@@ -194,17 +297,22 @@ class RunSpec:
             model: a Hub id or folder instead of the preset's model.
             run_dir: the run folder (``None``: ``runs/<recipe>-<task>``).
             resume: see the attributes; ``train_size`` left ``None`` is then the one the run recorded.
-            train_size, eval_steps, eval_max_new_tokens, seed, progress, groups: see the attributes.
+            train_size, eval_max_new_tokens, progress, groups: see the attributes.
+            eval_steps: see the attributes (``None``: the recipe's, as TRL reads ``eval_strategy`` and
+                ``eval_steps``: every ``eval_steps`` steps, or ``logging_steps`` when it is unset).
+            seed: seeds the data slices where the recipe sets no ``data_seed`` (transformers' name for it).
             eval_size: validation questions (default the task's ``validation_size``, else 100 or a fifth of the
                 train split's rows, whichever is fewer); carved out of the train split only with ``eval_steps``.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
             launch: the processes (default: read from the launcher's environment).
             algorithm: a named GRPO variant (:data:`grpo_kit.training.algorithms.ALGORITHMS`) replacing the preset's
                 algorithm fields; ``overrides`` still replace any of them (``None``: the preset's own algorithm).
-            wandb_project: log to this Weights & Biases project (``report_to``, set up by
-                :func:`grpo_kit.training.tracking.setup_wandb`; ``None``: the recipe's ``report_to``).
+            wandb_project: log to this Weights & Biases project (``None``: the recipe's ``report_to``; a recipe
+                that reports to wandb logs to ``WANDB_PROJECT``, default ``grpo-kit``). Either way wandb is set up
+                by :func:`grpo_kit.training.tracking.setup_wandb`: it never prompts or blocks.
             trust_remote_code: a task file may import and run Python of its own
-                (:func:`grpo_kit.tasks.task_file.check_task_code`).
+                (:func:`grpo_kit.tasks.task_file.check_task_code`), and a recipe file's ``reward_funcs`` may name
+                Python; ``trust_remote_code`` given in ``overrides`` or ``argv`` says the same.
 
         Raises:
             ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model
@@ -215,6 +323,31 @@ class RunSpec:
                 checkpoints (what differs).
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
+        if wandb_project is not None:
+            overrides["report_to"] = "wandb"
+        if algorithm is not None:  # its values over the recipe's, the overrides over those; an unknown name raises
+            overrides = {"algorithm": algorithm, **overrides}
+        recorded_recipe = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
+        kept: dict[str, Any] = {}
+        given = {**overrides, **command_line(argv)}
+        if resume and recorded_recipe is not None and recorded_recipe.is_file() and not isinstance(preset, Recipe):
+            if preset is None:
+                preset = recorded_recipe  # the recipe the run recorded, its plan with it
+            else:  # another recipe's name or file: the run's plan (steps, checkpoints) unless an override changes it
+                recorded_plan = get_preset(recorded_recipe)
+                kept = {k: getattr(recorded_plan, k) for k in PLAN_FIELDS
+                        if k not in given and getattr(recorded_plan, k) is not None}
+            overrides = {**kept, **overrides}
+        preset = _with_wandb(get_preset(preset, argv=argv, **overrides), wandb_project)
+        taken = preset.taken()
+        from_recipe = recipe_task(preset, cache_dir) if task is None else None
+        if from_recipe is not None:
+            task = from_recipe
+            taken.append(f"task file: {task} (the recipe's data keys; --task THIS_FILE reads it again)")
+        else:
+            taken += [f"{key} set aside: the task is {task}" for key in ("dataset_name", "system_prompt")
+                      if getattr(preset, key) is not None]
+        trust_remote_code = trust_remote_code or bool(given.get("trust_remote_code"))
         # the run folder's task when none is given; one whose file moved since is named as the run's (get_task with
         # the recorded digest), and changed data is checked below, against what each step recorded
         task, digest = (task, None) if task is not None else _recorded_task(run_dir)
@@ -223,25 +356,23 @@ class RunSpec:
         if not task.trains:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")
-        overrides = {**(recipe_overrides or {}), **overrides}
-        if wandb_project is not None:
-            overrides["report_to"] = setup_wandb(wandb_project)
-        if algorithm is not None:  # its values over the recipe's, the overrides over those; an unknown name raises
-            overrides = {"algorithm": algorithm, **overrides}
-        recorded_recipe = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
-        kept: dict[str, Any] = {}
-        if resume and recorded_recipe is not None and recorded_recipe.is_file() and not isinstance(preset, Recipe):
-            if preset is None:
-                preset = recorded_recipe  # the recipe the run recorded, its plan with it
-            else:  # another recipe's name or file: the run's plan (steps, checkpoints) unless an override changes it
-                given = {*overrides, *(a[2:].split("=")[0] for a in argv if a.startswith("--"))}
-                recorded_plan = get_preset(recorded_recipe)
-                kept = {k: getattr(recorded_plan, k) for k in PLAN_FIELDS
-                        if k not in given and getattr(recorded_plan, k) is not None}
-            overrides = {**kept, **overrides}
-        preset = get_preset(preset, argv=argv, **overrides)
-        run_dir = run_dir if run_dir is not None else Path("runs") / f"{preset.name}-{task.name}"
-        reward_set = RewardSet(rewards) if rewards is not None else task.reward_set()
+        seed = preset.data_seed if preset.data_seed is not None else seed
+        if eval_steps is None and str(getattr(preset.eval_strategy, "value", preset.eval_strategy)) == "steps":
+            eval_steps = preset.eval_steps or preset.logging_steps
+        if run_dir is not None and preset.settings.get("output_dir"):
+            taken = [line if not line.startswith("run folder:") else f"output_dir set aside: --run-dir {run_dir}"
+                     for line in taken]
+        if run_dir is None:
+            run_dir = preset.settings.get("output_dir") or Path("runs") / f"{preset.name}-{task.name}"
+        trusted = trust_remote_code or "reward_funcs" in given
+        if rewards is not None:
+            reward_set = RewardSet(rewards)
+            taken += [f"{key} set aside: --rewards gives the rewards" for key in ("reward_funcs", "reward_weights")
+                      if getattr(preset, key)]
+            if preset.reward_funcs or preset.reward_weights:
+                preset = get_preset(preset, reward_funcs=None, reward_weights=None)
+        else:
+            reward_set = recipe_rewards(preset, task, trusted)
         launch = launch or Launch.from_env()
         if progress not in PROGRESS:
             raise ValueError(f"progress must be one of {', '.join(PROGRESS)}, got {progress!r}")
@@ -272,6 +403,13 @@ class RunSpec:
                 what = f"validation_size {eval_size} in {task.file}" if task.validation_size else \
                     f"the default validation size {eval_size} (a fifth of the train split, at most 100)"
             train_split, validation = carve_validation(train_split, eval_size, seed, what)
+        if preset.max_steps == -1:  # TRL's default: train num_train_epochs over the train split
+            questions = len(train_split) if train_size is None else min(train_size, len(train_split))
+            steps = math.ceil(preset.num_train_epochs * questions * preset.num_iterations
+                              / (preset.prompts_per_step * launch.world_size))
+            preset = get_preset(preset, max_steps=max(1, steps))
+            taken.append(f"max_steps -1: {preset.max_steps} steps are num_train_epochs {preset.num_train_epochs:g} "
+                         f"over {questions} train questions")
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
@@ -311,18 +449,18 @@ class RunSpec:
                    resume=resume, train_size=train_size, eval_steps=eval_steps,
                    eval_size=len(validation) if validation is not None else eval_size or 100,
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, groups=groups or GroupsKept(),
-                   train_split=train_split, validation=validation)
+                   train_split=train_split, validation=validation, taken=tuple(taken))
         if recorded is not None:
             check_same_run(recorded["identity"], spec.identity(), folder.path)
         if kept and launch.is_main:  # said once the run is accepted
             logger.info(f"resuming with the plan {folder.recipe} and {folder.train_settings.name} record: "
                         + ", ".join(f"{k} {v}" for k, v in kept.items())
-                        + " (--max-steps, --save-steps, --train-size or --set change it)")
+                        + " (--max_steps, --save_steps, --train-size or any recipe key given changes it)")
         return spec
 
     def describe(self) -> list[str]:
-        """The run in two lines, as ``train`` logs them and notebook 03 prints them: the recipe, task, rewards and
-        algorithm; the steps, checkpoints and held-out evaluation."""
+        """The run in a few lines, as ``train`` logs them and notebook 03 prints them: the recipe, task, rewards and
+        algorithm; the steps, checkpoints and held-out evaluation; what the kit made of the recipe's script keys."""
         p = self.preset
         prompts = p.prompts_per_step
         held_out = (f"; validation accuracy every {self.eval_steps} steps on {self.eval_size} questions held out of "
@@ -331,7 +469,7 @@ class RunSpec:
                 f"beta {p.beta}, scale_rewards {p.scale_rewards}, importance_sampling_level "
                 f"{p.importance_sampling_level}, epsilon {p.epsilon}/{p.epsilon_high}",
                 f"{p.max_steps} steps of {prompts} prompts x {p.num_generations} completions; checkpoints every "
-                f"{p.save_steps} steps in {self.folder.checkpoints}{held_out}"]
+                f"{p.save_steps} steps in {self.folder.checkpoints}{held_out}", *self.taken]
 
     def identity(self) -> dict[str, Any]:
         """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""

@@ -1,4 +1,5 @@
-"""Files written whole or not at all, and JSON-lines files that survive a torn last line.
+"""Files written whole or not at all, JSON-lines files that survive a torn last line, and the YAML files a user writes
+(recipes, task files) read one way.
 
 A whole file is written to a temporary file in the same folder, flushed to disk (``fsync``) and
 renamed over the target (``os.replace`` is atomic on POSIX and Windows): a reader sees the old file
@@ -11,16 +12,17 @@ is skipped when read and never glued to the next one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "json_or_none", "new_beside", "read_jsonl", "replaced", "sha256_file", "write_json",
-           "write_jsonl", "write_text"]
+__all__ = ["append_jsonl", "json_or_none", "new_beside", "read_jsonl", "read_yaml", "replaced", "sha256_file",
+           "write_json", "write_jsonl", "write_text"]
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -160,3 +162,57 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """The YAML value in a file a user wrote (a recipe, a task file), every problem one line naming the file.
+
+    YAML says a mapping's keys are unique, and PyYAML keeps the last of two silently: a key given twice is refused.
+    A merge key (``<<: *anchor``) is read as YAML 1.1 defines it (the mapping's own keys over the merged ones).
+
+    Args:
+        path: the file.
+        what: what the file is, for the messages (``"a recipe"``, ``"a task file"``).
+
+    Raises:
+        ValueError: no such file (or a folder), not UTF-8 (the byte), not YAML or a key given twice (the line).
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'not there'}: give the path of {what} "
+                         "(a YAML file)")
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ValueError(f"{where}: {problem}" if problem.startswith("the key ") else
+                         f"{where} is not YAML ({problem}): fix {what} at that line") from None
+
+
+@functools.cache
+def _unique_key_loader() -> type:
+    """A ``yaml.SafeLoader`` that refuses a mapping naming one key twice (a merge key's keys excepted)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, Hashable):
+                    continue  # PyYAML's own error names it
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice (only the "
+                                                            "last would be read): keep one", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader

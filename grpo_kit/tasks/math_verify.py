@@ -1,26 +1,24 @@
 """Math answers checked with math-verify (Hugging Face's ``math_verify``) under a per-call timeout, and the
 reward built on it.
 
-sympy can take unbounded time on hostile or unlucky input, and math-verify's own timeouts use
-``signal.alarm``, which works only in a process's main thread. So the check runs in a worker
-process (:class:`grpo_kit.system.workers.Worker`; one per timeout setting), started on first use and
-reused; a call that does not answer within ``timeout_s`` kills that worker, counts as wrong, and
-the next call starts a fresh one. Peers check under a timeout too (oat 1 s, verifiers 5 s).
-
-The worker imports sympy and math-verify and makes a first parse *before* it reports ready, so that
-start (about 1.5 s) is never charged to a check's timeout. A run in which more than
-:data:`WARN_TIMEOUT_SHARE` of the checks time out warns loudly, since it is training on zeros.
+sympy can take unbounded time on hostile or unlucky input, so every check runs under math-verify's own timeout
+(``math_verify.utils.timeout``: ``signal.alarm``, whole seconds). That works in a process's main thread, which is
+where TRL calls a plain reward function and where the kit's evaluation checks answers; a check called from another
+thread runs without it. A check that times out counts as wrong; peers check under a timeout too (oat 1 s,
+verifiers 5 s). math-verify and sympy are imported, and a first answer parsed, before the first timed check, so
+that start (about 1.5 s) is never charged to a check. A run in which more than :data:`WARN_TIMEOUT_SHARE` of the
+checks time out warns loudly, since it is training on zeros.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-from grpo_kit.system.workers import Worker, WorkerError
 from grpo_kit.tasks.answer_format import extract_xml_answer
 from grpo_kit.tasks.rewards import RewardFunc, describe, golds, texts
 
@@ -64,26 +62,13 @@ def math_equal(gold: str, prediction: str) -> bool | None:
     return bool(parsed) and bool(verify(gold_parsed, parsed, timeout_seconds=None))
 
 
-def warm_up() -> None:
-    """The worker's first check, made before it says it is ready (imports sympy; quiets math-verify, which
-    warns on every call that it is timed from outside)."""
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    math_equal("1", "1")
-
-
-def _path_of(check: Callable[[str, str], bool | None] | str) -> str:
-    """``module:qualified.name`` of a check function (what the worker imports)."""
-    return check if isinstance(check, str) else f"{check.__module__}:{check.__qualname__}"
-
-
 class MathVerifier:
-    """A worker process that checks answers with ``check`` (default :func:`math_equal`), each under a timeout.
+    """Checks answers with ``check`` (default :func:`math_equal`), each under a timeout.
 
     Args:
-        timeout_s: seconds per check; a check that takes longer returns ``False`` and restarts the
-            worker. The worker's start (Python, imports, a first parse) is not counted.
-        check: a ``(gold, prediction) -> bool | None`` function importable by name from the worker (a
-            module-level function), or its ``"module:name"``.
+        timeout_s: seconds per check (rounded up to whole seconds, as ``signal.alarm`` counts); a check that takes
+            longer returns ``False``.
+        check: a ``(gold, prediction) -> bool | None`` function.
 
     Attributes:
         checks: how many checks were asked for.
@@ -91,39 +76,35 @@ class MathVerifier:
     """
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 check: Callable[[str, str], bool | None] | str = math_equal) -> None:
+                 check: Callable[[str, str], bool | None] = math_equal) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        self.timeout_s = timeout_s
-        self.worker = Worker(_path_of(check), warm_up=f"{__name__}:warm_up")
+        self.timeout_s, self.check = timeout_s, check
         self.checks = self.timeouts = 0
         self._warned = False
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        """Stop the worker (a later call starts a new one)."""
-        self.worker.close()
 
     def __call__(self, gold: str, prediction: str) -> bool | None:
         """Check one answer: ``True``/``False``, ``None`` when the gold cannot be parsed, ``False`` on timeout or
-        when the check raised.
+        when the check raised."""
+        from math_verify.errors import TimeoutException
+        from math_verify.utils import timeout
 
-        Raises:
-            RuntimeError: the worker could not be started at all (the message holds its last output).
-        """
-        with self._lock:
-            self.worker.start()  # a start that fails raises: nothing was checked
-            self.checks += 1
-            try:
-                result = self.worker.call([gold, prediction], timeout_s=self.timeout_s)
-                result = None if result is None else bool(result)
-            except TimeoutError:
-                self.timeouts += 1
-                result = False
-            except WorkerError:  # the check raised or the worker died mid-check: wrong, not a crash
-                result = False
-            self._warn_if_mostly_timeouts()
-            return result
+        if not self.checks:  # imports sympy and math-verify (whose every timed call warns: quieted) untimed
+            logging.getLogger("math_verify").setLevel(logging.ERROR)
+            math_equal("1", "1")
+        self.checks += 1
+        timed = timeout(math.ceil(self.timeout_s))(self.check) \
+            if threading.current_thread() is threading.main_thread() else self.check
+        try:
+            result = timed(gold, prediction)
+            result = None if result is None else bool(result)
+        except TimeoutException:
+            self.timeouts += 1
+            result = False
+        except Exception:  # noqa: BLE001 - sympy raises many kinds: wrong, not a crash
+            result = False
+        self._warn_if_mostly_timeouts()
+        return result
 
     def _warn_if_mostly_timeouts(self) -> None:
         if self._warned or self.checks < _WARN_AFTER_CHECKS or self.timeouts / self.checks <= WARN_TIMEOUT_SHARE:
@@ -140,41 +121,28 @@ _VERIFIERS: dict[float, MathVerifier] = {}
 
 
 def math_verifier(timeout_s: float = DEFAULT_TIMEOUT_S) -> MathVerifier:
-    """The shared :class:`MathVerifier` for ``timeout_s`` (one worker process per timeout setting)."""
+    """The shared :class:`MathVerifier` for ``timeout_s`` (its counts are the run's)."""
     if timeout_s not in _VERIFIERS:
         _VERIFIERS[timeout_s] = MathVerifier(timeout_s)
     return _VERIFIERS[timeout_s]
 
 
-_warned: set[str] = set()
-
-
 def _verdicts(completions: Any, answer: Any, timeout_s: float) -> list[float | None]:
     found = texts(completions)
-    values: list[float | None] = []
-    for text, gold in zip(found, golds(answer, len(found))):
-        try:
-            verdict = None if gold is None else math_verifier(timeout_s)(gold, extract_xml_answer(text))
-        except RuntimeError as e:  # the worker cannot start: skip the sample (None) rather than score 0.0
-            message = f"math-verify's worker could not start, so these completions are skipped (None): {e}"
-            if message not in _warned:
-                _warned.add(message)
-                log.warning(message)
-            verdict = None
-        values.append(None if verdict is None else float(verdict))
-    return values
+    verdicts = [None if gold is None else math_verifier(timeout_s)(gold, extract_xml_answer(text))
+                for text, gold in zip(found, golds(answer, len(found)))]
+    return [None if verdict is None else float(verdict) for verdict in verdicts]
 
 
 @describe("math-verify correctness", 1.0, columns=("answer",))
 def math_verify_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float | None]:
     """math-verify correctness: the answer read from the ``<answer>`` tags (the whole completion when it has none, as
     :func:`grpo_kit.tasks.answer_format.extract_xml_answer`) compared with the ``answer`` column by :func:`math_equal`
-    in a worker process (:class:`MathVerifier`) under a 5 s timeout per completion.
+    under a 5 s timeout per completion (:class:`MathVerifier`).
 
     Returns:
         1.0 right, 0.0 wrong or timed out (a run where many time out warns: :data:`WARN_TIMEOUT_SHARE`), ``None`` when
-        the gold answer cannot be parsed (TRL skips that sample, as open-r1 does) or the worker cannot start (with a
-        warning).
+        the gold answer cannot be parsed (TRL skips that sample, as open-r1 does).
 
     >>> math_verify_reward_func(completions=["<answer>\\\\frac{1}{2}</answer>", "<answer>0.4</answer>"],
     ...                         answer=["0.5", "0.5"])

@@ -27,6 +27,8 @@ from grpo_kit.tasks.rewards import (
     correctness_reward_func,
     guarded,
     int_reward_func,
+    r1_format_reward_func,
+    r1_tag_count_reward_func,
     soft_correctness_reward_func,
     soft_format_reward_func,
     strict_format_reward_func,
@@ -41,7 +43,7 @@ __all__ = ["BUILTIN_REWARDS", "RewardSet", "import_reward", "probe", "reward_pat
 BUILTIN_REWARDS: Mapping[str, RewardFunc] = MappingProxyType({func.__name__: func for func in (
     correctness_reward_func, soft_correctness_reward_func, int_reward_func, strict_format_reward_func,
     soft_format_reward_func, xmlcount_reward_func, text_correctness_reward_func, choice_correctness_reward_func,
-    countdown_reward_func, math_verify_reward_func)})
+    countdown_reward_func, math_verify_reward_func, r1_format_reward_func, r1_tag_count_reward_func)})
 
 
 def reward_path(func: RewardFunc) -> str | None:

@@ -64,6 +64,8 @@ __all__ = [
     "as_values",
     "guarded",
     "int_reward_func",
+    "r1_format_reward_func",
+    "r1_tag_count_reward_func",
     "soft_correctness_reward_func",
     "soft_format_reward_func",
     "strict_format_reward_func",
@@ -349,6 +351,46 @@ def xmlcount_reward_func(completions=None, **kwargs) -> list[float]:
     [0.5, 0.0]
     """
     return [xml_count(t) for t in texts(completions)]
+
+
+def _r1_format(text: str) -> bool:
+    """open-r1's layout, ``re.match(r"^<think>\\n.*?\\n</think>\\n<answer>\\n.*?\\n</answer>$", text,
+    re.DOTALL | re.MULTILINE)``, decided by string search in linear time (the expression backtracks on crafted text):
+    the text opens with ``<think>``; the first think-to-answer joint comes after; an ``</answer>`` line ends a line
+    after it."""
+    joint = "\n</think>\n<answer>\n"
+    start = text.find(joint, 8) if text.startswith("<think>\n") else -1
+    at = start + len(joint) if start >= 0 else -1
+    while at >= 0:
+        at = text.find("\n</answer>", at)
+        if at >= 0 and text[at + 10:at + 11] in ("", "\n"):
+            return True
+        at = at + 1 if at >= 0 else -1
+    return False
+
+
+@describe("open-r1 format", 1.0)
+def r1_format_reward_func(completions=None, **kwargs) -> list[float]:
+    """open-r1's ``format`` reward (``open_r1.rewards.format_reward``): 1.0 when the completion is ``<think>``
+    reasoning then an ``<answer>``, each tag on its own line, else 0.0; a recipe's ``reward_funcs: [format]``.
+
+    >>> r1_format_reward_func(completions=["<think>\\n2+2\\n</think>\\n<answer>\\n4\\n</answer>", "<answer>4</answer>"])
+    [1.0, 0.0]
+    """
+    return [1.0 if _r1_format(t) else 0.0 for t in texts(completions)]
+
+
+@describe("open-r1 tag count", 1.0, binary=False)
+def r1_tag_count_reward_func(completions=None, **kwargs) -> list[float]:
+    """open-r1's ``tag_count`` reward (``open_r1.rewards.tag_count_reward``): 0.25 for each of ``<think>\\n``,
+    ``\\n</think>\\n``, ``\\n<answer>\\n`` and ``\\n</answer>`` found exactly once; a recipe's ``reward_funcs:
+    [tag_count]``.
+
+    >>> r1_tag_count_reward_func(completions=["<think>\\nx\\n</think>\\n<answer>\\n4\\n</answer>", "none"])
+    [1.0, 0.0]
+    """
+    pieces = ("<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>")
+    return [0.25 * sum(t.count(piece) == 1 for piece in pieces) for t in texts(completions)]
 
 
 #: The six rewards the blog post trained with, in its order.

@@ -36,7 +36,6 @@ run folder can refuse data that changed since it was measured (:func:`check_dige
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -45,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.system.files import sha256_file
+from grpo_kit.system.files import read_yaml, sha256_file
 from grpo_kit.tasks.answer_format import (
     SYSTEM_PROMPT,
     Example,
@@ -93,48 +92,8 @@ def is_task_file(task: Any) -> bool:
     return isinstance(task, (str, Path)) and str(task).lower().endswith(TASK_FILE_SUFFIXES)
 
 
-@functools.cache
-def _unique_key_loader() -> type:
-    """A ``yaml.SafeLoader`` that refuses a mapping naming a key twice (YAML says keys are unique; PyYAML keeps the
-    last one silently, so a second ``answer:`` would replace the first). A merge key (``<<: *defaults``, YAML 1.1's,
-    which PyYAML's safe loader reads) is read as PyYAML reads it: the keys written beside it replace those it brings,
-    which is what it is for."""
-    import yaml
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue  # flattened by SafeLoader below
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice (only the "
-                                                            "last would be read): keep one", key_node.start_mark)
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return UniqueKeyLoader
-
-
 def _read_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
-    if not path.is_file():
-        raise ValueError(f"no task file at {path}: give the path of a YAML task file (see the tutorial 'Your own "
-                         "data')")
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        if problem.startswith("the key "):
-            raise ValueError(f"{where}: {problem}") from None
-        raise ValueError(f"{where} is not YAML ({problem}): a task file is a YAML mapping of keys such as name, "
-                         "train, test, question, answer, answer_type") from None
+    data = read_yaml(path, "a task file")
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a YAML mapping (it holds {type(data).__name__}): write one key per line, "
                          "e.g. 'answer_type: text'")
@@ -152,12 +111,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path}: field {key!r} is {'missing' if key not in data else repr(data[key])}; "
                              + ("choose one of " + ", ".join(ANSWER_TYPES) if key == "answer_type" else
                                 f"name the data field that holds the {key}"))
-    named = [key for key in ("question", "answer", "solution") if isinstance(data.get(key), str)]
-    for i, key in enumerate(named):  # one field for two roles: every gold answer would be the question
-        for other in named[i + 1:]:
-            if data[key].strip() == data[other].strip():
-                raise ValueError(f"{path}: {key} and {other} both name the data field {data[key]!r}: name the field "
-                                 f"that holds the {other}")
+    # one field for the question and the answer: every gold answer would be the question (an answer read out of
+    # the solution's own field, as MATH's boxed answers are, is fine)
+    for other in ("answer", "solution"):
+        if isinstance(data.get("question"), str) and data["question"].strip() == str(data.get(other, "")).strip():
+            raise ValueError(f"{path}: question and {other} both name the data field {data['question']!r}: name the "
+                             f"field that holds the {other}")
     return data
 
 
@@ -202,20 +161,15 @@ def _hub_split(path: Path, hub: dict[str, Any], split: str) -> Any:
         ValueError: the Hub cannot be reached, or the dataset, its configuration or the split cannot be loaded.
     """
     import os
-    import socket
-    from urllib.parse import urlparse
 
-    from huggingface_hub import constants
+    from grpo_kit.system.hub import hub_offline, hub_problem
 
     fix = ("check hub: in the task file and your connection, or set HF_HUB_OFFLINE=1 to use a copy already in the "
            "Hugging Face cache")
-    if not constants.HF_HUB_OFFLINE and not os.environ.get("HF_DATASETS_OFFLINE"):
-        url = urlparse(constants.ENDPOINT)
-        try:
-            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 5).close()
-        except OSError as e:
-            raise ValueError(f"{path}: hub: the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached "
-                             f"({e.strerror or e}), so {hub['path']} cannot be downloaded: {fix}") from None
+    local = Path(hub["path"]).expanduser().is_dir()  # datasets reads a folder of data files as a data set
+    if not local and not hub_offline() and not os.environ.get("HF_DATASETS_OFFLINE") and \
+            (problem := hub_problem(f"{path}: hub: {hub['path']} is downloaded from the Hub", token=False)):
+        raise ValueError(f"{problem}: {fix}")
     from datasets import load_dataset
 
     try:

@@ -149,7 +149,7 @@ def get_algorithm(name: str) -> Algorithm:
     """
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}: choose from {', '.join(ALGORITHMS)} "
-                         "(grpo_kit.training.algorithms), or set the fields one by one with --set")
+                         "(grpo_kit.training.algorithms), or set its fields one by one (--loss_type, --beta, ...)")
     return ALGORITHMS[name]
 
 
@@ -214,7 +214,8 @@ def check_algorithm(settings: Any) -> None:
 def algorithm_settings(settings: Any) -> dict[str, Any]:
     """The algorithm a preset runs, as a run folder records it: its name, paper and every field.
 
-    ``"overridden"`` lists the fields that differ from the named variant's bundle (set with ``--set``).
+    ``"overridden"`` lists the fields that differ from the named variant's bundle (set on the command line or in the
+    recipe).
 
     >>> from grpo_kit.training.presets import get_preset
     >>> algorithm_settings(get_preset("a100"))["fields"]["beta"]

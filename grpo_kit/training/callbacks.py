@@ -247,11 +247,12 @@ def stale_weights_alarm(preset: Recipe) -> dict[str, Any]:
         whose = ("Unsloth's generated GRPO trainer turns vllm_importance_sampling_correction off by default "
                  "(unsloth/models/rl.py)" if preset.use_unsloth and
                  "vllm_importance_sampling_correction" not in preset.settings
-                 else "the preset's extra sets vllm_importance_sampling_correction=False")
+                 else "the recipe sets vllm_importance_sampling_correction false")
         return {"armed": False, "metric": STALE_METRIC,
                 "why": f"{whose}, and the trainer logs {STALE_METRIC} only when it is on: nothing compares vLLM's "
-                       "log-probabilities with the trained policy's. To arm it, set extra "
-                       "vllm_importance_sampling_correction=True (it also reweights the loss by that ratio)"}
+                       "log-probabilities with the trained policy's. To arm it, set "
+                       "vllm_importance_sampling_correction true (--vllm_importance_sampling_correction true; it also "
+                       "reweights the loss by that ratio)"}
     return {"armed": True, "metric": STALE_METRIC,
             "why": "vLLM generates with importance-sampling correction on, so the trainer logs the gap every step"}
 
@@ -304,8 +305,9 @@ def _unarmed(args: Any) -> str:
         unsloth = getattr(type(args), "_unsloth_patched_rl_config", False)
         return ("vllm_importance_sampling_correction is off in this trainer's config"
                 + (" (Unsloth's generated GRPO trainer turns it off by default: unsloth/models/rl.py)" if unsloth
-                   else "") + f", and {STALE_METRIC} is logged only when it is on; set extra "
-                "vllm_importance_sampling_correction=True to arm the alarm")
+                   else "") + f", and {STALE_METRIC} is logged only when it is on; set "
+                "vllm_importance_sampling_correction true (--vllm_importance_sampling_correction true) to arm the "
+                "alarm")
     return f"the trainer logged no {STALE_METRIC}"
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,8 +38,17 @@ from grpo_kit.training.presets import Recipe
 __all__ = ["KNOWN_LORA_TARGETS", "RULES", "Rule", "check_settings"]
 
 
+#: The most optimiser steps a run may ask for: a billion is three decades at a step a second. A larger number is a
+#: typo, and its time estimate overflows what a log line can say.
+_MOST_STEPS = 10**9
+
+
 def _count(minimum: int) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _steps(value: Any) -> bool:
+    return _count(1)(value) and value <= _MOST_STEPS
 
 
 def _real(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Callable[[Any], bool]:
@@ -62,10 +72,10 @@ class Rule:
 #: What each numeric field admits, checked by :func:`check_settings`.
 RULES: tuple[Rule, ...] = (
     Rule("learning_rate", _real(0, 1, low_open=True), "a number in (0, 1] (the blog post: 5e-6; cpu-tiny: 3e-5)"),
-    Rule("max_steps", _count(1), "a whole number >= 1 (an int, not a string or a fraction)"),
-    Rule("save_steps", _count(1), "a whole number >= 1 (steps between checkpoints)"),
+    Rule("max_steps", _steps, f"a whole number in 1 .. {_MOST_STEPS:,} (an int, not a string or a fraction)"),
+    Rule("save_steps", _steps, f"a whole number in 1 .. {_MOST_STEPS:,} (steps between checkpoints)"),
     Rule("save_total_limit", lambda v: v is None or _count(1)(v), "None (keep all) or a whole number >= 1"),
-    Rule("logging_steps", _count(1), "a whole number >= 1"),
+    Rule("logging_steps", _steps, f"a whole number in 1 .. {_MOST_STEPS:,}"),
     Rule("per_device_train_batch_size", _count(1), "a whole number >= 1 (completions per device)"),
     Rule("gradient_accumulation_steps", _count(1), "a whole number >= 1"),
     Rule("num_generations", _count(2), "a whole number >= 2 (GRPO compares completions within a group)"),
@@ -74,7 +84,12 @@ RULES: tuple[Rule, ...] = (
     Rule("max_seq_length", _count(2), "a whole number of tokens >= 2"),
     # below about 0.01 the logits / temperature overflow to inf and the first step's loss is NaN
     Rule("temperature", _real(0.01, 100), "a number in [0.01, 100] (GRPO samples; 1.0 is TRL's default)"),
-    Rule("lora_rank", lambda v: v is None or _count(1)(v), "None (full fine-tuning) or a whole number >= 1"),
+    # sampling keeps the tokens whose probabilities sum to top_p: above 1 it keeps all, silently (transformers'
+    # TopPLogitsWarper and vLLM's SamplingParams refuse it only when generation starts)
+    Rule("top_p", _real(0, 1, low_open=True), "a number in (0, 1] (1.0: no nucleus cut, TRL's default)"),
+    Rule("min_p", lambda v: v is None or _real(0, 1)(v), "None or a number in [0, 1]"),
+    Rule("repetition_penalty", _real(0, 1e6, low_open=True), "a number > 0 (1.0: none, TRL's default)"),
+    Rule("lora_r", _count(1), "a whole number >= 1 (the LoRA rank)"),
     Rule("lora_alpha", _real(0, 1e6, low_open=True), "a number > 0 (usually the rank or twice it)"),
     Rule("vllm_gpu_memory_utilization", _real(0, 1, low_open=True), "a share in (0, 1]"),
     Rule("beta", _real(0, 1e6), "a number >= 0 (0: no KL term, TRL's default)"),
@@ -112,7 +127,7 @@ def _check_names(preset: Recipe) -> None:
     if missing:
         raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here "
                          f"(installed: {', '.join(installed) or 'none'}); install its package (pip install "
-                         f"{missing[0]}) or use --set report_to=none")
+                         f"{missing[0]}) or use --report_to none")
 
 
 #: Names of the linear layers LoRA can target in the architectures the kit trains (Llama, Qwen2, Mistral, Gemma,
@@ -128,13 +143,43 @@ def _target_problem(targets: Any) -> str | None:
         return None
     if isinstance(targets, str):
         return (f"lora_target_modules = {targets!r}: a single name is read by PEFT as a regular expression or "
-                "'all-linear'; give a list, e.g. --set lora_target_modules='(\"q_proj\", \"v_proj\")', or "
+                "'all-linear'; give a list, e.g. --lora_target_modules q_proj v_proj, or "
                 "'all-linear'")
     unknown = [t for t in targets if t not in KNOWN_LORA_TARGETS]
     if not targets or unknown:
         return (f"lora_target_modules holds {unknown or 'nothing'}, not a layer name of the architectures the kit "
                 f"trains: choose from {', '.join(sorted(KNOWN_LORA_TARGETS))}, or 'all-linear'")
     return None
+
+
+def _trl_checks(preset: Recipe) -> None:
+    """TRL's own ``GRPOConfig`` checks (``generation_batch_size``, ``steps_per_generation``, the importance-sampling
+    clips, ...), run before anything loads: the config is built once here and thrown away. The keys a machine
+    decides (``bf16``, ``fp16``, ``tf32``, ``use_cpu``, ``deepspeed``) are set as a CPU takes them, so that this runs
+    on any machine; :func:`grpo_kit.training.plan.preflight` and ``plan`` check those against the card. Building it
+    sets up accelerate's process state, which the run's own config sets up again: not in a launched process."""
+    import tempfile
+
+    from trl import GRPOConfig
+
+    machine = {"bf16": False, "fp16": False, "tf32": None, "use_cpu": True, "deepspeed": None}
+    try:
+        GRPOConfig(**{**preset.grpo_kwargs(tempfile.gettempdir(), [1.0]), **machine})
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"TRL's GRPOConfig refuses this recipe: {str(e).strip().splitlines()[0]}") from None
+
+
+def _check_evaluation(preset: Recipe) -> None:
+    """``eval_strategy`` and ``eval_steps`` as the kit reads them (:meth:`grpo_kit.runs.spec.RunSpec.resolve`):
+    ``steps`` measures held-out accuracy every ``eval_steps`` steps; anything else would be ignored."""
+    strategy = str(getattr(preset.eval_strategy, "value", preset.eval_strategy))
+    if strategy not in ("no", "steps"):
+        raise ValueError(f"eval_strategy = {strategy!r}: the kit measures held-out accuracy every eval_steps steps "
+                         "(eval_strategy steps), not by epoch: set eval_strategy steps and eval_steps N, or no")
+    if strategy == "no" and preset.eval_steps is not None:
+        raise ValueError(f"eval_steps = {preset.eval_steps} with eval_strategy no measures nothing (transformers reads "
+                         "eval_steps only with eval_strategy steps): add --eval_strategy steps for held-out accuracy "
+                         "every eval_steps steps, or drop eval_steps")
 
 
 def _before_unsloth(preset: Recipe) -> bool:
@@ -172,16 +217,19 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
     """
     for rule in RULES:
         value = getattr(preset, rule.field)
-        if not rule.test(value):
+        if not rule.test(value) and not (rule.field == "max_steps" and value == -1 and preset.num_train_epochs > 0):
             raise ValueError(f"{rule.field} = {value!r} cannot work: set it to {rule.expect}")
     if not _before_unsloth(preset):
         _check_names(preset)
+        if num_processes == 1 and os.environ.get("WORLD_SIZE", "1") == "1":
+            _trl_checks(preset)
+    _check_evaluation(preset)
     if problem := _target_problem(preset.loading.lora_target_modules):
         raise ValueError(problem)
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
                          "fast_inference=False (Unsloth, generation without vLLM), or use_unsloth=False with "
-                         "use_vllm=True (transformers + TRL's colocated vLLM), or a lora_rank")
+                         "use_vllm=True (transformers + TRL's colocated vLLM), or use_peft=True with a lora_r")
     if preset.fast_inference and not preset.use_unsloth:
         raise ValueError("fast_inference is Unsloth's colocated vLLM: with use_unsloth=False set use_vllm=True "
                          "for TRL's own vLLM instead")

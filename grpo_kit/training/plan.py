@@ -150,8 +150,9 @@ def _resume(run_dir: Path, max_steps: int) -> tuple[str | None, str, Problem | N
 
 
 def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
-              model: str | None) -> list[Problem]:
-    """The problems of running ``preset`` on ``gpu`` (``None``: no GPU) under ``kind`` with ``processes``."""
+              model: str | None, here: bool = True) -> list[Problem]:
+    """The problems of running ``preset`` on ``gpu`` (``None``: no GPU) under ``kind`` with ``processes``, on this
+    machine (``here``) or on a card named by ``--device`` (what this machine lacks is then not fatal)."""
     from grpo_kit.training.checks import check_settings
 
     found = []
@@ -159,6 +160,7 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
         check_settings(preset, _no_rewards(), num_processes=processes)
     except ValueError as e:
         found.append(Problem(str(e), kind="settings"))
+    found += _machine_problems(preset, gpu is None or preset.use_cpu, model, here)
     if gpu is None:
         if not preset.use_cpu:
             found.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
@@ -173,7 +175,7 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
                              "(compute capability below 8.0): use preset colab-t4, or --bf16 false --fp16 true",
                              kind="bf16"))
     if kind in ("zero3", "fsdp2") and preset.lora_rank is not None:
-        found.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_rank {preset.lora_rank}) "
+        found.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_r {preset.lora_rank}) "
                              "does not need: use --launch ddp (configs/accelerate/ddp.yaml)", fatal=False))
     if kind == "single" and processes > 1:
         found.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch ddp "
@@ -198,6 +200,76 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
                              f"{vllm_max_model_len(preset)}-token sequence's KV cache ({memory['kv_cache_needed']:g} "
                              "GiB): raise vllm_gpu_memory_utilization or lower vllm_max_model_length", kind="vllm"))
     return found
+
+
+def _machine_problems(preset: Recipe, on_cpu: bool, model: str | None, here: bool) -> list[Problem]:
+    """What this machine lacks for a recipe, which transformers, TRL or DeepSpeed would say only once the model
+    loaded (or the trainer pushed its first checkpoint): a CPU route that ``fp16`` or a bitsandbytes ``optim`` cannot
+    take, a step too large for the memory, ``deepspeed`` or bitsandbytes not installed, ``push_to_hub`` without the
+    Hub. Fatal only ``here`` (not for a card planned from elsewhere), except what the CPU route cannot take."""
+    import importlib.util
+
+    from grpo_kit.system.hub import hub_problem
+
+    found = []
+    if on_cpu and preset.fp16:
+        found.append(Problem("fp16 = True on a CPU: accelerate runs float16 mixed precision only on accelerators and "
+                             "would train in float32 without a word (accelerate/accelerator.py): set --fp16 false",
+                             kind="cpu"))
+    if preset.optim in _bitsandbytes_optimizers():
+        if on_cpu:
+            found.append(Problem(f"optim = {preset.optim!r} is a bitsandbytes optimizer, which runs on CUDA GPUs: on a "
+                                 "CPU set --optim adamw_torch", kind="cpu"))
+        elif importlib.util.find_spec("bitsandbytes") is None:
+            found.append(Problem(f"optim = {preset.optim!r} needs bitsandbytes, which is not installed here: pip "
+                                 "install bitsandbytes, or set --optim adamw_torch", fatal=here, kind="packages"))
+    if on_cpu and (problem := _cpu_memory_problem(preset, model)):
+        found.append(Problem(problem, kind="cpu"))
+    if preset.deepspeed is not None:
+        if importlib.util.find_spec("deepspeed") is None:
+            found.append(Problem(f"deepspeed = {preset.deepspeed!r}: DeepSpeed is not installed here (pip install "
+                                 "deepspeed, or requirements-deepspeed.txt), or drop deepspeed (python -m grpo_kit "
+                                 "plan --launch zero2/zero3 shows the kit's DeepSpeed launches)", fatal=here,
+                                 kind="packages"))
+        elif isinstance(preset.deepspeed, str) and not Path(preset.deepspeed).is_file():
+            found.append(Problem(f"deepspeed = {preset.deepspeed!r}: no such DeepSpeed config file", fatal=here,
+                                 kind="packages"))
+    if preset.push_to_hub and (problem := hub_problem("push_to_hub uploads every checkpoint to the Hub")):
+        found.append(Problem(problem + ", or drop push_to_hub (python -m grpo_kit export --push-to-hub uploads a "
+                             "verified export after training)", fatal=here, kind="hub"))
+    return found
+
+
+def _bitsandbytes_optimizers() -> frozenset[str]:
+    """The ``optim`` names transformers builds with bitsandbytes (``transformers/trainer_optimizer.py``)."""
+    try:
+        from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
+    except ImportError:  # another transformers layout: the names say it
+        return frozenset()
+    return frozenset(str(getattr(o, "value", o)) for o in _BITSANDBYTES_OPTIMIZERS)
+
+
+def _cpu_memory_problem(preset: Recipe, model: str | None) -> str | None:
+    """A micro-batch whose float32 logits alone exceed this machine's memory (``per_device_train_batch_size``
+    completions of ``max_prompt_tokens + max_completion_length`` tokens, each a row of ``vocab_size`` logits: the
+    activations part of :func:`grpo_kit.training.memory.estimate_memory`), with the model's vocabulary where its
+    ``config.json`` is here, else the tiny policy's (a lower bound)."""
+    import psutil
+
+    from grpo_kit.policy.tiny import TinyPolicySpec
+
+    vocab = TinyPolicySpec.vocab_size
+    if model is not None:
+        config = json_or_none(Path(model) / "config.json")
+        vocab = config.get("vocab_size", vocab) if isinstance(config, dict) else vocab
+    tokens = preset.per_device_train_batch_size * (preset.max_prompt_tokens + preset.max_completion_length)
+    needed, total = tokens * vocab * 4 / 2**30, psutil.virtual_memory().total / 2**30
+    if needed <= total:
+        return None
+    return (f"one micro-batch does not fit this machine's memory: per_device_train_batch_size "
+            f"{preset.per_device_train_batch_size} x {preset.max_prompt_tokens + preset.max_completion_length} "
+            f"tokens x {vocab} logits x 4 bytes = {needed:,.0f} GiB, more than its {total:,.0f} GiB: lower "
+            "per_device_train_batch_size (a multiple of num_generations) or the lengths")
 
 
 def unsloth_changes(preset: Recipe, kwargs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -261,24 +333,24 @@ def _no_rewards() -> RewardSet:
 
 def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
               processes: int | None = None, launch: str = "single", run_dir: str | Path | None = None,
-              resume: bool = False, model: str | None = None, argv: Sequence[str] = ()) -> dict[str, Any]:
+              resume: bool = False, argv: Sequence[str] = ()) -> dict[str, Any]:
     """What a launch would do (the JSON of ``python -m grpo_kit plan``), computed without loading a model.
 
     Args:
         preset: a preset name or :class:`grpo_kit.training.presets.Recipe`; with ``run_dir`` and ``resume``, the
             run folder's recorded preset is used instead.
-        overrides: recipe keys to replace (``--set``; with ``resume`` only ``max_steps`` and the like).
-        argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``).
+        overrides: recipe keys to replace (Python values; with ``resume`` only ``max_steps`` and the like).
+        argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``), over ``overrides``.
         device: a card of :data:`grpo_kit.policy.devices.CARDS`; ``None``: this machine's first GPU (or none).
         processes: training processes, one GPU each (``--gpus``); default 1 for ``single``, else the GPUs here
             (8, as configs/accelerate/*.yaml, with ``device`` or without GPUs), less the one a vLLM server
             (``vllm_mode="server"``) needs; asking for every GPU with a server is a problem.
         launch: one of :data:`grpo_kit.training.memory.LAUNCHES`.
         run_dir, resume: the run folder, and whether to plan resuming it.
-        model: a Hub id or folder instead of the preset's model.
 
     Returns:
-        ``{"route", "model", "algorithm", "grpo_config" (as the trainer will hold it: on Unsloth routes after
+        ``{"preset", "recipe_keys" (:meth:`grpo_kit.training.presets.Recipe.taken`), "route", "model", "algorithm",
+        "grpo_config" (as the trainer will hold it: on Unsloth routes after
         :func:`unsloth_changes`), "unsloth_changes", "processes", "vllm", "memory", "alarm", "resume_from",
         "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md). ``problems`` are lines; ``fatal`` says
         whether one would end the run.
@@ -291,14 +363,21 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
 
     overrides = dict(overrides or {})
     if resume and run_dir is not None:
-        p, recorded_model = preset_of_run(run_dir, argv, **overrides)
-        model = model or recorded_model
+        p, model = preset_of_run(run_dir, argv, **overrides)
     else:
         if preset is None:  # the preset the notebooks pick for this card (preset = None)
             preset = preset_for_device(card(device) if device in CARDS else (gpus() or [None])[0])
         p = get_preset(preset, argv=argv, **overrides)
-    model = model if model is not None else p.model
+        model = p.model
     problems: list[Problem] = []
+    if model is not None:  # as train checks it
+        from grpo_kit.policy.source import PolicySource
+        from grpo_kit.tasks import DEFAULT_TASK, get_task
+
+        try:
+            PolicySource.of(model, get_task(DEFAULT_TASK))
+        except ValueError as e:
+            problems.append(Problem(str(e), kind="model"))
     gpu: Gpu | None
     if device is not None:
         try:
@@ -318,7 +397,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     launches = [launch_of(launch, n, rank) for rank in range(1 if launch == "single" else n)]
     memory = _memory(p, model, gpu, launch, n) if model is not None and gpu is not None else None
     if not any(q.kind == "card" for q in problems):
-        problems += _problems(p, gpu, launch, n, memory, model)
+        problems += _problems(p, gpu, launch, n, memory, model, here=device is None)
     rewards = _no_rewards()
     output = str(Path(run_dir or "runs/run") / "checkpoints")
     vllm = None
@@ -350,6 +429,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     changes = unsloth_changes(p, passed)
     return {
         "preset": p.name,
+        "recipe_keys": p.taken(),
         "route": route_of(p),
         "model": model if model is not None else "the kit's tiny policy",
         "algorithm": algorithm(p),
@@ -370,29 +450,31 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
 
 
 def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
-    """The plan's checks for ``train``, on this machine, before anything loads (no transformers or TRL import).
+    """The plan's checks for ``train``, on this machine, before anything loads (no transformers or TRL import
+    before Unsloth's).
 
-    Checks this machine's GPU against the preset (bfloat16, the memory estimate, vLLM's share) for the launch's
-    processes; on a machine without a GPU it checks nothing (loading says so). The memory checks rest on an
-    estimate: with the environment variable :data:`SKIP_ESTIMATE` set to ``1`` only bfloat16 is checked. Called
-    by :meth:`grpo_kit.runs.spec.RunSpec.resolve`.
+    Checks what this machine lacks for the recipe (:func:`_machine_problems`: a CPU route that ``fp16`` or a
+    bitsandbytes ``optim`` cannot take, a step too large for its memory, DeepSpeed or bitsandbytes not installed,
+    ``push_to_hub`` without the Hub) and, on a GPU, the card against it (bfloat16, the memory estimate, vLLM's share)
+    for the launch's processes. The memory checks rest on an estimate: with the environment variable
+    :data:`SKIP_ESTIMATE` set to ``1`` they are skipped. Called by :meth:`grpo_kit.runs.spec.RunSpec.resolve`.
 
     Raises:
         ValueError: a problem that would end the run (each line with its remedy).
     """
-    found = gpus()
-    if not found or preset.use_cpu:
-        return
+    found = [] if preset.use_cpu else gpus()
     kind = "single" if launch.world_size == 1 else (
         "fsdp2" if launch.fsdp else {2: "zero2", 3: "zero3"}.get(launch.zero_stage or 0, "ddp"))
-    memory = _memory(preset, model, found[0], kind, launch.world_size) if model is not None else None
-    kinds = ("bf16",) if os.environ.get(SKIP_ESTIMATE) == "1" else ("bf16", "memory", "vllm")
-    fatal = [q for q in _problems(preset, found[0], kind, launch.world_size, memory, model)
-             if q.fatal and q.kind in kinds]
+    memory = _memory(preset, model, found[0], kind, launch.world_size) if found and model is not None else None
+    kinds = ("bf16", "cpu", "packages", "hub") + (() if os.environ.get(SKIP_ESTIMATE) == "1" else ("memory", "vllm"))
+    problems = _machine_problems(preset, True, model, True) if not found else \
+        _problems(preset, found[0], kind, launch.world_size, memory, model)
+    fatal = [q for q in problems if q.fatal and q.kind in kinds]
     if fatal:
-        estimates = any(q.kind != "bf16" for q in fatal)
-        raise ValueError("this run would fail on " + found[0].name + ":\n  " + "\n  ".join(q.text for q in fatal)
-                         + "\n(`python -m grpo_kit plan` shows the whole plan"
+        where = found[0].name if found else "this machine's CPU"
+        estimates = any(q.kind in ("memory", "vllm") for q in fatal)
+        raise ValueError(f"this run would fail on {where}: " + "; ".join(q.text for q in fatal)
+                         + " (`python -m grpo_kit plan` shows the whole plan"
                          + (f"; the memory figures are estimates: {SKIP_ESTIMATE}=1 trains anyway)" if estimates
                             else ")"))
 
@@ -403,6 +485,7 @@ def format_plan(plan: dict[str, Any]) -> str:
     where = "no GPU" if device is None else \
         f"{device['name']} ({device['memory_gib']:g} GiB, bfloat16 {'yes' if device['bf16'] else 'no'})"
     lines = [f"preset {plan['preset']}: route {plan['route']}, model {plan['model']}",
+             *(f"from the recipe: {line}" for line in plan["recipe_keys"]),
              f"algorithm: {plan['algorithm']['summary']}",
              f"device: {where}; launch {plan['launch']}, {len(plan['processes'])} process(es)"]
     for process in plan["processes"][:2]:

@@ -26,11 +26,12 @@ from typing import Any
 
 from grpo_kit.policy.devices import Gpu, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading
+from grpo_kit.system.files import read_yaml
 from grpo_kit.system.install import installed_version
 from grpo_kit.training.algorithms import get_algorithm
 
-__all__ = ["PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "device_preset",
-           "get_preset", "preset_for_device", "recipe_yaml", "with_algorithm"]
+__all__ = ["GONE", "PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "command_line",
+           "device_preset", "get_preset", "preset_for_device", "recipe_yaml", "with_algorithm"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class KitArgs:
         max_seq_length: Unsloth's context length in tokens (prompt and completion).
         max_prompt_tokens: longer prompts are dropped from the training data (TRL 0.28 removed
             ``max_prompt_length``).
+        dataset_answer_column, answer_type: where a recipe names its data (``dataset_name``, TRL's script key), the
+            column holding each question's gold answer and how it is checked (a task file's ``answer`` and
+            ``answer_type``). The defaults are TRL's: its ``accuracy_reward`` reads ``solution`` with math-verify.
     """
 
     name: str = field(default="", metadata={"help": "The recipe's name (default: its file's)."})
@@ -61,34 +65,35 @@ class KitArgs:
     fast_inference: bool = field(default=False, metadata={"help": "Unsloth's colocated vLLM (LoRA only)."})
     max_seq_length: int = field(default=512, metadata={"help": "Unsloth's context length, in tokens."})
     max_prompt_tokens: int = field(default=256, metadata={"help": "Longer prompts are dropped, in tokens."})
+    dataset_answer_column: str = field(default="solution", metadata={"help": "The data set's gold answer column."})
+    answer_type: str = field(default="math", metadata={"help": "How answers are checked: number, text, math, choice."})
 
 
-#: Keys of ``trl grpo``'s own script (its data set and reward arguments) and what the kit takes instead: a
-#: ``trl grpo`` recipe runs unchanged, and each of these gets one line.
-SCRIPT_KEYS = {"dataset_name": "--task (a task name or task file)", "dataset_config": "--task",
-               "dataset_train_split": "the task file's splits", "dataset_test_split": "the task file's splits",
-               "dataset_streaming": "the task file", "datasets": "--task", "streaming": "the task file",
-               "test_split_size": "the task file's splits", "reward_funcs": "--rewards NAME=WEIGHT",
-               "reward_model_name_or_path": "--rewards (reward functions)", "ignore_bias_buffers": "nothing (DDP only)"}
+#: Keys a recipe may no longer hold (the kit's old short names, and keys TRL or transformers removed), each with
+#: what to write instead (``{key}`` is spelled as the place it was given in spells it: ``key`` or ``--key``).
+GONE = {"extra": "write its GRPOConfig keys themselves",
+        "max_prompt_length": "removed from TRL's GRPOConfig in 0.28: set {max_prompt_tokens}, and the kit drops "
+                             "longer prompts from the dataset",
+        "model": "write {model_name_or_path} (TRL's ModelConfig)",
+        "lora_rank": "write {use_peft} true and {lora_r} N (TRL's ModelConfig; {use_peft} false: full fine-tuning)",
+        "gpu_memory_utilization": "write {vllm_gpu_memory_utilization} (TRL's GRPOConfig)",
+        "warmup_ratio": "removed in transformers 5: write {warmup_steps} (below 1 it is a share of the steps, e.g. "
+                        "0.1)",
+        "torch_dtype": "renamed {dtype} in TRL's ModelConfig",
+        "overwrite_output_dir": "removed in transformers 5: drop it (a run folder is never overwritten; --resume "
+                                "continues one)"}
 
-#: Keys that are gone, with what to write instead.
-RENAMED = {"extra": "gone: write its GRPOConfig keys themselves", "max_prompt_length": "gone from TRL's GRPOConfig "
-           "(removed in 0.28): set max_prompt_tokens, and the kit drops longer prompts from the dataset"}
 
+class _Spelled(dict):  # type: ignore[type-arg]
+    """``{key}`` in a :data:`GONE` text, spelled for a file or a call (``key``) or the command line (``--key``)."""
 
-def _trl_names(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with the kit's short names in TRL's: ``model`` is ``model_name_or_path``, ``lora_rank=N``
-    ``use_peft: true, lora_r: N`` (``None``: full fine-tuning), ``gpu_memory_utilization``
-    ``vllm_gpu_memory_utilization`` and ``warmup_ratio`` ``warmup_steps`` (below 1 it is a share of the steps)."""
-    out = {}
-    for key, value in values.items():
-        if key == "lora_rank":
-            out.update({"use_peft": False} if value is None or str(value).lower() == "none" else
-                       {"use_peft": True, "lora_r": value})
-        else:
-            out[{"model": "model_name_or_path", "gpu_memory_utilization": "vllm_gpu_memory_utilization",
-                 "warmup_ratio": "warmup_steps"}.get(key, key)] = value
-    return out
+    def __init__(self, dashes: bool) -> None:
+        super().__init__()
+        self.dashes = dashes
+
+    def __missing__(self, key: str) -> str:
+        return f"--{key}" if self.dashes else key
+
 
 #: Fields a resumed run may change: how long it runs and how it saves and logs, not what it trains.
 RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "logging_steps", "report_to",
@@ -99,15 +104,18 @@ PLAN_FIELDS = ("max_steps", "save_steps", "save_total_limit", "logging_steps")
 
 def _parser() -> Any:
     """A fresh ``TrlParser`` over ``GRPOConfig``, ``ModelConfig``, the kit's keys and ``trl grpo``'s script keys
-    (each parse sets its defaults from a recipe, so none is shared). ``exit_on_error=False``: a bad value raises;
-    ``allow_abbrev=False``: a misspelled key is refused, not read as the key it begins."""
+    (with open-r1's two: the prompt column and the system prompt), each parse setting its defaults from a recipe, so
+    none is shared. ``exit_on_error=False``: a bad value raises; ``allow_abbrev=False``: a misspelled key is refused,
+    not read as the key it begins."""
     from trl import GRPOConfig, ModelConfig, TrlParser
-    from trl.scripts.utils import DatasetMixtureConfig, ScriptArguments
+    from trl.scripts.grpo import GRPOScriptArguments
+    from trl.scripts.utils import DatasetMixtureConfig
 
     @dataclass
-    class _Script(ScriptArguments, DatasetMixtureConfig):
-        reward_funcs: list[str] | None = None
-        reward_model_name_or_path: str | None = None
+    class _Script(GRPOScriptArguments, DatasetMixtureConfig):
+        # open-r1's GRPOScriptArguments and GRPOConfig (src/open_r1/configs.py)
+        dataset_prompt_column: str = field(default="prompt", metadata={"help": "The data set's question column."})
+        system_prompt: str | None = field(default=None, metadata={"help": "The task's system prompt."})
 
     return TrlParser((GRPOConfig, ModelConfig, KitArgs, _Script), exit_on_error=False, allow_abbrev=False)
 
@@ -192,15 +200,77 @@ class Recipe:
                        max_seq_length=self.max_seq_length, gpu_memory_utilization=self.vllm_gpu_memory_utilization,
                        seed=self.seed)
 
+    def data_task(self) -> dict[str, Any] | None:
+        """The task file the recipe's data keys amount to, as ``trl grpo`` (and open-r1's script) read them:
+        ``dataset_name`` (a Hub id or a local folder) with ``dataset_config``, ``dataset_train_split`` and
+        ``dataset_test_split`` is its ``hub:``, ``dataset_prompt_column`` its question field, ``system_prompt`` its
+        system prompt; ``dataset_answer_column`` and ``answer_type`` say how answers are checked. ``None``: the recipe
+        names no data set (the run's ``--task`` or the kit's default task gives it).
+
+        Raises:
+            ValueError: TRL's ``datasets`` mixture, which a task cannot hold: name one ``dataset_name``.
+        """
+        if self.datasets:
+            raise ValueError("datasets (TRL's mixture of data sets) is set: the kit trains on one task; name one "
+                             "data set with dataset_name, or give a task file with --task")
+        if self.dataset_name is None:
+            return None
+        path = Path(self.dataset_name).expanduser()
+        hub = {"path": str(path.resolve()) if path.is_dir() else self.dataset_name, "name": self.dataset_config,
+               "train_split": self.dataset_train_split, "test_split": self.dataset_test_split}
+        data = {"name": path.name or self.name, "description": f"{self.dataset_name}, as recipe {self.name} names it",
+                "hub": {k: v for k, v in hub.items() if v is not None}, "question": self.dataset_prompt_column,
+                "answer": self.dataset_answer_column, "answer_type": self.answer_type}
+        if self.dataset_answer_column == "solution":  # TRL's accuracy_reward reads it as it is written
+            data["solution"] = "solution"
+        return {**data, **({"system_prompt": self.system_prompt} if self.system_prompt else {})}
+
+    def taken(self) -> list[str]:
+        """What the kit makes of the keys TRL's and open-r1's scripts read themselves (the data set, the rewards, the
+        run folder, evaluation, epochs) and of those it sets aside, one line each: the run's first lines say them."""
+        lines = []
+        if (data := self.data_task()) is not None:
+            lines.append(f"data: {self.dataset_name}" + (f" ({self.dataset_config})" if self.dataset_config else "")
+                         + f", splits {self.dataset_train_split}/{self.dataset_test_split}, question column "
+                         f"{data['question']}, answers in {data['answer']} checked as {data['answer_type']}"
+                         + (", the recipe's system_prompt" if self.system_prompt else ""))
+        if self.reward_funcs:
+            lines.append(f"rewards: reward_funcs {', '.join(self.reward_funcs)}"
+                         + (f" weighted {', '.join(f'{w:g}' for w in self.reward_weights)}" if self.reward_weights
+                            else ""))
+        elif self.reward_weights:
+            lines.append(f"reward_weights {', '.join(f'{w:g}' for w in self.reward_weights)} weigh the task's rewards")
+        if self.settings.get("output_dir"):
+            lines.append(f"run folder: output_dir {self.output_dir} (unless --run-dir names one)")
+        if str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "steps":
+            lines.append(f"held-out accuracy every {self.eval_steps or self.logging_steps} steps (eval_strategy steps) "
+                         "on validation questions from the train split; the test split is kept for the before/after "
+                         "table")
+        if self.max_steps == -1:
+            lines.append(f"max_steps -1: num_train_epochs {self.num_train_epochs:g} over the train split")
+        aside = {"save_strategy": f"checkpoints every save_steps ({self.save_steps}) steps",
+                 "dataset_streaming": "the task reads its splits itself", "streaming": "the task reads its splits",
+                 "ignore_bias_buffers": "DDP only", "do_eval": "eval_strategy decides"}
+        for key, why in aside.items():
+            if key in self.settings and self.settings[key] not in (False, None, "steps"):
+                lines.append(f"{key} {self.settings[key]} set aside: {why}")
+        return lines
+
     def grpo_kwargs(self, output_dir: str, reward_weights: Sequence[float]) -> dict[str, Any]:
         """What the trainer passes to TRL's ``GRPOConfig``: the recipe's own ``GRPOConfig`` keys (keys it does not set
         keep TRL's defaults, or on an Unsloth route those of Unsloth's generated config), the run's output folder
         and reward weights, and vLLM's context length where the recipe leaves it to vLLM (:attr:`vllm_max_model_len`).
         """
-        kwargs = {k: v for k, v in self.settings.items() if k in _grpo_fields()}
+        # the kit measures held-out accuracy itself (grpo_kit.runs.spec.RunSpec.eval_steps), on validation questions:
+        # TRL's own evaluation would need an eval data set
+        kwargs = {k: v for k, v in self.settings.items() if k in _grpo_fields() and k not in _KIT_EVALUATES}
         if self.use_vllm and self.vllm_mode == "colocate" and self.vllm_max_model_length is None:
             kwargs["vllm_max_model_length"] = self.vllm_max_model_len
         return {**kwargs, "output_dir": output_dir, "reward_weights": list(reward_weights), "save_strategy": "steps"}
+
+
+#: ``GRPOConfig`` keys the kit reads instead of passing them on: its own held-out evaluation runs on them.
+_KIT_EVALUATES = ("eval_strategy", "eval_steps")
 
 
 def _file_of(source: str | os.PathLike) -> Path:
@@ -210,22 +280,14 @@ def _file_of(source: str | os.PathLike) -> Path:
         return path
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ValueError(f"recipe file {path} does not exist: give a YAML file of GRPOConfig keys, or a shipped "
-                             f"recipe: {', '.join(preset_names())}")
-        return path
+        return path  # read_yaml names a folder or a missing file
     close = difflib.get_close_matches(str(source), preset_names(), n=1)
     raise ValueError(f"unknown preset {str(source)!r}" + (f" (did you mean {close[0]}?)" if close else "")
                      + f": choose from {', '.join(preset_names())}, or give a recipe file (--config FILE)")
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f"recipe {path} cannot be read ({type(e).__name__}: {e}): fix the file") from None
+    values = read_yaml(path, "a recipe")
     if not isinstance(values, dict):
         raise ValueError(f"recipe {path} is not a YAML mapping of GRPOConfig keys: write one key: value a line")
     if "env" in values:
@@ -255,43 +317,67 @@ def _set_env(path: Path, env: Any) -> None:
     log.warning(f"recipe {path} sets environment variables for this process (its env: block): {', '.join(said)}")
 
 
-def _refuse_unknown(keys: Sequence[str]) -> None:
-    """One line for the first key no parser knows: TRL's new name, or the closest key."""
-    known = _defaults()
+def _refuse_unknown(keys: Sequence[str], where: Path | None = None, dashes: bool = False) -> None:
+    """One line for the first key no parser knows (given in the file ``where``, on the command line with ``dashes``,
+    else in a call): what replaced a key that is gone, or the closest key."""
+    known, spell = _defaults(), _Spelled(dashes)
     for key in keys:
-        if key in RENAMED:
-            raise ValueError(f"recipe key {key!r} is {RENAMED[key]}")
-        if key in ("rewards", "reward_weights"):
-            raise ValueError("rewards and their weights belong to the run, not the recipe: give them with --rewards "
-                             "NAME=WEIGHT (notebook 03: rewards = {name: weight})")
+        said = f"{where}: recipe key {key!r}" if where else f"recipe key {spell[key] if dashes else repr(key)}"
+        if key in GONE:
+            raise ValueError(f"{said} is gone: {GONE[key].format_map(spell)}")
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
-            raise ValueError(f"unknown recipe key {key!r}" + (f" (did you mean {close[0]}?)" if close else "")
-                             + f": a recipe holds GRPOConfig, ModelConfig and grpo_kit's own keys (trl "
+            raise ValueError(f"{said.replace('recipe key', 'unknown recipe key')}"
+                             + (f" (did you mean {spell[close[0]]}?)" if close else "")
+                             + f": a recipe holds GRPOConfig, ModelConfig, trl grpo's and grpo_kit's own keys (trl "
                              f"{installed_version('trl')})")
 
 
-def _typed(values: Mapping[str, Any], argv: Sequence[str]) -> dict[str, Any]:
-    """``values`` and the ``--key value`` of ``argv``, typed by TRL's parser (text read as the field's type)."""
+def command_line(argv: Sequence[str]) -> dict[str, Any]:
+    """The recipe keys ``argv`` gives in TRL's command-line form (``--learning_rate 1e-5``, ``--learning-rate 1e-5``,
+    ``--bf16 false``, ``--no_bf16``), typed by TRL's parser; only the keys given. A key given twice: the last wins,
+    as on every command line.
+
+    Raises:
+        ValueError: a key no parser knows or one that is gone (:data:`GONE`); a value its key's type cannot read.
+
+    >>> command_line(["--learning-rate", "1e-5", "--bf16", "false", "--max_steps", "5", "--max-steps", "7"])
+    {'learning_rate': 1e-05, 'bf16': False, 'max_steps': 7}
+    """
+    parser = _parser()
+    for action in parser._actions:  # only what argv gives lands in the namespace
+        action.default = argparse.SUPPRESS
+    try:
+        namespace, rest = parser.parse_known_args(list(argv), namespace=argparse.Namespace())
+    except argparse.ArgumentError as e:  # a value its key's type cannot read
+        key = (e.argument_name or "?").split("/")[0].lstrip("-").replace("-", "_")
+        raise ValueError(f"recipe key {key}: {e.message}") from None
+    if rest:
+        keys = [a[2:].split("=")[0].replace("-", "_") for a in rest if a.startswith("--")]
+        keys = [k.removeprefix("no_") if k.removeprefix("no_") in GONE else k for k in keys]
+        _refuse_unknown(keys, dashes=True)
+        raise ValueError(f"recipe overrides {' '.join(rest)}: write each as --KEY VALUE (TRL's form)")
+    return {k: _whole_steps(k, v) for k, v in vars(namespace).items()}
+
+
+def _whole_steps(key: str, value: Any) -> Any:
+    """transformers types the ``*_steps`` fields float (below 1: a share of ``max_steps``) and makes a whole one an int
+    (``TrainingArguments.__post_init__``): so does the recipe, so that it records and prints 10, not 10.0."""
+    return int(value) if key.endswith("_steps") and isinstance(value, float) and value >= 1 and value.is_integer() \
+        else value
+
+
+def _typed(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` typed by TRL's parser (text read as the field's type)."""
     parser = _parser()
     types = {a.dest: a.type for a in parser._actions if a.type is not None}
     parser.set_defaults(**{k: _as_text(v, types.get(k)) for k, v in values.items()})
     try:
-        namespace, rest = parser.parse_known_args(list(argv))
+        parsed = vars(parser.parse_known_args([])[0])
     except argparse.ArgumentError as e:  # a value its key's type cannot read
-        key = (e.argument_name or "?").split("/")[0].lstrip("-")
+        key = (e.argument_name or "?").split("/")[0].lstrip("-").replace("-", "_")
         raise ValueError(f"recipe key {key}: {e.message}") from None
-    if rest:
-        keys = [a[2:].split("=")[0].replace("-", "_") for a in rest if a.startswith("--")]
-        _refuse_unknown(keys or rest)
-        raise ValueError(f"recipe overrides {rest}: write them as --key value")
-    parsed = vars(namespace)
-    given = [*values, *(a[2:].split("=")[0] for a in argv if a.startswith("--"))]
-    given = [k.removeprefix("no_") if k not in parsed and k.removeprefix("no_") in parsed else k for k in given]
-    # transformers types the *_steps fields float (below 1: a share of max_steps) and makes a whole one an int
-    # (TrainingArguments.__post_init__): so does the recipe, so that it records and prints 10, not 10.0
-    return {k: int(v) if k.endswith("_steps") and isinstance(v, float) and v >= 1 and v.is_integer() else v
-            for k, v in ((k, parsed[k]) for k in dict.fromkeys(given))}
+    return {k: _whole_steps(k, parsed[k]) for k in values}
 
 
 def _as_text(value: Any, kind: Any) -> Any:
@@ -308,18 +394,21 @@ def _as_text(value: Any, kind: Any) -> Any:
 def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str] = (), **overrides: Any) -> Recipe:
     """Read a recipe and apply overrides.
 
+    One winner rule: the recipe's keys, then ``overrides``, then ``argv`` (the command line); within ``argv`` the
+    last of a key given twice. ``algorithm`` (given by any of them) applies that variant's values over the recipe's
+    first, and every key given with it over those.
+
     Args:
         source: a shipped recipe's name (:data:`PRESETS`), a recipe file (YAML), a :class:`Recipe` (its keys are
             read again with the overrides), or ``None`` for the shipped recipe that fits this machine
             (:func:`preset_for_device`).
-        argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``).
-        **overrides: keys to replace (Python values; text is read as the key's type; the short names of
-            :func:`_trl_names` too). ``algorithm`` applies that variant's values over the recipe's, and the other
-            overrides over those.
+        argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``; :func:`command_line`).
+        **overrides: keys to replace (Python values; text is read as the key's type).
 
     Raises:
-        ValueError: an unknown preset name or a missing file; a key no parser knows (the message names the
-            closest one, or what replaced a key that is gone); a value that cannot be read as its key's type.
+        ValueError: an unknown preset name; a recipe file that cannot be read (:func:`grpo_kit.system.files.read_yaml`:
+            not UTF-8, not YAML, a key given twice); a key no parser knows (the message names the closest one, or
+            what replaced a key that is gone); a value that cannot be read as its key's type.
 
     >>> get_preset("a100", max_steps=350).max_steps
     350
@@ -332,24 +421,21 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
         name, values = source.name, dict(source.settings)
     else:
         path = _file_of(source)
-        values = _trl_names(_read_file(path))
+        values = _read_file(path)
         name = str(values.pop("name", None) or path.stem)
-        for key in sorted(set(values) & set(SCRIPT_KEYS)):
-            log.warning(f"recipe {path.name}: {key} is set aside; grpo_kit takes it from {SCRIPT_KEYS[key]}")
-            values.pop(key)
+        _refuse_unknown(list(values), path)
         # the named variant's values first (TRL's defaults, written out, without one), the recipe's own keys over them
         values = {**get_algorithm(values.get("algorithm", KitArgs.algorithm)).fields, **values}
-    overrides = _trl_names(overrides)
+    _refuse_unknown(list(overrides))
+    overrides = {**overrides, **command_line(argv)}
     if str({**values, **overrides}.get("use_unsloth")).lower() in ("true", "1", "yes"):
-        _unsloth_first()  # before anything imports TRL, the parser included
-    _refuse_unknown([*values, *overrides])
+        _unsloth_first()  # before anything imports TRL's trainer
     if "name" in overrides and overrides["name"] != name:
         raise ValueError("name is the recipe's own name: choose a recipe with --preset or --config (python -m "
                          "grpo_kit presets lists the shipped ones) and change its keys, not its name")
     if "algorithm" in overrides:  # a variant replaces the recipe's algorithm keys; the other overrides come last
         values.update(get_algorithm(overrides["algorithm"]).fields)
-    values = {**values, **overrides}
-    return Recipe(name, {k: v for k, v in _typed(values, argv).items() if k != "name"})
+    return Recipe(name, {k: v for k, v in _typed({**values, **overrides}).items() if k != "name"})
 
 
 def _unsloth_first() -> None:

@@ -63,10 +63,15 @@ def grpo_config(p: Recipe, output_dir: str, rewards: RewardSet) -> Any:
     """TRL's ``GRPOConfig`` for settings already checked (:func:`build_grpo_config` checks them first).
 
     Raises:
+        ValueError: the recipe's ``reward_weights`` are not the rewards' weights.
         RuntimeError: the config holds other algorithm fields than the recipe (Unsloth's config rewrites some).
     """
     from trl import GRPOConfig
 
+    if p.reward_weights is not None and [float(w) for w in p.reward_weights] != rewards.weights:
+        raise ValueError(f"reward_weights {list(p.reward_weights)} in the recipe, and the rewards given weigh "
+                         f"{rewards.weights}: weigh them in one place (reward_weights with reward_funcs, or "
+                         "--rewards NAME=WEIGHT)")
     config = GRPOConfig(**p.grpo_kwargs(output_dir, rewards.weights))
     # Unsloth's generated GRPOConfig rewrites some algorithm fields by loss_type (unsloth/models/rl.py): the run folder
     # records the recipe's values, so a config that runs other ones is refused rather than trained.

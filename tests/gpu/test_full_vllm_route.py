@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")
 
 def test_full_finetuning_at_the_presets_learning_rate_moves_the_weights(random_llama, gsm8k_small, tmp_path):
     """At lr 1e-6, float32 master weights move; bfloat16 weights would round most updates away."""
-    preset = get_preset("full-80gb", model=str(random_llama), vllm_gpu_memory_utilization=0.2, **small_run())
+    preset = get_preset("full-80gb", model_name_or_path=str(random_llama), vllm_gpu_memory_utilization=0.2,
+                        **small_run())
     assert preset.learning_rate == 1e-6
     model, tokenizer = source_of(preset).load(preset.loading)
     assert next(model.parameters()).dtype == torch.float32
@@ -43,7 +44,7 @@ def test_subprocess_vllm_returns_its_gpu_memory(random_llama, gsm8k_small, tmp_p
 
 
 def test_notebook_route_for_a_full_model_is_subprocess_vllm(random_llama, gsm8k_small):
-    preset = get_preset("full-80gb", model=str(random_llama))
+    preset = get_preset("full-80gb", model_name_or_path=str(random_llama))
     backend = load_eval_backend(source_of(preset), preset.loading, trained=random_llama)
     assert backend.route == "vllm"
     result = evaluate(backend, gsm8k_small.select(range(4)), Sampling(max_new_tokens=16))

@@ -30,8 +30,9 @@ def test_unsloth_lora_grpo_trains_evaluates_saves_and_reloads(random_llama, gsm8
     from trl import GRPOTrainer
 
     assert is_unsloth_trainer(GRPOTrainer)
-    preset = get_preset("a100", model=str(random_llama), load_in_4bit=False, fast_inference=HAS_VLLM, lora_rank=8,
-                        lora_alpha=16, vllm_gpu_memory_utilization=0.3, learning_rate=1e-4, **small_run())
+    preset = get_preset("a100", model_name_or_path=str(random_llama), load_in_4bit=False, fast_inference=HAS_VLLM,
+                        use_peft=True, lora_r=8, lora_alpha=16, vllm_gpu_memory_utilization=0.3, learning_rate=1e-4,
+                        **small_run())
     model, tokenizer = source_of(preset).load(preset.loading)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     trainer = build_trainer(model, tokenizer, gsm8k_small, preset, format_and_length(), str(tmp_path / "out"))
@@ -55,8 +56,8 @@ def test_unsloth_lora_grpo_trains_evaluates_saves_and_reloads(random_llama, gsm8
 
 def test_unsloth_without_vllm_evaluates_before_and_after_through_unsloth(random_llama, gsm8k_small, tmp_path):
     """With fast_inference=False both sides load through Unsloth (not plain peft for the adapter)."""
-    preset = get_preset("a100", model=str(random_llama), load_in_4bit=False, fast_inference=False, lora_rank=8,
-                        lora_alpha=16, learning_rate=1e-4, **small_run())
+    preset = get_preset("a100", model_name_or_path=str(random_llama), load_in_4bit=False, fast_inference=False,
+                        use_peft=True, lora_r=8, lora_alpha=16, learning_rate=1e-4, **small_run())
     assert eval_route(preset.loading) == "unsloth"
     model, tokenizer = source_of(preset).load(preset.loading)
     trainer = build_trainer(model, tokenizer, gsm8k_small, preset, format_and_length(), str(tmp_path / "out"))
@@ -74,7 +75,7 @@ def test_a_plain_trl_preset_is_refused_once_unsloth_replaced_the_trainer(random_
     from grpo_kit.policy.loading import load_policy
 
     model, tokenizer = load_policy(random_llama, dtype="bfloat16", device_map="auto")
-    preset = get_preset("a100", use_unsloth=False, load_in_4bit=False, fast_inference=False, lora_rank=8,
+    preset = get_preset("a100", use_unsloth=False, load_in_4bit=False, fast_inference=False, use_peft=True, lora_r=8,
                         optim="adamw_torch", **small_run())
     with pytest.raises(ValueError, match="Unsloth was imported in this process"):
         build_trainer(model, tokenizer, gsm8k_small, preset, format_and_length(), str(tmp_path / "out"))

@@ -39,7 +39,7 @@ def test_nothing_imports_unsloth_or_vllm():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(lora_rank=None), "cannot combine full fine-tuning with fast_inference"),
+    (dict(use_peft=False), "cannot combine full fine-tuning with fast_inference"),
     (dict(use_unsloth=False), "fast_inference is Unsloth's"),
     (dict(fast_inference=False, use_vllm=True), "use_vllm is for the plain transformers path"),
 ])

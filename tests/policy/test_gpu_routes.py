@@ -53,7 +53,7 @@ def test_a_plain_trl_preset_is_refused_where_unsloth_replaced_the_trainer(tiny_p
     model, tokenizer = tiny_policy
     with pytest.raises(ValueError, match="Unsloth was imported in this process"):
         build_trainer(model, tokenizer, gsm8k_train_small, "cpu-tiny", GSM8K.reward_set(), str(tmp_path),
-                      lora_rank=4)
+                      use_peft=True, lora_r=4)
 
 
 def test_a_trainer_that_drops_the_adapter_is_caught(tiny_policy, gsm8k_train_small, tmp_path, monkeypatch):
@@ -68,7 +68,7 @@ def test_a_trainer_that_drops_the_adapter_is_caught(tiny_policy, gsm8k_train_sma
     model, tokenizer = tiny_policy
     with pytest.raises(RuntimeError, match="would not train an adapter"):
         build_trainer(model, tokenizer, gsm8k_train_small, "cpu-tiny", GSM8K.reward_set(), str(tmp_path),
-                      lora_rank=4)
+                      use_peft=True, lora_r=4)
 
 
 # 2. full fine-tuning on bfloat16 weights --------------------------------------------------------------

@@ -32,11 +32,11 @@ QUESTIONS = 8
 def full_run(tiny_policy_files, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("export") / "full"
     common = ["--run-dir", str(run_dir)]
-    assert main(["eval", "--before", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--eval-size", "8",
-                 "--max-new-tokens", "24", *common]) == 0
-    assert main(["train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--max-steps", "2",
-                 "--save-steps", "2", "--train-size", "16", "--set", "per_device_train_batch_size=8",
-                 "--set", "max_completion_length=16", "--set", "learning_rate=0.02", *common]) == 0
+    assert main(["eval", "--before", "--preset", "cpu-tiny", "--model_name_or_path", str(tiny_policy_files),
+                 "--eval-size", "8", "--max-new-tokens", "24", *common]) == 0
+    assert main(["train", "--preset", "cpu-tiny", "--model_name_or_path", str(tiny_policy_files), "--max-steps", "2",
+                 "--save-steps", "2", "--train-size", "16", "--per_device_train_batch_size", "8",
+                 "--max_completion_length", "16", "--learning_rate", "0.02", *common]) == 0
     assert main(["eval", *common]) == 0
     return run_dir
 
@@ -362,7 +362,7 @@ def test_an_unsloth_runs_export_offline_is_refused_in_one_line_before_anything_l
     assert "HF_HUB_OFFLINE is set" in err and "--base PATH" in err
     assert not (tmp_path / "merged").exists()
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(grpo_kit.runs.export, "_hub_offline", lambda: False)
+    monkeypatch.setattr(grpo_kit.runs.export, "hub_offline", lambda: False)
 
     def unreachable(repo):
         raise OSError("Name or service not known")
@@ -378,7 +378,7 @@ def test_an_unsloth_runs_export_says_how_much_it_downloads(lora_run, tmp_path, m
 
     run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
     monkeypatch.setattr(grpo_kit.runs.export, "_cached_snapshot", lambda repo: None)
-    monkeypatch.setattr(grpo_kit.runs.export, "_hub_offline", lambda: False)
+    monkeypatch.setattr(grpo_kit.runs.export, "hub_offline", lambda: False)
     monkeypatch.setattr(grpo_kit.runs.export, "_hub_weights_bytes", lambda repo: 16_060_522_496)
     with caplog.at_level("WARNING", logger="grpo_kit.runs.export"):
         assert merge_base(run) is None  # Unsloth downloads it
@@ -628,8 +628,9 @@ def test_what_a_user_gets_wrong_after_training_ends_in_one_line(full_run, tiny_p
              (["export", str(moved), "--questions", "2"], "cannot load the trained model"),
              (["verify-export", str(gguf), "--against", str(full_run)], "llama-cpp-python is not installed"),
              (["plan", "--run-dir", str(planned), "--resume"], "train_settings.json is damaged or was edited"),
-             (["train", "--preset", "cpu-tiny", "--model", str(tiny_policy_files), "--run-dir", str(tmp_path / "t"),
-               "--set", "report_to=tensorboard"], "report_to = 'tensorboard': tensorboard is not installed")]
+             (["train", "--preset", "cpu-tiny", "--model_name_or_path", str(tiny_policy_files), "--run-dir",
+               str(tmp_path / "t"), "--report_to", "tensorboard"],
+              "report_to = 'tensorboard': tensorboard is not installed")]
     for args, message in cases:
         assert main(args) == 2, args
         err = _no_traceback(capsys)

@@ -68,8 +68,8 @@ def test_a_users_reward_from_the_command_line_shows_in_the_before_after_table(tm
     tiny = ["--warm-steps", "3", "--cache-dir", str(tmp_path / "cache")]
     assert main(["eval", "--before", "--run-dir", str(run), "--task", str(folder / "task.yaml"), "--preset",
                  "cpu-tiny", "--eval-size", "4", "--max-new-tokens", "8", *tiny]) == 0
-    assert main(["train", "--run-dir", str(run), "--preset", "cpu-tiny", "--max-steps", "1", "--set",
-                 "num_generations=2", "--set", "per_device_train_batch_size=4", "--set", "max_completion_length=8",
+    assert main(["train", "--run-dir", str(run), "--preset", "cpu-tiny", "--max-steps", "1", "--num_generations", "2",
+                 "--per_device_train_batch_size", "4", "--max_completion_length", "8",
                  "--rewards", "my_rewards:short_answer", "my_rewards:polite=0.5", "text_correctness_reward_func=2",
                  *tiny]) == 0
     assert main(["eval", "--run-dir", str(run)]) == 0

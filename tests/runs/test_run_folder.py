@@ -85,12 +85,12 @@ def test_booleans_are_read_as_written(text, value):
     ("bf16", "maybe", "recipe key bf16: Truthy value expected: got maybe"),
     ("max_steps", "2.5", "recipe key max_steps: invalid int value: '2.5'"),
     ("learning_rate", "fast", "recipe key learning_rate: invalid float value: 'fast'"),
-    ("lora_rank", "None", None),
+    ("use_peft", "false", None),
 ])
-def test_set_values_are_typed(field, value, message):
+def test_override_values_are_typed(field, value, message):
     """Overrides are read by TRL's parser as their key's type; a value it cannot read is refused in one line."""
     if message is None:
-        assert getattr(get_preset("a100", **{field: value}), field) is None
+        assert get_preset("a100", **{field: value}).lora_rank is None
     else:
         with pytest.raises(ValueError, match=message):
             get_preset("a100", **{field: value})
@@ -124,21 +124,20 @@ def test_a_users_reward_module_is_checked_before_anything_loads(module, source, 
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--set", "name=x"], "name is the recipe's own name"),
-    (["train", "--set", "extra=5"], "recipe key 'extra' is gone: write its GRPOConfig keys themselves"),
-    (["train", "--set", "seed=None"], "seed = None cannot work"),
-    (["train", "--learning_rat", "1e-5"], "unknown recipe key 'learning_rat' (did you mean learning_rate?)"),
-    (["train", "--set", "reward_weights=5"], "give them with --rewards NAME=WEIGHT"),
+    (["train", "--name", "x"], "name is the recipe's own name"),
+    (["train", "--extra", "5"], "recipe key --extra is gone: write its GRPOConfig keys themselves"),
+    (["train", "--seed", "None"], "recipe key seed: invalid int value: 'None'"),
+    (["train", "--learning_rat", "1e-5"], "unknown recipe key --learning_rat (did you mean --learning_rate?)"),
+    (["train", "--learning-rat", "1e-5"], "unknown recipe key --learning_rat (did you mean --learning_rate?)"),
     (["train", "--rewards", ":"], "write module:function"),
-    (["train", "--set", "optim=bogus"], "optim = 'bogus' is not a name transformers knows"),
-    (["train", "--set", "lr_scheduler_type=bogus"], "lr_scheduler_type = 'bogus' is not a name"),
-    (["train", "--set", "report_to=bogus"], "report_to = 'bogus' is not a name"),
-    (["train", "--set", "lora_target_modules=bogus"], "a single name is read by PEFT as a regular expression"),
-    (["train", "--set", "lora_target_modules=('q_proj', 'bogus')"], "lora_target_modules holds ['bogus']"),
-    (["train", "--model", "/nonexistent"], "neither an existing folder nor a Hub id"),
-    (["train", "--set", "temperature=1e-320"], "temperature = 1e-320 cannot work"),
-    (["train", "--set", "seed=99999999999999999999"], "seed = 99999999999999999999 cannot work"),
-    (["train", "--set", "use_unsloth=true"], "tiny offline policy loads through transformers, never Unsloth"),
+    (["train", "--optim", "bogus"], "recipe key optim: invalid choice: 'bogus' (choose from 'adamw_torch'"),
+    (["train", "--lr_scheduler_type", "bogus"], "recipe key lr_scheduler_type: invalid choice: 'bogus'"),
+    (["train", "--report_to", "bogus"], "report_to = 'bogus' is not a name"),
+    (["train", "--lora_target_modules", "q_proj", "bogus"], "lora_target_modules holds ['bogus']"),
+    (["train", "--model_name_or_path", "/nonexistent"], "neither an existing folder nor a Hub id"),
+    (["train", "--temperature", "1e-320"], "temperature = 1e-320 cannot work"),
+    (["train", "--seed", "99999999999999999999"], "seed = 99999999999999999999 cannot work"),
+    (["train", "--use_unsloth", "true"], "tiny offline policy loads through transformers, never Unsloth"),
     (["eval", "--before", "--preset", "a100"], "use_unsloth needs an NVIDIA GPU"),
     (["eval", "--before", "--task", "math500"], "task 'math500' has none: give a model"),
     (["eval", "--samples", "4"], "--samples only apply to eval --before"),

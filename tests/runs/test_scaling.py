@@ -35,12 +35,12 @@ DEEPSPEED = Path(os.environ.get("GRPO_KIT_DEEPSPEED", ROOT / ".deepspeed"))
 def _launch(config: str, processes: int, model: Path | str, run_dir: Path, *extra: str) -> list[str]:
     """`accelerate launch ... -m grpo_kit train` on ``model`` (a folder), or with ``model="tiny:<cache folder>"``
     on the kit's tiny policy, warm-started (one step) into that cache."""
-    policy = ["--warm-steps", "1", "--cache-dir", model[5:]] if str(model).startswith("tiny:") else ["--model",
-                                                                                                    str(model)]
+    policy = ["--warm-steps", "1", "--cache-dir", model[5:]] if str(model).startswith("tiny:") else \
+        ["--model_name_or_path", str(model)]
     return [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), "--num_processes", str(processes),
             "--mixed_precision", "no", "-m", "grpo_kit", "train", "--preset", "cpu-tiny", *policy,
             "--run-dir", str(run_dir), "--max-steps", "4", "--save-steps", "2", "--train-size", "32",
-            "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=12",
+            "--per_device_train_batch_size", "8", "--max_completion_length", "12",
             "--rewards", "strict_format_reward_func", "xmlcount_reward_func",
             "tests.launch_rewards:record_prompts=0", "tests.launch_rewards:digit_share", *extra]
 
@@ -267,6 +267,6 @@ def test_the_vllm_server_is_checked_before_the_model_loads(tmp_path, capsys):
         server.shutdown()
     with pytest.raises(ConnectionError, match="VLLM_SERVER_DEV_MODE=1 vllm serve"):
         check_vllm_server("127.0.0.1", server.server_port, timeout_s=1)
-    assert main(["train", "--preset", "multi-gpu-full", "--set", "vllm_server_port=9", "--run-dir",
+    assert main(["train", "--preset", "multi-gpu-full", "--vllm_server_port", "9", "--run-dir",
                  str(tmp_path / "run")]) == 2
     assert "the vLLM server at http://127.0.0.1:9/health did not answer" in capsys.readouterr().err

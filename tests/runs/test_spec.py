@@ -35,8 +35,8 @@ def counted(monkeypatch):
 def test_train_checks_its_settings_once_and_reads_the_train_split_once(counted, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code = main(["train", "--preset", "cpu-tiny", "--run-dir", str(tmp_path / "run"), "--max-steps", "1",
-                 "--train-size", "16", "--warm-steps", "2", "--set", "per_device_train_batch_size=8",
-                 "--set", "max_completion_length=8"])
+                 "--train-size", "16", "--warm-steps", "2", "--per_device_train_batch_size", "8",
+                 "--max_completion_length", "8"])
     assert code == 0 and (tmp_path / "run" / "model").is_dir()
     # The tiny policy's warm start reads the train split too, once, to build itself: the run reads it once more.
     assert counted == {"check_settings": 1, "train_split": 2}
@@ -45,7 +45,7 @@ def test_train_checks_its_settings_once_and_reads_the_train_split_once(counted, 
 def test_a_second_train_from_the_cache_reads_the_split_once(counted, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ["train", "--preset", "cpu-tiny", "--max-steps", "1", "--train-size", "16", "--warm-steps", "2",
-            "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=8"]
+            "--per_device_train_batch_size", "8", "--max_completion_length", "8"]
     assert main([*args, "--run-dir", str(tmp_path / "a")]) == 0
     counted.update(check_settings=0, train_split=0)
     assert main([*args, "--run-dir", str(tmp_path / "b")]) == 0  # the tiny policy now comes from its cache

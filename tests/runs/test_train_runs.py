@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _train_args(model: Path, run_dir: Path, *extra: str) -> list[str]:
-    return ["train", "--preset", "cpu-tiny", "--model", str(model), "--run-dir", str(run_dir), "--max-steps", "6",
-            "--save-steps", "2", "--train-size", "32", "--rewards", "strict_format_reward_func",
-            "xmlcount_reward_func", "--set", "per_device_train_batch_size=8", "--set", "max_completion_length=12",
-            "--set", "learning_rate=0.02", "--set", "lr_scheduler_type='cosine'", "--eval-steps", "2",
-            "--eval-size", "6", *extra]
+    return ["train", "--preset", "cpu-tiny", "--run-dir", str(run_dir), "--train-size", "32", "--rewards",
+            "strict_format_reward_func", "xmlcount_reward_func", "--eval-size", "6", *extra, "--model_name_or_path",
+            str(model), "--max-steps", "6", "--save-steps", "2", "--per_device_train_batch_size", "8",
+            "--max_completion_length", "12", "--learning_rate", "0.02", "--lr_scheduler_type", "cosine",
+            "--eval_strategy", "steps", "--eval_steps", "2"]
 
 
 def _train_one_step_with(model: Path, tmp_path: Path, *rewards: str) -> subprocess.CompletedProcess:
@@ -43,7 +43,7 @@ def _train_one_step_with(model: Path, tmp_path: Path, *rewards: str) -> subproce
     start = args.index("--rewards") + 1
     args[start:start + 2] = rewards
     args[args.index("--max-steps") + 1] = "1"
-    args = args[:args.index("--eval-steps")]
+    args = args[:args.index("--eval_strategy")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     return subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=600)
@@ -175,7 +175,7 @@ def test_a_run_folder_of_another_run_is_refused(uninterrupted, tiny_policy_files
     assert main(changed) == 2
     err = capsys.readouterr().err
     assert "holds checkpoints of a different run" in err and "rewards:" in err
-    args[args.index("learning_rate=0.02")] = "learning_rate=0.01"
+    args[args.index("--learning_rate") + 1] = "0.01"
     assert main(args) == 2
     assert "preset.learning_rate: 0.02 -> 0.01" in capsys.readouterr().err
     assert main(_train_args(tiny_policy_files, run_dir)) == 2  # checkpoints there and no --resume
@@ -237,15 +237,15 @@ def test_resuming_a_finished_run_trains_nothing_and_a_shorter_one_is_refused(uni
 
 def test_a_resume_without_a_recipe_trains_on_with_the_one_the_run_folder_recorded(uninterrupted, tiny_policy_files,
                                                                                 tmp_path, capsys):
-    """The run folder keeps the resolved recipe (recipe.yaml, TRL's keys, the --set values in it); `train --resume`
-    without --preset or --set reads it, and the run is the same run (no 'different run' refusal)."""
+    """The run folder keeps the resolved recipe (recipe.yaml, TRL's keys, the command line's values in it); `train
+    --resume` without --preset or recipe keys reads it, and the run is the same run (no 'different run' refusal)."""
     from grpo_kit.training.presets import get_preset
 
     run_dir = _copy(uninterrupted[0], tmp_path)
     recipe = get_preset(run_dir / "recipe.yaml")
     assert (recipe.name, recipe.learning_rate, recipe.max_completion_length) == ("cpu-tiny", 0.02, 12)
     args = _train_args(tiny_policy_files, run_dir, "--resume")
-    args = [a for a in args if a != "--set" and "=" not in a]
+    args = args[:args.index("--model_name_or_path")]  # the kit's options only
     del args[args.index("--preset"):args.index("--preset") + 2]
     assert main(args) == 0
     assert "finished at step 6 of 6: nothing to train" in capsys.readouterr().err
@@ -271,7 +271,8 @@ def test_a_run_killed_during_its_final_save_finishes_it_on_resume_without_anothe
 
 def test_a_resume_with_other_training_questions_is_refused(uninterrupted, tiny_policy_files, capsys):
     run_dir, _ = uninterrupted
-    for option, value, recorded in (("--train-size", "16", "train_size: 32 -> 16"), ("--seed", "5", "seed: 0 -> 5")):
+    for option, value, recorded in (("--train-size", "16", "train_size: 32 -> 16"),
+                                    ("--data_seed", "5", "seed: 0 -> 5")):
         args = _train_args(tiny_policy_files, run_dir, "--resume")
         if option in args:
             args[args.index(option) + 1] = value
@@ -459,7 +460,7 @@ def test_a_reward_that_raises_edits_a_column_never_judges_or_is_slow_never_ends_
     args[start:start + 2] = ["mine:raises_at_step_2", "mine:vandal", "correctness_reward_func", "mine:judges_nothing",
                              "mine:slow"]
     args[args.index("--max-steps") + 1] = "2"
-    args = args[:args.index("--eval-steps")]
+    args = args[:args.index("--eval_strategy")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
                             env=env, timeout=600)

@@ -56,9 +56,9 @@ def test_training_measures_validation_questions_and_says_so(tmp_path, capsys):
     shutil.copytree(EXAMPLE, folder)
     run = tmp_path / "run"
     assert main(["train", "--run-dir", str(run), "--task", str(folder / "task.yaml"), "--preset", "cpu-tiny",
-                 "--max-steps", "1", "--eval-steps", "1", "--eval-max-new-tokens", "8", "--warm-steps", "3",
-                 "--cache-dir", str(tmp_path / "cache"), "--set", "num_generations=2", "--set",
-                 "per_device_train_batch_size=4", "--set", "max_completion_length=8"]) == 0
+                 "--eval-max-new-tokens", "8", "--warm-steps", "3", "--cache-dir", str(tmp_path / "cache"),
+                 "--max-steps", "1", "--eval_strategy", "steps", "--eval_steps", "1", "--num_generations", "2",
+                 "--per_device_train_batch_size", "4", "--max_completion_length", "8"]) == 0
     test = {json.loads(line)["question"] for line in (folder / "test.jsonl").read_text().splitlines()}
     train = {json.loads(line)["question"] for line in (folder / "train.jsonl").read_text().splitlines()}
     for path in sorted((run / "heldout").glob("step-*.jsonl")):

@@ -137,7 +137,7 @@ def test_the_lora_route_trains_only_the_adapter(tiny_policy, gsm8k_train_small, 
 
 def test_full_finetuning_through_unsloths_trainer_trains_every_weight(tiny_policy, gsm8k_train_small, tmp_path):
     model, tokenizer = tiny_policy
-    preset = get_preset(_cpu(PRESETS["a100"]), lora_rank=None, fast_inference=False, use_cpu=True,
+    preset = get_preset(_cpu(PRESETS["a100"]), use_peft=False, fast_inference=False, use_cpu=True,
                         gradient_checkpointing=False)
     trainer = build_trainer(model, tokenizer, gsm8k_train_small, preset, FORMAT_AND_LENGTH, str(tmp_path))
     assert all(p.requires_grad for p in trainer.model.parameters())
@@ -148,7 +148,7 @@ def test_a_plain_trl_lora_route_after_unsloth_is_refused_not_silently_changed(ti
     model, tokenizer = tiny_policy
     with pytest.raises(ValueError, match="Unsloth was imported in this process"):
         build_trainer(model, tokenizer, gsm8k_train_small, "cpu-tiny", FORMAT_AND_LENGTH, str(tmp_path),
-                      lora_rank=8)
+                      use_peft=True, lora_r=8)
     assert not any(p.requires_grad is False for p in model.parameters())  # nothing was wrapped or frozen
 
 
@@ -273,15 +273,15 @@ def test_eval_before_and_after_of_an_unsloth_preset_without_vllm_take_unsloths_r
     monkeypatch.setattr(FastLanguageModel, "get_peft_model", lora)
     run = tmp_path / "run"
     common = ["--run-dir", str(run)]
-    cpu = [f"--set={s}" for s in ("load_in_4bit=False", "bf16=False", "use_cpu=True", "gradient_checkpointing=False",
-                                  "max_completion_length=8", "max_prompt_tokens=200")]
-    assert main(["eval", "--before", "--preset", "a100", "--model", str(tiny_policy_files), "--eval-size", "4",
-                 "--max-new-tokens", "8", *cpu, *common]) == 0
+    cpu = ["--load_in_4bit", "false", "--bf16", "false", "--use_cpu", "true", "--gradient_checkpointing", "false",
+           "--max_completion_length", "8", "--max_prompt_tokens", "200"]
+    assert main(["eval", "--before", "--preset", "a100", "--model_name_or_path", str(tiny_policy_files), "--eval-size",
+                 "4", "--max-new-tokens", "8", *cpu, *common]) == 0
     assert RunFolder(run).read_json(RunFolder(run).eval_settings, "eval --before")["route"] == "unsloth"
-    assert main(["train", "--preset", "a100", "--model", str(tiny_policy_files), "--max-steps", "2", "--save-steps",
-                 "2", "--train-size", "8", "--rewards", "tests.stack.conftest:length_reward", *cpu,
-                 *(f"--set={s}" for s in ("per_device_train_batch_size=4", "num_generations=4",
-                                          "gradient_accumulation_steps=1", "learning_rate=0.05", "optim=adamw_torch",
-                                          "warmup_ratio=0.0", "lr_scheduler_type=constant")), *common]) == 0
+    assert main(["train", "--preset", "a100", "--model_name_or_path", str(tiny_policy_files), "--max_steps", "2",
+                 "--save_steps", "2", "--train-size", "8", "--rewards", "tests.stack.conftest:length_reward", *cpu,
+                 "--per_device_train_batch_size", "4", "--num_generations", "4", "--gradient_accumulation_steps", "1",
+                 "--learning_rate", "0.05", "--optim", "adamw_torch", "--warmup_steps", "0", "--lr_scheduler_type",
+                 "constant", *common]) == 0
     assert main(["eval", *common]) == 0
     assert (run / "report.md").is_file() and asked and not any(asked)  # never fast_inference

@@ -373,8 +373,8 @@ def test_a_hub_dataset_while_offline_is_one_line_naming_the_task_file_at_once(tm
     start = time.perf_counter()
     message = _error(path)
     assert time.perf_counter() - start < 5
-    assert message.startswith(f"{path}: hub: the Hugging Face Hub (https://huggingface.co) cannot be reached (Name or "
-                              "service not known), so owner/name cannot be downloaded")
+    assert message.startswith(f"{path}: hub: owner/name is downloaded from the Hub, and the Hugging Face Hub "
+                              "(https://huggingface.co) cannot be reached (Name or service not known)")
     assert "HF_HUB_OFFLINE=1" in message
 
     from huggingface_hub import constants
@@ -550,8 +550,8 @@ def test_a_loader_or_module_that_fails_is_one_line_naming_the_file(tmp_path, mon
         (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     path = _write(tmp_path, f"loader: {module}\nsplits: test\nanswer_type: text\n")
-    assert main(["eval", "--before", "--task", str(path), "--run-dir", str(tmp_path / "run"), "--model",
-                 str(tmp_path), "--trust-task-code"]) == 2
+    assert main(["eval", "--before", "--task", str(path), "--run-dir", str(tmp_path / "run"),
+                 "--model_name_or_path", str(tmp_path), "--trust-task-code"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}: {message}") and err.count("\n") == 1, err
     if "import" in message:  # the module's file and line

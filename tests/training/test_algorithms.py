@@ -78,7 +78,7 @@ def test_cli_refuses_an_unknown_algorithm(capsys):
     from grpo_kit.cli import main
 
     assert main(["train", "--preset", "cpu-tiny", "--algorithm", "ppo"]) == 2
-    assert "invalid choice: 'ppo'" in capsys.readouterr().err
+    assert "unknown algorithm 'ppo': choose from grpo, trl_default" in capsys.readouterr().err
 
 
 def test_a_users_recipe_without_an_algorithm_key_gets_trl_defaults_recorded(tmp_path):

@@ -3,12 +3,13 @@ misspelled key refused in one line, a `trl grpo` recipe taken as it is, and the 
 
 from __future__ import annotations
 
-import logging
+import re
 
 import pytest
 import yaml
 
 from grpo_kit.cli import main
+from grpo_kit.runs.spec import recipe_rewards
 from grpo_kit.tasks import get_task
 from grpo_kit.training.presets import PRESETS, RECIPES_DIR, get_preset, recipe_yaml
 from grpo_kit.training.trainer import build_grpo_config
@@ -74,6 +75,11 @@ def test_a_recipe_file_sets_any_grpo_config_key(tmp_path):
     ("learning_rat: 1.0e-5\n", "unknown recipe key 'learning_rat' (did you mean learning_rate?)"),
     ("num_generation: 4\n", "unknown recipe key 'num_generation' (did you mean num_generations?)"),
     ("extra: {top_p: 0.9}\n", "recipe key 'extra' is gone: write its GRPOConfig keys themselves"),
+    ("model: Qwen/Qwen2.5-0.5B\n", "recipe key 'model' is gone: write model_name_or_path (TRL's ModelConfig)"),
+    ("lora_rank: 16\n", "recipe key 'lora_rank' is gone: write use_peft true and lora_r N"),
+    ("warmup_ratio: 0.1\n", "recipe key 'warmup_ratio' is gone: removed in transformers 5: write warmup_steps"),
+    ("learning_rate: 1.0e-5\nlearning_rate: 0.5\n", "bad.yaml:2: the key 'learning_rate' is given twice"),
+    ("learning_rate: [1\n", "bad.yaml:2 is not YAML (expected ',' or ']', but got '<stream end>')"),
     ("- a list\n", "is not a YAML mapping"),
     ("max_steps: ten\n", "recipe key max_steps: invalid int value: 'ten'"),
 ])
@@ -86,18 +92,38 @@ def test_a_bad_recipe_file_is_refused_in_one_line(tmp_path, capsys, text, messag
     assert message in capsys.readouterr().err
 
 
-def test_a_trl_grpo_recipe_runs_unchanged_and_its_data_keys_are_answered(tmp_path, caplog):
-    """The keys `trl grpo` reads for its data set and rewards get one line each naming the kit's option; the rest
-    builds TRL's config as written."""
+def test_a_trl_grpo_recipe_s_data_and_reward_keys_are_read_as_trl_grpo_reads_them(tmp_path):
+    """dataset_name and its splits are the task's data, reward_funcs name TRL's rewards; the rest builds TRL's
+    config as written."""
     (tmp_path / "trl.yaml").write_text(TRL_RECIPE)
-    with caplog.at_level(logging.WARNING, logger="grpo_kit.training.presets"):
-        recipe = get_preset(tmp_path / "trl.yaml")
-    lines = [r.getMessage() for r in caplog.records]
-    assert any("dataset_name is set aside; grpo_kit takes it from --task" in line for line in lines)
-    assert any("reward_funcs is set aside; grpo_kit takes it from --rewards" in line for line in lines)
+    recipe = get_preset(tmp_path / "trl.yaml")
+    assert recipe.data_task() == {"name": "gsm8k", "description": "openai/gsm8k, as recipe trl names it",
+                                  "hub": {"path": "openai/gsm8k", "name": "main", "train_split": "train",
+                                          "test_split": "test"},
+                                  "question": "prompt", "answer": "solution", "answer_type": "math",
+                                  "solution": "solution"}
+    rewards = recipe_rewards(recipe, GSM8K, trusted=False)
+    assert rewards.names == ["accuracy_reward", "think_format_reward"] and rewards.weights == [1.0, 1.0]
+    assert "data: openai/gsm8k (main), splits train/test" in recipe.taken()[0]
     config = build_grpo_config(recipe, str(tmp_path / "out"), GSM8K.reward_set())
     assert (config.seed, config.max_steps, config.warmup_steps, config.lr_scheduler_type) == (7, 5, 0.1, "cosine")
     assert recipe.algorithm == "trl_default" and recipe.model is None
+
+
+@pytest.mark.parametrize("names, weights, trusted, message", [
+    (["accuracy", "format", "tag_count"], [2.0, 1.0, 0.5], False, None),
+    (["xmlcount_reward_func"], [1.0, 2.0], False, "2 weights for 1 rewards"),
+    (["nosuch"], None, False, "unknown reward 'nosuch': choose the kit's"),
+    (["os.system"], None, False, "'os.system' is Python the recipe file would import and run"),
+    (["tests.launch_rewards.digit_share"], None, True, None),
+])
+def test_reward_funcs_name_rewards_and_python_only_when_trusted(names, weights, trusted, message):
+    recipe = get_preset("cpu-tiny", reward_funcs=names, **({"reward_weights": weights} if weights else {}))
+    if message is None:
+        assert len(recipe_rewards(recipe, GSM8K, trusted).names) == len(names)
+    else:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            recipe_rewards(recipe, GSM8K, trusted)
 
 
 def test_the_cli_takes_a_recipe_file_and_trl_form_overrides(tmp_path, capsys):
@@ -112,7 +138,7 @@ def test_the_cli_takes_a_recipe_file_and_trl_form_overrides(tmp_path, capsys):
 
 def test_the_resolved_recipe_reads_back_as_the_same_recipe(tmp_path):
     """recipe.yaml (what a run folder keeps, and what a resume reads) holds the overrides and reads back equal."""
-    recipe = get_preset("a100", argv=["--learning_rate", "1e-5"], lora_rank=16, algorithm="dapo")
+    recipe = get_preset("a100", argv=["--learning_rate", "1e-5"], lora_r=16, algorithm="dapo")
     (tmp_path / "recipe.yaml").write_text(recipe_yaml(recipe))
     again = get_preset(tmp_path / "recipe.yaml")
     assert again == recipe and again.name == "a100"
@@ -135,3 +161,203 @@ def test_a_recipes_env_block_is_said_in_the_runs_first_lines(tmp_path, monkeypat
     recipe.write_text("env: [HF_HUB_OFFLINE]\n", encoding="utf-8")
     with pytest.raises(ValueError, match="env must map environment variable names to values"):
         get_preset(recipe)
+
+
+#: open-r1's recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml (huggingface/open-r1, its newest version) with the
+#: keys TRL 1.15 and transformers 5 renamed or removed written as they read them now: torch_dtype is dtype,
+#: warmup_ratio is warmup_steps, max_prompt_length and overwrite_output_dir are gone.
+OPEN_R1_DEMO = """\
+# Model arguments
+model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
+model_revision: main
+dtype: bfloat16
+attn_implementation: flash_attention_2
+
+# Data training arguments
+dataset_name: open-r1/OpenR1-Math-220k
+dataset_prompt_column: problem
+system_prompt: "You are a helpful AI Assistant that provides well-reasoned and detailed responses. You first think \\
+about the reasoning process as an internal monologue and then provide the user with the answer. Respond in the \\
+following format: <think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>"
+
+# GRPO trainer config
+bf16: true
+use_vllm: true
+do_eval: false
+gradient_accumulation_steps: 4
+gradient_checkpointing: true
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+hub_model_id: Qwen2.5-1.5B-Open-R1-GRPO
+hub_strategy: every_save
+learning_rate: 2.0e-05
+log_completions: true
+log_level: info
+logging_first_step: true
+logging_steps: 1
+logging_strategy: steps
+lr_scheduler_type: cosine
+max_completion_length: 1024
+max_steps: -1
+num_generations: 16
+num_train_epochs: 1
+output_dir: data/Qwen2.5-1.5B-Open-R1-GRPO
+per_device_eval_batch_size: 16
+per_device_train_batch_size: 16
+push_to_hub: true
+report_to:
+- wandb
+reward_funcs:
+- accuracy
+- format
+- tag_count
+reward_weights:
+- 1.0
+- 1.0
+- 1.0
+save_strategy: "epoch"
+save_total_limit: 1
+seed: 42
+warmup_steps: 0.1
+"""
+
+
+@pytest.mark.parametrize("stale, message", [
+    ("torch_dtype: bfloat16", "recipe key 'torch_dtype' is gone: renamed dtype in TRL's ModelConfig"),
+    ("max_prompt_length: 512", "recipe key 'max_prompt_length' is gone: removed from TRL's GRPOConfig in 0.28"),
+    ("warmup_ratio: 0.1", "recipe key 'warmup_ratio' is gone: removed in transformers 5: write warmup_steps"),
+    ("overwrite_output_dir: true", "recipe key 'overwrite_output_dir' is gone: removed in transformers 5"),
+])
+def test_open_r1_s_older_keys_are_refused_naming_todays(tmp_path, stale, message):
+    (tmp_path / "demo.yaml").write_text(OPEN_R1_DEMO + stale + "\n")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_preset(tmp_path / "demo.yaml")
+
+
+def test_open_r1_s_demo_recipe_plans_and_trains_as_written(tmp_path, tiny_policy_files, capsys, monkeypatch):
+    """`plan` says what the kit takes from the recipe's script keys and what this machine lacks (a GPU, a Hub
+    token); `train` at toy shapes on the CPU (a tiny model, a local copy of the data set's columns, small batches,
+    no vLLM, no upload) trains on the recipe's data, prompt column, system prompt and rewards, and says so first."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    (tmp_path / "demo.yaml").write_text(OPEN_R1_DEMO)
+    assert main(["plan", "--config", "demo.yaml"]) == 2
+    out = capsys.readouterr().out
+    for line in ("from the recipe: data: open-r1/OpenR1-Math-220k, splits train/test, question column problem, "
+                 "answers in solution checked as math, the recipe's system_prompt",
+                 "from the recipe: rewards: reward_funcs accuracy, format, tag_count weighted 1, 1, 1",
+                 "from the recipe: run folder: output_dir data/Qwen2.5-1.5B-Open-R1-GRPO",
+                 "from the recipe: max_steps -1: num_train_epochs 1 over the train split",
+                 "FATAL: push_to_hub uploads every checkpoint to the Hub, and there is no Hugging Face token here"):
+        assert line in out, out
+    data = tmp_path / "math"
+    data.mkdir()
+    for split, n in (("train", 16), ("test", 4)):
+        rows = [{"problem": f"What is {i} + {i}?", "solution": f"{i} + {i} = \\\\boxed{{{2 * i}}}"} for i in range(n)]
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    toy = ["--model_name_or_path", str(tiny_policy_files), "--dataset_name", str(data), "--use_vllm", "false",
+           "--use_cpu", "true", "--push_to_hub", "false", "--per_device_train_batch_size", "4", "--num_generations",
+           "2", "--gradient_accumulation_steps", "1", "--max_completion_length", "8", "--gradient_checkpointing",
+           "false", "--log_completions", "false", "--max_steps", "1"]
+    assert main(["train", "--config", "demo.yaml", *toy]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[grpo_kit] train: ")]
+    assert "[grpo_kit] train: rewards: reward_funcs accuracy, format, tag_count weighted 1, 1, 1" in said
+    assert any(line.startswith(f"[grpo_kit] train: data: {data}, splits train/test, question column problem")
+               for line in said), said
+    run = tmp_path / "data" / "Qwen2.5-1.5B-Open-R1-GRPO"  # output_dir is the run folder
+    settings = json.loads((run / "train_settings.json").read_text())
+    assert settings["identity"]["rewards"] == {"accuracy_reward": 1.0, "r1_format_reward_func": 1.0,
+                                               "r1_tag_count_reward_func": 1.0}
+    task = get_preset(run / "recipe.yaml").data_task()
+    assert task["system_prompt"].startswith("You are a helpful AI Assistant") and task["question"] == "problem"
+
+
+def test_one_winner_rule_the_command_line_over_the_file_and_the_last_of_a_key_given_twice(tmp_path, capsys):
+    """`--max-steps 5 --max_steps 7` trains 7 steps, and a recipe key on the command line wins over the file's;
+    dashes are read as TRL's parser reads them (`--learning-rate` was a KeyError)."""
+    (tmp_path / "trl.yaml").write_text(TRL_RECIPE)
+    for argv, steps in ((["--max-steps", "5", "--max_steps", "7"], 7), (["--max_steps", "7", "--max-steps", "5"], 5),
+                        ([], 5)):
+        assert get_preset(tmp_path / "trl.yaml", argv=argv).max_steps == steps
+    assert get_preset("cpu-tiny", argv=["--max_steps", "9"], max_steps=4).max_steps == 9  # over a call's overrides
+    for command in ("plan", "train"):
+        code = main([command, "--config", str(tmp_path / "trl.yaml"), "--learning-rate", "1e-5", "--json",
+                     "--learning_rat", "2"] if command == "plan" else
+                    [command, "--config", str(tmp_path / "trl.yaml"), "--learning-rate", "0"])
+        assert code == 2 and "KeyError" not in capsys.readouterr().err
+    assert main(["plan", "--config", str(tmp_path / "trl.yaml"), "--json", "--learning-rate", "1e-5"]) == 0
+    assert '"learning_rate": 1e-05' in capsys.readouterr().out
+
+
+def test_a_recipe_that_is_not_a_yaml_file_is_one_line_naming_the_file_and_line(tmp_path, capsys):
+    (tmp_path / "latin1.yaml").write_bytes("description: caf\u00e9\n".encode("latin-1"))
+    (tmp_path / "broken.yaml").write_text("learning_rate: 1.0e-5\nlr_scheduler_type: [cosine\n")
+    (tmp_path / "folder.yaml").mkdir()
+    for path, message in ((tmp_path / "latin1.yaml", "latin1.yaml is not UTF-8 text (invalid continuation byte at "
+                                                     "byte 16): save it as UTF-8"),
+                          (tmp_path / "broken.yaml", "broken.yaml:3 is not YAML (expected ',' or ']', but got "
+                                                     "'<stream end>'): fix a recipe at that line"),
+                          (tmp_path / "folder.yaml", "folder.yaml is a folder: give the path of a recipe"),
+                          (tmp_path, f"{tmp_path} is a folder: give the path of a recipe (a YAML file)")):
+        assert main(["plan", "--config", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+def test_merge_keys_read_the_same_in_recipes_and_task_files(tmp_path):
+    """YAML's merge key (`<<: *anchor`) merges, a mapping's own keys over the merged ones, in both kinds of file;
+    a key given twice is refused in both."""
+    from grpo_kit.system.files import read_yaml
+    from grpo_kit.tasks.task_file import _read_yaml
+
+    (tmp_path / "recipe.yaml").write_text("gradient_checkpointing_kwargs: &kw {use_reentrant: false}\n"
+                                          "model_init_kwargs:\n  <<: *kw\n  use_reentrant: true\n  low: 1\n")
+    assert get_preset(tmp_path / "recipe.yaml").model_init_kwargs == {"use_reentrant": True, "low": 1}
+    task = ("question: q\nanswer: a\nanswer_type: text\ntest: test.jsonl\n"
+            "rewards: &r {text_correctness_reward_func: 2.0}\n"
+            "compare_rewards: {mine: {<<: *r, strict_format_reward_func: 0.5}}\n")
+    (tmp_path / "task.yaml").write_text(task)
+    assert _read_yaml(tmp_path / "task.yaml")["compare_rewards"]["mine"] == {"text_correctness_reward_func": 2.0,
+                                                                            "strict_format_reward_func": 0.5}
+    (tmp_path / "twice.yaml").write_text("a: {<<: {b: 1}, c: 2, c: 3}\n")
+    with pytest.raises(ValueError, match="twice.yaml:1: the key 'c' is given twice"):
+        read_yaml(tmp_path / "twice.yaml", "a recipe")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--fp16", "true"], "fp16 = True on a CPU: accelerate runs float16 mixed precision only on accelerators"),
+    (["--optim", "paged_adamw_8bit"], "optim = 'paged_adamw_8bit' is a bitsandbytes optimizer, which runs on CUDA"),
+    (["--deepspeed", "ds.json"], "deepspeed = 'ds.json': DeepSpeed is not installed here"),
+    (["--push_to_hub", "true"], "push_to_hub uploads every checkpoint to the Hub, and HF_HUB_OFFLINE is set"),
+    (["--max_steps", "99999999999999999999999"], "max_steps = 99999999999999999999999 cannot work"),
+    (["--num_generations", "100000", "--per_device_train_batch_size", "100000"],
+     "one micro-batch does not fit this machine's memory"),
+    (["--top_p", "2"], "top_p = 2.0 cannot work: set it to a number in (0, 1]"),
+    (["--generation_batch_size", "5"], "TRL's GRPOConfig refuses this recipe: generation_batch_size (5) must be"),
+    (["--eval_strategy", "epoch"], "eval_strategy = 'epoch': the kit measures held-out accuracy every eval_steps"),
+    (["--eval_steps", "3"], "eval_steps = 3 with eval_strategy no measures nothing"),
+])
+def test_what_this_machine_lacks_is_said_by_plan_and_refused_by_train_before_loading(argv, message, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """Each was a traceback (or a silent run) only after the model loaded: ImportError, PackageNotFoundError, a
+    34-frame ConnectError, "about 43416976345568395264 h"."""
+    import importlib.util
+
+    from grpo_kit.policy.source import PolicySource
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(PolicySource, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    assert main(["plan", "--preset", "cpu-tiny", *argv]) == 2
+    assert message in capsys.readouterr().out
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "cpu-tiny", "--run-dir", str(run), "--cache-dir", str(tmp_path / "c"),
+                 *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (run / "checkpoints").exists()

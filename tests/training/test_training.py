@@ -39,12 +39,13 @@ def test_overrides_reach_grpo_config(tmp_path):
     assert config.max_steps == 7
     assert config.reward_weights == [1, 2, 3, 4, 5, 6]
     assert config.use_cpu
-    with pytest.raises(ValueError, match="rewards and their weights belong to the run"):
+    with pytest.raises(ValueError, match="weigh them in one place"):
         build_grpo_config("cpu-tiny", str(tmp_path), GSM8K.reward_set(), reward_weights=[1, 2, 3, 4, 5, 6])
 
 
 @pytest.mark.parametrize("rewards, weights, overrides, message", [
-    (SEED_REWARDS, None, dict(per_device_train_batch_size=12), "not divisible by num_generations"),
+    (SEED_REWARDS, None, dict(per_device_train_batch_size=12),
+     "generation_batch_size .12. must be divisible by num_generations"),
     (SEED_REWARDS, None, dict(num_generations=1, per_device_train_batch_size=4), "num_generations = 1 cannot work"),
     (("typo_reward",), None, {}, "unknown reward 'typo_reward'"),
     (SEED_REWARDS, None, dict(max_prompt_length=256), "max_prompt_tokens"),
@@ -97,7 +98,7 @@ def test_grpo_trains_the_tiny_policy_and_logs_every_reward(tiny_policy, gsm8k_tr
     overrides = dict(max_steps=2, per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
                      learning_rate=0.1, save_steps=100)
     if lora:
-        overrides.update(lora_rank=4, lora_alpha=8)
+        overrides.update(use_peft=True, lora_r=4, lora_alpha=8)
     data = gsm8k_train_small.select(range(16))
     trainer = build_trainer(model, tokenizer, data, "cpu-tiny", RewardSet([*SEED_REWARDS, text_length_reward]),
                             str(tmp_path), **overrides)
@@ -161,8 +162,8 @@ def test_saved_lora_adapter_loads_back_for_evaluation(tiny_policy, tiny_policy_f
     model, tokenizer = tiny_policy
     trainer = build_trainer(model, tokenizer, gsm8k_train_small.select(range(8)), "cpu-tiny",
                             RewardSet([text_length_reward]), str(tmp_path / "out"), max_steps=1,
-                            per_device_train_batch_size=4, num_generations=4, max_completion_length=6, lora_rank=4,
-                            lora_alpha=8, learning_rate=0.1)
+                            per_device_train_batch_size=4, num_generations=4, max_completion_length=6, use_peft=True,
+                            lora_r=4, lora_alpha=8, learning_rate=0.1)
     trainer.train()
     path = save_policy(trainer, tokenizer, tmp_path / "model")
     assert (path / "adapter_config.json").is_file()
@@ -258,8 +259,8 @@ def test_an_adapter_trained_from_a_relative_path_loads_from_any_working_folder(t
     model, tokenizer = load_policy(tiny_policy_files.name, dtype="float32")
     trainer = build_trainer(model, tokenizer, gsm8k_train_small.select(range(8)), "cpu-tiny",
                             RewardSet([text_length_reward]), str(tmp_path / "out"), max_steps=1,
-                            per_device_train_batch_size=4, num_generations=4, max_completion_length=6, lora_rank=4,
-                            lora_alpha=8, learning_rate=0.1)
+                            per_device_train_batch_size=4, num_generations=4, max_completion_length=6, use_peft=True,
+                            lora_r=4, lora_alpha=8, learning_rate=0.1)
     trainer.train()
     path = save_policy(trainer, tokenizer, tmp_path / "model")
     base = json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]

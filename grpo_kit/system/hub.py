@@ -1,0 +1,71 @@
+"""The Hugging Face Hub as the kit meets it before anything downloads or uploads: offline mode, the token, whether the
+Hub answers, and repository names, each read with huggingface_hub's own helpers, so that a step that needs the Hub
+says in one line what is missing instead of failing in a library's retries.
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_repo_id", "hub_offline", "hub_problem", "is_repo_id"]
+
+
+def hub_offline() -> bool:
+    """Whether the Hub is switched off: ``HF_HUB_OFFLINE`` as huggingface_hub read it when imported
+    (``huggingface_hub.is_offline_mode``), or as set since (a recipe's ``env:`` block, a notebook cell)."""
+    import os
+
+    from huggingface_hub import is_offline_mode
+
+    return is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_problem(what: str, token: bool = True, timeout_s: float = 5.0) -> str | None:
+    """Why the Hub cannot serve ``what`` here, or ``None``: offline mode, no token (with ``token``), or no answer
+    from the Hub's host within ``timeout_s`` seconds (datasets and huggingface_hub would retry for half a minute or
+    more before they give up).
+
+    Args:
+        what: what needs the Hub, to start the line (e.g. ``"push_to_hub uploads every checkpoint"``).
+        token: a token is needed too (an upload).
+        timeout_s: how long the Hub's host may take to accept a connection.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, get_token
+
+    if hub_offline():
+        return f"{what}, and HF_HUB_OFFLINE is set"
+    if token and not get_token():
+        return f"{what}, and there is no Hugging Face token here (set HF_TOKEN or run `hf auth login`)"
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout_s).close()
+    except OSError as e:
+        return f"{what}, and the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached ({e.strerror or e})"
+    return None
+
+
+def is_repo_id(text: str, owner: bool = False) -> bool:
+    """Whether ``text`` is a Hub repository's name, ``name`` or ``owner/name`` (``owner``: only the latter), in the
+    Hub's characters (``huggingface_hub.utils.validate_repo_id``).
+
+    >>> is_repo_id("Qwen/Qwen2.5-0.5B-Instruct"), is_repo_id("gpt2"), is_repo_id("gpt2", owner=True)
+    (True, True, False)
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return not owner or text.count("/") == 1
+
+
+def check_repo_id(repo_id: str, option: str = "--push-to-hub") -> None:
+    """Refuse anything but ``owner/name`` in the Hub's characters (:func:`is_repo_id`).
+
+    Raises:
+        ValueError: the name, and what ``option`` takes.
+    """
+    if not is_repo_id(repo_id, owner=True):
+        raise ValueError(f"{option} takes owner/name (e.g. you/qwen-grpo-gsm), got {repo_id!r}")
