@@ -480,8 +480,8 @@ def _parser() -> argparse.ArgumentParser:
                        "finished run)")
     train.add_argument("--save-steps", type=_positive, default=None, help="steps between checkpoints")
     train.add_argument("--run-dir", default=None, help="the run folder (default runs/<preset>-<task>)")
-    train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint, with "
-                       "the plan its recipe.yaml records")
+    train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint as the "
+                       "run folder records it (recipe, rewards, questions, held-out evaluation) unless told otherwise")
     train.add_argument("--eval-steps", type=_positive, default=None,
                        help="measure held-out greedy accuracy every N steps (and at the start)")
     train.add_argument("--eval-size", type=_positive, default=None,
@@ -497,7 +497,8 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"keep at most K groups a step (default {GroupsKept.groups}; 0 keeps none)")
     train.add_argument("--report-to", choices=["none", "wandb"], default="none")
     train.add_argument("--wandb-project", default="grpo-kit")
-    train.add_argument("--seed", type=_nonnegative, default=0, help="seed of the data slices")
+    train.add_argument("--seed", type=_nonnegative, default=None, help="seed of the data slices (default 0; with "
+                       "--resume the run's)")
     train.add_argument("--warm-steps", type=_positive, default=None,
                        help="tiny policy only: warm-start steps (default the baseline's, else sized to the task)")
     train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")

@@ -299,7 +299,7 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
 def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = None, algorithm: str | None = None,
                   rewards: Any = None, max_steps: int | None = None, resume: bool = False,
                   eval_steps: int | None = None, eval_size: int | None = None, wandb_project: str | None = None,
-                  cpu_demo: Any = False, seed: int = 0, use_drive: bool | None = None) -> Any:
+                  cpu_demo: Any = False, seed: int | None = None, use_drive: bool | None = None) -> Any:
     """Notebook 03's run, resolved and checked before anything loads (:meth:`grpo_kit.runs.spec.RunSpec.resolve`),
     and said in two lines (:meth:`grpo_kit.runs.spec.RunSpec.describe`).
 
@@ -317,7 +317,7 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
             (``None``: the task's ``validation_size``, else up to 100), with the reward-hacking alarm (``None``: off).
         wandb_project: log to wandb (:func:`grpo_kit.training.tracking.setup_wandb`; ``None``: no wandb).
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``train_size`` and warm start apply.
-        seed: seeds the training and the held-out slice.
+        seed: seeds the training and the held-out slice (``None``: 0, or resuming, the run's).
 
     Returns:
         The :class:`grpo_kit.runs.spec.RunSpec` that :func:`grpo_kit.runs.train.train` runs.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +126,57 @@ def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int,
                      "options out), or measure this policy's baseline in a new run folder (eval --before)")
 
 
+def _as_recorded(recorded: dict[str, Any], run_dir: Path, **given: Any) -> dict[str, Any]:
+    """What a resume takes from the run's record (``train_settings.json``) for each of ``given`` left ``None``: the
+    rewards (your own imported again), the training questions and their seed, and the held-out evaluation's size,
+    cadence and budget (a folder written before the cadence was recorded: read from its ``heldout/`` files).
+
+    Raises:
+        ValueError: a recorded reward of your own cannot be imported again (:meth:`RewardSet.from_record`).
+    """
+    identity = recorded["identity"] if isinstance(recorded["identity"], dict) else {}
+    heldout = recorded.get("heldout") if isinstance(recorded.get("heldout"), dict) else {}
+    found: dict[str, Any] = {}
+    if given["rewards"] is None and isinstance(recorded.get("rewards"), dict):
+        found["rewards"] = RewardSet.from_record(recorded, what=f"resuming {run_dir}: its reward")
+    for key, value in (("train_size", identity.get("train_size")), ("seed", identity.get("seed")),
+                       ("eval_size", heldout.get("questions")),
+                       ("eval_steps", heldout.get("eval_steps", _cadence(run_dir / "heldout") if heldout else None)),
+                       ("eval_max_new_tokens", heldout.get("max_new_tokens"))):
+        if given[key] is None and isinstance(value, int) and not isinstance(value, bool):
+            found[key] = value
+    return found
+
+
+def _cadence(folder: Path) -> int | None:
+    """The steps between a run's held-out evaluations, from the ``step-<N>.jsonl`` files it wrote (``None``: fewer
+    than two)."""
+    steps = sorted(int(p.stem.removeprefix("step-")) for p in folder.glob("step-*.jsonl")
+                   if p.stem.removeprefix("step-").isdigit())
+    gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+    return min(gaps) if gaps else None
+
+
+def _resume_command(run_dir: Path, identity: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
+    """The command that resumes ``run_dir`` as recorded: the run folder, the model where it is not the recipe's (a
+    folder or Hub id given with ``--model``) and the length asked for, nothing else: the recipe, task, rewards,
+    questions and held-out evaluation are then the recorded ones."""
+    model, steps = identity.get("model"), overrides.get("max_steps")
+    recipe = run_dir / "recipe.yaml"
+    named = get_preset(recipe).model if recipe.is_file() else None
+    return " ".join(["python -m grpo_kit train --run-dir", shlex.quote(str(run_dir)), "--resume",
+                     *([f"--model {shlex.quote(model)}"] if isinstance(model, str) and not model.startswith("tiny:")
+                       and model != named else []),
+                     *([f"--max-steps {steps}"] if steps is not None else [])])
+
+
+def _said(key: str, value: Any) -> str:
+    """One setting a resume took from the record, as its log line says it."""
+    if isinstance(value, RewardSet):
+        return "rewards " + " ".join(f"{n}={w:g}" for n, w in zip(value.names, value.weights))
+    return f"{key} {value}"
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One GRPO run: what it trains, where it writes, how it is watched (build it with :meth:`resolve`).
@@ -171,7 +223,7 @@ class RunSpec:
                 rewards: RewardSet | Sequence[Any] | Mapping[Any, float] | None = None, model: str | Path | None = None,
                 run_dir: str | Path | None = None, resume: bool = False, train_size: int | None = None,
                 eval_steps: int | None = None, eval_size: int | None = None, eval_max_new_tokens: int | None = None,
-                seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
+                seed: int | None = None, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
                 launch: Launch | None = None, algorithm: str | None = None, groups: GroupsKept | None = None,
                 argv: Sequence[str] = (), recipe_overrides: Mapping[str, Any] | None = None,
@@ -191,8 +243,11 @@ class RunSpec:
                 mapping; ``None``: the task's rewards.
             model: a Hub id or folder instead of the preset's model.
             run_dir: the run folder (``None``: ``runs/<recipe>-<task>``).
-            resume: see the attributes; ``train_size`` left ``None`` is then the one the run recorded.
-            train_size, eval_steps, eval_max_new_tokens, seed, progress, groups: see the attributes.
+            resume: see the attributes. Resuming, every one of ``rewards``, ``train_size``, ``eval_steps``,
+                ``eval_size``, ``eval_max_new_tokens`` and ``seed`` left ``None`` is the one the run recorded
+                (``train_settings.json``), and the first line logged says which were taken so.
+            train_size, eval_steps, eval_max_new_tokens, progress, groups: see the attributes.
+            seed: see the attributes (``None``: 0, or resuming, the run's).
             eval_size: validation questions (default the task's ``validation_size``, else 100 or a fifth of the
                 train split's rows, whichever is fewer); carved out of the train split only with ``eval_steps``.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
@@ -208,7 +263,8 @@ class RunSpec:
                 ``eval_size`` or ``train_size`` out of range; held-out evaluation with sharded weights (FSDP,
                 ZeRO-3); FSDP on a CPU (accelerate would silently fall back to replicating the model); a run folder
                 that cannot be written; a folder that holds checkpoints while ``resume`` is off, or another run's
-                checkpoints (what differs).
+                checkpoints (what differs, and the command that continues the run as recorded); a resume whose
+                recorded reward of your own cannot be imported again.
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
         task = get_task(task if task is not None else _recorded_task(run_dir))
@@ -233,6 +289,20 @@ class RunSpec:
             overrides = {**kept, **overrides}
         preset = get_preset(preset, argv=argv, **overrides)
         run_dir = run_dir if run_dir is not None else Path("runs") / f"{preset.name}-{task.name}"
+        recorded = RunFolder(run_dir).read_settings(Path(run_dir) / "train_settings.json", "train", ("identity",)) \
+            if resume and (Path(run_dir) / "train_settings.json").is_file() else None
+        if recorded is not None:  # the run as recorded, unless this command says otherwise
+            as_recorded = _as_recorded(recorded, Path(run_dir), rewards=rewards, train_size=train_size,
+                                       eval_steps=eval_steps, eval_size=eval_size,
+                                       eval_max_new_tokens=eval_max_new_tokens, seed=seed)
+            kept.update(as_recorded)
+            rewards = as_recorded.get("rewards", rewards)
+            train_size = as_recorded.get("train_size", train_size)
+            eval_steps = as_recorded.get("eval_steps", eval_steps)
+            eval_size = as_recorded.get("eval_size", eval_size)
+            eval_max_new_tokens = as_recorded.get("eval_max_new_tokens", eval_max_new_tokens)
+            seed = as_recorded.get("seed", seed)
+        seed = 0 if seed is None else seed
         reward_set = RewardSet(rewards) if rewards is not None else task.reward_set()
         launch = launch or Launch.from_env()
         if progress not in PROGRESS:
@@ -275,11 +345,6 @@ class RunSpec:
 
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
-        recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
-            if resume and folder.train_settings.is_file() else None
-        size = recorded["identity"].get("train_size") if recorded and isinstance(recorded["identity"], dict) else None
-        if train_size is None and isinstance(size, int):  # the questions the run trained on, unless told otherwise
-            train_size = kept["train_size"] = size
         _check_recorded_data(folder, task, resume)
         policy = _baseline_policy(folder.path, policy, task, preset.seed,
                                   chosen=model is not None or preset.model is not None or warm is not None
@@ -302,11 +367,17 @@ class RunSpec:
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, groups=groups or GroupsKept(),
                    train_split=train_split, validation=validation)
         if recorded is not None:
-            check_same_run(recorded["identity"], spec.identity(), folder.path)
+            try:
+                check_same_run(recorded["identity"], spec.identity(), folder.path)
+            except ValueError as e:
+                raise ValueError(f"{e}\nTo continue it as recorded: "
+                                 f"{_resume_command(folder.path, recorded['identity'], overrides)} "
+                                 "(notebook 03: resume = True with the parameters it was trained with); or train "
+                                 "into a new run folder") from None
         if kept and launch.is_main:  # said once the run is accepted
-            logger.info(f"resuming with the plan {folder.recipe} and {folder.train_settings.name} record: "
-                        + ", ".join(f"{k} {v}" for k, v in kept.items())
-                        + " (--max-steps, --save-steps, --train-size or --set change it)")
+            logger.info(f"resuming as {folder.recipe.name} and {folder.train_settings.name} record it: "
+                        + "; ".join(_said(k, v) for k, v in kept.items())
+                        + " (the options of the same names change them)")
         return spec
 
     def describe(self) -> list[str]:
@@ -321,6 +392,15 @@ class RunSpec:
                 f"{p.importance_sampling_level}, epsilon {p.epsilon}/{p.epsilon_high}",
                 f"{p.max_steps} steps of {prompts} prompts x {p.num_generations} completions; checkpoints every "
                 f"{p.save_steps} steps in {self.folder.checkpoints}{held_out}"]
+
+    def heldout(self) -> dict[str, Any] | None:
+        """What ``train_settings.json`` records of the held-out evaluation during training (``None``: none): the
+        split, how many questions, the seed that chose them, how often and with what budget they are measured (what a
+        resume continues with)."""
+        if self.validation is None:
+            return None
+        return {"split": "validation", "carved_from": "train", "questions": len(self.validation), "seed": self.seed,
+                "eval_steps": self.eval_steps, "max_new_tokens": self.eval_max_new_tokens}
 
     def identity(self) -> dict[str, Any]:
         """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""

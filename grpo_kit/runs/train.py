@@ -34,9 +34,14 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
-from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
-from grpo_kit.training.checkpoints import checkpoint_step, fingerprint_on_save, latest_complete, schedule_on_resume
+from grpo_kit.training.checkpoints import (
+    checkpoint_step,
+    fingerprint_on_save,
+    latest_complete,
+    schedule_on_resume,
+    tied_weights_quiet,
+)
 from grpo_kit.training.presets import get_preset, recipe_yaml
 
 __all__ = ["TrainResult", "model_card", "package_versions", "train"]
@@ -138,7 +143,8 @@ def _finish_save(trainer: Any, checkpoint: Path) -> None:
     saving its model after the last step finishes that save on resume (transformers would train one more step)."""
     from transformers.trainer_callback import TrainerState
 
-    trainer._load_from_checkpoint(str(checkpoint))
+    with tied_weights_quiet(trainer.model):
+        trainer._load_from_checkpoint(str(checkpoint))
     trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
 
 
@@ -222,15 +228,12 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
                 "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
                 "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
-                "algorithm": algorithm_settings(preset), "rewards": dict(zip(spec.rewards.names, spec.rewards.weights)),
-                "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
-                                     if r.name not in BUILTIN_REWARDS},
-                "train_questions": len(train_set), "max_steps": preset.max_steps,
-                "heldout": ({"split": "validation", "carved_from": "train", "questions": len(spec.validation),
-                             "seed": spec.seed} if spec.validation is not None else None),
+                "algorithm": algorithm_settings(preset), **spec.rewards.to_record(),
+                "train_questions": len(train_set), "max_steps": preset.max_steps, "heldout": spec.heldout(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
-        else:
-            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
+        else:  # the length and evaluation cadence as last asked: what the next resume continues with
+            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps,
+                                                      "heldout": spec.heldout()})
         write_text(folder.recipe, recipe_yaml(preset))  # the run's recipe and plan: what a resume reads
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
@@ -270,7 +273,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         if resume_from is not None and main:
             log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
         try:
-            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+            with tied_weights_quiet(trainer.model):
+                trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
         finally:
             bar.close()
     with phase_bar(f"saving the trained policy into {folder.model}", None, "s",

@@ -29,7 +29,7 @@ from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
 __all__ = ["FINGERPRINT", "WEIGHT_FILES", "check_fingerprint", "check_same_run", "checkpoint_step", "checkpoints",
            "continue_schedule", "fingerprint_on_save", "is_complete", "latest_complete", "readable", "resume_point",
-           "run_identity", "schedule_on_resume", "weights_fingerprint"]
+           "run_identity", "schedule_on_resume", "tied_weights_quiet", "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 #: What a saved model or adapter holds its weights in (one file, or the index of a sharded save), as transformers and
@@ -247,7 +247,8 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
         folder: the run folder (for the message).
 
     Raises:
-        ValueError: they differ; the message lists each difference (recorded -> now).
+        ValueError: they differ; the message lists each difference (recorded -> now) and leaves the way on to the
+            caller (:meth:`grpo_kit.runs.spec.RunSpec.resolve` prints the command that resumes as recorded).
     """
     before, now = recorded.get("preset", {}), current.get("preset", {})
     pairs = [(key, recorded.get(key), current.get(key))
@@ -256,8 +257,42 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
     differences = [f"{key}: {was!r} -> {is_now!r}" for key, was, is_now in pairs if was != is_now]
     if differences:
         raise ValueError(f"{folder} holds checkpoints of a different run, so it cannot be resumed with these "
-                         "settings:\n  " + "\n  ".join(differences) + "\nResume with the recorded settings, or "
-                         "train into a new run folder.")
+                         "settings (recorded -> now):\n  " + "\n  ".join(differences))
+
+
+def tied_weights_quiet(model: Any) -> Any:
+    """A context manager that drops transformers' warning "There were missing keys in the checkpoint model loaded"
+    while a checkpoint loads, when the keys it names are only the model's tied weights (``lm_head.weight`` tied to
+    the input embedding: Qwen2.5's small models, the kit's tiny policy).
+
+    A checkpoint saves a tied weight once (safetensors keeps one copy of a shared tensor), so loading it with
+    ``strict=False`` reports the tied name missing while the weight is loaded through the tensor it shares
+    (transformers 5.17, ``Trainer._issue_warnings_after_load``: silent only for ``_keys_to_ignore_on_save``). Any
+    other missing key is still reported.
+    """
+    import contextlib
+    import logging
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    tied = {key.rpartition("base_model.model.")[2] for key in (getattr(base, "all_tied_weights_keys", None) or {})}
+
+    def expected(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not tied or not message.startswith("There were missing keys in the checkpoint model loaded"):
+            return True
+        named = set(re.findall(r"'([^']+)'", message))
+        return not named or not all(key.rpartition("base_model.model.")[2] in tied for key in named)
+
+    @contextlib.contextmanager
+    def quiet() -> Any:
+        logger = logging.getLogger("transformers.trainer")
+        logger.addFilter(expected)
+        try:
+            yield
+        finally:
+            logger.removeFilter(expected)
+
+    return quiet()
 
 
 def continue_schedule(optimizer: Any, lr_scheduler: Any) -> list[float]:
