@@ -290,7 +290,7 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
                          samples=samples, temperature=temperature, batch_size=cpu.batch_size if cpu else None,
                          warm=_warm(cpu))
     run = RunFolder(resolve_run_dir(run_dir, use_drive))
-    print(f"{len(plan.questions())} {plan.task.name} test questions, greedy, up to {plan.max_new_tokens} new tokens"
+    print(f"greedy, up to {plan.max_new_tokens} new tokens"
           + (f", and {plan.samples} samples each at temperature {plan.temperature}" if plan.samples else ""))
     print(f"run folder: {run.path}")
     return plan, run

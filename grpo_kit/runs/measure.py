@@ -115,6 +115,21 @@ class EvalPlan:
                              f"questions: give a number from 1 to {len(test)}")
         return take_slice(test, seed=self.seed, **self.slice)
 
+    def describe(self) -> str:
+        """Which test questions the plan measures, in words, naming the default share where it applies and what
+        chooses another (printed by ``eval --before`` and notebook 02 before anything loads).
+
+        Raises:
+            ValueError: the slice is out of range (:meth:`questions`).
+        """
+        chosen, total = len(self.questions()), len(self.task.load("test"))
+        share = self.slice.get("fraction")
+        how = (f"a seeded share of {share:g}" + (", the default (the blog post's half); --eval-size N or "
+                                                  "--eval-fraction F (notebook 02: eval_questions) chooses another"
+                                                  if share == EVAL_FRACTION else "")
+               if share is not None else f"seed {self.seed}")
+        return f"{chosen} of the {total} test questions of {self.task.name} ({how})"
+
     def greedy(self) -> Sampling:
         """The greedy decoding of the headline evaluation."""
         return Sampling(temperature=0.0, max_new_tokens=self.max_new_tokens)

@@ -199,6 +199,9 @@ class RunSpec:
         groups: which training groups the run folder keeps (``groups/``; :class:`grpo_kit.training.groups.GroupsKept`).
         train_split: the task's train split, read once by :meth:`resolve`, less the validation questions.
         validation: the validation questions (:func:`grpo_kit.tasks.data.carve_validation`), with ``eval_steps``.
+        split_rows: the rows of the task's train split before the validation questions were held out.
+        eval_size_default: how ``eval_size`` was chosen when no one gave it (``""``: it was given), said by
+            :meth:`describe`.
     """
 
     preset: Recipe
@@ -217,6 +220,8 @@ class RunSpec:
     groups: GroupsKept = GroupsKept()
     train_split: Any = field(default=None, repr=False, compare=False)
     validation: Any = field(default=None, repr=False, compare=False)
+    split_rows: int = 0
+    eval_size_default: str = ""
 
     @classmethod
     def resolve(cls, preset: str | Recipe | None = None, task: str | Task | None = DEFAULT_TASK,
@@ -326,10 +331,13 @@ class RunSpec:
         policy = PolicySource.of(model if model is not None else preset.model, task, seed=preset.seed, warm=warm,
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
         train_split = task.load("train")
-        validation = None
+        split_rows, validation, eval_size_default = len(train_split), None, ""
         if eval_steps is not None:
             if eval_size is None:
                 eval_size = task.validation_size or min(100, max(1, len(train_split) // 5))
+                eval_size_default = ("the task file's validation_size" if task.validation_size else
+                                     f"the default: a fifth of the {len(train_split)} train questions, at most 100"
+                                     ) + "; --eval-size sets another"
             train_split, validation = carve_validation(train_split, eval_size, seed)
         check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
@@ -365,7 +373,8 @@ class RunSpec:
                    resume=resume, train_size=train_size, eval_steps=eval_steps,
                    eval_size=len(validation) if validation is not None else eval_size or 100,
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, groups=groups or GroupsKept(),
-                   train_split=train_split, validation=validation)
+                   train_split=train_split, validation=validation, split_rows=split_rows,
+                   eval_size_default=eval_size_default)
         if recorded is not None:
             try:
                 check_same_run(recorded["identity"], spec.identity(), folder.path)
@@ -386,7 +395,8 @@ class RunSpec:
         p = self.preset
         prompts = p.prompts_per_step
         held_out = (f"; validation accuracy every {self.eval_steps} steps on {self.eval_size} questions held out of "
-                    "the train split" if self.eval_steps else "")
+                    "the train split" + (f" ({self.eval_size_default})" if self.eval_size_default else "")
+                    if self.eval_steps else "")
         return [f"{p.name} on {self.task.name} with {self.rewards}; algorithm {p.algorithm}: loss_type {p.loss_type}, "
                 f"beta {p.beta}, scale_rewards {p.scale_rewards}, importance_sampling_level "
                 f"{p.importance_sampling_level}, epsilon {p.epsilon}/{p.epsilon_high}",

@@ -126,6 +126,19 @@ def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, do
              per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
 
 
+def _questions_line(spec: RunSpec, fitting: int, kept: int) -> str:
+    """Which of the task's train questions GRPO samples from, and the rules that chose them (the defaults named)."""
+    held = len(spec.validation) if spec.validation is not None else 0
+    too_long = len(spec.train_split) - fitting
+    parts = [f"{held} held out for validation"] if held else []
+    parts += [f"{too_long} whose prompt is longer than max_prompt_tokens {spec.preset.max_prompt_tokens} left out"] \
+        if too_long else []
+    parts.append(f"a seeded {kept} of the {fitting} left (--train-size)" if spec.train_size is not None else
+                 "all the rest (--train-size N samples fewer)")
+    return (f"training questions: {kept} of the {spec.split_rows} in {spec.task.name}'s train split; "
+            + "; ".join(parts))
+
+
 def _OnTrainBegin(action: Any) -> Any:  # noqa: N802 - a class factory (transformers is imported late)
     """A ``TrainerCallback`` that calls ``action()`` when training begins: after transformers loaded the checkpoint's
     weights, optimizer and scheduler (``Trainer._prepare_for_training``), before the first step."""
@@ -211,8 +224,11 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if len(train_set) == 0:
         raise ValueError(f"no {spec.task.name} training question fits max_prompt_tokens = "
                          f"{preset.max_prompt_tokens} tokens of this tokenizer: raise max_prompt_tokens")
+    fitting = len(train_set)
     if spec.train_size is not None:
         train_set = take_slice(train_set, n=min(spec.train_size, len(train_set)), seed=spec.seed)
+    if main and spec.progress != "none":
+        log.info(_questions_line(spec, fitting, len(train_set)))
     recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
         if folder.train_settings.is_file() else None
     if spec.resume and recorded is not None and recorded.get("base_fingerprint") != fingerprint:
