@@ -22,8 +22,8 @@ from typing import Any
 
 from grpo_kit.training.doctor import _disk_version, _live_version, doctor, format_doctor, nvidia_driver
 
-__all__ = ["Comparison", "CpuDemo", "RunView", "cpu_demo_settings", "doctor", "export_run", "format_doctor",
-           "gpu_check", "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline",
+__all__ = ["CHEAP_SAMPLES", "Comparison", "CpuDemo", "RunView", "cpu_demo_settings", "doctor", "export_run",
+           "format_doctor", "gpu_check", "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline",
            "plan_comparison", "plan_training", "view_runs"]
 
 def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
@@ -142,7 +142,7 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
     from grpo_kit.system.logs import configure_logging
     from grpo_kit.training.presets import device_preset, get_preset
 
-    configure_logging()
+    configure_logging(info_to_stdout=True)  # Jupyter draws standard error red: warnings only
     cpu = cpu_demo_settings(cpu_demo)
     if cpu is not None:
         preset = "cpu-tiny"
@@ -246,6 +246,31 @@ def _warm(cpu: CpuDemo | None) -> Any:
     return WarmStart(steps=cpu.warm_start_steps) if cpu is not None and cpu.warm_start_steps is not None else None
 
 
+#: Notebook 02's sampled completions per question where they cost little (``samples = None``): enough for pass@8,
+#: maj@8 and the reward check's zero-variance share over GRPO-sized groups.
+CHEAP_SAMPLES = 8
+
+
+def _default_samples(plan: Any, tiny: bool) -> Any:
+    """``plan`` with :data:`CHEAP_SAMPLES` samples where generating them costs little (vLLM, or the tiny policy on a
+    CPU), else none; one line says which and why."""
+    import dataclasses
+
+    from grpo_kit.policy.routes import eval_route
+
+    route = eval_route(plan.preset.loading, plan.backend)
+    cheap = tiny or route in ("vllm", "unsloth-vllm")
+    why = "the kit's tiny policy" if tiny else f"route {route}"
+    if cheap:
+        print(f"samples = None: {CHEAP_SAMPLES} sampled completions per question ({why} generates them quickly), "
+              "for pass@k, maj@k and the reward check")
+        return dataclasses.replace(plan, samples=CHEAP_SAMPLES)
+    print(f"samples = None: greedy only, since without vLLM ({why}) {CHEAP_SAMPLES} samples a question would "
+          f"generate {CHEAP_SAMPLES} times the greedy pass's tokens; set samples = {CHEAP_SAMPLES} for pass@k, maj@k "
+          "and the reward check")
+    return plan
+
+
 def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = None,
                   eval_questions: float | None = None, max_new_tokens: int | None = None, samples: int | None = None,
                   cpu_demo: Any = False, temperature: float | None = None, seed: int | None = None,
@@ -260,9 +285,12 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
         model: a Hub id or folder instead of the preset's model.
         eval_questions: a share of the test split (a float in (0, 1]; ``None``: the blog post's 0.5) or a number of
             questions (an int).
-        max_new_tokens, samples, temperature, seed: each completion's budget in tokens; sampled completions per
-            question for avg@k / pass@k / maj@k (0: greedy only), at ``temperature``; the slice's seed (the same
-            questions in notebook 04). ``None``: :class:`grpo_kit.runs.measure.EvalPlan`'s defaults (256, 0, 0.7, 0).
+        max_new_tokens, temperature, seed: each completion's budget in tokens; the temperature of the samples; the
+            slice's seed (the same questions in notebook 04). ``None``: :class:`grpo_kit.runs.measure.EvalPlan`'s
+            defaults (256, 0.7, 0).
+        samples: sampled completions per question for avg@k / pass@k / maj@k and the reward check (0: greedy only);
+            ``None``: :data:`CHEAP_SAMPLES` where they cost little (vLLM generates, or the kit's tiny policy on a
+            CPU), else 0, said in one line either way.
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``eval_size``, ``max_new_tokens``,
             ``batch_size`` and warm start replace the notebook's.
         use_drive: ``None``: Drive in Colab only.
@@ -289,6 +317,8 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
                          max_new_tokens=cpu.max_new_tokens if cpu else max_new_tokens,
                          samples=samples, temperature=temperature, batch_size=cpu.batch_size if cpu else None,
                          warm=_warm(cpu))
+    if samples is None:
+        plan = _default_samples(plan, tiny=cpu is not None)
     run = RunFolder(resolve_run_dir(run_dir, use_drive))
     print(f"greedy, up to {plan.max_new_tokens} new tokens"
           + (f", and {plan.samples} samples each at temperature {plan.temperature}" if plan.samples else ""))
