@@ -162,7 +162,7 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
 
 
 def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str,
-                 tables: Mapping[str, Any]) -> bool:
+                 tables: Mapping[str, Any]) -> None:
     """Log data frames to a wandb run of their own, if a project is set (never prompting, never blocking:
     :func:`grpo_kit.training.tracking.setup_wandb`).
 
@@ -173,13 +173,12 @@ def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str
         tables: ``{key: pandas.DataFrame}``, each logged as a ``wandb.Table`` (columns that mix types are
             logged as text).
 
-    Returns:
-        Whether anything was logged.
+    Returns nothing (a notebook cell ending in the call shows no value); one line says what was logged where.
     """
     from grpo_kit.training.tracking import setup_wandb
 
     if setup_wandb(project, mode) != "wandb":
-        return False
+        return
     import wandb
 
     wandb.init(project=project, name=name, job_type=job_type)
@@ -187,7 +186,7 @@ def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str
         mixed = [c for c in frame.columns if frame[c].dtype == object]
         wandb.log({key: wandb.Table(dataframe=frame.astype({c: str for c in mixed}))})
     wandb.finish()
-    return True
+    print(f"logged {', '.join(tables)} to wandb project {project} (run {name})")
 
 
 @dataclass(frozen=True)
