@@ -129,7 +129,7 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
         del args[args.index(option):args.index(option) + 2]
     result = _train(args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "with the plan" in result.stderr and "max_steps 6, save_steps 2" in result.stderr
+    assert "resuming as recipe.yaml and train_settings.json record it: max_steps 6; save_steps 2" in result.stderr
     assert "train_size 32" in result.stderr
     assert f"[grpo_kit] resuming from {found}" in result.stderr
     history = json.loads((run_dir / "log_history.json").read_text())
