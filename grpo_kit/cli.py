@@ -498,8 +498,8 @@ def _parser() -> argparse.ArgumentParser:
                        f"file (default: the task the run folder recorded, else {DEFAULT_TASK})")
     _rewards_option(train, "rewards to train with")
     train.add_argument("--run-dir", default=None, help="the run folder (default runs/<preset>-<task>)")
-    train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint, with "
-                       "the plan its recipe.yaml records")
+    train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint as the "
+                       "run folder records it (recipe, rewards, questions, held-out evaluation) unless told otherwise")
     train.add_argument("--eval-size", type=_positive, default=None,
                        help="validation questions held out of the train split for eval_steps (seeded by data_seed; "
                        "default the task file's validation_size, else 100 or a fifth of the train split)")

@@ -22,8 +22,8 @@ from typing import Any
 
 from grpo_kit.training.doctor import _disk_version, _live_version, doctor, format_doctor, nvidia_driver
 
-__all__ = ["Comparison", "CpuDemo", "RunView", "cpu_demo_settings", "doctor", "export_run", "format_doctor",
-           "gpu_check", "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline",
+__all__ = ["CHEAP_SAMPLES", "Comparison", "CpuDemo", "RunView", "cpu_demo_settings", "doctor", "export_run",
+           "format_doctor", "gpu_check", "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline",
            "plan_comparison", "plan_training", "view_runs"]
 
 def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
@@ -142,7 +142,7 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
     from grpo_kit.system.logs import configure_logging
     from grpo_kit.training.presets import device_preset, get_preset
 
-    configure_logging()
+    configure_logging(info_to_stdout=True)  # Jupyter draws standard error red: warnings only
     cpu = cpu_demo_settings(cpu_demo)
     if cpu is not None:
         preset = "cpu-tiny"
@@ -162,7 +162,7 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
 
 
 def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str,
-                 tables: Mapping[str, Any]) -> bool:
+                 tables: Mapping[str, Any]) -> None:
     """Log data frames to a wandb run of their own, if a project is set (never prompting, never blocking:
     :func:`grpo_kit.training.tracking.setup_wandb`).
 
@@ -173,13 +173,12 @@ def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str
         tables: ``{key: pandas.DataFrame}``, each logged as a ``wandb.Table`` (columns that mix types are
             logged as text).
 
-    Returns:
-        Whether anything was logged.
+    Returns nothing (a notebook cell ending in the call shows no value); one line says what was logged where.
     """
     from grpo_kit.training.tracking import setup_wandb
 
     if setup_wandb(project, mode) != "wandb":
-        return False
+        return
     import wandb
 
     wandb.init(project=project, name=name, job_type=job_type)
@@ -187,7 +186,7 @@ def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str
         mixed = [c for c in frame.columns if frame[c].dtype == object]
         wandb.log({key: wandb.Table(dataframe=frame.astype({c: str for c in mixed}))})
     wandb.finish()
-    return True
+    print(f"logged {', '.join(tables)} to wandb project {project} (run {name})")
 
 
 @dataclass(frozen=True)
@@ -246,6 +245,31 @@ def _warm(cpu: CpuDemo | None) -> Any:
     return WarmStart(steps=cpu.warm_start_steps) if cpu is not None and cpu.warm_start_steps is not None else None
 
 
+#: Notebook 02's sampled completions per question where they cost little (``samples = None``): enough for pass@8,
+#: maj@8 and the reward check's zero-variance share over GRPO-sized groups.
+CHEAP_SAMPLES = 8
+
+
+def _default_samples(plan: Any, tiny: bool) -> Any:
+    """``plan`` with :data:`CHEAP_SAMPLES` samples where generating them costs little (vLLM, or the tiny policy on a
+    CPU), else none; one line says which and why."""
+    import dataclasses
+
+    from grpo_kit.policy.routes import eval_route
+
+    route = eval_route(plan.preset.loading, plan.backend)
+    cheap = tiny or route in ("vllm", "unsloth-vllm")
+    why = "the kit's tiny policy" if tiny else f"route {route}"
+    if cheap:
+        print(f"samples = None: {CHEAP_SAMPLES} sampled completions per question ({why} generates them quickly), "
+              "for pass@k, maj@k and the reward check")
+        return dataclasses.replace(plan, samples=CHEAP_SAMPLES)
+    print(f"samples = None: greedy only, since without vLLM ({why}) {CHEAP_SAMPLES} samples a question would "
+          f"generate {CHEAP_SAMPLES} times the greedy pass's tokens; set samples = {CHEAP_SAMPLES} for pass@k, maj@k "
+          "and the reward check")
+    return plan
+
+
 def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = None,
                   eval_questions: float | None = None, max_new_tokens: int | None = None, samples: int | None = None,
                   cpu_demo: Any = False, temperature: float | None = None, seed: int | None = None,
@@ -260,9 +284,12 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
         model: a Hub id or folder instead of the preset's model.
         eval_questions: a share of the test split (a float in (0, 1]; ``None``: the blog post's 0.5) or a number of
             questions (an int).
-        max_new_tokens, samples, temperature, seed: each completion's budget in tokens; sampled completions per
-            question for avg@k / pass@k / maj@k (0: greedy only), at ``temperature``; the slice's seed (the same
-            questions in notebook 04). ``None``: :class:`grpo_kit.runs.measure.EvalPlan`'s defaults (256, 0, 0.7, 0).
+        max_new_tokens, temperature, seed: each completion's budget in tokens; the temperature of the samples; the
+            slice's seed (the same questions in notebook 04). ``None``: :class:`grpo_kit.runs.measure.EvalPlan`'s
+            defaults (256, 0.7, 0).
+        samples: sampled completions per question for avg@k / pass@k / maj@k and the reward check (0: greedy only);
+            ``None``: :data:`CHEAP_SAMPLES` where they cost little (vLLM generates, or the kit's tiny policy on a
+            CPU), else 0, said in one line either way.
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``eval_size``, ``max_new_tokens``,
             ``batch_size`` and warm start replace the notebook's.
         use_drive: ``None``: Drive in Colab only.
@@ -291,8 +318,10 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
                          max_new_tokens=cpu.max_new_tokens if cpu else max_new_tokens,
                          samples=samples, temperature=temperature, batch_size=cpu.batch_size if cpu else None,
                          warm=_warm(cpu), trust_remote_code=trust_remote_code)
+    if samples is None:
+        plan = _default_samples(plan, tiny=cpu is not None)
     run = RunFolder(resolve_run_dir(run_dir, use_drive))
-    print(f"{len(plan.questions())} {plan.task.name} test questions, greedy, up to {plan.max_new_tokens} new tokens"
+    print(f"greedy, up to {plan.max_new_tokens} new tokens"
           + (f", and {plan.samples} samples each at temperature {plan.temperature}" if plan.samples else ""))
     print(f"run folder: {run.path}")
     return plan, run
@@ -301,7 +330,7 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
 def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = None, algorithm: str | None = None,
                   rewards: Any = None, max_steps: int | None = None, resume: bool = False,
                   eval_steps: int | None = None, eval_size: int | None = None, wandb_project: str | None = None,
-                  cpu_demo: Any = False, seed: int = 0, use_drive: bool | None = None,
+                  cpu_demo: Any = False, seed: int | None = None, use_drive: bool | None = None,
                   trust_remote_code: bool = False) -> Any:
     """Notebook 03's run, resolved and checked before anything loads (:meth:`grpo_kit.runs.spec.RunSpec.resolve`),
     and said in two lines (:meth:`grpo_kit.runs.spec.RunSpec.describe`).
@@ -322,7 +351,7 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
             ``report_to`` says).
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``train_size`` and warm start apply.
         seed: seeds the data slices (the train questions, the held-out slice) where the preset sets no
-            ``data_seed``.
+            ``data_seed`` (``None``: 0, or resuming, the run's).
         trust_remote_code: the task file may import and run the Python it names outside ``grpo_kit``
             (:func:`grpo_kit.tasks.task_file.check_task_code`; the command line's ``--trust-task-code``).
 

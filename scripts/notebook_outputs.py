@@ -2,9 +2,13 @@
 what the documentation site shows, so a reader sees what each cell prints before spending GPU time.
 
 01-04 run in order on GSM8K into one run folder (``cpu_demo``: the shipped tiny policy, 100 test questions, 64-token
-completions; 30 GRPO steps), 05 on the ``sum3`` experiment (two reward sets from one warm start). Each copy opens with
+completions, notebook 02's default samples; 40 GRPO steps, the CPU demo's, by which greedy answers take the format),
+05 on the ``sum3`` experiment with the compare demo's settings (a 1000-step warm start, 60 GRPO steps per reward set,
+300 questions: docs/tutorials/compare-runs.md), where the correctness set moves accuracy and the format-only set
+does not. Each copy opens with
 a note naming the machine, its load and the date. ``tests/test_notebooks.py`` checks that every copy holds the
-notebook's current code cells, each run: edit a notebook, then run this again (about 10 minutes on 2 cores).
+notebook's current code cells, each run: edit a notebook, then run this again (about 15 minutes on 2 quiet cores,
+most of it 05's warm start).
 
 Run: .venv/bin/python scripts/notebook_outputs.py [--work DIR]
 """
@@ -49,11 +53,11 @@ def main() -> int:
     run_dir, compare_dir = work / "gsm8k", work / "compare"
     parameters = {
         "01_explore.ipynb": dict(preset="cpu-tiny", map_size=500),
-        "02_baseline_eval.ipynb": dict(run_dir=str(run_dir), samples=2, cpu_demo=True),
-        "03_train_grpo.ipynb": dict(run_dir=str(run_dir), max_steps=30, cpu_demo=True),
+        "02_baseline_eval.ipynb": dict(run_dir=str(run_dir), cpu_demo=True),
+        "03_train_grpo.ipynb": dict(run_dir=str(run_dir), max_steps=40, cpu_demo=True),
         "04_post_training_eval.ipynb": dict(run_dir=str(run_dir)),
-        COMPARE: dict(task="sum3", run_dir=str(compare_dir), max_steps=30, eval_size=100, samples=2,
-                      cpu_demo=dict(warm_start_steps=200, max_new_tokens=40)),
+        COMPARE: dict(task="sum3", run_dir=str(compare_dir), max_steps=60, eval_size=300, samples=2,
+                      cpu_demo=dict(warm_start_steps=1000, max_new_tokens=40)),
     }
     staging = work / "executed"
     staging.mkdir(parents=True, exist_ok=True)

@@ -201,3 +201,21 @@ def test_a_bad_share_of_questions_is_refused_in_one_line(tmp_path, questions):
     with pytest.raises(ValueError, match="eval_questions = .*: set a share of the test split in \\(0, 1\\]"):
         notebook.plan_baseline("gsm8k", notebook.gpu_check("cpu-tiny"), eval_questions=questions,
                                run_dir=str(tmp_path / "run"), use_drive=False)
+
+
+def test_in_a_notebook_the_kits_information_is_on_standard_output_and_warnings_on_standard_error(capsys):
+    """Jupyter draws standard error as an error (issue 46: the kit's information lines rendered in red boxes)."""
+    import logging
+
+    from grpo_kit.system.logs import configure_logging
+
+    logger = logging.getLogger("grpo_kit")
+    handlers = list(logger.handlers)
+    try:
+        configure_logging(info_to_stdout=True)
+        logging.getLogger("grpo_kit.notebook").info("a plan")
+        logging.getLogger("grpo_kit.notebook").warning("a problem")
+        out, err = capsys.readouterr()
+        assert out == "[grpo_kit] a plan\n" and err == "[grpo_kit] WARNING: a problem\n"
+    finally:
+        logger.handlers[:] = handlers

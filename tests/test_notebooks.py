@@ -61,9 +61,19 @@ def test_each_notebook_says_what_it_needs_and_holds_at_most_12_settings_grouped(
 
 
 def _check_outputs(path: Path) -> None:
-    """Every cell tagged `table` shows a table, `markdown` a markdown table, and `plot` an image."""
+    """Every cell tagged `table` shows a table, `markdown` a markdown table, and `plot` an image; no cell shows a
+    stray value (a bare True or False), and the kit's information lines are not on standard error, which Jupyter
+    draws as an error (issue 46)."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            stray = out.get("output_type") == "execute_result" and set(out.get("data", {})) == {"text/plain"} \
+                and out["data"]["text/plain"] in ("True", "False", "None")
+            assert not stray, f"{path.name}: a cell ends in a bare {out['data']['text/plain']}:\n{cell.source[-200:]}"
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                info = [line for line in out["text"].splitlines() if line.startswith("[grpo_kit] ")
+                        and not line.startswith(("[grpo_kit] WARNING", "[grpo_kit] ERROR"))]
+                assert not info, f"{path.name}: information drawn as an error: {info[:2]}"
         tags = cell.metadata.get("tags", [])
         kinds = {k for out in cell.get("outputs", []) for k in out.get("data", {})}
         if "table" in tags:

@@ -25,6 +25,16 @@ NEEDLE = "a needle only this completion holds"
 REWARDS = ["strict_format_reward_func", "correctness_reward_func"]
 
 
+def answer_length(completions=None, **kwargs):
+    """A reward of the user's own that the run trained with (weight 0: logged) and the task's metrics lack."""
+    return [min(1.0, len(c[-1]["content"]) / 100) for c in completions]
+
+
+#: What the run trained with, as train_settings.json records it: a set other than the task's six.
+TRAINED = {"rewards": {"correctness_reward_func": 2.0, "strict_format_reward_func": 1.0, "answer_length": 0.0},
+           "reward_functions": {"answer_length": "tests.viewer_run:answer_length"}}
+
+
 def questions(n: int) -> list[dict]:
     return list(take_slice(get_task("gsm8k").load("test"), n=n, seed=0))
 
@@ -69,12 +79,16 @@ def write_run(folder: Path, n: int = 40, steps: int = 4, groups: int = 3, genera
     for name, completions in {"baseline.jsonl": before, "trained.jsonl": after,
                               "baseline_sampled.jsonl": _completions(rows, 0.3, 5, samples)}.items():
         records = score(rows, completions, task=task, rewards=REWARDS if "sampled" in name else None)
+        if name == "trained.jsonl":  # eval after training scores the run's own reward too (runs.measure)
+            for r in records:
+                r["answer_length"] = answer_length([[{"content": r["completion"]}]])[0]
+                r["total"] += r["answer_length"]
         (folder / name).write_text("".join(json.dumps(r) + "\n" for r in records))
     # written last, with the records' SHA-256, as the baseline writes it (grpo_kit.runs.measure)
     (folder / "eval_settings.json").write_text(json.dumps({**settings, "files": RunFolder(folder).baseline_files()}))
     (folder / "train_settings.json").write_text(json.dumps({"identity": {"preset": {"name": "cpu-tiny"},
-                                                            "rewards": {r: 1.0 for r in REWARDS}},
-                                                            "max_steps": steps}))
+                                                            "rewards": TRAINED["rewards"]},
+                                                            **TRAINED, "max_steps": steps}))
     history = [{"step": s, "reward": 0.5 + 0.1 * s, "rewards/correctness_reward_func/mean": 0.1 * s,
                 "completions/mean_length": 40 - s} for s in range(1, steps + 1)]
     history += [{"step": s, "eval/strict_accuracy": 0.3 + 0.05 * s, "eval/strict_accuracy_ci_low": 0.1,

@@ -67,7 +67,7 @@ def _panel(key: str, heldout: str, rewards: dict[str, Any], total_max: float, ma
            ) -> tuple[str, str, float | None]:
     """A curve's panel title in words, its y-axis label and the largest value it can take (``None``: no bound)."""
     if key == "reward":
-        return "Total reward (weighted sum)", "reward", total_max
+        return "Weighted total reward (TRL's reward)", "reward", total_max
     if key == "completions/mean_length":
         return "Completion length", "tokens (mean)", max_length
     if key.startswith("eval/"):

@@ -97,7 +97,9 @@ def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings
              "questions (paired by question id). Values with 95% bootstrap intervals over questions; deltas with "
              "paired intervals; exact McNemar tests on the flips. Strict accuracy reads the answer only from a "
              "completion in the exact answer format, flexible accuracy from anywhere in it (lm-evaluation-harness's "
-             "strict-match and flexible-extract).", "", "## Greedy", "", compare_markdown(table), "",
+             "strict-match and flexible-extract). The last row adds the reward rows with weight 1 each; the weighted "
+             "total GRPO trained on (TRL's `reward`) weights them as the run's rewards do.", "", "## Greedy", "",
+             compare_markdown(table), "",
              f"{headline}: {hard['wrong_to_right']} wrong->right, {hard['right_to_wrong']} right->wrong, exact "
              f"McNemar p = {hard['mcnemar_p']:.3g}."]
     lines[-1] += format_only_sentence(table)

@@ -127,7 +127,8 @@ class RewardCheck:
         share = t["zero_variance_share"]
         lines += ["", f"From {self.samples} sampled completions of each of {self.questions} questions ({self.source}): "
                       f"at step 0 GRPO would learn nothing from {share:.0%} of the prompts (every completion of "
-                      "the group scored the same total)."]
+                      "the group scored the same weighted total: each reward times its weight, summed, what GRPO's "
+                      "advantage is computed from)."]
         lines += self.verdicts()
         return "\n".join(lines)
 

@@ -9,6 +9,7 @@ right/wrong come from its :class:`grpo_kit.tasks.Reward`, so nothing here knows 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,11 +22,14 @@ from grpo_kit.tasks.answer_format import TAGS
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["TOTAL", "Metric", "diagnostics", "metrics", "per_question", "rule_label", "rules_of", "sampled_metrics",
-           "summarize"]
+__all__ = ["TOTAL", "TOTAL_LABEL", "Metric", "diagnostics", "metrics", "per_question", "rule_label", "rules_of",
+           "sampled_metrics", "summarize"]
 
-#: The record key of the sum of a completion's rewards.
+#: The record key of the sum of a completion's rewards, each with weight 1.
 TOTAL = "total"
+#: Its row label in tables: unweighted, so that it never reads as the weighted total GRPO trains on (TRL's ``reward``,
+#: ``reward-check``'s and the viewer's "weighted total"), which weights each reward as the run does.
+TOTAL_LABEL = "Sum of rewards (unweighted)"
 #: Record keys every evaluation has that are not metrics.
 _BASE_FIELDS = frozenset({"id", "index", "sample", "task", "question", "answer", "completion", TOTAL, "num_tokens",
                           "truncated"})
@@ -33,13 +37,15 @@ _BASE_FIELDS = frozenset({"id", "index", "sample", "task", "question", "answer",
 
 @dataclass(frozen=True)
 class Metric:
-    """One row of a metric table: its record key, label, largest value and whether it is right/wrong (flips and
-    McNemar apply to right/wrong metrics only)."""
+    """One row of a metric table: its record key, label, largest value, whether it takes two values (flips and
+    McNemar apply to those only) and whether it judges the answer against the gold one (``correctness``: the
+    extraction rules' accuracies and the rewards that read a dataset column) rather than the answer's format."""
 
     key: str
     label: str
     max_value: float
     binary: bool
+    correctness: bool = False
 
 
 def rule_label(rule: str) -> str:
@@ -57,7 +63,8 @@ def rules_of(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def metrics(records: Sequence[dict[str, Any]], task: Task, rewards: Sequence[Reward] = ()) -> list[Metric]:
-    """The metrics of ``records``: the rules' accuracies, the rewards in the order they were scored, the total.
+    """The metrics of ``records``: the rules' accuracies, the rewards in the order they were scored, their unweighted
+    sum (:data:`TOTAL_LABEL`).
 
     A reward is described by ``rewards`` where it is among them, else by the built-in reward of its name, else
     by its name alone (graded). A reward whose maximum is not known (a function of your own without a
@@ -78,14 +85,14 @@ def metrics(records: Sequence[dict[str, Any]], task: Task, rewards: Sequence[Rew
         if key in skip:
             continue
         reward = given.get(key) or (Reward.of(BUILTIN_REWARDS[key]) if key in BUILTIN_REWARDS else None)
-        metric = Metric(key, reward.label, reward.max_value, reward.binary) if reward is not None \
-            else Metric(key, key, math.nan, False)
+        metric = Metric(key, reward.label, reward.max_value, reward.binary, bool(reward.columns)) \
+            if reward is not None else Metric(key, key, math.nan, False)
         if math.isnan(metric.max_value):
             returned = [r[key] for r in records if isinstance(r.get(key), (int, float))]
-            metric = Metric(metric.key, metric.label, max(returned) if returned else math.nan, metric.binary)
+            metric = dataclasses.replace(metric, max_value=max(returned) if returned else math.nan)
         found.append(metric)
-    return [Metric(f"{r}_correct", rule_label(r), 1.0, True) for r in rules] + found + [
-        Metric(TOTAL, "Total", sum(m.max_value for m in found), False)]
+    return [Metric(f"{r}_correct", rule_label(r), 1.0, True, True) for r in rules] + found + [
+        Metric(TOTAL, TOTAL_LABEL, sum(m.max_value for m in found), False)]
 
 
 def per_question(records: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
@@ -116,7 +123,7 @@ def summarize(records: Sequence[dict[str, Any]], task: Task, rewards: Sequence[R
     Returns:
         ``pandas.DataFrame`` indexed by metric label with columns ``value``, ``ci_low``,
         ``ci_high`` and ``max``: Strict accuracy, Flexible accuracy, the rewards in the order
-        they were scored, then ``Total``.
+        they were scored, then :data:`TOTAL_LABEL` (their sum, each with weight 1).
 
     Raises:
         ValueError: no records.

@@ -78,8 +78,8 @@ def usable_loading(loading: Loading, what: str = "evaluation") -> Loading:
     if not (loading.use_unsloth and loading.fast_inference) or vllm_usable():
         return loading
     log.warning(f"vLLM is not installed, so this {what} runs through Unsloth without fast_inference (generation "
-                "through transformers, several times slower): python -m grpo_kit doctor --install-plan says which "
-                "vLLM, if any, fits this runtime's torch")
+                "through transformers instead of vLLM; python -m grpo_kit plan estimates the time either way): python "
+                "-m grpo_kit doctor --install-plan says which vLLM, if any, fits this runtime's torch")
     return dataclasses.replace(loading, fast_inference=False)
 
 

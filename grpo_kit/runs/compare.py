@@ -22,7 +22,7 @@ from typing import Any
 from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.runs.folder import AFTER_STEP, BASELINE_STEP, TRAIN_STEP, RunFolder, enclosing_run
-from grpo_kit.runs.measure import evaluated_with, own_rewards, plan_from_settings
+from grpo_kit.runs.measure import evaluated_with, plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
@@ -305,7 +305,7 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
                              "training repeated exactly), so their results are the same: compare different runs")
         digests[digest] = n
     afters = {n: EvalResult.from_jsonl(f.trained, task=task) for n, f in zip(names, folders)}
-    own = {getattr(f, "__name__", ""): f for n in names for f in own_rewards(trained[n], ())}
+    own = {getattr(f, "__name__", ""): f for n in names for f in run_rewards(trained[n])}
     baseline = baselines[first]
     if own:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
         questions = plan_from_settings(evaluated[first], trust_remote_code=trust_remote_code).questions()

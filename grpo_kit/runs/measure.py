@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["EVAL_FRACTION", "EvalPlan", "Measured", "baseline_differences", "check_pairing", "evaluated_with",
            "measure_after",
-           "measure_before", "own_rewards", "plan_from_settings"]
+           "measure_before", "plan_from_settings", "run_rewards"]
 
 
 #: The share of the test split a baseline measures unless told otherwise: the blog post's half.
@@ -114,6 +114,21 @@ class EvalPlan:
             raise ValueError(f"--eval-size {n} (eval_size): the test split of {self.task.name} holds {len(test)} "
                              f"questions: give a number from 1 to {len(test)}")
         return take_slice(test, seed=self.seed, **self.slice)
+
+    def describe(self) -> str:
+        """Which test questions the plan measures, in words, naming the default share where it applies and what
+        chooses another (printed by ``eval --before`` and notebook 02 before anything loads).
+
+        Raises:
+            ValueError: the slice is out of range (:meth:`questions`).
+        """
+        chosen, total = len(self.questions()), len(self.task.load("test"))
+        share = self.slice.get("fraction")
+        how = (f"a seeded share of {share:g}" + (", the default (the blog post's half); --eval-size N or "
+                                                  "--eval-fraction F (notebook 02: eval_questions) chooses another"
+                                                  if share == EVAL_FRACTION else "")
+               if share is not None else f"seed {self.seed}")
+        return f"{chosen} of the {total} test questions of {self.task.name} ({how})"
 
     def greedy(self) -> Sampling:
         """The greedy decoding of the headline evaluation."""
@@ -324,8 +339,9 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         backend: a ready backend over the trained model (the demo's); default
             :func:`grpo_kit.policy.routes.load_eval_backend` with ``trained=run.model`` through the baseline's route.
         rewards: reward functions of your own to show beside the task's metrics, before and after (scored on the
-            recorded completions). The run's own rewards that ``train_settings.json`` records as importable
-            (``module:function``) are added without asking; one defined in a notebook is passed here.
+            recorded completions). Every reward the run trained with (:func:`run_rewards`: built in, or your own
+            that ``train_settings.json`` records as ``module:function``) is added without asking; one defined in a
+            notebook is passed here.
         trust_remote_code: the run's task file may import and run Python of its own
             (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
@@ -345,23 +361,28 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
         return _measure_after(run, batch_size, backend, rewards, trust_remote_code)
 
 
-def own_rewards(trained: dict[str, Any], given: Sequence[Any]) -> list[Any]:
-    """The run's rewards of its own (not built in) to score before and after: ``given``, then those
-    ``train_settings.json`` records as importable; one that cannot be imported is named in a warning."""
-    from grpo_kit.tasks.reward_registry import import_reward
+def run_rewards(trained: dict[str, Any], given: Sequence[Any] = ()) -> list[Any]:
+    """Every reward a run was trained with, to score before and after beside the task's metrics: ``given`` (functions
+    defined in a notebook), then those ``train_settings.json`` records, built in by name and your own imported again
+    as ``module:function``; one that cannot be imported is named in a warning and left out. Rewards the records
+    already hold are skipped when scored (:func:`grpo_kit.evaluation.scoring.with_rewards`)."""
+    from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, import_reward
 
     found = {getattr(f, "__name__", str(f)): f for f in given}
-    for name, path in (trained.get("reward_functions") or {}).items():
+    paths = trained.get("reward_functions") or {}
+    for name in [*(trained.get("rewards") or {}), *paths]:
         if name in found:
             continue
-        if path is None:
+        if name in BUILTIN_REWARDS and name not in paths:
+            found[name] = BUILTIN_REWARDS[name]
+        elif paths.get(name) is None:
             log.warning(f"reward {name} of this run was defined where another process cannot import it (a notebook): "
                         "pass it as measure_after(..., rewards=[...]) to show it in the tables")
-            continue
-        try:
-            found[name] = import_reward(path, what="train_settings.json reward")
-        except ValueError as e:
-            log.warning(f"{e}: it is left out of the tables")
+        else:
+            try:
+                found[name] = import_reward(paths[name], what="train_settings.json reward")
+            except ValueError as e:
+                log.warning(f"{e}: it is left out of the tables")
     return list(found.values())
 
 
@@ -382,7 +403,7 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards
         raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run "
                          f"{BASELINE_STEP} again") from None
     questions = plan.questions()
-    own = own_rewards(trained, rewards)
+    own = run_rewards(trained, rewards)
     examples = list(questions)
     before = with_rewards(_records(run, run.baseline, plan, len(questions)), examples, own)
     before_sampled = with_rewards(_records(run, run.baseline_sampled, plan, len(questions)), examples, own) \

@@ -75,8 +75,8 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
         max_new_tokens = completion_budget(task)
     plan = EvalPlan(task=task, preset=preset, **settings,
                     **({"max_new_tokens": max_new_tokens} if max_new_tokens is not None else {}))
+    log.info(f"baseline: {plan.describe()}")  # a slice out of range is refused here, before anything else is said
     if said:
-        plan.questions()  # a slice out of range is refused in one line before anything else is said
         log.info(f"completions of up to {max_new_tokens} new tokens, from the longest answer the tiny policy is "
                  "warm-started on (--max-new-tokens changes it)")
     return plan

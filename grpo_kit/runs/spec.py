@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,6 +228,57 @@ def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int,
                      "options out), or measure this policy's baseline in a new run folder (eval --before)")
 
 
+def _as_recorded(recorded: dict[str, Any], run_dir: Path, **given: Any) -> dict[str, Any]:
+    """What a resume takes from the run's record (``train_settings.json``) for each of ``given`` left ``None``: the
+    rewards (your own imported again), the training questions and their seed, and the held-out evaluation's size,
+    cadence and budget (a folder written before the cadence was recorded: read from its ``heldout/`` files).
+
+    Raises:
+        ValueError: a recorded reward of your own cannot be imported again (:meth:`RewardSet.from_record`).
+    """
+    identity = recorded["identity"] if isinstance(recorded["identity"], dict) else {}
+    heldout = recorded.get("heldout") if isinstance(recorded.get("heldout"), dict) else {}
+    found: dict[str, Any] = {}
+    if given["rewards"] is None and isinstance(recorded.get("rewards"), dict):
+        found["rewards"] = RewardSet.from_record(recorded, what=f"resuming {run_dir}: its reward")
+    for key, value in (("train_size", identity.get("train_size")), ("seed", identity.get("seed")),
+                       ("eval_size", heldout.get("questions")),
+                       ("eval_steps", heldout.get("eval_steps", _cadence(run_dir / "heldout") if heldout else None)),
+                       ("eval_max_new_tokens", heldout.get("max_new_tokens"))):
+        if given[key] is None and isinstance(value, int) and not isinstance(value, bool):
+            found[key] = value
+    return found
+
+
+def _cadence(folder: Path) -> int | None:
+    """The steps between a run's held-out evaluations, from the ``step-<N>.jsonl`` files it wrote (``None``: fewer
+    than two)."""
+    steps = sorted(int(p.stem.removeprefix("step-")) for p in folder.glob("step-*.jsonl")
+                   if p.stem.removeprefix("step-").isdigit())
+    gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+    return min(gaps) if gaps else None
+
+
+def _resume_command(run_dir: Path, identity: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
+    """The command that resumes ``run_dir`` as recorded: the run folder, the model where it is not the recipe's (a
+    folder or Hub id given with ``--model_name_or_path``) and the length asked for, nothing else: the recipe, task,
+    rewards, questions and held-out evaluation are then the recorded ones."""
+    model, steps = identity.get("model"), overrides.get("max_steps")
+    recipe = run_dir / "recipe.yaml"
+    named = get_preset(recipe).model if recipe.is_file() else None
+    return " ".join(["python -m grpo_kit train --run-dir", shlex.quote(str(run_dir)), "--resume",
+                     *([f"--model_name_or_path {shlex.quote(model)}"] if isinstance(model, str)
+                       and not model.startswith("tiny:") and model != named else []),
+                     *([f"--max_steps {steps}"] if steps is not None else [])])
+
+
+def _said(key: str, value: Any) -> str:
+    """One setting a resume took from the record, as its log line says it."""
+    if isinstance(value, RewardSet):
+        return "rewards " + " ".join(f"{n}={w:g}" for n, w in zip(value.names, value.weights))
+    return f"{'data_seed' if key == 'seed' else key} {value}"
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One GRPO run: what it trains, where it writes, how it is watched (build it with :meth:`resolve`).
@@ -251,6 +303,9 @@ class RunSpec:
         validation: the validation questions (:func:`grpo_kit.tasks.data.carve_validation`), with ``eval_steps``.
         taken: what the kit made of the recipe's script keys (the data set, the rewards, the run folder, ...) and
             what it set aside, one line each (:meth:`grpo_kit.training.presets.Recipe.taken`).
+        split_rows: the rows of the task's train split before the validation questions were held out.
+        eval_size_default: how ``eval_size`` was chosen when no one gave it (``""``: it was given), said by
+            :meth:`describe`.
     """
 
     preset: Recipe
@@ -270,13 +325,15 @@ class RunSpec:
     train_split: Any = field(default=None, repr=False, compare=False)
     validation: Any = field(default=None, repr=False, compare=False)
     taken: tuple[str, ...] = field(default=(), compare=False)
+    split_rows: int = 0
+    eval_size_default: str = ""
 
     @classmethod
     def resolve(cls, preset: str | Recipe | None = None, task: str | Task | None = DEFAULT_TASK,
                 rewards: RewardSet | Sequence[Any] | Mapping[Any, float] | None = None, model: str | Path | None = None,
                 run_dir: str | Path | None = None, resume: bool = False, train_size: int | None = None,
                 eval_steps: int | None = None, eval_size: int | None = None, eval_max_new_tokens: int | None = None,
-                seed: int = 0, warm: WarmStart | None = None, warm_steps: int | None = None,
+                seed: int | None = None, warm: WarmStart | None = None, warm_steps: int | None = None,
                 tiny_spec: TinyPolicySpec | None = None, cache_dir: str = DEFAULT_CACHE_DIR, progress: str = "bar",
                 launch: Launch | None = None, algorithm: str | None = None, groups: GroupsKept | None = None,
                 argv: Sequence[str] = (), wandb_project: str | None = None, trust_remote_code: bool = False,
@@ -296,11 +353,14 @@ class RunSpec:
                 mapping; ``None``: the task's rewards.
             model: a Hub id or folder instead of the preset's model.
             run_dir: the run folder (``None``: ``runs/<recipe>-<task>``).
-            resume: see the attributes; ``train_size`` left ``None`` is then the one the run recorded.
+            resume: see the attributes. Resuming, every one of ``rewards``, ``train_size``, ``eval_steps``,
+                ``eval_size``, ``eval_max_new_tokens`` and ``seed`` left ``None`` is the one the run recorded
+                (``train_settings.json``), and the first line logged says which were taken so.
             train_size, eval_max_new_tokens, progress, groups: see the attributes.
             eval_steps: see the attributes (``None``: the recipe's, as TRL reads ``eval_strategy`` and
                 ``eval_steps``: every ``eval_steps`` steps, or ``logging_steps`` when it is unset).
-            seed: seeds the data slices where the recipe sets no ``data_seed`` (transformers' name for it).
+            seed: seeds the data slices where the recipe sets no ``data_seed`` (transformers' name for it; ``None``: 0,
+                or resuming, the run's).
             eval_size: validation questions (default the task's ``validation_size``, else 100 or a fifth of the
                 train split's rows, whichever is fewer); carved out of the train split only with ``eval_steps``.
             warm, warm_steps, tiny_spec, cache_dir: what shapes the tiny policy (presets without a model).
@@ -320,7 +380,8 @@ class RunSpec:
                 ``eval_size`` or ``train_size`` out of range; held-out evaluation with sharded weights (FSDP,
                 ZeRO-3); FSDP on a CPU (accelerate would silently fall back to replicating the model); a run folder
                 that cannot be written; a folder that holds checkpoints while ``resume`` is off, or another run's
-                checkpoints (what differs).
+                checkpoints (what differs, and the command that continues the run as recorded); a resume whose
+                recorded reward of your own cannot be imported again.
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
         if wandb_project is not None:
@@ -364,11 +425,25 @@ class RunSpec:
                      for line in taken]
         if run_dir is None:
             run_dir = preset.settings.get("output_dir") or Path("runs") / f"{preset.name}-{task.name}"
+        recorded = RunFolder(run_dir).read_settings(Path(run_dir) / "train_settings.json", "train", ("identity",)) \
+            if resume and (Path(run_dir) / "train_settings.json").is_file() else None
+        if recorded is not None:  # the run as recorded, unless this command says otherwise
+            as_recorded = _as_recorded(recorded, Path(run_dir), rewards=rewards if rewards is not None else
+                                       (preset.reward_funcs or None), train_size=train_size, eval_steps=eval_steps,
+                                       eval_size=eval_size, eval_max_new_tokens=eval_max_new_tokens, seed=seed)
+            kept.update(as_recorded)
+            rewards = as_recorded.get("rewards", rewards)
+            train_size = as_recorded.get("train_size", train_size)
+            eval_steps = as_recorded.get("eval_steps", eval_steps)
+            eval_size = as_recorded.get("eval_size", eval_size)
+            eval_max_new_tokens = as_recorded.get("eval_max_new_tokens", eval_max_new_tokens)
+            seed = as_recorded.get("seed", seed)
+        seed = 0 if seed is None else seed
         trusted = trust_remote_code or "reward_funcs" in given
         if rewards is not None:
             reward_set = RewardSet(rewards)
-            taken += [f"{key} set aside: --rewards gives the rewards" for key in ("reward_funcs", "reward_weights")
-                      if getattr(preset, key)]
+            taken += [f"{key} set aside: {'the run recorded' if 'rewards' in kept else '--rewards gives'} the rewards"
+                      for key in ("reward_funcs", "reward_weights") if getattr(preset, key)]
             if preset.reward_funcs or preset.reward_weights:
                 preset = get_preset(preset, reward_funcs=None, reward_weights=None)
         else:
@@ -384,7 +459,7 @@ class RunSpec:
             if launch.sharded:
                 raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a "
                                  "full copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop "
-                                 "--eval-steps and evaluate the saved model afterwards (python -m grpo_kit eval)")
+                                 "eval_steps and evaluate the saved model afterwards (python -m grpo_kit eval)")
         if launch.fsdp and (preset.use_cpu or not cuda_available()):
             # accelerate 1.15 engages FSDP only for accelerator device types, not MULTI_CPU (accelerate/state.py): the
             # run would silently replicate the whole model on every process, which FSDP was chosen to avoid.
@@ -395,13 +470,16 @@ class RunSpec:
         policy = PolicySource.of(model if model is not None else preset.model, task, seed=preset.seed, warm=warm,
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
         train_split = task.load("train")
-        validation = None
+        split_rows, validation, eval_size_default = len(train_split), None, ""
         if eval_steps is not None:
             what = f"--eval-size {eval_size} (notebook 03: eval_size)"  # the message names where the size came from
             if eval_size is None:
                 eval_size = task.validation_size or min(100, max(1, len(train_split) // 5))
                 what = f"validation_size {eval_size} in {task.file}" if task.validation_size else \
                     f"the default validation size {eval_size} (a fifth of the train split, at most 100)"
+                eval_size_default = ("the task file's validation_size" if task.validation_size else
+                                     f"the default: a fifth of the {len(train_split)} train questions, at most 100"
+                                     ) + "; --eval-size sets another"
             train_split, validation = carve_validation(train_split, eval_size, seed, what)
         if preset.max_steps == -1:  # TRL's default: train num_train_epochs over the train split
             questions = len(train_split) if train_size is None else min(train_size, len(train_split))
@@ -424,11 +502,6 @@ class RunSpec:
 
             check_vllm_server(preset.vllm_server_host, preset.vllm_server_port)
         folder = RunFolder(run_dir)
-        recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
-            if resume and folder.train_settings.is_file() else None
-        size = recorded["identity"].get("train_size") if recorded and isinstance(recorded["identity"], dict) else None
-        if train_size is None and isinstance(size, int):  # the questions the run trained on, unless told otherwise
-            train_size = kept["train_size"] = size
         _check_recorded_data(folder, task, resume)
         policy = _baseline_policy(folder.path, policy, task, preset.seed,
                                   chosen=model is not None or preset.model is not None or warm is not None
@@ -438,7 +511,7 @@ class RunSpec:
             finished = folder.finished_step()
             at = f", finished at step {finished}" if finished is not None else ""
             raise ValueError(f"{folder.path} holds a trained model ({folder.model.name}/{at}), which training again "
-                             "would replace: pass --resume (notebook 03: resume = True) with a larger --max-steps to "
+                             "would replace: pass --resume (notebook 03: resume = True) with a larger --max_steps to "
                              "train it further, or choose a new run folder")
         if found is not None and not resume:
             raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
@@ -449,13 +522,20 @@ class RunSpec:
                    resume=resume, train_size=train_size, eval_steps=eval_steps,
                    eval_size=len(validation) if validation is not None else eval_size or 100,
                    eval_max_new_tokens=eval_max_new_tokens, seed=seed, progress=progress, groups=groups or GroupsKept(),
-                   train_split=train_split, validation=validation, taken=tuple(taken))
+                   train_split=train_split, validation=validation, taken=tuple(taken), split_rows=split_rows,
+                   eval_size_default=eval_size_default)
         if recorded is not None:
-            check_same_run(recorded["identity"], spec.identity(), folder.path)
+            try:
+                check_same_run(recorded["identity"], spec.identity(), folder.path)
+            except ValueError as e:
+                raise ValueError(f"{e}\nTo continue it as recorded: "
+                                 f"{_resume_command(folder.path, recorded['identity'], given)} "
+                                 "(notebook 03: resume = True with the parameters it was trained with); or train "
+                                 "into a new run folder") from None
         if kept and launch.is_main:  # said once the run is accepted
-            logger.info(f"resuming with the plan {folder.recipe} and {folder.train_settings.name} record: "
-                        + ", ".join(f"{k} {v}" for k, v in kept.items())
-                        + " (--max_steps, --save_steps, --train-size or any recipe key given changes it)")
+            logger.info(f"resuming as {folder.recipe.name} and {folder.train_settings.name} record it: "
+                        + "; ".join(_said(k, v) for k, v in kept.items())
+                        + " (the options of the same names change them)")
         return spec
 
     def describe(self) -> list[str]:
@@ -464,12 +544,22 @@ class RunSpec:
         p = self.preset
         prompts = p.prompts_per_step
         held_out = (f"; validation accuracy every {self.eval_steps} steps on {self.eval_size} questions held out of "
-                    "the train split" if self.eval_steps else "")
+                    "the train split" + (f" ({self.eval_size_default})" if self.eval_size_default else "")
+                    if self.eval_steps else "")
         return [f"{p.name} on {self.task.name} with {self.rewards}; algorithm {p.algorithm}: loss_type {p.loss_type}, "
                 f"beta {p.beta}, scale_rewards {p.scale_rewards}, importance_sampling_level "
                 f"{p.importance_sampling_level}, epsilon {p.epsilon}/{p.epsilon_high}",
                 f"{p.max_steps} steps of {prompts} prompts x {p.num_generations} completions; checkpoints every "
                 f"{p.save_steps} steps in {self.folder.checkpoints}{held_out}", *self.taken]
+
+    def heldout(self) -> dict[str, Any] | None:
+        """What ``train_settings.json`` records of the held-out evaluation during training (``None``: none): the
+        split, how many questions, the seed that chose them, how often and with what budget they are measured (what a
+        resume continues with)."""
+        if self.validation is None:
+            return None
+        return {"split": "validation", "carved_from": "train", "questions": len(self.validation), "seed": self.seed,
+                "eval_steps": self.eval_steps, "max_new_tokens": self.eval_max_new_tokens}
 
     def identity(self) -> dict[str, Any]:
         """What this run trains, as its run folder records it (:func:`grpo_kit.training.checkpoints.run_identity`)."""

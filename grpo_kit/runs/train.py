@@ -34,7 +34,6 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
-from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, reward_path
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.checkpoints import (
     TiedKeysLoaded,
@@ -127,6 +126,19 @@ def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, do
              per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
 
 
+def _questions_line(spec: RunSpec, fitting: int, kept: int) -> str:
+    """Which of the task's train questions GRPO samples from, and the rules that chose them (the defaults named)."""
+    held = len(spec.validation) if spec.validation is not None else 0
+    too_long = len(spec.train_split) - fitting
+    parts = [f"{held} held out for validation"] if held else []
+    parts += [f"{too_long} whose prompt is longer than max_prompt_tokens {spec.preset.max_prompt_tokens} left out"] \
+        if too_long else []
+    parts.append(f"a seeded {kept} of the {fitting} left (--train-size)" if spec.train_size is not None else
+                 "all the rest (--train-size N samples fewer)")
+    return (f"training questions: {kept} of the {spec.split_rows} in {spec.task.name}'s train split; "
+            + "; ".join(parts))
+
+
 def _OnTrainBegin(action: Any) -> Any:  # noqa: N802 - a class factory (transformers is imported late)
     """A ``TrainerCallback`` that calls ``action()`` when training begins: after transformers loaded the checkpoint's
     weights, optimizer and scheduler (``Trainer._prepare_for_training``), before the first step."""
@@ -144,7 +156,8 @@ def _finish_save(trainer: Any, checkpoint: Path) -> None:
     saving its model after the last step finishes that save on resume (transformers would train one more step)."""
     from transformers.trainer_callback import TrainerState
 
-    trainer._load_from_checkpoint(str(checkpoint))
+    with TiedKeysLoaded(trainer.model):
+        trainer._load_from_checkpoint(str(checkpoint))
     trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
 
 
@@ -211,8 +224,11 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if len(train_set) == 0:
         raise ValueError(f"no {spec.task.name} training question fits max_prompt_tokens = "
                          f"{preset.max_prompt_tokens} tokens of this tokenizer: raise max_prompt_tokens")
+    fitting = len(train_set)
     if spec.train_size is not None:
         train_set = take_slice(train_set, n=min(spec.train_size, len(train_set)), seed=spec.seed)
+    if main and spec.progress != "none":
+        log.info(_questions_line(spec, fitting, len(train_set)))
     recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
         if folder.train_settings.is_file() else None
     if spec.resume and recorded is not None and recorded.get("base_fingerprint") != fingerprint:
@@ -228,15 +244,12 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
                 "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
                 "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
-                "algorithm": algorithm_settings(preset), "rewards": dict(zip(spec.rewards.names, spec.rewards.weights)),
-                "reward_functions": {r.name: reward_path(r.func) for r in spec.rewards.rewards
-                                     if r.name not in BUILTIN_REWARDS},
-                "train_questions": len(train_set), "max_steps": preset.max_steps,
-                "heldout": ({"split": "validation", "carved_from": "train", "questions": len(spec.validation),
-                             "seed": spec.seed} if spec.validation is not None else None),
+                "algorithm": algorithm_settings(preset), **spec.rewards.to_record(),
+                "train_questions": len(train_set), "max_steps": preset.max_steps, "heldout": spec.heldout(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
-        else:
-            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps})
+        else:  # the length and evaluation cadence as last asked: what the next resume continues with
+            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps,
+                                                      "heldout": spec.heldout()})
         write_text(folder.recipe, recipe_yaml(preset))  # the run's recipe and plan: what a resume reads
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
@@ -275,12 +288,10 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     else:
         if resume_from is not None and main:
             log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
-        tied = TiedKeysLoaded(trainer.model)  # a resume's warning of tied weights the checkpoint holds once
-        logging.getLogger("transformers.trainer").addFilter(tied)
         try:
-            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+            with TiedKeysLoaded(trainer.model):  # a resume's warning of tied weights the checkpoint holds once
+                trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
         finally:
-            logging.getLogger("transformers.trainer").removeFilter(tied)
             bar.close()
     with phase_bar(f"saving the trained policy into {folder.model}", None, "s",
                    enabled=spec.progress != "none" and main):

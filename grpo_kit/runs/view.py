@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.compare import compare, paired_ids
-from grpo_kit.evaluation.scoring import EvalResult
+from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.evaluation.viewer import MARK, viewer_html
 from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
+from grpo_kit.runs.measure import plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 from grpo_kit.training.groups import kept_steps, read_groups
@@ -53,12 +54,22 @@ def _table(frame: Any) -> list[dict[str, Any]]:
     return [{k: (v if isinstance(v, str) else _number(v)) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool) -> EvalResult | None:
+def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool, rewards: Sequence[Any] = ()
+                ) -> EvalResult | None:
+    """The evaluation ``path`` holds, with ``rewards`` scored on its completions where its records lack them."""
     if not path.is_file():
         return None
     settings = run.read_json(run.eval_settings, BASELINE_STEP)
     task = get_task(settings["task"], digest=settings.get("task_digest"), trust_remote_code=trust_remote_code)
-    return EvalResult.from_jsonl(path, task=task)
+    result = EvalResult.from_jsonl(path, task=task)
+    if rewards and any(getattr(f, "__name__", None) not in result.records[0] for f in rewards):
+        result = with_rewards(result, list(plan_from_settings(settings).questions()), rewards)
+    return result
+
+
+def _trained(run: RunFolder) -> dict[str, Any] | None:
+    """The run's ``train_settings.json`` (``None``: not trained yet)."""
+    return run.read_settings(run.train_settings, "train", ("identity",)) if run.train_settings.is_file() else None
 
 
 def _answers(result: EvalResult, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -111,18 +122,25 @@ def _groups(run: RunFolder) -> dict[str, Any]:
             "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out, "damaged": damaged}
 
 
-def _reward_check(run: RunFolder, trust_remote_code: bool) -> dict[str, Any] | None:
+def _reward_check(run: RunFolder, trained: dict[str, Any] | None, trust_remote_code: bool) -> dict[str, Any] | None:
+    """reward-check's table on the run's sampled baseline, of the reward set the run trained with (before training:
+    the task's)."""
     if not run.baseline_sampled.is_file():
         return None
     from grpo_kit.runs.reward_check import reward_check
+    from grpo_kit.tasks import RewardSet
 
     try:
-        check = reward_check(run, trust_remote_code=trust_remote_code)
+        rewards = RewardSet.from_record(trained, what="the trained reward") if trained and trained.get("rewards") \
+            else None
+        check = reward_check(run, rewards, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         return {"error": str(e)}
     data = check.to_json()
     return {"headline": data["headline"], "questions": data["questions"], "samples": data["samples"],
             "weights": data["reward_set"]["weights"],
+            "which": "the reward set this run trained with" if rewards is not None else
+                     "the task's reward set (the run folder records no training)",
             "rows": [{"reward": name, **{k: _number(v) for k, v in s.items()}} for name, s in data["rewards"].items()]
             + [{"reward": "reward set (weighted total)",
                 **{k: _number(v) for k, v in data["reward_set"].items() if k != "weights"}}]}
@@ -166,13 +184,17 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         report = compare_runs([f.path for f in folders], names=names, seed=seed, trust_remote_code=trust_remote_code)
         comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
-    before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code)
+    trained = [_trained(run) for run in folders]
+    rewards = list({getattr(f, "__name__", ""): f for record in trained if record is not None
+                    for f in run_rewards(record)}.values())  # every reward a run trained with, as eval scores them
+    before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code,
+                         rewards)
     metrics = before.metrics()
     keys = [m.key for m in metrics]
     base = _answers(before, keys)
     runs, afters = [], []
-    for name, run in zip(names, folders):
-        after = _evaluation(run, run.trained, trust_remote_code)
+    for name, run, record in zip(names, folders, trained):
+        after = _evaluation(run, run.trained, trust_remote_code, rewards)
         entry: dict[str, Any] = {"name": name, "path": str(run.path), "table": None, "stale": None}
         if after is not None:
             paired_ids(before.records, after.records)  # refuses what is not paired
@@ -182,7 +204,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
             with contextlib.suppress(OSError, ValueError):
                 entry["stale"] = run.stale_results()
         afters.append(_answers(after, keys) if after is not None else None)
-        entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run, trust_remote_code))
+        entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run, record, trust_remote_code))
         runs.append(entry)
     questions = []
     first = {r["id"]: r for r in before.records if r["sample"] == 0}
@@ -190,8 +212,8 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         questions.append({"id": qid, "index": r["index"], "question": r["question"], "answer": r["answer"],
                           "before": base[qid], "after": [a.get(qid) if a is not None else None for a in afters]})
     return {"runs": runs, "questions": questions, "headline": before.task.headline, "task": before.task.name,
-            "metrics": [{"key": m.key, "label": m.label, "binary": m.binary, "max": _number(m.max_value)}
-                        for m in metrics], "compare": comparison}
+            "metrics": [{"key": m.key, "label": m.label, "binary": m.binary, "correctness": m.correctness,
+                         "max": _number(m.max_value)} for m in metrics], "compare": comparison}
 
 
 def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, names: Sequence[str] | None = None,

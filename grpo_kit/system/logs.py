@@ -20,14 +20,18 @@ ROOT = "grpo_kit"
 
 class _Handler(logging.StreamHandler):
     """A stream handler that, without a stream of its own, writes to whatever ``sys.stderr`` is at the time
-    (a notebook or a test may replace it after logging was configured)."""
+    (a notebook or a test may replace it after logging was configured); with ``info_to_stdout``, records below
+    warnings go to ``sys.stdout`` instead."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, info_to_stdout: bool = False) -> None:
         super().__init__(stream)
-        self.fixed = stream
+        self.fixed, self.info_to_stdout = stream, info_to_stdout
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.stream = self.fixed if self.fixed is not None else sys.stderr
+        if self.fixed is not None:
+            self.stream = self.fixed
+        else:
+            self.stream = sys.stdout if self.info_to_stdout and record.levelno < logging.WARNING else sys.stderr
         from tqdm import tqdm
 
         with tqdm.external_write_mode(file=self.stream):  # a line under a progress bar, not into it
@@ -42,8 +46,12 @@ class _Format(logging.Formatter):
         return f"[{ROOT}] {level}{record.getMessage()}"
 
 
-def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -> logging.Logger:
+def configure_logging(level: int = logging.INFO, stream: TextIO | None = None,
+                      info_to_stdout: bool = False) -> logging.Logger:
     """Show the kit's log records at ``level`` and above on ``stream`` (default standard error); return the logger.
+
+    ``info_to_stdout`` (the notebooks): without ``stream``, information goes to standard output and only warnings and
+    errors to standard error, which Jupyter draws in red as an error would be.
 
     Idempotent: a second call replaces the handler the first call added.
     Records do not propagate to the root logger, so nothing is printed twice where the root logger
@@ -54,7 +62,7 @@ def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -
     logger.propagate = False
     for old in [h for h in logger.handlers if isinstance(h, _Handler)]:
         logger.removeHandler(old)
-    handler = _Handler(stream)
+    handler = _Handler(stream, info_to_stdout)
     handler.setFormatter(_Format())
     logger.addHandler(handler)
     return logger

@@ -190,6 +190,46 @@ class RewardSet:
         weights[self._index(reward)] = weight
         return RewardSet(list(self.rewards), weights)
 
+    def to_record(self) -> dict[str, Any]:
+        """What a run folder records of the set (``train_settings.json``), read back by :meth:`from_record`:
+        ``{"rewards": {name: weight}, "reward_functions": {name: "module:function" or None}}``, the latter for the
+        rewards of your own only (:func:`reward_path`; ``None``: defined where another process cannot import it).
+
+        >>> RewardSet({"correctness_reward_func": 2.0}).to_record()
+        {'rewards': {'correctness_reward_func': 2.0}, 'reward_functions': {}}
+        """
+        return {"rewards": dict(zip(self.names, self.weights)),
+                "reward_functions": {r.name: reward_path(r.func) for r in self.rewards
+                                     if r.name not in BUILTIN_REWARDS}}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], what: str = "the run's reward") -> RewardSet:
+        """The set :meth:`to_record` recorded: built-in rewards by name, your own imported again by
+        ``module:function`` (from the current folder too).
+
+        Raises:
+            ValueError: the record names no rewards; a reward of your own was defined where it cannot be imported
+                again (a notebook), or its module no longer imports; the message names it and starts with ``what``.
+
+        >>> RewardSet.from_record({"rewards": {"xmlcount_reward_func": 0.5}})
+        RewardSet({'xmlcount_reward_func': 0.5})
+        """
+        weights = record.get("rewards")
+        if not isinstance(weights, Mapping) or not weights:
+            raise ValueError(f"{what}s are not recorded: give them (--rewards NAME=WEIGHT ...)")
+        paths = record.get("reward_functions") or {}
+        rewards: list[Any] = []
+        for name in weights:
+            if name in BUILTIN_REWARDS and name not in paths:
+                rewards.append(name)
+            elif paths.get(name) is None:
+                raise ValueError(f"{what} {name} was defined where another process cannot import it (a notebook): "
+                                 "pass it again (notebook: rewards = {...: weight}; command line: --rewards "
+                                 "module:function=WEIGHT)")
+            else:
+                rewards.append(import_reward(paths[name], what=what))
+        return cls(rewards, list(weights.values()))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RewardSet) and (self.funcs, self.weights) == (other.funcs, other.weights)
 

@@ -64,6 +64,14 @@ class TiedKeysLoaded(logging.Filter):
         except (ValueError, SyntaxError):
             return True  # a message of another form: said as it is
         return not (isinstance(keys, list) and keys and set(keys) <= self.tied)
+
+    def __enter__(self) -> TiedKeysLoaded:  # the filter on transformers' Trainer logger while a checkpoint loads
+        logging.getLogger("transformers.trainer").addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("transformers.trainer").removeFilter(self)
+
 #: What a saved model or adapter holds its weights in (one file, or the index of a sharded save), as transformers and
 #: peft write them; DeepSpeed and FSDP checkpoints keep theirs in folders of their own (:func:`is_complete`).
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
@@ -279,7 +287,8 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
         folder: the run folder (for the message).
 
     Raises:
-        ValueError: they differ; the message lists each difference (recorded -> now).
+        ValueError: they differ; the message lists each difference (recorded -> now) and leaves the way on to the
+            caller (:meth:`grpo_kit.runs.spec.RunSpec.resolve` prints the command that resumes as recorded).
     """
     before, now = recorded.get("preset", {}), current.get("preset", {})
     pairs = [(key, recorded.get(key), current.get(key))
@@ -288,8 +297,7 @@ def check_same_run(recorded: dict[str, Any], current: dict[str, Any], folder: st
     differences = [f"{key}: {was!r} -> {is_now!r}" for key, was, is_now in pairs if was != is_now]
     if differences:
         raise ValueError(f"{folder} holds checkpoints of a different run, so it cannot be resumed with these "
-                         "settings:\n  " + "\n  ".join(differences) + "\nResume with the recorded settings, or "
-                         "train into a new run folder.")
+                         "settings (recorded -> now):\n  " + "\n  ".join(differences))
 
 
 def continue_schedule(optimizer: Any, lr_scheduler: Any) -> list[float]:

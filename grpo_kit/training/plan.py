@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus, placement
-from grpo_kit.policy.shapes import model_shape
+from grpo_kit.policy.shapes import ModelShape, model_shape
 from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
+from grpo_kit.training.cost import estimate_disk, estimate_hours, generates_with_vllm
 from grpo_kit.training.memory import LAUNCHES, estimate_memory, vllm_max_model_len
 from grpo_kit.training.presets import PRESETS, Recipe, get_preset, preset_for_device  # noqa: F401 (doctests)
 
@@ -324,6 +325,45 @@ def _memory(preset: Recipe, model: str, gpu: Gpu, kind: str, processes: int) -> 
         return None
 
 
+def _shape(model: str) -> ModelShape | None:
+    """The model's shape where its ``config.json`` is known here (:func:`grpo_kit.policy.shapes.model_shape`)."""
+    try:
+        return model_shape(model)
+    except (LookupError, ValueError):
+        return None
+
+
+def _sampling(preset: Recipe) -> str:
+    """Which temperature the completions are sampled at, and which the loss scores them at, in words."""
+    sampled, scored = preset.sampling_temperature, preset.temperature
+    if sampled == scored:
+        return f"temperature {scored:g}: TRL samples at it and divides the logits by it for the loss"
+    return (f"sampled at temperature {sampled:g} (generation_kwargs, which TRL applies over temperature when it "
+            f"samples); the loss divides the logits by temperature {scored:g}")
+
+
+def _without_vllm(preset: Recipe) -> str | None:
+    """What a run of ``preset`` does on a runtime without vLLM (``None``: the recipe does not generate with it)."""
+    if preset.use_unsloth and preset.fast_inference:
+        return ("Unsloth trains and evaluates with fast_inference=False, generation through transformers (train and "
+                "eval say so in one line); the time below without vLLM applies")
+    if preset.use_vllm:
+        return ("TRL refuses to start (use_vllm=True needs vLLM): install the vLLM doctor --install-plan names, or "
+                "set use_vllm false to generate through transformers")
+    return None
+
+
+def _time(preset: Recipe, shape: ModelShape | None, gpu: Gpu | None, steps: int) -> dict[str, Any] | None:
+    """The training time estimates (:func:`grpo_kit.training.cost.estimate_hours`): with vLLM where the recipe
+    generates with it, and without; ``None`` without a card or a shape, or on a CPU (``train`` announces its time
+    there, from this machine's measured speed)."""
+    if shape is None or gpu is None or preset.use_cpu:
+        return None
+    vllm = generates_with_vllm(preset)
+    return {"steps": steps, "with_vllm": estimate_hours(preset, shape, gpu, steps, True) if vllm else None,
+            "without_vllm": estimate_hours(preset, shape, gpu, steps, False)}
+
+
 def _no_rewards() -> RewardSet:
     """The rewards do not change the plan's checks: the default task's stand in."""
     from grpo_kit.tasks import DEFAULT_TASK, get_task
@@ -350,10 +390,11 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
 
     Returns:
         ``{"preset", "recipe_keys" (:meth:`grpo_kit.training.presets.Recipe.taken`), "route", "model", "algorithm",
-        "grpo_config" (as the trainer will hold it: on Unsloth routes after
-        :func:`unsloth_changes`), "unsloth_changes", "processes", "vllm", "memory", "alarm", "resume_from",
-        "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md). ``problems`` are lines; ``fatal`` says
-        whether one would end the run.
+        "grpo_config" (as the trainer will hold it: on Unsloth routes after :func:`unsloth_changes`),
+        "unsloth_changes", "processes", "vllm", "memory", "alarm", "sampling" (which temperature applies),
+        "without_vllm" (what a runtime without vLLM does), "time" and "disk" (:mod:`grpo_kit.training.cost`'s
+        estimates), "resume_from", "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md).
+        ``problems`` are lines; ``fatal`` says whether one would end the run.
 
     Raises:
         ValueError: an unknown preset, field or launch.
@@ -425,8 +466,10 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     if resume and run_dir is not None:
         resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)
         problems += [refused] if refused is not None else []
+    steps_left = p.max_steps - ((checkpoint_step(resume_from) or 0) if resume_from is not None else 0)
     passed = p.grpo_kwargs(output, rewards.weights)
     changes = unsloth_changes(p, passed)
+    shape = _shape(model) if model is not None else None
     return {
         "preset": p.name,
         "recipe_keys": p.taken(),
@@ -442,6 +485,10 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         "vllm": vllm,
         "memory": memory,
         "alarm": stale_weights_alarm(p),
+        "sampling": _sampling(p),
+        "without_vllm": _without_vllm(p),
+        "time": _time(p, shape, gpu, steps_left),
+        "disk": estimate_disk(p, shape) if shape is not None else None,
         "resume_from": resume_from,
         "resume_why": resume_why,
         "problems": [q.line() for q in problems],
@@ -479,6 +526,28 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
                             else ")"))
 
 
+def _cost_lines(time: dict[str, Any] | None, disk: dict[str, Any] | None) -> list[str]:
+    """The time and disk estimates as lines, each with its basis."""
+    lines = []
+    if time is None:
+        lines.append("time: no estimate (it needs a card, --device CARD, and the model's config.json; on a CPU train "
+                     "announces its time when it starts)")
+    else:
+        said = [f"{name} about {e['hours']:.1f} h ({e['seconds_per_step']:.0f} s a step)"
+                for name, e in (("with vLLM generating", time["with_vllm"]), ("without vLLM", time["without_vllm"]))
+                if e is not None]
+        lines.append(f"time (estimate, not measured on this card) for {time['steps']} steps: " + "; ".join(said))
+        lines += [f"  basis: {e['basis']}" for e in (time["with_vllm"], time["without_vllm"]) if e is not None]
+    if disk is not None:
+        lines.append(f"download (estimate): {disk['download']:.1f} GB, {disk['download_what']}")
+        lines.append(f"disk (estimate): {disk['total']:.1f} GB in all: the download, {disk['checkpoints']:.1f} GB of "
+                     f"checkpoints ({disk['checkpoint']:.2f} GB each, save_total_limit of them), model/ "
+                     f"{disk['model']:.2f} GB, a merged export {disk['merged_export']:.1f} GB"
+                     + (f" and the 16-bit base it merges into {disk['base_for_merge']:.1f} GB (export --base PATH "
+                        "uses a copy you have)" if disk["base_for_merge"] else ""))
+    return lines
+
+
 def format_plan(plan: dict[str, Any]) -> str:
     """The plan of :func:`make_plan` as text for a terminal (``python -m grpo_kit plan`` without ``--json``)."""
     device = plan["device"]
@@ -486,7 +555,7 @@ def format_plan(plan: dict[str, Any]) -> str:
         f"{device['name']} ({device['memory_gib']:g} GiB, bfloat16 {'yes' if device['bf16'] else 'no'})"
     lines = [f"preset {plan['preset']}: route {plan['route']}, model {plan['model']}",
              *(f"from the recipe: {line}" for line in plan["recipe_keys"]),
-             f"algorithm: {plan['algorithm']['summary']}",
+             f"algorithm: {plan['algorithm']['summary']}", f"sampling: {plan['sampling']}",
              f"device: {where}; launch {plan['launch']}, {len(plan['processes'])} process(es)"]
     for process in plan["processes"][:2]:
         lines.append(f"  rank {process['rank']}: dtype {process['dtype']}, device_map {process['device_map']}")
@@ -501,6 +570,9 @@ def format_plan(plan: dict[str, Any]) -> str:
                      + (f", gpu_memory_utilization {share:g}" if share is not None else ""))
         if "command" in vllm:
             lines.append(f"  start it first, on a GPU of its own: {vllm['command']}")
+    if plan["without_vllm"]:
+        lines.append(f"  without vLLM (a runtime whose torch no vLLM release pins: doctor --install-plan): "
+                     f"{plan['without_vllm']}")
     memory = plan["memory"]
     if memory is None:
         lines.append("memory: no estimate")
@@ -510,6 +582,7 @@ def format_plan(plan: dict[str, Any]) -> str:
             "" if memory["needed"] > memory["available"] else " (vLLM's share leaves no room for its KV cache)")
         lines.append(f"memory per GPU (estimate, GiB): {parts}; needed {memory['needed']:g} of "
                      f"{memory['available']:g}: {verdict}")
+    lines += _cost_lines(plan["time"], plan["disk"])
     alarm = plan["alarm"]
     lines.append(f"stale-weights alarm: {'armed' if alarm['armed'] else 'NOT armed'} ({alarm['why']})")
     lines.append(f"resume from: {plan['resume_from'] or 'nothing'} ({plan['resume_why']})")

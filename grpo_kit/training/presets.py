@@ -167,6 +167,18 @@ class Recipe:
         return self.per_device_train_batch_size * self.gradient_accumulation_steps // self.num_generations
 
     @property
+    def sampling_temperature(self) -> float:
+        """The temperature completions are sampled at: ``generation_kwargs``' ``temperature`` where it sets one, since
+        TRL's ``GRPOTrainer`` applies ``generation_kwargs`` over its own sampling settings (trl 1.15
+        ``grpo_trainer.py``: ``generation_kwargs.update(args.generation_kwargs)``; the same for vLLM's
+        ``SamplingParams``), else ``temperature``, which the loss always divides the logits by.
+
+        >>> PRESETS["a100"].sampling_temperature, PRESETS["a100"].temperature
+        (0.9, 1.0)
+        """
+        return float((self.generation_kwargs or {}).get("temperature", self.temperature))
+
+    @property
     def model(self) -> str | None:
         """``model_name_or_path``: a Hub id or folder; ``None`` is the kit's tiny offline policy."""
         return self.settings.get("model_name_or_path")

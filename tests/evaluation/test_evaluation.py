@@ -38,10 +38,11 @@ def test_score_records_and_summary_table():
     assert records[1]["extracted"] == "4" and records[1]["final_answer"] == "4"
     table = summarize(records, GSM8K)
     assert list(table.index) == ["Strict accuracy", "Flexible accuracy", "Hard correctness", "Soft correctness",
-                                 "Integer", "Soft format", "Strict format", "XML tag count", "Total"]
+                                 "Integer", "Soft format", "Strict format", "XML tag count",
+                                 "Sum of rewards (unweighted)"]
     assert list(table.columns) == ["value", "ci_low", "ci_high", "max"]
     assert table.loc["Strict format", "value"] == pytest.approx(0.25)
-    assert table.loc["Total", "max"] == 4.0
+    assert table.loc["Sum of rewards (unweighted)", "max"] == 4.0
 
 
 def test_evaluate_and_compare_with_paired_statistics():
@@ -115,7 +116,7 @@ def test_evaluate_on_the_tiny_policy(tiny_policy, gsm8k_train_small):
                       Sampling(max_new_tokens=8))
     assert isinstance(result, EvalResult)
     assert len(result.records) == 6
-    assert result.summary.loc["Total", "max"] == 4.0
+    assert result.summary.loc["Sum of rewards (unweighted)", "max"] == 4.0
 
 
 def test_eval_result_round_trips_through_jsonl(tmp_path):
@@ -178,7 +179,7 @@ def test_compare_reports_intervals_flips_and_format_only_gain():
     assert "+0.500 is format only" in format_only_sentence(compare(before, after))
     assert table.loc["Strict accuracy", "wrong_to_right"] == 2
     assert table.loc["Strict accuracy", "delta_low"] <= 0.5 <= table.loc["Strict accuracy", "delta_high"]
-    assert math.isnan(table.loc["Total", "mcnemar_p"])
+    assert math.isnan(table.loc["Sum of rewards (unweighted)", "mcnemar_p"])
     markdown = compare_markdown(compare(before, after))
     assert "| Strict accuracy | 0.000 [0.000, 0.000] | 0.500 [" in markdown
 
@@ -215,8 +216,8 @@ def test_training_curves_are_titled_in_words_with_their_maximum(tmp_path):
     fig = plot_training_curves(history, tmp_path / "curves.png", rewards=rewards, max_length=64)
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     # 0.5 (XML tag count) x weight 1 + 1.0 (hard correctness) x weight 2
-    assert titles == ["XML tag count, max 0.5", "Hard correctness, max 1", "Total reward (weighted sum), max 2.5",
-                      "Completion length, max 64"]
+    assert titles == ["XML tag count, max 0.5", "Hard correctness, max 1",
+                      "Weighted total reward (TRL's reward), max 2.5", "Completion length, max 64"]
     raw, mean = fig.axes[1].get_lines()[:2]  # the raw values faint, their running mean over 2 of 20 steps on top
     assert raw.get_alpha() < 1 and mean.get_alpha() is None and raw.get_linewidth() < mean.get_linewidth()
     assert list(mean.get_ydata()) == smoothed([s % 2 for s in range(1, 21)], 2)

@@ -129,7 +129,7 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
         del args[args.index(option):args.index(option) + 2]
     result = _train(args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "with the plan" in result.stderr and "max_steps 6, save_steps 2" in result.stderr
+    assert "resuming as recipe.yaml and train_settings.json record it: max_steps 6; save_steps 2" in result.stderr
     assert "train_size 32" in result.stderr
     assert f"[grpo_kit] resuming from {found}" in result.stderr
     history = json.loads((run_dir / "log_history.json").read_text())
@@ -146,18 +146,33 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
 
 
 def test_extending_a_finished_run_trains_the_added_steps_on_the_longer_schedule(uninterrupted, tiny_policy_files,
-                                                                                 tmp_path):
+                                                                                 tmp_path, capsys):
+    """A resume refused for other rewards prints the command that continues the run as recorded; that command, run
+    as printed, extends the run with its recorded rewards, validation questions and evaluation cadence, and says
+    so (issue 46: the user had to retype --rewards and --eval-steps)."""
+    import shlex
     import shutil
 
     run_dir = tmp_path / "extended"
     shutil.copytree(uninterrupted[0], run_dir)
-    args = _train_args(tiny_policy_files, run_dir, "--resume")
-    args[args.index("--max-steps") + 1] = "8"
-    result = _train(args)
+    refused = ["train", "--run-dir", str(run_dir), "--resume", "--max-steps", "8", "--rewards",
+               "correctness_reward_func"]
+    assert main(refused) == 2
+    err = capsys.readouterr().err
+    assert "rewards: {'strict_format_reward_func': 1.0, 'xmlcount_reward_func': 1.0} -> {'correctness_reward_func'" \
+        in err
+    printed = err.split("To continue it as recorded: ")[1].split(" (notebook 03")[0]
+    assert printed == f"python -m grpo_kit train --run-dir {run_dir} --resume --model {tiny_policy_files} " \
+                      "--max-steps 8"
+    result = _train(shlex.split(printed)[3:])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[grpo_kit] resuming from" in result.stderr and "checkpoint-6" in result.stderr
+    assert "resuming as recipe.yaml and train_settings.json record it: rewards strict_format_reward_func=1 " \
+           "xmlcount_reward_func=1; train_size 32; seed 0; eval_size 6; eval_steps 2" in result.stderr
+    assert "missing keys" not in result.stderr  # the tied lm_head.weight, loaded with the embedding
     history = json.loads((run_dir / "log_history.json").read_text())
     assert sorted(_rewards_by_step(history)) == list(range(1, 9))
+    assert [row["step"] for row in history if "eval/strict_accuracy" in row] == [0, 2, 4, 6, 8]
     lr = {row["step"]: row["learning_rate"] for row in history if "learning_rate" in row}
     peak = 0.02
     # The learning rate logged at step s is the one step s trained with: the schedule after s - 1 steps.

@@ -48,6 +48,29 @@ def test_a_task_files_validation_size_is_the_default(tmp_path):
     spec = RunSpec.resolve(get_preset("cpu-tiny"), str(EXAMPLE / "task.yaml"), run_dir=tmp_path / "run",
                            eval_steps=1, cache_dir=str(tmp_path / "cache"))
     assert len(spec.validation) == 10 and len(spec.train_split) == 50
+    assert "on 10 questions held out of the train split (the task file's validation_size; --eval-size sets " \
+           "another)" in spec.describe()[1]
+
+
+def test_the_defaults_a_user_did_not_choose_are_said_where_they_apply(tmp_path):
+    """Issue 46: a task file's evaluation took half its test split by default (20 of 40) and nothing said so."""
+    from grpo_kit.runs.pipeline import baseline_plan
+
+    gsm8k = get_task("gsm8k")
+    spec = RunSpec.resolve(get_preset("cpu-tiny"), gsm8k, run_dir=tmp_path / "run", eval_steps=5,
+                           cache_dir=str(tmp_path / "cache"))
+    assert f"on 100 questions held out of the train split (the default: a fifth of the {len(gsm8k.load('train'))} " \
+           "train questions, at most 100; --eval-size sets another)" in spec.describe()[1]
+    given = RunSpec.resolve(get_preset("cpu-tiny"), gsm8k, run_dir=tmp_path / "run2", eval_steps=5, eval_size=20,
+                            cache_dir=str(tmp_path / "cache"))
+    assert "held out of the train split;" not in given.describe()[1] and "(" not in given.describe()[1]
+    test = len(gsm8k.load("test"))
+    half = baseline_plan(gsm8k, get_preset("cpu-tiny"))
+    assert half.describe() == f"{test // 2} of the {test} test questions of gsm8k (a seeded share of 0.5, the " \
+        "default (the blog post's half); --eval-size N or --eval-fraction F (notebook 02: eval_questions) chooses " \
+        "another)"
+    assert baseline_plan(gsm8k, get_preset("cpu-tiny"), eval_size=20).describe() == \
+        f"20 of the {test} test questions of gsm8k (seed 0)"
 
 
 @pytest.mark.slow
@@ -68,5 +91,8 @@ def test_training_measures_validation_questions_and_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "held-out strict accuracy" in err and "on 10 validation questions held out of the capitals train" in err
     settings = json.loads((run / "train_settings.json").read_text())
-    assert settings["heldout"] == {"split": "validation", "carved_from": "train", "questions": 10, "seed": 0}
+    assert settings["heldout"] == {"split": "validation", "carved_from": "train", "questions": 10, "seed": 0,
+                                   "eval_steps": 1, "max_new_tokens": 8}
     assert settings["train_questions"] == 50
+    assert "training questions: 50 of the 60 in capitals's train split; 10 held out for validation; all the rest " \
+           "(--train-size N samples fewer)" in err

@@ -20,7 +20,7 @@ from grpo_kit.evaluation.viewer import MARK
 from grpo_kit.runs.view import view_data, write_view
 from grpo_kit.tasks import get_task
 from tests import browser
-from tests.viewer_run import NEEDLE, SCRIPT, write_run
+from tests.viewer_run import NEEDLE, SCRIPT, TRAINED, write_run
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,24 @@ def test_the_data_pairs_questions_and_keeps_the_groups(runs):
     zero = [g for g in groups["groups"] if g["std"] == 0]
     assert {g["group"] for g in zero} == {0} and all(set(g["advantage"]) == {0} for g in zero)
     assert data["runs"][0]["reward_check"]["rows"][-1]["reward"] == "reward set (weighted total)"
+
+
+def test_the_page_shows_every_reward_the_run_trained_with_and_checks_that_set(runs):
+    """Issue 46: a reward of the user's was missing from the before/after table though report.md had it, and the
+    Reward check tab showed the task's default set, not the one trained."""
+    a, _, _, _ = runs
+    data = view_data([a])
+    metrics = {m["key"]: m for m in data["metrics"]}
+    assert "answer_length" in metrics and "answer_length" in [r["metric"] for r in data["runs"][0]["table"]]
+    assert all(q["before"]["values"]["answer_length"] is not None for q in data["questions"])
+    check = data["runs"][0]["reward_check"]
+    assert check["weights"] == TRAINED["rewards"] and check["which"] == "the reward set this run trained with"
+    assert [r["reward"] for r in check["rows"]] == [*TRAINED["rewards"], "reward set (weighted total)"]
+    # right/wrong only for what judges the answer: the rules and the correctness rewards, never the format
+    assert {k for k, m in metrics.items() if m["correctness"]} == {"strict_correct", "flexible_correct",
+                                                                    "correctness_reward_func",
+                                                                    "soft_correctness_reward_func"}
+    assert metrics["strict_format_reward_func"]["binary"] and not metrics["strict_format_reward_func"]["correctness"]
 
 
 def test_view_refuses_a_file_it_did_not_write_and_a_missing_folder(runs, tmp_path, capsys):
@@ -160,6 +178,26 @@ def test_a_script_completion_shows_as_text_and_never_runs(runs, driver):
     assert any(SCRIPT in e.text for e in driver.find_elements("css selector", "#groups pre"))
     assert driver.execute_script("return window.__ran") is None and driver.title != "ran"
     assert not driver.find_elements("css selector", "#main img")
+    assert not _errors(driver)
+
+
+def test_badges_say_right_or_wrong_only_for_correctness_and_wide_tables_fit(runs, driver):
+    _, _, page, _ = runs
+    driver.set_window_size(800, 900)
+    try:
+        browser.open_page(driver, page)
+        driver.find_element("id", "tab-questions").click()
+        badges = [e.text for e in driver.find_elements("css selector", "#list .card .sides .badge")]
+        assert badges and all(b.split(":")[0] in ("Strict accuracy", "Flexible accuracy", "Hard correctness",
+                                                  "Soft correctness") for b in badges), set(badges)
+        assert "Strict format 0.50 of 0.50" in driver.find_element("id", "list").text
+        driver.find_element("id", "tab-training").click()
+        _groups_drawn(driver)
+        assert "advantage" in driver.find_element("id", "groups").text
+        assert driver.execute_script("return document.documentElement.scrollWidth <= "
+                                     "document.documentElement.clientWidth")  # no sideways scrolling to reach it
+    finally:
+        driver.set_window_size(1400, 1000)
     assert not _errors(driver)
 
 

@@ -80,8 +80,8 @@ def test_countdown_evaluation_rules_and_table():
     countdown = get_task("countdown")
     table = summarize(before, countdown)
     assert list(table.index) == ["Strict accuracy", "Flexible accuracy", "Countdown reward", "Soft format",
-                                 "Strict format", "XML tag count", "Total"]
-    assert table.loc["Total", "max"] == 2.5
+                                 "Strict format", "XML tag count", "Sum of rewards (unweighted)"]
+    assert table.loc["Sum of rewards (unweighted)", "max"] == 2.5
 
     from grpo_kit.evaluation.scoring import EvalResult
     from grpo_kit.policy.generation import Sampling

@@ -312,3 +312,27 @@ def test_a_vllm_server_keeps_a_gpu_of_its_own(capsys):
     assert main(["plan", "--preset", "multi-gpu-full", "--launch", "zero3", "--device", "h100-80gb",
                  "--gpus", "8"]) == 2
     assert "8 training process(es) take all 8 GPU(s): train on 7" in capsys.readouterr().out
+
+
+def test_plan_says_which_temperature_applies_the_hours_download_and_disk_and_without_vllm():
+    """Issue 46: plan showed temperature=1.0 beside generation_kwargs={'temperature': 0.9} without saying which
+    applies, gave memory but no hours, download or disk, and did not say what a runtime without vLLM does."""
+    from grpo_kit.training.plan import format_plan, make_plan
+
+    plan = make_plan("a100", device="a100-40gb")
+    assert plan["sampling"].startswith("sampled at temperature 0.9 (generation_kwargs") and \
+        "divides the logits by temperature 1" in plan["sampling"]
+    with_vllm, without = plan["time"]["with_vllm"], plan["time"]["without_vllm"]
+    assert round(with_vllm["hours"], 1) == 2.0  # the blog post's own 2 hours: its recipe on its card
+    assert without["hours"] > with_vllm["hours"] and "measured, benchmarks/results/gpu-2026-11-27" in without["basis"]
+    assert "fast_inference=False" in plan["without_vllm"]
+    assert 5 < plan["disk"]["download"] < 6.5 and plan["disk"]["base_for_merge"] == pytest.approx(16.06, abs=0.01)
+    text = format_plan(plan)
+    for line in ("sampling: sampled at temperature 0.9", "time (estimate, not measured on this card) for 250 steps: "
+                 "with vLLM generating about 2.0 h", "download (estimate): 5.7 GB", "  without vLLM (a runtime"):
+        assert line in text, line
+    faster = make_plan("a100", device="h100-80gb")["time"]["with_vllm"]["hours"]
+    assert faster < with_vllm["hours"]  # more memory bandwidth, a shorter estimate
+    assert make_plan("multi-gpu-lora", device="a100-80gb", launch="ddp")["without_vllm"].startswith("TRL refuses")
+    plain = make_plan("cpu-tiny")
+    assert plain["time"] is None and plain["without_vllm"] is None and plain["sampling"].startswith("temperature")

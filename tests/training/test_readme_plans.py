@@ -1,5 +1,5 @@
-"""The documentation's memory table (docs/how-to/plan-and-doctor.md, "Memory per GPU") is what `python -m grpo_kit
-plan` answers, row by row."""
+"""The documentation's memory and time tables (docs/how-to/plan-and-doctor.md, "Memory per GPU", "Time, download
+and disk") are what `python -m grpo_kit plan` answers, row by row."""
 
 from __future__ import annotations
 
@@ -28,3 +28,18 @@ def test_every_row_of_the_documented_memory_table_is_what_plan_answers():
         expected = [memory["parts"][p] for p in PARTS] + [memory["needed"], memory["available"]]
         assert [float(n) for n in numbers] == expected, (preset, device, launch)
         assert fits.startswith("yes") == (not plan["fatal"]), (preset, device, launch, plan["problems"])
+
+
+def test_every_row_of_the_documented_time_and_disk_table_is_what_plan_answers():
+    text = PAGE.read_text(encoding="utf-8")
+    section = text[text.index("## Time, download and disk"):]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| `")]
+    assert len(rows) >= 8 and all(len(row) == 8 for row in rows)
+    for preset, device, launch, gpus, with_vllm, without, download, total in rows:
+        plan = make_plan(preset.strip("`"), device=device, launch=launch, processes=int(gpus))
+        time, disk = plan["time"], plan["disk"]
+        said = [f"{e['hours']:.1f} ({e['seconds_per_step']:.0f} s)" if e else "-"
+                for e in (time["with_vllm"], time["without_vllm"])]
+        assert [with_vllm, without, download, total] == [*said, f"{disk['download']:.1f}", f"{disk['total']:.1f}"], \
+            (preset, device)
