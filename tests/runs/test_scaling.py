@@ -199,7 +199,7 @@ def test_held_out_evaluation_is_refused_when_the_weights_are_sharded(tmp_path, m
     assert resolve().eval_steps == 2  # one process, or DDP / ZeRO-2: a full copy of the policy on the main process
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
-    with pytest.raises(ValueError, match="weights are sharded: drop --eval-steps"):
+    with pytest.raises(ValueError, match="weights are sharded: drop eval_steps"):
         resolve()
 
 
