@@ -75,7 +75,8 @@ def parse_rewards(items: Sequence[str]) -> Any:
 
 def _number(kind: type, low: float, high: float | None = None, low_open: bool = False) -> Any:
     """An argparse type: a number of ``kind`` from ``low`` (above it, ``low_open``) up to ``high``; out of range, the
-    one line argparse prints names the option and the range."""
+    one line argparse prints names the option and the range. (transformers' ``HfArgumentParser`` types an option by
+    its field's annotation alone, so the kit's own options stay argparse's: docs/development/upstream.md.)"""
     def check(text: str) -> Any:
         value = kind(text)
         if value < low or (low_open and value == low) or (high is not None and value > high):
