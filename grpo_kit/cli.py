@@ -73,32 +73,23 @@ def parse_rewards(items: Sequence[str]) -> Any:
     return RewardSet(rewards, weights)
 
 
-def _nonnegative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+def _number(kind: type, low: float, high: float | None = None, low_open: bool = False) -> Any:
+    """An argparse type: a number of ``kind`` from ``low`` (above it, ``low_open``) up to ``high``; out of range, the
+    one line argparse prints names the option and the range. (transformers' ``HfArgumentParser`` types an option by
+    its field's annotation alone, so the kit's own options stay argparse's: docs/development/upstream.md.)"""
+    def check(text: str) -> Any:
+        value = kind(text)
+        if value < low or (low_open and value == low) or (high is not None and value > high):
+            bounds = f"in {'(' if low_open else '['}{low}, {high}]" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
+        return value
+
+    check.__name__ = kind.__name__  # a word instead of a number: argparse says "invalid int value"
+    return check
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
-
-
-def _share(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
-    return value
+_nonnegative, _positive, _fraction, _share = _number(int, 0), _number(int, 1), _number(float, 0, 1, True), \
+    _number(float, 0, 1)
 
 
 def _quiet_library_bars() -> None:
@@ -221,8 +212,7 @@ def _eval_after(args: argparse.Namespace) -> int:
     from grpo_kit.runs.folder import RunFolder
     from grpo_kit.runs.measure import measure_after
 
-    ignored = [option for option in _BEFORE_ONLY
-               if getattr(args, option[2:].replace("-", "_")) not in (None, False, [])]
+    ignored = [option for option, dest in args.before_only if getattr(args, dest) not in (None, False, [])]
     ignored += args.trl[:1]
     if ignored:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
@@ -236,13 +226,6 @@ def _eval_after(args: argparse.Namespace) -> int:
         print(report[report.index("## Alarms"):].split("\n## ")[0], flush=True)
     log.info(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
     return 0
-
-
-#: eval's options that only --before reads, each ``None`` (or off) unless given: the evaluation after training repeats
-#: the baseline's settings, so giving one without --before is refused rather than ignored; their defaults are the
-#: baseline plan's (:class:`grpo_kit.runs.measure.EvalPlan`).
-_BEFORE_ONLY = ("--replace-baseline", "--config", "--preset", "--task", "--eval-size", "--eval-fraction",
-                "--max-new-tokens", "--samples", "--temperature", "--backend", "--warm-steps", "--cache-dir")
 
 
 def presets_table() -> str:
@@ -547,6 +530,9 @@ def _parser() -> argparse.ArgumentParser:
     before.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps "
                         "(default 300; a task file: 20 passes over its train rows, 60 to 300)")
     before.add_argument("--cache-dir", default=None, help=f"where the tiny policy is cached (default {base.cache_dir})")
+    # the evaluation after training repeats the baseline's settings, so one of these given without --before (each None
+    # or off unless given; their defaults are EvalPlan's) is refused rather than ignored
+    ev.set_defaults(before_only=[(action.option_strings[0], action.dest) for action in before._group_actions])
 
     check = command("reward-check", _reward_check, "before training: from the baseline's sampled completions, "
                     "whether a reward set can teach (zero-variance share, correlation with correctness), per reward")
