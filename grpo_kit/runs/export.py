@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -34,7 +35,7 @@ from typing import Any
 
 from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.system.files import json_or_none, new_beside, sha256_file, write_json, write_text
-from grpo_kit.system.hub import check_repo_id, hub_offline
+from grpo_kit.system.hub import hub_offline, is_repo_id, upload_token
 from grpo_kit.system.progress import phase_bar
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportFormat", "ExportRefused",
@@ -70,7 +71,7 @@ class Verification:
     """The check of one export against a run's trained policy.
 
     Attributes:
-        export: the checked folder or ``.gguf`` file; ``kind``: ``"merged"`` or ``"gguf"``; ``dtype``: the
+        export: the checked folder's or ``.gguf`` file's name; ``kind``: ``"merged"`` or ``"gguf"``; ``dtype``: the
             merged model's dtype or the GGUF's type.
         questions: held-out questions asked (greedy); ``identical``: how many completions were identical.
         agreement: share of questions with the same flexible answer (two completions without one agree only when
@@ -80,8 +81,9 @@ class Verification:
         rule: what had to hold; ``passed``; ``first_difference``: the first question where the completions
             differ (``question``, ``trained``, ``export``), ``None`` when none do.
         files: SHA-256 of each file of the export, at verification time.
-        run, step, model_digest: the run folder checked against, the step its model was trained to and the trained
-            weights' digest (``finished.json``) at verification time.
+        run, step, model_digest: the run folder checked against (relative to the folder holding
+            ``verification.json``: nothing of this machine goes to the Hub with it), the step its model was trained
+            to and the trained weights' digest (``finished.json``) at verification time.
     """
 
     export: str
@@ -522,10 +524,12 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
                                              "trained": before[first]["completion"],
                                              "export": after[first]["completion"]}
     files = _file_hashes(export) if export.is_dir() else {export.name: sha256_file(export)}
-    return Verification(export=str(export), kind=kind, dtype=dtype, questions=n, identical=sum(same),
+    beside = export if export.is_dir() else export.parent  # where verification.json goes
+    return Verification(export=export.name, kind=kind, dtype=dtype, questions=n, identical=sum(same),
                         agreement=sum(agree) / n, accuracy_trained=acc_before, accuracy_export=acc_after, mcnemar_p=p,
                         rule=rule, passed=passed, weights=weights, first_difference=difference, files=files,
-                        run=str(run.path.resolve()), step=run.finished_step(), model_digest=digest)
+                        run=os.path.relpath(run.path.resolve(), beside.resolve()), step=run.finished_step(),
+                        model_digest=digest)
 
 
 def _free_reference(reference: dict[str, Any]) -> None:
@@ -548,19 +552,32 @@ def _check_numbers(questions: Any, threshold: Any) -> None:
         raise ValueError(f"threshold must be a share in [0, 1], got {threshold!r}")
 
 
-def _report_table(run: RunFolder) -> str:
-    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim, when it is of
-    the model exported (else a line saying why it is not shown)."""
+def _results(run: RunFolder) -> tuple[str, list[tuple[str, float, float]]]:
+    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim, with the
+    table's ``(metric, before, after)`` rows as numbers, when it is of the model exported; else a line saying why none
+    is shown (naming the run folder by its name: a card is published) and no rows."""
     if not run.report.is_file():
-        return "No before/after evaluation in the run folder (run `python -m grpo_kit eval` before exporting)."
+        return "No before/after evaluation in the run folder (run `python -m grpo_kit eval` before exporting).", []
     if (stale := run.stale_results()) is not None:
-        return f"No current before/after evaluation, so none is shown: {stale}."
+        stale = stale.replace(str(run.path), run.path.name)
+        return f"No current before/after evaluation, so none is shown: {stale}.", []
     lines = run.report.read_text(encoding="utf-8").splitlines()
     start = lines.index("## Greedy") + 1 if "## Greedy" in lines else 0
-    return "\n".join(itertools.takewhile(lambda line: not line.startswith("## "), lines[start:])).strip()
+    text = "\n".join(itertools.takewhile(lambda line: not line.startswith("## "), lines[start:])).strip()
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines()
+             if line.startswith("|")]
+    rows = []
+    if cells and "before" in cells[0] and "after" in cells[0]:  # a value is "0.412 [0.35, 0.47]": its first word
+        b, a = cells[0].index("before"), cells[0].index("after")
+        for row in cells[2:]:  # after the header and its |:--| line
+            try:
+                rows.append((row[0], float(row[b].split()[0]), float(row[a].split()[0])))
+            except (IndexError, ValueError):
+                continue  # a cell without a number: shown in the table, not in the metadata
+    return text, rows
 
 
-def _licence(base: str) -> str:
+def _licence(base: str, shown: str) -> str:
     if base.startswith("tiny:"):
         return "the kit's tiny policy, built locally from random weights (no upstream licence)"
     card = Path(base) / "README.md"
@@ -568,38 +585,65 @@ def _licence(base: str) -> str:
         found = re.search(r"^license:\s*(\S+)", card.read_text(encoding="utf-8"), re.MULTILINE)
         if found:
             return found.group(1)
-    return f"unknown: not recorded here; read {base}'s model card before sharing"
+    return f"unknown: not recorded here; read {shown}'s model card before sharing"
 
 
 def model_card(run_dir: str | Path, verification: Verification) -> str:
-    """The export's ``README.md``: base model and licence, task, rewards and weights, algorithm settings, steps,
-    the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
-    from grpo_kit.system.install import installed_version
+    """The export's ``README.md``, a Hugging Face model card (``huggingface_hub.ModelCard``); :func:`export` writes it
+    into every passed export.
 
-    # run from a clone, not installed: the GPU proof's machine
-    version = installed_version("grpo_kit") or "(not installed: run from a clone)"
+    Its metadata: the base model (when it is a Hub repository), licence, tags and the before/after results as
+    ``model-index`` evaluation results (``huggingface_hub.EvalResult``: task, dataset, metric, value), which the Hub
+    shows beside the model. Its text: base model and licence, task, rewards and weights, the algorithm as the run
+    recorded it (:func:`grpo_kit.training.algorithms.algorithm_markdown`: the variant, its paper and ``loss_type``),
+    the training settings and steps, the run's greedy before/after table (verbatim from ``report.md``), the
+    verification, the versions training ran with and the kit's. Nothing in it is of this machine: a local base model
+    or task file is named by its folder's or file's name.
+
+    TRL's ``create_model_card`` is not used: it links any base model to the Hub (a local folder too), names the
+    method GRPO after DeepSeekMath whatever ``loss_type`` ran, and lists the versions of the machine writing the card
+    rather than those training ran with.
+    """
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    from grpo_kit.system.install import installed_version
+    from grpo_kit.training.algorithms import algorithm_markdown
+
     run, settings = _run(run_dir)
     identity = settings.get("identity", {})
     preset = identity.get("preset", {})
-    base = settings.get("base_model", identity.get("model", "unknown"))
-    steps = run.finished_step()
-    licence = _licence(base)
+    base = str(settings.get("base_model", identity.get("model", "unknown")))
+    on_hub = is_repo_id(base) and not Path(base).expanduser().exists()
+    shown = base if on_hub or base.startswith("tiny:") else Path(base).name  # a local folder by its name
+    licence = _licence(base, shown)
+    task = Path(str(settings.get("task"))).name  # a task file by its file name
+    algorithm = settings.get("algorithm") if isinstance(settings.get("algorithm"), dict) else None
+    named = f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" if algorithm else "GRPO"
     keys = ("name", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
-            "gradient_accumulation_steps", "max_completion_length", "temperature", "beta", "loss_type", "lora_rank",
-            "lora_alpha", "optim", "max_grad_norm", "seed")
+            "gradient_accumulation_steps", "max_completion_length", "temperature", "lora_rank", "lora_alpha", "optim",
+            "max_grad_norm", "seed")
+    table, rows = _results(run)
+    results = [EvalResult(task_type="text-generation", dataset_type=Path(task).stem, dataset_name=task,
+                          dataset_split="test", metric_type=re.sub(r"\W+", "_", metric.lower()).strip("_"),
+                          metric_name=f"{metric} ({when})", metric_value=value)
+               for metric, before, after in rows
+               for when, value in (("after GRPO", after), ("base model, before GRPO", before))]
+    data = ModelCardData(base_model=base if on_hub else None, license=licence if re.fullmatch(r"[\w.-]+", licence)
+                         else "other", library_name="transformers" if verification.kind == "merged" else None,
+                         tags=["trl", "grpo", "grpo_kit", *([algorithm["name"]] if algorithm else [])],
+                         model_name=run.path.name, eval_results=results or None)
     rewards = identity.get("rewards", {})
-    licence_id = licence if re.fullmatch(r"[\w.-]+", licence) else "other"
-    front = ["---", f"base_model: {base}", f"license: {licence_id}",
-             "tags: [grpo, grpo_kit]", "---", ""]
-    lines = [*front, f"# {run.path.name}: GRPO fine-tune of {base}", "",
-             f"- base model: `{base}` (licence: {licence})", f"- task: {settings.get('task')}",
+    versions = ", ".join(f"{k} {v}" for k, v in (settings.get("versions") or {}).items()) or "not recorded"
+    lines = [f"# {run.path.name}: {shown} trained with {named} on {task}", "",
+             f"- base model: `{shown}`{'' if on_hub else ' (not on the Hub)'} (licence: {licence})", f"- task: {task}",
              f"- rewards (weight): {', '.join(f'{k} ({v})' for k, v in rewards.items()) or 'not recorded'}",
-             f"- algorithm: GRPO (TRL GRPOTrainer), {steps} steps; "
+             f"- trained with TRL's GRPOTrainer, {run.finished_step()} steps; "
              + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
-             "## Before and after training (from the run's report.md)", "", _report_table(run), "",
+             "## Algorithm", "", algorithm_markdown(algorithm) if algorithm else "Not recorded by this run.", "",
+             "## Before and after training (from the run's report.md)", "", table, "",
              "## Verification of this export", "", verification.summary(), "",
-             f"Made by grpo_kit {version}.", ""]
-    return "\n".join(lines)
+             f"Made by grpo_kit {installed_version('grpo_kit') or '(run from a clone)'}; trained with {versions}.", ""]
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
 
 
 def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
@@ -848,7 +892,7 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
     """Move a checked export to ``out`` (passed: with its card) or ``<out>.refused``, replacing a previous export
     there whole; raise when refused."""
     target = out if verification.passed else out.with_name(out.name + ".refused")
-    verification.export = str(target)
+    verification.export = target.name
     if verification.passed:
         write_text(folder / "README.md", model_card(run_dir, verification))
     write_json(folder / "verification.json", asdict(verification))
@@ -905,7 +949,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     quant = fmt.check(quant)
     _check_numbers(questions, threshold)
     if push_to_hub is not None:
-        check_repo_id(push_to_hub)
+        upload_token(push_to_hub)  # the name, offline mode and a token, before any work
     fmt.check_tools()
     run, settings = _run(run_dir)
     merge_from = merge_base(run.path, base)
@@ -943,11 +987,12 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
 
     Raises:
         ValueError: a malformed ``repo_id``; the folder has no passed ``verification.json``, or a file changed
-            since it was verified (its SHA-256 differs).
+            since it was verified (its SHA-256 differs), or the run it was verified against was trained further.
         PermissionError: no token (``HF_TOKEN`` or ``hf auth login``), before anything is uploaded.
-        ConnectionError: the Hub cannot be reached (or refused the token), before anything is uploaded.
+        ConnectionError: ``HF_HUB_OFFLINE`` is set, or the Hub cannot be reached (or refused the token), before
+            anything is uploaded.
     """
-    check_repo_id(repo_id)
+    token = upload_token(repo_id, token)
     folder = Path(export_dir)
     record = folder / "verification.json"
     if not record.is_file():
@@ -958,21 +1003,16 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
         raise ValueError(f"{folder} failed its verification ({verification.get('rule')}): not uploading it")
     if _file_hashes(folder) != verification.get("files"):
         raise ValueError(f"{folder} changed since it was verified (a file's SHA-256 differs): verify it again")
-    source = verification.get("run")
-    if source and verification.get("model_digest") and Path(source, "finished.json").is_file():
+    source = folder / verification["run"] if verification.get("run") else None  # relative to the export
+    if source and verification.get("model_digest") and (source / "finished.json").is_file():
         digest = RunFolder(source, write=False).check_model()  # a model/ edited since raises, naming the file
         if digest != verification["model_digest"]:
             raise ValueError(f"{source}/model was trained further or replaced since {folder} was verified against "
                              "it: export it again")
-    from huggingface_hub import get_token
-
-    token = token or get_token()
-    if not token:
-        raise PermissionError("no Hugging Face token: set HF_TOKEN or run `hf auth login`; nothing was uploaded")
     api = _hub_api(token)
     try:
         api.whoami()
-    except Exception as e:  # offline, DNS, refused token: huggingface_hub raises several types
+    except Exception as e:  # DNS, no network, refused token: huggingface_hub raises several types
         raise ConnectionError(f"cannot reach the Hugging Face Hub with this token ({type(e).__name__}: {e}); "
                               "nothing was uploaded") from None
     url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")

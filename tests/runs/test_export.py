@@ -147,7 +147,10 @@ def test_a_tampered_export_fails_verify_export(full_run, tmp_path, capsys):
     assert verification.weights["differing"] == [name]
 
 
-def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_on_stderr):
+def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_on_stderr, tmp_path_factory):
+    import pandas as pd
+    from huggingface_hub import ModelCard
+
     assert main(["export", str(full_run), "--format", "merged", "--questions", str(QUESTIONS)]) == 0
     printed = capsys.readouterr()
     assert "merged export (float32)" in printed.out
@@ -161,11 +164,31 @@ def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_
                   if line.startswith("|")]
     assert table and card_table == table
     settings = json.loads((full_run / "train_settings.json").read_text())
-    assert f"base_model: {settings['base_model']}" in card and "McNemar" in card and "grpo_kit 0.1.0" in card
+    assert "McNemar" in card and "grpo_kit 0.1.0" in card
     for reward, weight in settings["identity"]["rewards"].items():
         assert f"{reward} ({weight})" in card
     assert "learning_rate=0.02" in card and "2 steps" in card and verification.summary() in card
+    algorithm = settings["algorithm"]  # named as the recipe ran it (case 8 of issue 46: not just "GRPO")
+    assert f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" in card
     assert model_card(full_run, verification) == card
+    # The Hub's metadata: YAML front matter with the before/after numbers as model-index evaluation results.
+    data = ModelCard(card).data
+    assert data.base_model is None  # a local folder, named in the text (`tiny-policy...`), not a Hub id
+    assert data.model_name == "full" and "grpo" in data.tags and data.license
+    results = {(r.metric_name, r.dataset_name, r.dataset_split, r.task_type): r.metric_value
+               for r in data.eval_results}
+    numbers = pd.read_csv(full_run / "comparison.csv")
+    assert len(results) == 2 * len(numbers)
+    for row in numbers.itertuples():
+        for when, value in (("after GRPO", row.after), ("base model, before GRPO", row.before)):
+            assert results[(f"{row.metric} ({when})", "gsm8k", "test", "text-generation")] == round(value, 3)
+    # Nothing of this machine in anything the Hub would receive (case 8 of issue 46).
+    root = tmp_path_factory.getbasetemp()
+    for file in folder.iterdir():
+        if file.suffix in (".md", ".json", ".jinja", ".txt"):
+            text = file.read_text()
+            assert str(root) not in text and str(root.resolve()) not in text, file.name
+    assert verification.run == "../.." and verification.export == "merged"  # the run, relative to the export
 
 
 def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, monkeypatch):
@@ -184,6 +207,14 @@ def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, mon
         export(unfinished)
     with pytest.raises(ValueError, match="owner/name"):
         export(full_run, push_to_hub="not a repo")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    with pytest.raises(PermissionError, match="no Hugging Face token"):  # said before the export, not after it
+        export(full_run, push_to_hub="you/tiny-grpo")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE is set"):
+        export(full_run, push_to_hub="you/tiny-grpo")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
     with pytest.raises(ValueError, match="threshold must be a share"):
         export(full_run, threshold=1.5)
     monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
@@ -235,6 +266,15 @@ def test_the_hub_upload_refuses_unverified_and_fails_before_uploading(full_run, 
     (unverified / "verification.json").unlink()
     with pytest.raises(ValueError, match="never verified"):
         push_to_hub(unverified, "you/tiny-grpo", token="hf_x")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE is set"):
+        push_to_hub(folder, "you/tiny-grpo", token="hf_x")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    record = json.loads((folder / "verification.json").read_text())  # the run is found from the export's folder
+    (folder / "verification.json").write_text(json.dumps({**record, "model_digest": "0" * 64}))
+    with pytest.raises(ValueError, match="trained further or replaced"):
+        push_to_hub(folder, "you/tiny-grpo", token="hf_x")
+    (folder / "verification.json").write_text(json.dumps(record))
     (folder / "generation_config.json").write_text("{}")  # changed after the check
     with pytest.raises(ValueError, match="changed since it was verified"):
         push_to_hub(folder, "you/tiny-grpo", token="hf_x")
