@@ -22,6 +22,7 @@ every file, so an upload can tell it is the checked artefact) and a model card (
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import logging
@@ -552,29 +553,20 @@ def _check_numbers(questions: Any, threshold: Any) -> None:
         raise ValueError(f"threshold must be a share in [0, 1], got {threshold!r}")
 
 
-def _results(run: RunFolder) -> tuple[str, list[tuple[str, float, float]]]:
-    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim, with the
-    table's ``(metric, before, after)`` rows as numbers, when it is of the model exported; else a line saying why none
-    is shown (naming the run folder by its name: a card is published) and no rows."""
-    if not run.report.is_file():
+def _results(run: RunFolder) -> tuple[str, list[dict[str, str]]]:
+    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim, and its rows
+    (``comparison.csv``, written with it), when they are of the model exported; else a line saying why none is shown
+    (naming the run folder by its name: a card is published) and no rows."""
+    if not run.report.is_file() or not run.comparison.is_file():
         return "No before/after evaluation in the run folder (run `python -m grpo_kit eval` before exporting).", []
     if (stale := run.stale_results()) is not None:
         stale = stale.replace(str(run.path), run.path.name)
         return f"No current before/after evaluation, so none is shown: {stale}.", []
     lines = run.report.read_text(encoding="utf-8").splitlines()
     start = lines.index("## Greedy") + 1 if "## Greedy" in lines else 0
-    text = "\n".join(itertools.takewhile(lambda line: not line.startswith("## "), lines[start:])).strip()
-    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines()
-             if line.startswith("|")]
-    rows = []
-    if cells and "before" in cells[0] and "after" in cells[0]:  # a value is "0.412 [0.35, 0.47]": its first word
-        b, a = cells[0].index("before"), cells[0].index("after")
-        for row in cells[2:]:  # after the header and its |:--| line
-            try:
-                rows.append((row[0], float(row[b].split()[0]), float(row[a].split()[0])))
-            except (IndexError, ValueError):
-                continue  # a cell without a number: shown in the table, not in the metadata
-    return text, rows
+    with run.comparison.open(encoding="utf-8", newline="") as rows:
+        return "\n".join(itertools.takewhile(lambda line: not line.startswith("## "), lines[start:])).strip(), \
+            list(csv.DictReader(rows))
 
 
 def _licence(base: str, shown: str) -> str:
@@ -623,11 +615,13 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
             "gradient_accumulation_steps", "max_completion_length", "temperature", "lora_rank", "lora_alpha", "optim",
             "max_grad_norm", "seed")
     table, rows = _results(run)
-    results = [EvalResult(task_type="text-generation", dataset_type=Path(task).stem, dataset_name=task,
-                          dataset_split="test", metric_type=re.sub(r"\W+", "_", metric.lower()).strip("_"),
-                          metric_name=f"{metric} ({when})", metric_value=value)
-               for metric, before, after in rows
-               for when, value in (("after GRPO", after), ("base model, before GRPO", before))]
+    try:  # a damaged comparison.csv leaves the metadata without results, not the export without its card
+        results = [EvalResult(task_type="text-generation", dataset_type=Path(task).stem, dataset_name=task,
+                              dataset_split="test", metric_type=re.sub(r"\W+", "_", row["metric"].lower()).strip("_"),
+                              metric_name=f"{row['metric']} ({when})", metric_value=float(row[key]))
+                   for row in rows for when, key in (("after GRPO", "after"), ("base model, before GRPO", "before"))]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        results = []
     data = ModelCardData(base_model=base if on_hub else None, license=licence if re.fullmatch(r"[\w.-]+", licence)
                          else "other", library_name="transformers" if verification.kind == "merged" else None,
                          tags=["trl", "grpo", "grpo_kit", *([algorithm["name"]] if algorithm else [])],
@@ -975,12 +969,6 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     return done, verification
 
 
-def _hub_api(token: str) -> Any:
-    from huggingface_hub import HfApi
-
-    return HfApi(token=token)
-
-
 def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, token: str | None = None) -> str:
     """Upload a verified export folder to the Hugging Face Hub: create the repository (private unless asked),
     then upload the folder. Returns the repository's URL.
@@ -1009,7 +997,9 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
         if digest != verification["model_digest"]:
             raise ValueError(f"{source}/model was trained further or replaced since {folder} was verified against "
                              "it: export it again")
-    api = _hub_api(token)
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
     try:
         api.whoami()
     except Exception as e:  # DNS, no network, refused token: huggingface_hub raises several types

@@ -88,10 +88,11 @@ def test_a_full_fine_tune_exports_merged_and_is_identical(full_run):
 
 
 @pytest.mark.parametrize("which", ["lora_run", "head_run"])
-def test_a_lora_adapter_merges_into_a_model_that_answers_like_it(which, request, tiny_policy_files):
+def test_a_lora_adapter_merges_into_a_model_that_answers_like_it(which, request, tiny_policy_files, tmp_path_factory):
     run = request.getfixturevalue(which)
     folder, verification = export(run, "merged", questions=QUESTIONS)
     assert verification.passed and verification.identical == QUESTIONS, verification.side_by_side()
+    assert _local_paths(folder, tmp_path_factory.getbasetemp()) == []  # the adapter's base path stays home
     from safetensors.torch import load_file
 
     from grpo_kit.policy.loading import load_policy
@@ -181,14 +182,18 @@ def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_
     assert len(results) == 2 * len(numbers)
     for row in numbers.itertuples():
         for when, value in (("after GRPO", row.after), ("base model, before GRPO", row.before)):
-            assert results[(f"{row.metric} ({when})", "gsm8k", "test", "text-generation")] == round(value, 3)
-    # Nothing of this machine in anything the Hub would receive (case 8 of issue 46).
-    root = tmp_path_factory.getbasetemp()
-    for file in folder.iterdir():
-        if file.suffix in (".md", ".json", ".jinja", ".txt"):
-            text = file.read_text()
-            assert str(root) not in text and str(root.resolve()) not in text, file.name
+            assert results[(f"{row.metric} ({when})", "gsm8k", "test", "text-generation")] == value
+    # Nothing of this machine in anything the Hub would receive (case 8 of issue 46), nor in the trained model's card.
+    assert _local_paths(folder, tmp_path_factory.getbasetemp()) == []
+    assert _local_paths(full_run / "model", tmp_path_factory.getbasetemp()) == []
     assert verification.run == "../.." and verification.export == "merged"  # the run, relative to the export
+
+
+def _local_paths(folder: Path, root: Path) -> list[str]:
+    """The text files of ``folder`` that hold ``root`` (this test session's temporary folder, where every model and
+    run of these tests lies)."""
+    texts = [p for p in folder.iterdir() if p.suffix in (".md", ".json", ".jinja", ".txt")]
+    return [p.name for p in texts if str(root) in p.read_text() or str(root.resolve()) in p.read_text()]
 
 
 def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, monkeypatch):
@@ -243,22 +248,21 @@ class _FakeApi:
 
 
 def test_the_hub_upload_refuses_unverified_and_fails_before_uploading(full_run, tmp_path, monkeypatch):
-    import grpo_kit.runs.export as module
 
     folder, _ = export(full_run, "merged", out=tmp_path / "ship", questions=QUESTIONS)
     api = _FakeApi()
-    monkeypatch.setattr(module, "_hub_api", lambda token: api)
+    monkeypatch.setattr("huggingface_hub.HfApi", lambda token: api)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)  # no login cached on this machine either
     with pytest.raises(PermissionError, match="no Hugging Face token"):
         push_to_hub(folder, "you/tiny-grpo")
     assert api.calls == []
     offline = _FakeApi(fail_whoami=True)
-    monkeypatch.setattr(module, "_hub_api", lambda token: offline)
+    monkeypatch.setattr("huggingface_hub.HfApi", lambda token: offline)
     with pytest.raises(ConnectionError, match="cannot reach the Hugging Face Hub"):
         push_to_hub(folder, "you/tiny-grpo", token="hf_x")
     assert offline.calls == ["whoami"]  # nothing created, nothing uploaded
-    monkeypatch.setattr(module, "_hub_api", lambda token: api)
+    monkeypatch.setattr("huggingface_hub.HfApi", lambda token: api)
     assert push_to_hub(folder, "you/tiny-grpo", token="hf_x") == "https://huggingface.co/you/tiny-grpo"
     assert api.calls == ["whoami", "create_repo you/tiny-grpo private=True", "upload_folder ship -> you/tiny-grpo"]
     unverified = tmp_path / "unverified"
