@@ -904,10 +904,10 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
 
 
 def export(run_dir: str | Path, format: str = "merged", quant: str | None = None, out: str | Path | None = None,
-           questions: int = 32, push_to_hub: str | None = None, private: bool = True,
-           threshold: float | None = None, base: str | Path | None = None, trust_remote_code: bool = False
-           ) -> tuple[Path, Verification]:
-    """Export a run's trained policy and verify it (:func:`verify_export`) before calling it done.
+           questions: int = 32, threshold: float | None = None, base: str | Path | None = None,
+           trust_remote_code: bool = False) -> tuple[Path, Verification]:
+    """Export a run's trained policy and verify it (:func:`verify_export`) before calling it done. (Uploading it:
+    :func:`push_to_hub`, or :func:`grpo_kit.runs.pipeline.export_steps`, which checks the upload before exporting.)
 
     Args:
         run_dir: the run folder (``model/``: a LoRA adapter or a full model; ``train_settings.json``).
@@ -917,8 +917,6 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
             (default ``q8_0``, Unsloth's notebooks' first choice); merged exports take none.
         out: the export folder (default ``<run_dir>/export/merged`` or ``<run_dir>/export/gguf-<quant>``).
         questions: held-out questions to verify on.
-        push_to_hub: ``owner/name`` to upload the verified export to (:func:`push_to_hub`).
-        private: the Hub repository's visibility when created.
         threshold: replaces the type's threshold (see :func:`verify_export`).
         base: a local folder holding the 16-bit base an Unsloth LoRA run merges into (:func:`merge_base`); without
             it Unsloth downloads that base from the Hub, which is checked before any model loads.
@@ -942,8 +940,6 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     fmt = FORMATS[format]
     quant = fmt.check(quant)
     _check_numbers(questions, threshold)
-    if push_to_hub is not None:
-        upload_token(push_to_hub)  # the name, offline mode and a token, before any work
     fmt.check_tools()
     run, settings = _run(run_dir)
     merge_from = merge_base(run.path, base)
@@ -964,8 +960,6 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
             done = _finish(folder, out, verification, run.path)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
-        if push_to_hub is not None:
-            globals()["push_to_hub"](done, push_to_hub, private=private)  # the function, which the argument shadows
     return done, verification
 
 

@@ -23,6 +23,7 @@ import torch
 from grpo_kit.cli import main
 from grpo_kit.runs.export import Verification, export, model_card, push_to_hub, verify_export
 from grpo_kit.runs.folder import RunFolder, RunFolderBusy
+from grpo_kit.runs.pipeline import export_steps
 from tests.llama import needs_llama
 
 QUESTIONS = 8
@@ -211,14 +212,14 @@ def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, mon
     with pytest.raises(ValueError, match="has not finished"):
         export(unfinished)
     with pytest.raises(ValueError, match="owner/name"):
-        export(full_run, push_to_hub="not a repo")
+        next(export_steps(full_run, ["merged"], push_to_hub="not a repo"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
     with pytest.raises(PermissionError, match="no Hugging Face token"):  # said before the export, not after it
-        export(full_run, push_to_hub="you/tiny-grpo")
+        next(export_steps(full_run, ["merged"], push_to_hub="you/tiny-grpo"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE is set"):
-        export(full_run, push_to_hub="you/tiny-grpo")
+        next(export_steps(full_run, ["merged"], push_to_hub="you/tiny-grpo"))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     with pytest.raises(ValueError, match="threshold must be a share"):
         export(full_run, threshold=1.5)
