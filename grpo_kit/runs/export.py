@@ -608,7 +608,9 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     on_hub = is_repo_id(base) and not Path(base).expanduser().exists()
     shown = base if on_hub or base.startswith("tiny:") else Path(base).name  # a local folder by its name
     licence = _licence(base, shown)
-    task = Path(str(settings.get("task"))).name  # a task file by its file name
+    hub_data = preset.get("dataset_name")  # a recipe's Hub data set (its task file is in the kit's cache)
+    hub_data = hub_data if isinstance(hub_data, str) and is_repo_id(hub_data) and not Path(hub_data).exists() else None
+    task = hub_data or Path(str(settings.get("task"))).name  # a task file by its file name
     algorithm = settings.get("algorithm") if isinstance(settings.get("algorithm"), dict) else None
     named = f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" if algorithm else "GRPO"
     keys = ("name", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
@@ -616,8 +618,10 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
             "max_grad_norm", "seed")
     table, rows = _results(run)
     try:  # a damaged comparison.csv leaves the metadata without results, not the export without its card
-        results = [EvalResult(task_type="text-generation", dataset_type=Path(task).stem, dataset_name=task,
-                              dataset_split="test", metric_type=re.sub(r"\W+", "_", row["metric"].lower()).strip("_"),
+        results = [EvalResult(task_type="text-generation", dataset_type=hub_data or Path(task).stem, dataset_name=task,
+                              dataset_config=preset.get("dataset_config") if hub_data else None,
+                              dataset_split=(preset.get("dataset_test_split") if hub_data else None) or "test",
+                              metric_type=re.sub(r"\W+", "_", row["metric"].lower()).strip("_"),
                               metric_name=f"{row['metric']} ({when})", metric_value=float(row[key]))
                    for row in rows for when, key in (("after GRPO", "after"), ("base model, before GRPO", "before"))]
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -625,7 +629,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     data = ModelCardData(base_model=base if on_hub else None, license=licence if re.fullmatch(r"[\w.-]+", licence)
                          else "other", library_name="transformers" if verification.kind == "merged" else None,
                          tags=["trl", "grpo", "grpo_kit", *([algorithm["name"]] if algorithm else [])],
-                         model_name=run.path.name, eval_results=results or None)
+                         datasets=hub_data, model_name=run.path.name, eval_results=results or None)
     rewards = identity.get("rewards", {})
     versions = ", ".join(f"{k} {v}" for k, v in (settings.get("versions") or {}).items()) or "not recorded"
     lines = [f"# {run.path.name}: {shown} trained with {named} on {task}", "",

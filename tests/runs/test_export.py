@@ -188,6 +188,14 @@ def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_
     assert _local_paths(folder, tmp_path_factory.getbasetemp()) == []
     assert _local_paths(full_run / "model", tmp_path_factory.getbasetemp()) == []
     assert verification.run == "../.." and verification.export == "merged"  # the run, relative to the export
+    # A recipe's Hub data set (open-r1's dataset_name keys) is the card's data set, linked on the Hub.
+    copy = tmp_path_factory.mktemp("card") / "full"
+    shutil.copytree(full_run, copy, ignore=shutil.ignore_patterns("checkpoints", "export"))
+    settings["identity"]["preset"].update(dataset_name="openai/gsm8k", dataset_config="main", dataset_test_split="test")
+    (copy / "train_settings.json").write_text(json.dumps(settings))
+    data = ModelCard(model_card(copy, verification)).data
+    assert data.datasets == "openai/gsm8k" and {(r.dataset_type, r.dataset_config, r.dataset_split)
+                                                  for r in data.eval_results} == {("openai/gsm8k", "main", "test")}
 
 
 def _local_paths(folder: Path, root: Path) -> list[str]:
