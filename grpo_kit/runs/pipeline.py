@@ -120,7 +120,7 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
                          "model's dtype)")
     hub = formats[0] if len(formats) == 1 else next((f for f in formats if FORMATS[f].for_the_hub), None)
     if push_to_hub:
-        upload_token(push_to_hub)  # the name, offline mode and a token, before any export
+        upload_token(push_to_hub, option="--push-to-hub (hub_repo)")  # name, offline mode, token: before any export
         if hub is None:
             raise ValueError("--push-to-hub (hub_repo) uploads one export: give one format, or add merged")
     for format in formats:  # a missing llama.cpp is said before a merged export is built
