@@ -580,6 +580,11 @@ def _licence(base: str, shown: str) -> str:
     return f"unknown: not recorded here; read {shown}'s model card before sharing"
 
 
+def _on_hub(name: Any) -> bool:
+    """Whether ``name`` (a model or data set as a run recorded it) is a Hub repository, not a local path."""
+    return isinstance(name, str) and is_repo_id(name) and not Path(name).expanduser().exists()
+
+
 def model_card(run_dir: str | Path, verification: Verification) -> str:
     """The export's ``README.md``, a Hugging Face model card (``huggingface_hub.ModelCard``); :func:`export` writes it
     into every passed export.
@@ -605,11 +610,11 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     identity = settings.get("identity", {})
     preset = identity.get("preset", {})
     base = str(settings.get("base_model", identity.get("model", "unknown")))
-    on_hub = is_repo_id(base) and not Path(base).expanduser().exists()
+    on_hub = _on_hub(base)
     shown = base if on_hub or base.startswith("tiny:") else Path(base).name  # a local folder by its name
     licence = _licence(base, shown)
-    hub_data = preset.get("dataset_name")  # a recipe's Hub data set (its task file is in the kit's cache)
-    hub_data = hub_data if isinstance(hub_data, str) and is_repo_id(hub_data) and not Path(hub_data).exists() else None
+    # a recipe's Hub data set (its task file is in the kit's cache)
+    hub_data = preset.get("dataset_name") if _on_hub(preset.get("dataset_name")) else None
     task = hub_data or Path(str(settings.get("task"))).name  # a task file by its file name
     algorithm = settings.get("algorithm") if isinstance(settings.get("algorithm"), dict) else None
     named = f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" if algorithm else "GRPO"
