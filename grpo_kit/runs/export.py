@@ -22,9 +22,11 @@ every file, so an upload can tell it is the checked artefact) and a model card (
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -34,7 +36,7 @@ from typing import Any
 
 from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.system.files import json_or_none, new_beside, sha256_file, write_json, write_text
-from grpo_kit.system.hub import check_repo_id, hub_offline
+from grpo_kit.system.hub import hub_offline, is_repo_id, upload_token
 from grpo_kit.system.progress import phase_bar
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportFormat", "ExportRefused",
@@ -70,7 +72,7 @@ class Verification:
     """The check of one export against a run's trained policy.
 
     Attributes:
-        export: the checked folder or ``.gguf`` file; ``kind``: ``"merged"`` or ``"gguf"``; ``dtype``: the
+        export: the checked folder's or ``.gguf`` file's name; ``kind``: ``"merged"`` or ``"gguf"``; ``dtype``: the
             merged model's dtype or the GGUF's type.
         questions: held-out questions asked (greedy); ``identical``: how many completions were identical.
         agreement: share of questions with the same flexible answer (two completions without one agree only when
@@ -80,8 +82,9 @@ class Verification:
         rule: what had to hold; ``passed``; ``first_difference``: the first question where the completions
             differ (``question``, ``trained``, ``export``), ``None`` when none do.
         files: SHA-256 of each file of the export, at verification time.
-        run, step, model_digest: the run folder checked against, the step its model was trained to and the trained
-            weights' digest (``finished.json``) at verification time.
+        run, step, model_digest: the run folder checked against (relative to the folder holding
+            ``verification.json``: nothing of this machine goes to the Hub with it), the step its model was trained
+            to and the trained weights' digest (``finished.json``) at verification time.
     """
 
     export: str
@@ -522,10 +525,12 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
                                              "trained": before[first]["completion"],
                                              "export": after[first]["completion"]}
     files = _file_hashes(export) if export.is_dir() else {export.name: sha256_file(export)}
-    return Verification(export=str(export), kind=kind, dtype=dtype, questions=n, identical=sum(same),
+    beside = export if export.is_dir() else export.parent  # where verification.json goes
+    return Verification(export=export.name, kind=kind, dtype=dtype, questions=n, identical=sum(same),
                         agreement=sum(agree) / n, accuracy_trained=acc_before, accuracy_export=acc_after, mcnemar_p=p,
                         rule=rule, passed=passed, weights=weights, first_difference=difference, files=files,
-                        run=str(run.path.resolve()), step=run.finished_step(), model_digest=digest)
+                        run=os.path.relpath(run.path.resolve(), beside.resolve()), step=run.finished_step(),
+                        model_digest=digest)
 
 
 def _free_reference(reference: dict[str, Any]) -> None:
@@ -548,19 +553,23 @@ def _check_numbers(questions: Any, threshold: Any) -> None:
         raise ValueError(f"threshold must be a share in [0, 1], got {threshold!r}")
 
 
-def _report_table(run: RunFolder) -> str:
-    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim, when it is of
-    the model exported (else a line saying why it is not shown)."""
-    if not run.report.is_file():
-        return "No before/after evaluation in the run folder (run `python -m grpo_kit eval` before exporting)."
+def _results(run: RunFolder) -> tuple[str, list[dict[str, str]]]:
+    """The greedy before/after table of the run's ``report.md`` and the McNemar line under it, verbatim, and its rows
+    (``comparison.csv``, written with it), when they are of the model exported; else a line saying why none is shown
+    (naming the run folder by its name: a card is published) and no rows."""
+    if not run.report.is_file() or not run.comparison.is_file():
+        return "No before/after evaluation in the run folder (run `python -m grpo_kit eval` before exporting).", []
     if (stale := run.stale_results()) is not None:
-        return f"No current before/after evaluation, so none is shown: {stale}."
+        stale = stale.replace(str(run.path), run.path.name)
+        return f"No current before/after evaluation, so none is shown: {stale}.", []
     lines = run.report.read_text(encoding="utf-8").splitlines()
     start = lines.index("## Greedy") + 1 if "## Greedy" in lines else 0
-    return "\n".join(itertools.takewhile(lambda line: not line.startswith("## "), lines[start:])).strip()
+    with run.comparison.open(encoding="utf-8", newline="") as rows:
+        return "\n".join(itertools.takewhile(lambda line: not line.startswith("## "), lines[start:])).strip(), \
+            list(csv.DictReader(rows))
 
 
-def _licence(base: str) -> str:
+def _licence(base: str, shown: str) -> str:
     if base.startswith("tiny:"):
         return "the kit's tiny policy, built locally from random weights (no upstream licence)"
     card = Path(base) / "README.md"
@@ -568,38 +577,76 @@ def _licence(base: str) -> str:
         found = re.search(r"^license:\s*(\S+)", card.read_text(encoding="utf-8"), re.MULTILINE)
         if found:
             return found.group(1)
-    return f"unknown: not recorded here; read {base}'s model card before sharing"
+    return f"unknown: not recorded here; read {shown}'s model card before sharing"
+
+
+def _on_hub(name: Any) -> bool:
+    """Whether ``name`` (a model or data set as a run recorded it) is a Hub repository, not a local path."""
+    return isinstance(name, str) and is_repo_id(name) and not Path(name).expanduser().exists()
 
 
 def model_card(run_dir: str | Path, verification: Verification) -> str:
-    """The export's ``README.md``: base model and licence, task, rewards and weights, algorithm settings, steps,
-    the run's before/after table (verbatim from ``report.md``), the verification and the kit's version."""
-    from grpo_kit.system.install import installed_version
+    """The export's ``README.md``, a Hugging Face model card (``huggingface_hub.ModelCard``); :func:`export` writes it
+    into every passed export.
 
-    # run from a clone, not installed: the GPU proof's machine
-    version = installed_version("grpo_kit") or "(not installed: run from a clone)"
+    Its metadata: the base model (when it is a Hub repository), licence, tags and the before/after results as
+    ``model-index`` evaluation results (``huggingface_hub.EvalResult``: task, dataset, metric, value), which the Hub
+    shows beside the model. Its text: base model and licence, task, rewards and weights, the algorithm as the run
+    recorded it (:func:`grpo_kit.training.algorithms.algorithm_markdown`: the variant, its paper and ``loss_type``),
+    the training settings and steps, the run's greedy before/after table (verbatim from ``report.md``), the
+    verification, the versions training ran with and the kit's. Nothing in it is of this machine: a local base model
+    or task file is named by its folder's or file's name.
+
+    TRL's ``create_model_card`` is not used: it links any base model to the Hub (a local folder too), names the
+    method GRPO after DeepSeekMath whatever ``loss_type`` ran, and lists the versions of the machine writing the card
+    rather than those training ran with.
+    """
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    from grpo_kit.system.install import installed_version
+    from grpo_kit.training.algorithms import algorithm_markdown
+
     run, settings = _run(run_dir)
     identity = settings.get("identity", {})
     preset = identity.get("preset", {})
-    base = settings.get("base_model", identity.get("model", "unknown"))
-    steps = run.finished_step()
-    licence = _licence(base)
+    base = str(settings.get("base_model", identity.get("model", "unknown")))
+    on_hub = _on_hub(base)
+    shown = base if on_hub or base.startswith("tiny:") else Path(base).name  # a local folder by its name
+    licence = _licence(base, shown)
+    # a recipe's Hub data set (its task file is in the kit's cache)
+    hub_data = preset.get("dataset_name") if _on_hub(preset.get("dataset_name")) else None
+    task = hub_data or Path(str(settings.get("task"))).name  # a task file by its file name
+    algorithm = settings.get("algorithm") if isinstance(settings.get("algorithm"), dict) else None
+    named = f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" if algorithm else "GRPO"
     keys = ("name", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
-            "gradient_accumulation_steps", "max_completion_length", "temperature", "beta", "loss_type", "lora_rank",
-            "lora_alpha", "optim", "max_grad_norm", "seed")
+            "gradient_accumulation_steps", "max_completion_length", "temperature", "lora_rank", "lora_alpha", "optim",
+            "max_grad_norm", "seed")
+    table, rows = _results(run)
+    try:  # a damaged comparison.csv leaves the metadata without results, not the export without its card
+        results = [EvalResult(task_type="text-generation", dataset_type=hub_data or Path(task).stem, dataset_name=task,
+                              dataset_config=preset.get("dataset_config") if hub_data else None,
+                              dataset_split=(preset.get("dataset_test_split") if hub_data else None) or "test",
+                              metric_type=re.sub(r"\W+", "_", row["metric"].lower()).strip("_"),
+                              metric_name=f"{row['metric']} ({when})", metric_value=float(row[key]))
+                   for row in rows for when, key in (("after GRPO", "after"), ("base model, before GRPO", "before"))]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        results = []
+    data = ModelCardData(base_model=base if on_hub else None, license=licence if re.fullmatch(r"[\w.-]+", licence)
+                         else "other", library_name="transformers" if verification.kind == "merged" else None,
+                         tags=["trl", "grpo", "grpo_kit", *([algorithm["name"]] if algorithm else [])],
+                         datasets=hub_data, model_name=run.path.name, eval_results=results or None)
     rewards = identity.get("rewards", {})
-    licence_id = licence if re.fullmatch(r"[\w.-]+", licence) else "other"
-    front = ["---", f"base_model: {base}", f"license: {licence_id}",
-             "tags: [grpo, grpo_kit]", "---", ""]
-    lines = [*front, f"# {run.path.name}: GRPO fine-tune of {base}", "",
-             f"- base model: `{base}` (licence: {licence})", f"- task: {settings.get('task')}",
+    versions = ", ".join(f"{k} {v}" for k, v in (settings.get("versions") or {}).items()) or "not recorded"
+    lines = [f"# {run.path.name}: {shown} trained with {named} on {task}", "",
+             f"- base model: `{shown}`{'' if on_hub else ' (not on the Hub)'} (licence: {licence})", f"- task: {task}",
              f"- rewards (weight): {', '.join(f'{k} ({v})' for k, v in rewards.items()) or 'not recorded'}",
-             f"- algorithm: GRPO (TRL GRPOTrainer), {steps} steps; "
+             f"- trained with TRL's GRPOTrainer, {run.finished_step()} steps; "
              + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
-             "## Before and after training (from the run's report.md)", "", _report_table(run), "",
+             "## Algorithm", "", algorithm_markdown(algorithm) if algorithm else "Not recorded by this run.", "",
+             "## Before and after training (from the run's report.md)", "", table, "",
              "## Verification of this export", "", verification.summary(), "",
-             f"Made by grpo_kit {version}.", ""]
-    return "\n".join(lines)
+             f"Made by grpo_kit {installed_version('grpo_kit') or '(run from a clone)'}; trained with {versions}.", ""]
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
 
 
 def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
@@ -848,7 +895,7 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
     """Move a checked export to ``out`` (passed: with its card) or ``<out>.refused``, replacing a previous export
     there whole; raise when refused."""
     target = out if verification.passed else out.with_name(out.name + ".refused")
-    verification.export = str(target)
+    verification.export = target.name
     if verification.passed:
         write_text(folder / "README.md", model_card(run_dir, verification))
     write_json(folder / "verification.json", asdict(verification))
@@ -866,10 +913,10 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
 
 
 def export(run_dir: str | Path, format: str = "merged", quant: str | None = None, out: str | Path | None = None,
-           questions: int = 32, push_to_hub: str | None = None, private: bool = True,
-           threshold: float | None = None, base: str | Path | None = None, trust_remote_code: bool = False
-           ) -> tuple[Path, Verification]:
-    """Export a run's trained policy and verify it (:func:`verify_export`) before calling it done.
+           questions: int = 32, threshold: float | None = None, base: str | Path | None = None,
+           trust_remote_code: bool = False) -> tuple[Path, Verification]:
+    """Export a run's trained policy and verify it (:func:`verify_export`) before calling it done. (Uploading it:
+    :func:`push_to_hub`, or :func:`grpo_kit.runs.pipeline.export_steps`, which checks the upload before exporting.)
 
     Args:
         run_dir: the run folder (``model/``: a LoRA adapter or a full model; ``train_settings.json``).
@@ -879,8 +926,6 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
             (default ``q8_0``, Unsloth's notebooks' first choice); merged exports take none.
         out: the export folder (default ``<run_dir>/export/merged`` or ``<run_dir>/export/gguf-<quant>``).
         questions: held-out questions to verify on.
-        push_to_hub: ``owner/name`` to upload the verified export to (:func:`push_to_hub`).
-        private: the Hub repository's visibility when created.
         threshold: replaces the type's threshold (see :func:`verify_export`).
         base: a local folder holding the 16-bit base an Unsloth LoRA run merges into (:func:`merge_base`); without
             it Unsloth downloads that base from the Hub, which is checked before any model loads.
@@ -904,8 +949,6 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     fmt = FORMATS[format]
     quant = fmt.check(quant)
     _check_numbers(questions, threshold)
-    if push_to_hub is not None:
-        check_repo_id(push_to_hub)
     fmt.check_tools()
     run, settings = _run(run_dir)
     merge_from = merge_base(run.path, base)
@@ -926,15 +969,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
             done = _finish(folder, out, verification, run.path)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
-        if push_to_hub is not None:
-            globals()["push_to_hub"](done, push_to_hub, private=private)  # the function, which the argument shadows
     return done, verification
-
-
-def _hub_api(token: str) -> Any:
-    from huggingface_hub import HfApi
-
-    return HfApi(token=token)
 
 
 def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, token: str | None = None) -> str:
@@ -943,11 +978,12 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
 
     Raises:
         ValueError: a malformed ``repo_id``; the folder has no passed ``verification.json``, or a file changed
-            since it was verified (its SHA-256 differs).
+            since it was verified (its SHA-256 differs), or the run it was verified against was trained further.
         PermissionError: no token (``HF_TOKEN`` or ``hf auth login``), before anything is uploaded.
-        ConnectionError: the Hub cannot be reached (or refused the token), before anything is uploaded.
+        ConnectionError: ``HF_HUB_OFFLINE`` is set, or the Hub cannot be reached (or refused the token), before
+            anything is uploaded.
     """
-    check_repo_id(repo_id)
+    token = upload_token(repo_id, token)
     folder = Path(export_dir)
     record = folder / "verification.json"
     if not record.is_file():
@@ -958,21 +994,18 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
         raise ValueError(f"{folder} failed its verification ({verification.get('rule')}): not uploading it")
     if _file_hashes(folder) != verification.get("files"):
         raise ValueError(f"{folder} changed since it was verified (a file's SHA-256 differs): verify it again")
-    source = verification.get("run")
-    if source and verification.get("model_digest") and Path(source, "finished.json").is_file():
+    source = folder / verification["run"] if verification.get("run") else None  # relative to the export
+    if source and verification.get("model_digest") and (source / "finished.json").is_file():
         digest = RunFolder(source, write=False).check_model()  # a model/ edited since raises, naming the file
         if digest != verification["model_digest"]:
             raise ValueError(f"{source}/model was trained further or replaced since {folder} was verified against "
                              "it: export it again")
-    from huggingface_hub import get_token
+    from huggingface_hub import HfApi
 
-    token = token or get_token()
-    if not token:
-        raise PermissionError("no Hugging Face token: set HF_TOKEN or run `hf auth login`; nothing was uploaded")
-    api = _hub_api(token)
+    api = HfApi(token=token)
     try:
         api.whoami()
-    except Exception as e:  # offline, DNS, refused token: huggingface_hub raises several types
+    except Exception as e:  # DNS, no network, refused token: huggingface_hub raises several types
         raise ConnectionError(f"cannot reach the Hugging Face Hub with this token ({type(e).__name__}: {e}); "
                               "nothing was uploaded") from None
     url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")

@@ -103,12 +103,13 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
 
     Raises:
         ValueError: ``quant`` without a GGUF, a malformed ``push_to_hub``, or an upload with several formats and none
-            merged; all before any export. ImportError: a format's tools are missing (checked for every format
+            merged; PermissionError / ConnectionError: an upload without a token or with ``HF_HUB_OFFLINE``; all before
+            any export. ImportError: a format's tools are missing (checked for every format
             first). Whatever :func:`grpo_kit.runs.export.export` and ``push_to_hub`` raise.
     """
     from grpo_kit.runs.export import FORMATS, export
     from grpo_kit.runs.export import push_to_hub as upload
-    from grpo_kit.system.hub import check_repo_id
+    from grpo_kit.system.hub import upload_token
 
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
@@ -119,7 +120,7 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
                          "model's dtype)")
     hub = formats[0] if len(formats) == 1 else next((f for f in formats if FORMATS[f].for_the_hub), None)
     if push_to_hub:
-        check_repo_id(push_to_hub)
+        upload_token(push_to_hub, option="--push-to-hub (hub_repo)")  # name, offline mode, token: before any export
         if hub is None:
             raise ValueError("--push-to-hub (hub_repo) uploads one export: give one format, or add merged")
     for format in formats:  # a missing llama.cpp is said before a merged export is built

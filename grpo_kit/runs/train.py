@@ -77,13 +77,14 @@ def package_versions() -> dict[str, str]:
 
 
 def model_card(spec: RunSpec, train_questions: int) -> str:
-    """The trained model's card (``model/README.md``): what it was trained from, on what, with which algorithm and
-    rewards, and the package versions."""
+    """The trained model's card (``model/README.md``): what it was trained from (a local folder by its name: nothing of
+    this machine in a card), on what, with which algorithm and rewards, and the package versions."""
     preset = spec.preset
     rewards = ", ".join(f"{n} (weight {w:g})" for n, w in zip(spec.rewards.names, spec.rewards.weights))
+    base = Path(spec.policy.name).name if Path(spec.policy.name).expanduser().is_dir() else spec.policy.name
     return "\n".join([
-        f"# {spec.policy.name}, GRPO on {spec.task.name}", "",
-        f"Trained with grpo_kit (TRL's GRPOTrainer), preset `{preset.name}`, from `{spec.policy.name}` on "
+        f"# {base}, GRPO on {spec.task.name}", "",
+        f"Trained with grpo_kit (TRL's GRPOTrainer), preset `{preset.name}`, from `{base}` on "
         f"{train_questions} {spec.task.name} train questions for {preset.max_steps} steps.", "",
         "## Algorithm", "", algorithm_markdown(algorithm_settings(preset)), "",
         "## Training", "", f"- rewards: {rewards}", f"- learning rate: {preset.learning_rate:g} "

@@ -5,7 +5,7 @@ says in one line what is missing instead of failing in a library's retries.
 
 from __future__ import annotations
 
-__all__ = ["check_repo_id", "hub_offline", "hub_problem", "is_repo_id"]
+__all__ = ["hub_offline", "hub_problem", "is_repo_id", "upload_token"]
 
 
 def hub_offline() -> bool:
@@ -61,11 +61,24 @@ def is_repo_id(text: str, owner: bool = False) -> bool:
     return not owner or text.count("/") == 1
 
 
-def check_repo_id(repo_id: str, option: str = "--push-to-hub") -> None:
-    """Refuse anything but ``owner/name`` in the Hub's characters (:func:`is_repo_id`).
+def upload_token(repo_id: str, token: str | None = None, option: str = "--push-to-hub") -> str:
+    """The token to upload to ``repo_id`` with (``token``, else huggingface_hub's ``get_token``: ``HF_TOKEN`` or
+    ``hf auth login``), checked before any work: the name, offline mode, a token. Whether the Hub answers, and takes
+    the token, is for the upload's first request to say.
 
     Raises:
-        ValueError: the name, and what ``option`` takes.
+        ValueError: ``repo_id`` is not ``owner/name`` in the Hub's characters (:func:`is_repo_id`).
+        ConnectionError: ``HF_HUB_OFFLINE`` is set (:func:`hub_offline`).
+        PermissionError: no token.
     """
+    from huggingface_hub import get_token
+
     if not is_repo_id(repo_id, owner=True):
         raise ValueError(f"{option} takes owner/name (e.g. you/qwen-grpo-gsm), got {repo_id!r}")
+    if hub_offline():
+        raise ConnectionError(f"{option} {repo_id} uploads to the Hugging Face Hub, and HF_HUB_OFFLINE is set: unset "
+                              "it to upload; nothing was uploaded")
+    token = token or get_token()
+    if not token:
+        raise PermissionError("no Hugging Face token: set HF_TOKEN or run `hf auth login`; nothing was uploaded")
+    return token

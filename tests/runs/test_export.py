@@ -23,6 +23,7 @@ import torch
 from grpo_kit.cli import main
 from grpo_kit.runs.export import Verification, export, model_card, push_to_hub, verify_export
 from grpo_kit.runs.folder import RunFolder, RunFolderBusy
+from grpo_kit.runs.pipeline import export_steps
 from tests.llama import needs_llama
 
 QUESTIONS = 8
@@ -88,10 +89,11 @@ def test_a_full_fine_tune_exports_merged_and_is_identical(full_run):
 
 
 @pytest.mark.parametrize("which", ["lora_run", "head_run"])
-def test_a_lora_adapter_merges_into_a_model_that_answers_like_it(which, request, tiny_policy_files):
+def test_a_lora_adapter_merges_into_a_model_that_answers_like_it(which, request, tiny_policy_files, tmp_path_factory):
     run = request.getfixturevalue(which)
     folder, verification = export(run, "merged", questions=QUESTIONS)
     assert verification.passed and verification.identical == QUESTIONS, verification.side_by_side()
+    assert _local_paths(folder, tmp_path_factory.getbasetemp()) == []  # the adapter's base path stays home
     from safetensors.torch import load_file
 
     from grpo_kit.policy.loading import load_policy
@@ -147,7 +149,10 @@ def test_a_tampered_export_fails_verify_export(full_run, tmp_path, capsys):
     assert verification.weights["differing"] == [name]
 
 
-def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_on_stderr):
+def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_on_stderr, tmp_path_factory):
+    import pandas as pd
+    from huggingface_hub import ModelCard
+
     assert main(["export", str(full_run), "--format", "merged", "--questions", str(QUESTIONS)]) == 0
     printed = capsys.readouterr()
     assert "merged export (float32)" in printed.out
@@ -161,11 +166,43 @@ def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_
                   if line.startswith("|")]
     assert table and card_table == table
     settings = json.loads((full_run / "train_settings.json").read_text())
-    assert f"base_model: {settings['base_model']}" in card and "McNemar" in card and "grpo_kit 0.1.0" in card
+    assert "McNemar" in card and "grpo_kit 0.1.0" in card
     for reward, weight in settings["identity"]["rewards"].items():
         assert f"{reward} ({weight})" in card
     assert "learning_rate=0.02" in card and "2 steps" in card and verification.summary() in card
+    algorithm = settings["algorithm"]  # named as the recipe ran it (case 8 of issue 46: not just "GRPO")
+    assert f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" in card
     assert model_card(full_run, verification) == card
+    # The Hub's metadata: YAML front matter with the before/after numbers as model-index evaluation results.
+    data = ModelCard(card).data
+    assert data.base_model is None  # a local folder, named in the text (`tiny-policy...`), not a Hub id
+    assert data.model_name == "full" and "grpo" in data.tags and data.license
+    results = {(r.metric_name, r.dataset_name, r.dataset_split, r.task_type): r.metric_value
+               for r in data.eval_results}
+    numbers = pd.read_csv(full_run / "comparison.csv")
+    assert len(results) == 2 * len(numbers)
+    for row in numbers.itertuples():
+        for when, value in (("after GRPO", row.after), ("base model, before GRPO", row.before)):
+            assert results[(f"{row.metric} ({when})", "gsm8k", "test", "text-generation")] == value
+    # Nothing of this machine in anything the Hub would receive (case 8 of issue 46), nor in the trained model's card.
+    assert _local_paths(folder, tmp_path_factory.getbasetemp()) == []
+    assert _local_paths(full_run / "model", tmp_path_factory.getbasetemp()) == []
+    assert verification.run == "../.." and verification.export == "merged"  # the run, relative to the export
+    # A recipe's Hub data set (open-r1's dataset_name keys) is the card's data set, linked on the Hub.
+    copy = tmp_path_factory.mktemp("card") / "full"
+    shutil.copytree(full_run, copy, ignore=shutil.ignore_patterns("checkpoints", "export"))
+    settings["identity"]["preset"].update(dataset_name="openai/gsm8k", dataset_config="main", dataset_test_split="test")
+    (copy / "train_settings.json").write_text(json.dumps(settings))
+    data = ModelCard(model_card(copy, verification)).data
+    assert data.datasets == "openai/gsm8k" and {(r.dataset_type, r.dataset_config, r.dataset_split)
+                                                  for r in data.eval_results} == {("openai/gsm8k", "main", "test")}
+
+
+def _local_paths(folder: Path, root: Path) -> list[str]:
+    """The text files of ``folder`` that hold ``root`` (this test session's temporary folder, where every model and
+    run of these tests lies)."""
+    texts = [p for p in folder.iterdir() if p.suffix in (".md", ".json", ".jinja", ".txt")]
+    return [p.name for p in texts if str(root) in p.read_text() or str(root.resolve()) in p.read_text()]
 
 
 def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, monkeypatch):
@@ -183,7 +220,15 @@ def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, mon
     with pytest.raises(ValueError, match="has not finished"):
         export(unfinished)
     with pytest.raises(ValueError, match="owner/name"):
-        export(full_run, push_to_hub="not a repo")
+        next(export_steps(full_run, ["merged"], push_to_hub="not a repo"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    with pytest.raises(PermissionError, match="no Hugging Face token"):  # said before the export, not after it
+        next(export_steps(full_run, ["merged"], push_to_hub="you/tiny-grpo"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE is set"):
+        next(export_steps(full_run, ["merged"], push_to_hub="you/tiny-grpo"))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
     with pytest.raises(ValueError, match="threshold must be a share"):
         export(full_run, threshold=1.5)
     monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
@@ -212,22 +257,21 @@ class _FakeApi:
 
 
 def test_the_hub_upload_refuses_unverified_and_fails_before_uploading(full_run, tmp_path, monkeypatch):
-    import grpo_kit.runs.export as module
 
     folder, _ = export(full_run, "merged", out=tmp_path / "ship", questions=QUESTIONS)
     api = _FakeApi()
-    monkeypatch.setattr(module, "_hub_api", lambda token: api)
+    monkeypatch.setattr("huggingface_hub.HfApi", lambda token: api)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)  # no login cached on this machine either
     with pytest.raises(PermissionError, match="no Hugging Face token"):
         push_to_hub(folder, "you/tiny-grpo")
     assert api.calls == []
     offline = _FakeApi(fail_whoami=True)
-    monkeypatch.setattr(module, "_hub_api", lambda token: offline)
+    monkeypatch.setattr("huggingface_hub.HfApi", lambda token: offline)
     with pytest.raises(ConnectionError, match="cannot reach the Hugging Face Hub"):
         push_to_hub(folder, "you/tiny-grpo", token="hf_x")
     assert offline.calls == ["whoami"]  # nothing created, nothing uploaded
-    monkeypatch.setattr(module, "_hub_api", lambda token: api)
+    monkeypatch.setattr("huggingface_hub.HfApi", lambda token: api)
     assert push_to_hub(folder, "you/tiny-grpo", token="hf_x") == "https://huggingface.co/you/tiny-grpo"
     assert api.calls == ["whoami", "create_repo you/tiny-grpo private=True", "upload_folder ship -> you/tiny-grpo"]
     unverified = tmp_path / "unverified"
@@ -235,6 +279,15 @@ def test_the_hub_upload_refuses_unverified_and_fails_before_uploading(full_run, 
     (unverified / "verification.json").unlink()
     with pytest.raises(ValueError, match="never verified"):
         push_to_hub(unverified, "you/tiny-grpo", token="hf_x")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE is set"):
+        push_to_hub(folder, "you/tiny-grpo", token="hf_x")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    record = json.loads((folder / "verification.json").read_text())  # the run is found from the export's folder
+    (folder / "verification.json").write_text(json.dumps({**record, "model_digest": "0" * 64}))
+    with pytest.raises(ValueError, match="trained further or replaced"):
+        push_to_hub(folder, "you/tiny-grpo", token="hf_x")
+    (folder / "verification.json").write_text(json.dumps(record))
     (folder / "generation_config.json").write_text("{}")  # changed after the check
     with pytest.raises(ValueError, match="changed since it was verified"):
         push_to_hub(folder, "you/tiny-grpo", token="hf_x")
