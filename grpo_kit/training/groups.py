@@ -124,6 +124,10 @@ def groups_frame(raw: pd.DataFrame, step: int, rewards: Sequence[str], weights: 
     return out
 
 
+# Why the kit keeps its own file per step rather than the viewer reading TRL's: TRL writes every logging step's whole
+# generation batch, never pruned (a run folder would grow with the run and its batch size), with pandas straight into
+# the final name (a kill can tear it), and without the group size and reward weights (its columns mix reward functions
+# with their extra logs), which the group, total and spread need. Its file is read once here and deleted.
 class _Collector:
     """Turns TRL's completion files into kept steps (what :func:`keep_groups`' callback does at each event)."""
 
@@ -211,19 +215,22 @@ def kept_steps(folder: str | Path) -> list[tuple[int, Path]]:
     return sorted((int(m.group(1)), p) for p in Path(folder).glob("step-*.parquet") if (m := _KEPT_FILE.search(p.name)))
 
 
-def read_groups(folder: str | Path, steps: Sequence[int] | None = None) -> pd.DataFrame:
+def read_groups(folder: str | Path, steps: Sequence[int] | None = None, damaged: list[str] | None = None
+                ) -> pd.DataFrame:
     """The training groups kept in ``folder`` (a run folder's ``groups/``), one row per completion.
 
     Args:
         folder: the folder of ``step-<step>.parquet`` files (:func:`keep_groups`).
         steps: only these steps (default all).
+        damaged: where given, a damaged step's file (torn by a kill, edited) is left out and its message appended
+            here (the viewer shows the other steps) instead of raised.
 
     Returns:
         A ``pandas.DataFrame`` with :data:`GROUP_COLUMNS` and ``reward/<name>`` per reward function, ordered by
         step; empty (those columns only) when nothing was kept.
 
     Raises:
-        ValueError: a kept file is damaged (the message names it).
+        ValueError: a kept file is damaged (the message names it), unless ``damaged`` collects it.
     """
     import pandas as pd
 
@@ -234,7 +241,10 @@ def read_groups(folder: str | Path, steps: Sequence[int] | None = None) -> pd.Da
         try:
             frames.append(pd.read_parquet(path))
         except (OSError, ValueError) as e:
-            raise ValueError(f"{path} is damaged ({e}): delete it (the other steps stay readable)") from None
+            message = f"{path} is damaged ({e}): delete it (the other steps stay readable)"
+            if damaged is None:
+                raise ValueError(message) from None
+            damaged.append(message)
     if not frames:
         return pd.DataFrame(columns=list(GROUP_COLUMNS))
     return pd.concat(frames, ignore_index=True)
