@@ -253,15 +253,13 @@ def _cpu_memory_problem(preset: Recipe, model: str | None) -> str | None:
     """A micro-batch whose float32 logits alone exceed this machine's memory (``per_device_train_batch_size``
     completions of ``max_prompt_tokens + max_completion_length`` tokens, each a row of ``vocab_size`` logits: the
     activations part of :func:`grpo_kit.training.memory.estimate_memory`), with the model's vocabulary where its
-    ``config.json`` is here, else the tiny policy's (a lower bound)."""
+    shape is known here (:func:`_shape`), else the tiny policy's (a lower bound)."""
     import psutil
 
     from grpo_kit.policy.tiny import TinyPolicySpec
 
-    vocab = TinyPolicySpec.vocab_size
-    if model is not None:
-        config = json_or_none(Path(model) / "config.json")
-        vocab = config.get("vocab_size", vocab) if isinstance(config, dict) else vocab
+    shape = _shape(preset, model) if model is not None else None
+    vocab = shape.vocab_size if isinstance(shape, ModelShape) else TinyPolicySpec.vocab_size
     tokens = preset.per_device_train_batch_size * (preset.max_prompt_tokens + preset.max_completion_length)
     needed, total = tokens * vocab * 4 / 2**30, psutil.virtual_memory().total / 2**30
     if needed <= total:
