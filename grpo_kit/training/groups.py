@@ -36,8 +36,8 @@ log = logging.getLogger(__name__)
 
 #: The columns of a kept step besides one ``reward/<name>`` per reward function.
 GROUP_COLUMNS = ("step", "group", "prompt", "completion", "total", "advantage", "group_std")
-_TRL_FILE = re.compile(r"completions_(\d+)\.parquet$")
-_KEPT_FILE = re.compile(r"step-(\d+)\.parquet$")
+_TRL_FILE = re.compile(r"completions_(\d+)\.parquet")
+_KEPT_FILE = re.compile(r"step-(\d+)\.parquet")
 
 
 @dataclass(frozen=True)
@@ -136,15 +136,10 @@ class _Collector:
         self.folder, self.kept = folder, kept
         self.rewards, self.weights, self.num_generations = list(rewards), list(weights), num_generations
 
-    @staticmethod
-    def trl_files(output_dir: str) -> list[tuple[int, Path]]:
-        return sorted((int(m.group(1)), p) for p in (Path(output_dir) / "completions").glob("completions_*.parquet")
-                      if (m := _TRL_FILE.search(p.name)))
-
     def begin(self, output_dir: str, step: int) -> None:
         """A resumed run trains the steps after its checkpoint (``step``) again: what a killed run kept or TRL logged
         of them is dropped; what TRL logged up to ``step`` and was not collected yet is kept."""
-        for kept_step, path in [*kept_steps(self.folder), *self.trl_files(output_dir)]:
+        for kept_step, path in [*kept_steps(self.folder), *_numbered(Path(output_dir) / "completions", _TRL_FILE)]:
             if kept_step > step:
                 path.unlink()
         self.collect(output_dir)
@@ -153,7 +148,7 @@ class _Collector:
         """Turn TRL's files of steps before ``before`` (all when ``None``) into kept steps, deleting TRL's copy."""
         import pandas as pd
 
-        for step, path in self.trl_files(output_dir):
+        for step, path in _numbered(Path(output_dir) / "completions", _TRL_FILE):
             if before is not None and step >= before:
                 continue
             if self.kept.on and step % self.kept.every == 0:
@@ -212,7 +207,12 @@ def keep_groups(folder: str | Path, kept: GroupsKept, rewards: Sequence[str], we
 
 def kept_steps(folder: str | Path) -> list[tuple[int, Path]]:
     """The kept steps in ``folder`` (a run folder's ``groups/``), as ``(step, path)``, oldest first."""
-    return sorted((int(m.group(1)), p) for p in Path(folder).glob("step-*.parquet") if (m := _KEPT_FILE.search(p.name)))
+    return _numbered(Path(folder), _KEPT_FILE)
+
+
+def _numbered(folder: Path, name: re.Pattern[str]) -> list[tuple[int, Path]]:
+    """The files of ``folder`` whose whole name matches ``name``, as ``(its number, path)``, lowest first."""
+    return sorted((int(m.group(1)), p) for p in folder.glob("*.parquet") if (m := name.fullmatch(p.name)))
 
 
 def read_groups(folder: str | Path, steps: Sequence[int] | None = None, damaged: list[str] | None = None
