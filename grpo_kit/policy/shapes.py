@@ -1,14 +1,16 @@
-"""A model's shape from its ``config.json``: parameter counts, LoRA sizes, KV cache per token, and a random-weight
-copy on the ``meta`` device, without its weights or a network.
+"""A model's shape from its ``config.json``: parameter counts, LoRA sizes, KV cache per token, counted on a copy
+built on the ``meta`` device (every tensor's shape, no memory), without its weights or a network.
 
 The kit ships the ``config.json`` of each preset's model (``model_configs/``, see its ``SOURCE.md``);
 :func:`model_config` reads those, a local folder's, or a Hub model's already in the local Hugging Face cache.
 The memory arithmetic of ``python -m grpo_kit plan`` (:mod:`grpo_kit.training.memory`) and the GPU proof
-(``benchmarks/gpu_proof.py``) both start here. Decoder-only Llama-family models (Llama, Qwen2, Mistral) only.
+(``benchmarks/gpu_proof.py``) both start here. Any model transformers' ``AutoModelForCausalLM`` builds from its
+``config.json`` (no ``trust_remote_code``: a config whose architecture needs a repository's code is refused).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,111 +60,93 @@ def model_config(model: str | Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The sizes of a decoder-only transformer (Llama, Qwen2, Mistral), read from its ``config.json``.
+    """The sizes the memory and cost arithmetic needs, counted on the model built on the ``meta`` device.
+
+    Any architecture transformers' ``AutoModelForCausalLM`` builds from its ``config.json`` (Llama, Qwen2, Mistral,
+    Gemma, Phi-3 ...): the counts are the built model's own tensors, not a formula per architecture.
 
     Attributes:
         name: what it was read for (a Hub id or folder).
-        model_type: ``config.json``'s ``model_type``.
-        hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim, vocab_size: the
-            architecture.
-        tied: whether the output projection shares the input embedding's weights.
-        qkv_bias: whether the query, key and value projections have a bias (Qwen2 does).
-        max_positions: the context length the model was built for (``max_position_embeddings``).
+        parameters: every parameter, a tied output projection counted once (``model.num_parameters()``).
+        linear_parameters: the weights of the ``nn.Linear`` layers but the output projection: what 4-bit loading
+            quantizes (transformers keeps the output projection, embeddings, norms and biases 16-bit).
+        linears: per linear layer's name (``q_proj``, ``qkv_proj`` ...), its ``in_features + out_features`` summed
+            over the layers: a LoRA of rank ``r`` on it adds ``r`` times that.
+        hidden_size, num_layers, vocab_size: from the (text) config.
+        kv_per_token: key and value elements one token holds in the KV cache, all layers (``2 * num_layers *
+            num_key_value_heads * head_dim``; 65,536 for Llama-3.1-8B: 128 KiB a token in bfloat16).
     """
 
     name: str
-    model_type: str
+    parameters: int
+    linear_parameters: int
+    linears: dict[str, int]
     hidden_size: int
-    intermediate_size: int
     num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
     vocab_size: int
-    tied: bool
-    qkv_bias: bool
-    max_positions: int
+    kv_per_token: int
 
     @classmethod
     def from_config(cls, config: dict[str, Any], name: str = "") -> ModelShape:
-        """Read a ``config.json`` dict.
+        """Count a ``config.json`` dict's model, built on the ``meta`` device (no memory, no weights).
 
         Raises:
-            ValueError: a key the arithmetic needs is missing (not a Llama-family decoder).
+            ValueError: transformers cannot build a causal language model from it (the message says why).
         """
-        try:
-            hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-            return cls(name=name, model_type=str(config.get("model_type", "")), hidden_size=hidden,
-                       intermediate_size=int(config["intermediate_size"]),
-                       num_layers=int(config["num_hidden_layers"]), num_heads=heads,
-                       num_kv_heads=int(config.get("num_key_value_heads") or heads),
-                       head_dim=int(config.get("head_dim") or hidden // heads), vocab_size=int(config["vocab_size"]),
-                       tied=bool(config.get("tie_word_embeddings", False)),
-                       qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
-                       max_positions=int(config.get("max_position_embeddings", 0)))
-        except KeyError as e:
-            raise ValueError(f"{name or 'this config'} has no {e.args[0]!r}: the kit's arithmetic knows decoder-only "
-                             "Llama-family models (Llama, Qwen2, Mistral)") from None
+        return _counted(json.dumps(config, sort_keys=True), name)
 
-    def projections(self) -> dict[str, tuple[int, int]]:
-        """Each decoder layer's linear projections: ``{name: (in_features, out_features)}``."""
-        h, q, kv, i = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, \
-            self.intermediate_size
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    def lora_parameters(self, rank: int, targets: str | tuple[str, ...] | list[str]) -> int:
+        """A LoRA adapter's parameters: ``rank * (in + out)`` for each targeted linear layer of each layer.
 
-    @property
-    def linear_parameters(self) -> int:
-        """Weights of the decoder layers' linear projections (what 4-bit loading quantizes), biases excluded."""
-        return self.num_layers * sum(a * b for a, b in self.projections().values())
-
-    @property
-    def embedding_parameters(self) -> int:
-        """The input embedding plus, untied, the output projection (both stay 16-bit under 4-bit loading)."""
-        return self.vocab_size * self.hidden_size * (1 if self.tied else 2)
-
-    @property
-    def other_parameters(self) -> int:
-        """Norms and biases: two norms a layer and a final one, and the query/key/value biases where there are."""
-        bias = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim if self.qkv_bias else 0
-        return self.num_layers * (2 * self.hidden_size + bias) + self.hidden_size
-
-    @property
-    def parameters(self) -> int:
-        """Every parameter (a tied output projection counted once), as ``model.num_parameters()`` counts them.
-
-        >>> model_shape("Qwen/Qwen2.5-1.5B-Instruct").parameters
-        1543714304
-        """
-        return self.linear_parameters + self.embedding_parameters + self.other_parameters
-
-    def lora_parameters(self, rank: int, targets: tuple[str, ...] | list[str]) -> int:
-        """A LoRA adapter's parameters: ``rank * (in + out)`` for each targeted projection of each layer.
+        ``targets`` is peft's ``target_modules``: linear layers' names, or ``"all-linear"`` (every linear layer but
+        the output projection). As peft does, a name matching no layer adds nothing, and none matching is refused
+        (``peft/tuners/tuners_utils.py``: "Target modules ... not found in the base model").
 
         Raises:
-            ValueError: a target that is not one of :meth:`projections`.
+            ValueError: no target is one of :attr:`linears`.
         """
-        projections = self.projections()
-        unknown = sorted(set(targets) - set(projections))
-        if unknown:
-            raise ValueError(f"LoRA targets {unknown} are not projections of {self.name} ({', '.join(projections)})")
-        return self.num_layers * sum(rank * sum(projections[t]) for t in targets)
+        targets = list(self.linears) if targets == "all-linear" else [targets] if isinstance(targets, str) else targets
+        if not set(targets) & set(self.linears):
+            raise ValueError(f"LoRA targets {list(targets)} name no linear layer of {self.name} "
+                             f"({', '.join(self.linears)}): set lora_target_modules")
+        return rank * sum(self.linears.get(t, 0) for t in targets)
 
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """KV cache for one token, in bytes: keys and values of every layer's KV heads.
 
-        >>> model_shape("meta-llama/Llama-3.1-8B-Instruct").kv_bytes_per_token() // 1024  # KiB, bfloat16
-        128
-        """
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+@functools.lru_cache(maxsize=32)
+def _counted(config_json: str, name: str) -> ModelShape:
+    """:meth:`ModelShape.from_config` of a config as JSON text (cached: plan asks for one shape several times)."""
+    import torch
+
+    try:
+        model = build_on_meta(json.loads(config_json))
+    except Exception as e:  # transformers' own refusal: an unknown model_type, no causal-LM class, sizes that clash
+        raise ValueError(f"{name or 'this config'}: transformers cannot build a causal language model from its "
+                         f"config.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    text, output = model.config.get_text_config(), model.get_output_embeddings()
+    linears: dict[str, int] = {}
+    quantized = 0
+    for module_name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and module is not output:
+            key = module_name.rsplit(".", 1)[-1]
+            linears[key] = linears.get(key, 0) + module.in_features + module.out_features
+            quantized += module.weight.numel()
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    return ModelShape(name=name, parameters=model.num_parameters(), linear_parameters=quantized, linears=linears,
+                      hidden_size=text.hidden_size, num_layers=text.num_hidden_layers, vocab_size=text.vocab_size,
+                      kv_per_token=2 * text.num_hidden_layers * kv_heads * head_dim)
 
 
 def model_shape(model: str | Path) -> ModelShape:
     """The :class:`ModelShape` of a Hub id or folder (:func:`model_config`).
 
+    >>> model_shape("Qwen/Qwen2.5-1.5B-Instruct").parameters
+    1543714304
+
     Raises:
         LookupError: no ``config.json`` for it here.
-        ValueError: not a Llama-family decoder.
+        ValueError: transformers cannot build a causal language model from it.
     """
     return ModelShape.from_config(model_config(model), str(model))
 

@@ -29,7 +29,7 @@ from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
 from grpo_kit.runs.measure import plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
-from grpo_kit.training.groups import kept_steps, read_groups
+from grpo_kit.training.groups import read_groups
 
 __all__ = ["view_data", "write_view"]
 
@@ -95,15 +95,8 @@ def _groups(run: RunFolder) -> dict[str, Any]:
     """The kept training groups, column-wise per group (the page's largest part, inflated only when shown), and per
     kept step the share of groups whose completions all scored the same total (they teach nothing); a step's damaged
     file (torn by a kill, edited) is left out and named under ``damaged``, and the other steps are shown."""
-    import pandas as pd
-
-    frames, damaged = [], []
-    for step, _ in kept_steps(run.groups):
-        try:
-            frames.append(read_groups(run.groups, steps=[step]))
-        except ValueError as e:
-            damaged.append(str(e))
-    frame = pd.concat(frames, ignore_index=True) if frames else read_groups(run.groups, steps=[])
+    damaged: list[str] = []
+    frame = read_groups(run.groups, damaged=damaged)
     rewards = [c for c in frame.columns if c.startswith("reward/")]
     out = []
     for (step, group), rows in frame.groupby(["step", "group"], sort=True):

@@ -129,7 +129,7 @@ def estimate_disk(preset: Recipe, shape: ModelShape) -> dict[str, Any]:
     half = 2 * shape.parameters
     four_bit = preset.use_unsloth and preset.load_in_4bit
     if four_bit:
-        download = shape.linear_parameters * _NF4_BYTES + 2 * (shape.embedding_parameters + shape.other_parameters)
+        download = shape.linear_parameters * _NF4_BYTES + 2 * (shape.parameters - shape.linear_parameters)
         what = "Unsloth's pre-quantized 4-bit copy, loaded in place of the 16-bit name"
     else:
         download, what = half, "16-bit weights"

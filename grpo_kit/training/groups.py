@@ -36,8 +36,8 @@ log = logging.getLogger(__name__)
 
 #: The columns of a kept step besides one ``reward/<name>`` per reward function.
 GROUP_COLUMNS = ("step", "group", "prompt", "completion", "total", "advantage", "group_std")
-_TRL_FILE = re.compile(r"completions_(\d+)\.parquet$")
-_KEPT_FILE = re.compile(r"step-(\d+)\.parquet$")
+_TRL_FILE = re.compile(r"completions_(\d+)\.parquet")
+_KEPT_FILE = re.compile(r"step-(\d+)\.parquet")
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,10 @@ def groups_frame(raw: pd.DataFrame, step: int, rewards: Sequence[str], weights: 
     return out
 
 
+# Why the kit keeps its own file per step rather than the viewer reading TRL's: TRL writes every logging step's whole
+# generation batch, never pruned (a run folder would grow with the run and its batch size), with pandas straight into
+# the final name (a kill can tear it), and without the group size and reward weights (its columns mix reward functions
+# with their extra logs), which the group, total and spread need. Its file is read once here and deleted.
 class _Collector:
     """Turns TRL's completion files into kept steps (what :func:`keep_groups`' callback does at each event)."""
 
@@ -132,15 +136,10 @@ class _Collector:
         self.folder, self.kept = folder, kept
         self.rewards, self.weights, self.num_generations = list(rewards), list(weights), num_generations
 
-    @staticmethod
-    def trl_files(output_dir: str) -> list[tuple[int, Path]]:
-        return sorted((int(m.group(1)), p) for p in (Path(output_dir) / "completions").glob("completions_*.parquet")
-                      if (m := _TRL_FILE.search(p.name)))
-
     def begin(self, output_dir: str, step: int) -> None:
         """A resumed run trains the steps after its checkpoint (``step``) again: what a killed run kept or TRL logged
         of them is dropped; what TRL logged up to ``step`` and was not collected yet is kept."""
-        for kept_step, path in [*kept_steps(self.folder), *self.trl_files(output_dir)]:
+        for kept_step, path in [*kept_steps(self.folder), *_numbered(Path(output_dir) / "completions", _TRL_FILE)]:
             if kept_step > step:
                 path.unlink()
         self.collect(output_dir)
@@ -149,7 +148,7 @@ class _Collector:
         """Turn TRL's files of steps before ``before`` (all when ``None``) into kept steps, deleting TRL's copy."""
         import pandas as pd
 
-        for step, path in self.trl_files(output_dir):
+        for step, path in _numbered(Path(output_dir) / "completions", _TRL_FILE):
             if before is not None and step >= before:
                 continue
             if self.kept.on and step % self.kept.every == 0:
@@ -208,22 +207,30 @@ def keep_groups(folder: str | Path, kept: GroupsKept, rewards: Sequence[str], we
 
 def kept_steps(folder: str | Path) -> list[tuple[int, Path]]:
     """The kept steps in ``folder`` (a run folder's ``groups/``), as ``(step, path)``, oldest first."""
-    return sorted((int(m.group(1)), p) for p in Path(folder).glob("step-*.parquet") if (m := _KEPT_FILE.search(p.name)))
+    return _numbered(Path(folder), _KEPT_FILE)
 
 
-def read_groups(folder: str | Path, steps: Sequence[int] | None = None) -> pd.DataFrame:
+def _numbered(folder: Path, name: re.Pattern[str]) -> list[tuple[int, Path]]:
+    """The files of ``folder`` whose whole name matches ``name``, as ``(its number, path)``, lowest first."""
+    return sorted((int(m.group(1)), p) for p in folder.glob("*.parquet") if (m := name.fullmatch(p.name)))
+
+
+def read_groups(folder: str | Path, steps: Sequence[int] | None = None, damaged: list[str] | None = None
+                ) -> pd.DataFrame:
     """The training groups kept in ``folder`` (a run folder's ``groups/``), one row per completion.
 
     Args:
         folder: the folder of ``step-<step>.parquet`` files (:func:`keep_groups`).
         steps: only these steps (default all).
+        damaged: where given, a damaged step's file (torn by a kill, edited) is left out and its message appended
+            here (the viewer shows the other steps) instead of raised.
 
     Returns:
         A ``pandas.DataFrame`` with :data:`GROUP_COLUMNS` and ``reward/<name>`` per reward function, ordered by
         step; empty (those columns only) when nothing was kept.
 
     Raises:
-        ValueError: a kept file is damaged (the message names it).
+        ValueError: a kept file is damaged (the message names it), unless ``damaged`` collects it.
     """
     import pandas as pd
 
@@ -234,7 +241,10 @@ def read_groups(folder: str | Path, steps: Sequence[int] | None = None) -> pd.Da
         try:
             frames.append(pd.read_parquet(path))
         except (OSError, ValueError) as e:
-            raise ValueError(f"{path} is damaged ({e}): delete it (the other steps stay readable)") from None
+            message = f"{path} is damaged ({e}): delete it (the other steps stay readable)"
+            if damaged is None:
+                raise ValueError(message) from None
+            damaged.append(message)
     if not frames:
         return pd.DataFrame(columns=list(GROUP_COLUMNS))
     return pd.concat(frames, ignore_index=True)

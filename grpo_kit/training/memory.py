@@ -5,8 +5,8 @@ and by the GPU proof (``benchmarks/gpu_proof.py``), which measures the same part
 GiB (2**30 bytes) per GPU:
 
 - ``weights``: the policy as loaded: 4-bit (bitsandbytes NF4 with double quantisation, about 4.13 bits a
-  weight) for the decoder's projections under ``load_in_4bit``, embeddings and norms 16-bit; 16-bit for a
-  LoRA base; float32 master weights for full fine-tuning (DeepSpeed ZeRO: a 16-bit module, the float32
+  weight) for the linear layers under ``load_in_4bit``, the output projection, embeddings and norms 16-bit;
+  16-bit for a LoRA base; float32 master weights for full fine-tuning (DeepSpeed ZeRO: a 16-bit module, the float32
   master copy being the optimizer's). Divided over the processes under ZeRO-3 / FSDP.
 - ``trainable``: per trainable parameter, its gradient (float32; 16-bit under DeepSpeed), plus the float32
   adapter itself for LoRA (peft keeps adapters in float32). Gradients divided over the processes under
@@ -55,7 +55,7 @@ _GIB = 2**30
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 
 
-def vllm_max_model_len(preset: Recipe, shape: ModelShape | None = None) -> int:
+def vllm_max_model_len(preset: Recipe) -> int:
     """The context length vLLM is given: the preset's ``extra`` ``vllm_max_model_length`` when set, else
     :attr:`grpo_kit.training.presets.Recipe.vllm_max_model_len` (Unsloth's engine: ``max_seq_length``)."""
     if preset.use_unsloth:
@@ -110,11 +110,10 @@ def estimate_memory(preset: Recipe, shape: ModelShape, gpu: Gpu, launch: str = "
         trainable = trainable_params * 4 / shard_grads
     else:
         if preset.load_in_4bit:
-            rest = shape.embedding_parameters + shape.other_parameters
-            weights = shape.linear_parameters * _NF4_BYTES + rest * half
+            weights = shape.linear_parameters * _NF4_BYTES + (total - shape.linear_parameters) * half
         else:
             weights = total * half
-        trainable_params = shape.lora_parameters(preset.lora_rank, preset.lora_target_modules)
+        trainable_params = shape.lora_parameters(preset.lora_rank, preset.loading.lora_target_modules)
         trainable = trainable_params * 4 + trainable_params * 4 / shard_grads
     weights /= shard_weights
     moments = 2 if "8bit" in preset.optim else 8
@@ -124,8 +123,8 @@ def estimate_memory(preset: Recipe, shape: ModelShape, gpu: Gpu, launch: str = "
     room: float | None = None
     colocated = preset.fast_inference or (preset.use_vllm and preset.vllm_mode == "colocate")
     if colocated:
-        max_len = vllm_max_model_len(preset, shape)
-        kv_needed = shape.kv_bytes_per_token(half) * max_len
+        max_len = vllm_max_model_len(preset)
+        kv_needed = shape.kv_per_token * half * max_len
         share = preset.vllm_gpu_memory_utilization * gpu.memory_gib * _GIB
         if preset.fast_inference:  # Unsloth: vLLM's share holds the (shared) weights and the KV cache
             room = share - weights

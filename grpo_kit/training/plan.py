@@ -183,8 +183,7 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
                              "(or zero2/zero3/fsdp2) to train on each", fatal=False))
     if memory is None:
         if model is not None:  # the kit's tiny policy needs no estimate
-            found.append(Problem(f"no memory estimate: no config.json for {model!r} here (the kit ships its "
-                                 "presets' models'; pass a local folder)", fatal=False, kind="memory"))
+            found.append(Problem(f"no memory estimate: {_shape(preset, model)}", fatal=False, kind="memory"))
         return found
     if memory["needed"] > memory["available"]:
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
@@ -254,15 +253,13 @@ def _cpu_memory_problem(preset: Recipe, model: str | None) -> str | None:
     """A micro-batch whose float32 logits alone exceed this machine's memory (``per_device_train_batch_size``
     completions of ``max_prompt_tokens + max_completion_length`` tokens, each a row of ``vocab_size`` logits: the
     activations part of :func:`grpo_kit.training.memory.estimate_memory`), with the model's vocabulary where its
-    ``config.json`` is here, else the tiny policy's (a lower bound)."""
+    shape is known here (:func:`_shape`), else the tiny policy's (a lower bound)."""
     import psutil
 
     from grpo_kit.policy.tiny import TinyPolicySpec
 
-    vocab = TinyPolicySpec.vocab_size
-    if model is not None:
-        config = json_or_none(Path(model) / "config.json")
-        vocab = config.get("vocab_size", vocab) if isinstance(config, dict) else vocab
+    shape = _shape(preset, model) if model is not None else None
+    vocab = shape.vocab_size if isinstance(shape, ModelShape) else TinyPolicySpec.vocab_size
     tokens = preset.per_device_train_batch_size * (preset.max_prompt_tokens + preset.max_completion_length)
     needed, total = tokens * vocab * 4 / 2**30, psutil.virtual_memory().total / 2**30
     if needed <= total:
@@ -317,20 +314,21 @@ def _loader(preset: Recipe) -> str:
 
 
 def _memory(preset: Recipe, model: str, gpu: Gpu, kind: str, processes: int) -> dict[str, Any] | None:
-    """:func:`grpo_kit.training.memory.estimate_memory` for ``model``, or ``None`` where its shape is not known
-    (no ``config.json`` here, or not a Llama-family decoder)."""
-    try:
-        return estimate_memory(preset, model_shape(model), gpu, kind, processes)
-    except (LookupError, ValueError):
-        return None
+    """:func:`grpo_kit.training.memory.estimate_memory` for ``model``, or ``None`` where :func:`_shape` has none."""
+    shape = _shape(preset, model)
+    return None if isinstance(shape, str) else estimate_memory(preset, shape, gpu, kind, processes)
 
 
-def _shape(model: str) -> ModelShape | None:
-    """The model's shape where its ``config.json`` is known here (:func:`grpo_kit.policy.shapes.model_shape`)."""
+def _shape(preset: Recipe, model: str) -> ModelShape | str:
+    """The model's shape (:func:`grpo_kit.policy.shapes.model_shape`) with the recipe's LoRA targets checked, or why
+    there is none: no ``config.json`` here, not a causal language model, or LoRA targets naming none of its layers."""
     try:
-        return model_shape(model)
-    except (LookupError, ValueError):
-        return None
+        shape = model_shape(model)
+        if preset.lora_rank is not None:
+            shape.lora_parameters(1, preset.loading.lora_target_modules)
+        return shape
+    except (LookupError, ValueError) as e:
+        return str(e)
 
 
 def _sampling(preset: Recipe) -> str:
@@ -469,7 +467,8 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     steps_left = p.max_steps - ((checkpoint_step(resume_from) or 0) if resume_from is not None else 0)
     passed = p.grpo_kwargs(output, rewards.weights)
     changes = unsloth_changes(p, passed)
-    shape = _shape(model) if model is not None else None
+    shape = _shape(p, model) if model is not None else None
+    shape = None if isinstance(shape, str) else shape  # memory's problem says why
     return {
         "preset": p.name,
         "recipe_keys": p.taken(),

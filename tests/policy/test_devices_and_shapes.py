@@ -205,30 +205,31 @@ PUBLISHED = {"meta-llama/Llama-3.1-8B-Instruct": (8.03e9, None), "Qwen/Qwen2.5-1
 def test_the_shipped_shapes_build_on_meta_at_the_published_sizes(model):
     import torch
 
-    from grpo_kit.policy.shapes import build_on_meta, model_shape
+    from grpo_kit.policy.shapes import build_on_meta, model_config, model_shape
 
-    shape = model_shape(model)
+    shape, config = model_shape(model), model_config(model)
     built = build_on_meta(model)
-    tensors = list(built.parameters())
-    assert all(t.device == torch.device("meta") for t in tensors)
-    counted = built.num_parameters()
-    assert counted == shape.parameters  # the arithmetic agrees with transformers' own model, tensor by tensor
+    assert all(t.device == torch.device("meta") for t in built.parameters())
     total, without_embeddings = PUBLISHED[model]
-    assert abs(counted - total) / total < 0.005
+    assert abs(shape.parameters - total) / total < 0.005
     if without_embeddings is not None:
-        body = counted - shape.vocab_size * shape.hidden_size
+        body = shape.parameters - shape.vocab_size * shape.hidden_size
         assert abs(body - without_embeddings) / without_embeddings < 0.005
-    lora = sum(t.numel() for name, t in built.named_parameters() if name.endswith(("q_proj.weight",)))
-    assert lora == shape.num_layers * shape.hidden_size * shape.num_heads * shape.head_dim
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    assert shape.linears["q_proj"] == layers * 2 * hidden  # in: hidden; out: every head's query, hidden in all
+    assert (shape.hidden_size, shape.num_layers, shape.vocab_size) == (hidden, layers, config["vocab_size"])
 
 
-def test_llama_3_1_8b_kv_cache_and_context():
+def test_llama_3_1_8b_kv_cache_lora_and_quantized_weights():
     from grpo_kit.policy.shapes import model_shape
 
     shape = model_shape("unsloth/Meta-Llama-3.1-8B-Instruct")
-    assert shape.kv_bytes_per_token() == 128 * 1024 and shape.max_positions == 131072
+    assert shape.kv_per_token * 2 == 128 * 1024  # bytes a token in bfloat16
     assert shape.lora_parameters(32, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")) \
         == 83_886_080  # 32 layers x 32 x (4096+4096 + 4096+1024 + 4096+1024 + 4096+4096 + 3 x (4096+14336))
+    assert shape.lora_parameters(32, "all-linear") == 83_886_080  # peft's shorthand: all but the output projection
+    # 4-bit loading quantizes the decoder's linear layers: 7 projections, the output projection left 16-bit
+    assert shape.linear_parameters == 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
 
 
 def test_an_unknown_model_says_how_to_give_its_config(tmp_path):
@@ -236,9 +237,57 @@ def test_an_unknown_model_says_how_to_give_its_config(tmp_path):
 
     with pytest.raises(LookupError, match="no config.json for 'nobody/none'"):
         model_shape("nobody/none")
-    (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": 8}')
-    with pytest.raises(ValueError, match="Llama-family"):
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture", "hidden_size": 8}')
+    with pytest.raises(ValueError, match="transformers cannot build a causal language model"):
         model_shape(tmp_path)
+
+
+# Gemma 2 2B (Google's model card: 2.61B parameters, embedding tied) and Phi-3-mini (Microsoft's: 3.8B, fused
+# qkv_proj and gate_up_proj), their config.json's sizes.
+GEMMA2 = {"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+          "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000,
+          "max_position_embeddings": 8192, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+PHI3 = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096,
+        "tie_word_embeddings": False, "pad_token_id": 32000, "torch_dtype": "bfloat16"}
+
+
+def test_plan_estimates_architectures_other_than_llamas(tmp_path):
+    import json
+
+    from grpo_kit.policy.shapes import model_shape
+    from grpo_kit.training.plan import make_plan
+    from grpo_kit.training.presets import PRESETS
+
+    folders = {}
+    for name, config in (("gemma", GEMMA2), ("phi3", PHI3)):
+        folders[name] = tmp_path / name
+        folders[name].mkdir()
+        (folders[name] / "config.json").write_text(json.dumps(config))
+    gemma = model_shape(folders["gemma"])
+    # by hand: the tied embedding; per layer 7 projections and 4 norms; the final norm
+    layer = 2304 * 2048 + 2 * 2304 * 1024 + 2048 * 2304 + 3 * 2304 * 9216 + 4 * 2304
+    assert gemma.parameters == 256000 * 2304 + 26 * layer + 2304 and abs(gemma.parameters - 2.61e9) < 0.01e9
+    assert gemma.kv_per_token == 2 * 26 * 4 * 256
+    plan = make_plan("multi-gpu-lora", overrides={"model_name_or_path": str(folders["gemma"])}, device="a100-80gb",
+                     launch="zero3", processes=8)
+    memory = plan["memory"]
+    assert memory is not None and "2.61B parameters" in memory["basis"]
+    assert memory["parts"]["weights"] == round(gemma.parameters * 2 / 8 / 2**30, 2)  # 16-bit, sharded by ZeRO-3
+    phi3 = model_shape(folders["phi3"])
+    assert set(phi3.linears) == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+    assert abs(phi3.parameters - 3.82e9) < 0.01e9
+    # the recipe's LoRA targets name Llama's projections: as peft, those Phi-3 has (o_proj, down_proj) are counted
+    plan = make_plan("multi-gpu-lora", overrides={"model_name_or_path": str(folders["phi3"])}, device="a100-80gb")
+    lora = PRESETS["multi-gpu-lora"].lora_rank * 32 * (2 * 3072 + 8192 + 3072)
+    assert plan["memory"]["parts"]["trainable"] == round(lora * 8 / 2**30, 2)  # float32 adapter and gradient
+    plan = make_plan("multi-gpu-lora", overrides={"model_name_or_path": str(folders["phi3"]),
+                                                  "lora_target_modules": ["q_proj"]}, device="a100-80gb")
+    assert plan["memory"] is None
+    assert any("name no linear layer" in p and "qkv_proj" in p for p in plan["problems"])
+    plan = make_plan("multi-gpu-lora", overrides={"model_name_or_path": str(folders["phi3"]),
+                                                  "lora_target_modules": "all-linear"}, device="a100-80gb")
+    assert plan["memory"]["parts"]["trainable"] > 0
 
 
 @pytest.mark.skipif(not os.environ.get("GRPO_KIT_DEEPSPEED"), reason="DeepSpeed lives in .deepspeed (make test)")

@@ -72,6 +72,12 @@ def test_every_nth_step_is_kept_whole_and_trl_copies_are_removed(tmp_path):
     assert list(frame["step"].unique()) == [2, 4, 6] and frame.groupby("step").size().tolist() == [8, 8, 8]
     assert read_groups(kept, steps=[4])["step"].unique().tolist() == [4]
     assert read_groups(tmp_path / "none").empty
+    (kept / "step-000004.parquet").write_bytes(b"PAR1 torn")
+    with pytest.raises(ValueError, match="step-000004.parquet is damaged"):
+        read_groups(kept)
+    damaged: list[str] = []
+    assert read_groups(kept, damaged=damaged)["step"].unique().tolist() == [2, 6]  # only the torn step is left out
+    assert len(damaged) == 1 and "delete it" in damaged[0]
 
 
 def test_a_resume_drops_what_a_killed_run_kept_after_its_checkpoint(tmp_path, caplog):
