@@ -156,7 +156,7 @@ def test_unsloths_trainer_runs_grpo_steps_and_moves_the_adapter(tiny_policy, gsm
     model, tokenizer = tiny_policy
     preset = get_preset(_cpu(PRESETS["a100"]), use_cpu=True, gradient_checkpointing=False, max_steps=2,
                         per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
-                        max_completion_length=8, learning_rate=0.05, lr_scheduler_type="constant", warmup_ratio=0.0,
+                        max_completion_length=8, learning_rate=0.05, lr_scheduler_type="constant", warmup_steps=0,
                         optim="adamw_torch", save_steps=100, max_prompt_tokens=200)
     preset = get_preset(preset, **trl_completions_settings())  # what a run keeps
     lora = _unsloth_lora(model)
