@@ -248,8 +248,8 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
     reached = checkpoint_step(found) if found is not None else 0
     done = max(finished_step or 0, reached)
     if done > max_steps:
-        raise ValueError(f"{folder.parent} has trained {done} steps, more than --max-steps {max_steps}: a run cannot "
-                         f"be shortened. Resume with --max-steps {done} or more, or train a new run folder")
+        raise ValueError(f"{folder.parent} has trained {done} steps, more than --max_steps {max_steps}: a run cannot "
+                         f"be shortened. Resume with --max_steps {done} or more, or train a new run folder")
     if found is None and (broken := checkpoints(folder)):
         names = ", ".join(p.name for p in broken)
         raise ValueError(f"{folder.parent} holds checkpoints but none is complete ({names}: trainer_state.json,"

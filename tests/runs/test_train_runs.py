@@ -247,7 +247,7 @@ def test_resuming_a_finished_run_trains_nothing_and_a_shorter_one_is_refused(uni
     args = _train_args(tiny_policy_files, run_dir, "--resume")
     args[args.index("--max-steps") + 1] = "4"
     assert main(args) == 2
-    assert "has trained 6 steps, more than --max-steps 4: a run cannot be shortened" in capsys.readouterr().err
+    assert "has trained 6 steps, more than --max_steps 4: a run cannot be shortened" in capsys.readouterr().err
 
 
 def test_a_resume_without_a_recipe_trains_on_with_the_one_the_run_folder_recorded(uninterrupted, tiny_policy_files,
