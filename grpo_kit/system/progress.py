@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
@@ -164,17 +166,19 @@ def quiet_library_bars_off_a_terminal() -> None:
 class _Lines:
     """What a tqdm bar writes to when standard error is not a terminal: each redraw as a whole line of its own, without
     the carriage returns and the blank-padding erasures that redraw a bar in place on a terminal (in a log file they
-    glue every redraw, and the log lines written between them, into one line). Writes to whatever ``sys.stderr`` is
-    at the time, as the kit's log handler does."""
+    glue every redraw, and the log lines written between them, into one line), at most one every ``every`` seconds
+    (the ticker's redraws and tqdm's own would each write one every 30 s). Writes to whatever ``sys.stderr`` is at the
+    time, as the kit's log handler does."""
 
-    def __init__(self) -> None:
-        self.last = ""
+    def __init__(self, every: float) -> None:
+        self.last, self.every, self.written = "", every, -math.inf
 
     def write(self, text: str) -> int:
         line = text.replace("\r", "").strip()
-        if line and line != self.last:  # tqdm's erasures (spaces) and an unchanged redraw add nothing to a log
+        # tqdm's erasures (spaces) and an unchanged or too early redraw add nothing to a log
+        if line and line != self.last and time.monotonic() - self.written >= self.every:
             sys.stderr.write(line + "\n")
-            self.last = line
+            self.last, self.written = line, time.monotonic()
         return len(text)
 
     def flush(self) -> None:
@@ -205,9 +209,10 @@ def phase_bar(label: str, total: float | None, unit: str = "it", enabled: bool =
     if not terminal and total is not None:  # a line of text: where it is, how long it took and has left
         layout = "{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} " + unit + "s [{elapsed}<{remaining}, {rate_fmt}" \
             "{postfix}]"
+    lines = None if terminal else _Lines(25.0)
     bar = tqdm(total=total, desc=label, unit=unit, disable=not enabled, dynamic_ncols=terminal, bar_format=layout,
                mininterval=0.5 if terminal else 30.0, delay=1.0 if total is None else 0.0, initial=initial,
-               file=None if terminal else _Lines(), ascii=not terminal)
+               file=lines, ascii=not terminal)
     stopped, said = threading.Event(), [expected]
 
     def tick() -> None:  # redraws the bar, so its elapsed time moves while one long unit runs, and corrects ``said``
@@ -227,6 +232,8 @@ def phase_bar(label: str, total: float | None, unit: str = "it", enabled: bool =
         stopped.set()
         if enabled:
             ticker.join()
+        if lines is not None:
+            lines.every = 0.0  # the last line, the bar closed, is always written
         bar.close()
 
 

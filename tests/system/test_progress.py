@@ -80,6 +80,14 @@ def test_off_a_terminal_a_bar_is_lines_and_a_log_line_is_never_glued_to_it(monke
     lines = text.splitlines()
     assert lines[0].startswith("greedy:   0% 0/10 tokens [") and lines[-1].startswith("greedy: 100% 10/10 tokens [")
     assert "[grpo_kit] a line logged meanwhile" in lines
+    stream.seek(0)
+    stream.truncate()
+    file = progress._Lines(25.0)  # the ticker's redraw and tqdm's own, a second apart: one line
+    for text in ("\rGRPO: 10%", "\rGRPO: 11%", "\r   "):
+        file.write(text)
+    file.every = 0.0  # the bar closed: its last line is written
+    file.write("\rGRPO: 100%")
+    assert stream.getvalue().splitlines() == ["GRPO: 10%", "GRPO: 100%"]
 
 
 def test_the_announced_time_is_corrected_from_the_measured_rate(monkeypatch, caplog):
