@@ -160,8 +160,9 @@ class TransformersBackend:
         self.progress = progress
         self.name = name
 
-    def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling) -> None:
-        """The line before a generation long enough to wait for (:func:`grpo_kit.system.progress.announce`)."""
+    def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling) -> float:
+        """The line before a generation long enough to wait for (:func:`grpo_kit.system.progress.announce`); returns
+        the seconds expected, announced or not, for the bar to correct."""
         parameters = sum(p.numel() for p in self.model.parameters())
         seconds = sum(expected_seconds("generate", parameters, sequences=len(b) * sampling.n, batches=1,
                                        new_tokens=sampling.max_new_tokens) for b in batches)
@@ -169,6 +170,7 @@ class TransformersBackend:
             announce(f"{label} completions of {questions} questions (up to {sampling.max_new_tokens} new tokens each, "
                      f"{len(batches)} batch{'es' if len(batches) > 1 else ''})", seconds,
                      "fewer questions, a smaller max_new_tokens or fewer samples shorten it")
+        return seconds
 
     def identity(self) -> str:
         """The model's fingerprint plus a hash of the chat template and special tokens."""
@@ -208,10 +210,10 @@ class TransformersBackend:
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         label = "greedy" if sampling.greedy else f"sampled ({sampling.n} per question)"
         label = f"{self.name}, {label}" if self.name else label
-        if self.progress:
-            self._announce(label, len(prompts), batches, sampling)
+        expected = self._announce(label, len(prompts), batches, sampling) if self.progress else None
         try:
-            with phase_bar(label, len(batches) * sampling.max_new_tokens, "token", enabled=self.progress) as bar:
+            with phase_bar(label, len(batches) * sampling.max_new_tokens, "token", enabled=self.progress,
+                           expected=expected) as bar:
                 for batch_no, batch in enumerate(batches):
                     bar.set_postfix_str(f"batch {batch_no + 1}/{len(batches)}, {len(batch)} questions", refresh=False)
                     start = bar.n

@@ -31,7 +31,6 @@ import logging
 import os
 import random
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +48,8 @@ __all__ = [
     "WarmStart",
     "SHIPPED_DIR",
     "ship",
-    "step_bar",
     "warm_start",
     "completion_budget",
-    "drop_own_progress",
     "warm_start_dataset",
     "warm_steps_for",
     "warm_started_tiny_policy",
@@ -183,73 +180,6 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: st
     return Dataset.from_list(rows)
 
 
-def drop_own_progress(trainer: Any) -> Any:
-    """Remove a transformers ``Trainer``'s own progress display (its bar, its notebook table of losses, its printed
-    dicts), where :func:`step_bar` shows the steps instead. Returns the trainer."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    for callback in (ProgressCallback, PrinterCallback):
-        trainer.pop_callback(callback)
-    for callback in list(trainer.callback_handler.callbacks):  # its module imports IPython: matched by name
-        if type(callback).__name__ == "NotebookProgressCallback":
-            trainer.remove_callback(callback)
-    return trainer
-
-
-def step_bar(label: str, shows: str = "loss", enabled: bool = True) -> Any:
-    """A transformers ``TrainerCallback`` that shows a trainer's steps as a labelled bar
-    (:func:`grpo_kit.system.progress.phase_bar`) with the last logged value (``shows``), seconds per step, and
-    "saving checkpoint-N" while a checkpoint is written. Add it to the trainer's callbacks in place of transformers'
-    own ``ProgressCallback``; its ``close()`` ends the bar where training stopped early (an error, Ctrl-C).
-
-    Args:
-        label: what the steps are ("warm start", "GRPO").
-        shows: the logged value shown beside the bar.
-        enabled: ``False``: nothing is drawn.
-    """
-    import contextlib
-
-    from transformers import TrainerCallback
-
-    from grpo_kit.system.progress import phase_bar
-
-    class _StepBar(TrainerCallback):
-        def __init__(self) -> None:
-            self.bar, self.stack, self.value, self.started, self.first = None, contextlib.ExitStack(), None, 0.0, 0
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.bar = self.stack.enter_context(phase_bar(label, state.max_steps, "step", enabled=enabled))
-            self.bar.update(state.global_step)
-            self.started, self.first = time.perf_counter(), state.global_step
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if isinstance((logs or {}).get(shows), (int, float)):
-                self.value = logs[shows]
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if self.bar is None:
-                return
-            self.bar.update(state.global_step - self.bar.n)
-            per_step = (time.perf_counter() - self.started) / max(1, state.global_step - self.first)
-            text = f"{per_step:.1f} s/step" + (f", {shows} {self.value:.3f}" if self.value is not None else "")
-            self.bar.set_postfix_str(text + (f", saving checkpoint-{state.global_step}" if control.should_save else ""),
-                                     refresh=False)
-
-        def on_save(self, args, state, control, **kwargs):
-            if self.bar is not None:
-                self.bar.set_postfix_str(self.bar.postfix.split(", saving")[0] if self.bar.postfix else "",
-                                         refresh=False)
-
-        def on_train_end(self, args, state, control, **kwargs):
-            self.close()
-
-        def close(self) -> None:
-            self.stack.close()
-            self.bar = None
-
-    return _StepBar()
-
-
 def _mean_tokens(tokenizer: Any, rows: Any, most: int = 64) -> float:
     """Mean tokens of the first ``most`` warm-start examples (prompt and completion, in the chat template)."""
     picked = [rows[i] for i in range(min(most, len(rows)))]
@@ -271,7 +201,8 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
         dataset: train rows of ``task`` (see :func:`warm_start_dataset`).
         output_dir: where the model and tokenizer are saved (``save_pretrained``).
         settings: :class:`WarmStart`.
-        progress: announce the warm start with its expected time and show a bar of its steps (:func:`step_bar`).
+        progress: announce the warm start with its expected time and show a bar of its steps
+            (:func:`grpo_kit.system.progress.step_bar`).
         task: the task the rows belong to.
 
     Returns:
@@ -279,12 +210,13 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
     """
     from trl import SFTConfig, SFTTrainer
 
-    from grpo_kit.system.progress import announce, expected_seconds
+    from grpo_kit.system.progress import announce, expected_seconds, step_bar
 
     rows = warm_start_dataset(dataset, settings, task)
+    expected = None
     if progress:
         tokens = _mean_tokens(tokenizer, rows)
-        announce(f"warm start of the tiny policy on {get_task(task).name}: {settings.steps} steps of "
+        expected = announce(f"warm start of the tiny policy on {get_task(task).name}: {settings.steps} steps of "
                  f"{settings.batch_size} worked answers (about {tokens:.0f} tokens each)",
                  expected_seconds("warm start", sum(p.numel() for p in model.parameters()), steps=settings.steps,
                                   batch=settings.batch_size, tokens=tokens),
@@ -307,9 +239,8 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
         seed=settings.seed,
         disable_tqdm=True,
     )
-    bar = step_bar("warm start", "loss", enabled=progress)
-    trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer, callbacks=[bar])
-    drop_own_progress(trainer)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer)
+    bar = step_bar(trainer, "warm start", "loss", enabled=progress, expected=expected)
     try:
         trainer.train()
     finally:

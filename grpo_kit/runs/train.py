@@ -110,8 +110,9 @@ def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
     return spec.policy.load(spec.preset.loading, progress=spec.progress != "none")
 
 
-def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, done: int) -> None:
-    """The line before GRPO training: its steps and completions, the time expected here, what shortens it."""
+def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, done: int) -> float:
+    """The line before GRPO training: its steps and completions, the time expected here (returned, s), what shortens
+    it."""
     from grpo_kit.system.progress import announce, expected_seconds
 
     preset = spec.preset
@@ -121,10 +122,10 @@ def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, do
     completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     per_step = expected_seconds("grpo step", sum(p.numel() for p in model.parameters()), completions=completions,
                                 new_tokens=preset.max_completion_length, prompt_tokens=prompt_tokens)
-    announce(f"GRPO on {spec.task.name}: {preset.max_steps - done} steps of {completions} completions "
-             f"({preset.prompts_per_step} prompts x {preset.num_generations}, up to "
-             f"{preset.max_completion_length} new tokens each), a checkpoint every {preset.save_steps} steps",
-             per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
+    return announce(f"GRPO on {spec.task.name}: {preset.max_steps - done} steps of {completions} completions "
+                    f"({preset.prompts_per_step} prompts x {preset.num_generations}, up to "
+                    f"{preset.max_completion_length} new tokens each), a checkpoint every {preset.save_steps} steps",
+                    per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
 
 
 def _questions_line(spec: RunSpec, fitting: int, kept: int) -> str:
@@ -210,8 +211,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     prepare_stack(preset.loading)  # Unsloth before transformers, TRL and peft
     from grpo_kit.policy.generation import base_weights_digest
-    from grpo_kit.policy.warm_start import drop_own_progress, step_bar
-    from grpo_kit.system.progress import phase_bar
+    from grpo_kit.system.progress import phase_bar, step_bar
     from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
     from grpo_kit.training.callbacks import HeldOutEval, RewardWatch, StaleWeightsAlarm, StepPrinter
     from grpo_kit.training.groups import keep_groups, trl_completions_settings
@@ -268,8 +268,6 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.progress == "lines" and main:
         callbacks.append(StepPrinter(f"{len(spec.validation)} validation questions held out of the {spec.task.name} "
                                      "train split" if spec.validation is not None else ""))
-    bar = step_bar("GRPO", "reward", enabled=spec.progress != "none" and main)
-    callbacks.append(bar)
     if spec.groups.on:  # TRL writes each logged step's completions; the callback keeps them in groups/
         callbacks.append(keep_groups(folder.groups, spec.groups, spec.rewards.names, spec.rewards.weights,
                                      preset.num_generations, is_main_process=main))
@@ -278,9 +276,11 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     trainer = build_trainer(model, tokenizer, train_set, logged, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
     trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))
-    drop_own_progress(trainer)  # the step bar shows the steps, with the reward and seconds per step
-    if spec.progress != "none" and main and resume_step != preset.max_steps:
-        _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0)
+    shown = spec.progress != "none" and main
+    expected = _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0) \
+        if shown and resume_step != preset.max_steps else None
+    bar = step_bar(trainer, "GRPO", "reward", enabled=shown, expected=expected)  # last: a step's time includes the
+    # held-out evaluation's
     if resume_step == preset.max_steps:
         if main:
             log.info(f"{resume_from.name} is the last step: finishing the save of the model, without training")

@@ -1,10 +1,11 @@
 """The kit's one protocol for child processes: a Python serving one handler, speaking JSON lines.
 
-Three parts of the kit run code in a process of its own: the math-verify check (sympy may run
-unbounded, and its timeouts need a main thread), vLLM (its memory goes back to the GPU when the
-process ends) and the tiny policy's warm start under ``accelerate launch`` (its trainer must not join
-the launch's process group). Each names a handler ``module:function``; :class:`Worker` starts the child,
-waits until it is ready, and sends it requests:
+Two parts of the kit run code in a process of its own: vLLM (its memory goes back to the GPU when
+the process ends) and the tiny policy's warm start under ``accelerate launch`` (its trainer must not
+join the launch's process group). math-verify's checks need none: the kit calls rewards in the main
+thread, where math-verify's own ``signal.alarm`` timeout works (:mod:`grpo_kit.tasks.math_verify`).
+Each names a handler ``module:function``; :class:`Worker` starts the child, waits until it is ready,
+and sends it requests:
 
 - ``call(payload)``: the handler's return value;
 - ``stream(payload)``: the values a generator handler yields, each as soon as it exists.

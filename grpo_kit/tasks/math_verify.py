@@ -2,12 +2,15 @@
 reward built on it.
 
 sympy can take unbounded time on hostile or unlucky input, so every check runs under math-verify's own timeout
-(``math_verify.utils.timeout``: ``signal.alarm``, whole seconds). That works in a process's main thread, which is
-where TRL calls a plain reward function and where the kit's evaluation checks answers; a check called from another
-thread runs without it. A check that times out counts as wrong; peers check under a timeout too (oat 1 s,
-verifiers 5 s). math-verify and sympy are imported, and a first answer parsed, before the first timed check, so
-that start (about 1.5 s) is never charged to a check. A run in which more than :data:`WARN_TIMEOUT_SHARE` of the
-checks time out warns loudly, since it is training on zeros.
+(``math_verify.utils.timeout``: ``signal.alarm``, whole seconds) around the whole check, and math-verify's ``parse``
+and ``verify`` are called with ``raise_on_error=True``: without it they catch the timeout themselves, return "no
+answer" and let the check go on, unbounded, with the next parse (a 1 s check then took 8 s on a 200,000-character
+sum). ``signal.alarm`` works in a process's main thread, which is where TRL calls a plain reward function (trl
+1.16.0, ``GRPOTrainer._calculate_rewards``) and where the kit's evaluation checks answers; a check called from
+another thread runs without it, as TRL's own ``accuracy_reward`` does. A check that times out counts as wrong;
+peers check under a timeout too (oat 1 s, verifiers 5 s). math-verify and sympy are imported, and a first answer
+parsed, before the first timed check, so that start (about 1.5 s) is never charged to a check. A run in which more
+than :data:`WARN_TIMEOUT_SHARE` of the checks time out warns loudly, since it is training on zeros.
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ def math_equal(gold: str, prediction: str) -> bool | None:
     gold_parsed = parse(_latex(gold), parsing_timeout=None)
     if not gold_parsed:
         return None
-    parsed = parse(_latex(prediction), parsing_timeout=None) or parse(prediction, parsing_timeout=None)
-    return bool(parsed) and bool(verify(gold_parsed, parsed, timeout_seconds=None))
+    # raise_on_error: a timeout around this check ends it (math-verify would catch it and parse on)
+    parsed = parse(_latex(prediction), parsing_timeout=None, raise_on_error=True) or \
+        parse(prediction, parsing_timeout=None, raise_on_error=True)
+    return bool(parsed) and bool(verify(gold_parsed, parsed, timeout_seconds=None, raise_on_error=True))
 
 
 class MathVerifier:

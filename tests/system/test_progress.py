@@ -10,7 +10,7 @@ import pytest
 
 from grpo_kit.policy.generation import Sampling, TransformersBackend
 from grpo_kit.system import progress
-from grpo_kit.system.progress import announce, duration, expected_seconds, phase_bar
+from grpo_kit.system.progress import CORRECT_BEYOND, announce, correction, duration, expected_seconds, phase_bar
 
 
 def test_the_ticker_redraws_a_bar_while_one_unit_runs(monkeypatch):
@@ -80,3 +80,36 @@ def test_off_a_terminal_a_bar_is_lines_and_a_log_line_is_never_glued_to_it(monke
     lines = text.splitlines()
     assert lines[0].startswith("greedy:   0% 0/10 tokens [") and lines[-1].startswith("greedy: 100% 10/10 tokens [")
     assert "[grpo_kit] a line logged meanwhile" in lines
+    stream.seek(0)
+    stream.truncate()
+    file = progress._Lines(25.0)  # the ticker's redraw and tqdm's own, a second apart: one line
+    for text in ("\rGRPO: 10%", "\rGRPO: 11%", "\r   "):
+        file.write(text)
+    file.every = 0.0  # the bar closed: its last line is written
+    file.write("\rGRPO: 100%")
+    assert stream.getvalue().splitlines() == ["GRPO: 10%", "GRPO: 100%"]
+
+
+def test_the_announced_time_is_corrected_from_the_measured_rate(monkeypatch, caplog):
+    """Issue 46: "about 9 min" announced, 22 taken on a loaded machine, and nothing said meanwhile."""
+    import sys
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setattr(stream, "isatty", lambda: True, raising=False)
+    with caplog.at_level(logging.INFO, logger="grpo_kit"), \
+            phase_bar("GRPO", 100, "step", initial=40, expected=300.0) as bar:
+        bar.start_t -= 156  # 12 steps measured in 156 s after the 40 a resumed run had done
+        bar.update(12)
+        time.sleep(1.5)  # the ticker's next round
+    said = [m for m in caplog.messages if m.startswith("GRPO: ")]
+    assert said == ["GRPO: about 13 min in all at 13 s per step measured, about 10 min left (was about 5 min)"], said
+    assert "52/100" in stream.getvalue()  # the bar's own time left is tqdm's, from the same rate
+
+
+def test_a_correction_waits_for_a_measure_and_a_real_difference():
+    meter = {"n": 12, "initial": 0, "total": 100, "elapsed": 120.0, "rate": 0.1, "unit": "step"}
+    assert correction(1000.0, meter) is None  # 1000 s in all measured: as announced
+    assert correction(1000.0 * CORRECT_BEYOND * 1.1, meter)[0] == pytest.approx(1000.0)  # slower than measured too
+    assert correction(100.0, {**meter, "n": 1}) is None and correction(100.0, {**meter, "elapsed": 5.0}) is None
+    assert correction(100.0, {**meter, "total": None}) is None

@@ -42,6 +42,15 @@ def test_math_verify_timeout_counts_as_wrong_and_the_next_check_answers():
         MathVerifier(timeout_s=0)
 
 
+def test_a_pathological_answer_ends_at_the_timeout_and_is_counted():
+    """math-verify's parse caught the timeout itself and the check parsed on, unbounded: a 1 s check took 8 s."""
+    verifier = MathVerifier(timeout_s=1.0)
+    verifier("1", "1")  # imports untimed
+    start = time.perf_counter()
+    assert verifier("5", "1+" * 300_000 + "1") is False
+    assert time.perf_counter() - start < 5 and verifier.timeouts == 1
+
+
 def test_tasks_by_name():
     assert set(TASKS) == {"gsm8k", "countdown", "math500", "sum3"}
     for task in TASKS.values():
