@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.runs.folder import RunFolder, enclosing_run
-from grpo_kit.system.files import json_or_none, new_beside, sha256_file, write_json, write_text
+from grpo_kit.system.files import follow_umask, json_or_none, new_beside, sha256_file, write_json, write_text
 from grpo_kit.system.hub import hub_offline, is_repo_id, upload_token
 from grpo_kit.system.progress import phase_bar
 
@@ -895,6 +895,7 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
     """Move a checked export to ``out`` (passed: with its card) or ``<out>.refused``, replacing a previous export
     there whole; raise when refused."""
     target = out if verification.passed else out.with_name(out.name + ".refused")
+    follow_umask(folder)  # safetensors writes its weights 0600
     verification.export = target.name
     if verification.passed:
         write_text(folder / "README.md", model_card(run_dir, verification))

@@ -21,8 +21,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "json_or_none", "new_beside", "read_jsonl", "read_yaml", "replaced", "sha256_file",
-           "write_json", "write_jsonl", "write_text"]
+__all__ = ["append_jsonl", "follow_umask", "json_or_none", "new_beside", "read_jsonl", "read_yaml", "replaced",
+           "sha256_file", "write_json", "write_jsonl", "write_text"]
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -66,6 +66,33 @@ def new_beside(path: str | Path, tag: str, folder: bool = False) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def follow_umask(folder: str | Path) -> Path:
+    """Give the files under ``folder`` that were created 0600 the user's umask (0644 under the usual 0022).
+
+    safetensors' ``save_file`` (which transformers, peft and Unsloth save weights through) creates its file 0600
+    whatever the umask, so a model, a checkpoint or an export would be unreadable to the rest of a team sharing the run
+    folder while everything else in it is readable. Files given another mode on purpose are left alone.
+
+    Returns:
+        ``folder``.
+
+    >>> import tempfile, pathlib, os
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> (folder / "model.safetensors").touch(mode=0o600)
+    >>> mask = os.umask(0o022)
+    >>> _ = follow_umask(folder)
+    >>> _ = os.umask(mask)
+    >>> oct((folder / "model.safetensors").stat().st_mode & 0o777)
+    '0o644'
+    """
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600:
+            path.chmod(0o666 & ~mask)
+    return Path(folder)
 
 
 @contextlib.contextmanager

@@ -92,6 +92,16 @@ def is_task_file(task: Any) -> bool:
     return isinstance(task, (str, Path)) and str(task).lower().endswith(TASK_FILE_SUFFIXES)
 
 
+def _short(value: Any) -> str:
+    """``repr(value)`` cut in its middle past 60 characters, with its length: a 5,000-digit answer in one line."""
+    import reprlib
+
+    shown = reprlib.Repr()
+    shown.maxstring = shown.maxlong = shown.maxother = 60
+    text = shown.repr(value)
+    return text if len(str(value)) <= 60 else f"{text} ({len(str(value))} characters)"
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     data = read_yaml(path, "a task file")
     if not isinstance(data, dict):
@@ -210,8 +220,8 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
         value = gold_text(row[answer])
         gold = kind.gold(value) if value is not None else None
         if gold is None:
-            raise ValueError(f"{where}: {answer!r} is {row[answer]!r}, not {kind.needs} (answer_type {kind.name} in "
-                             f"{path})")
+            raise ValueError(f"{where}: {answer!r} is {_short(row[answer])}, not {kind.needs} (answer_type "
+                             f"{kind.name} in {path})")
         example = {k: v for k, v in row.items() if k not in own}
         for k, v in example.items():  # one table holds them: a field of two kinds is named with both rows
             if v is None:

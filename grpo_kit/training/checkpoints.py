@@ -211,13 +211,13 @@ def fingerprint_on_save() -> Any:
     process), so that a resume can tell the weights are the ones training wrote (:func:`check_fingerprint`)."""
     from transformers import TrainerCallback
 
-    from grpo_kit.system.files import write_json
+    from grpo_kit.system.files import follow_umask, write_json
 
     class FingerprintOnSave(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
-                write_json(folder / FINGERPRINT, weights_fingerprint(folder))
+                write_json(follow_umask(folder) / FINGERPRINT, weights_fingerprint(folder))  # weights were 0600
 
     return FingerprintOnSave()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import Launch
-from grpo_kit.system.files import write_json
+from grpo_kit.system.files import follow_umask, write_json
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.algorithms import ALGORITHM_FIELDS
 from grpo_kit.training.checkpoints import WEIGHT_FILES
@@ -224,6 +224,7 @@ def save_policy(trainer: Any, tokenizer: Any, path: str | Path) -> Path:
                                f"{sorted(p.name for p in partial.iterdir()) if partial.is_dir() else 'nothing'}): "
                                "the trained policy would be lost; the newest checkpoint in the run folder still "
                                "holds it")
+        follow_umask(partial)  # safetensors writes its weights 0600
         old = path.with_name(path.name + ".old")
         if path.exists():
             shutil.rmtree(old, ignore_errors=True)

@@ -11,6 +11,7 @@ built by ``make install-llama`` (``GRPO_KIT_LLAMA``).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -94,6 +95,9 @@ def test_a_lora_adapter_merges_into_a_model_that_answers_like_it(which, request,
     folder, verification = export(run, "merged", questions=QUESTIONS)
     assert verification.passed and verification.identical == QUESTIONS, verification.side_by_side()
     assert _local_paths(folder, tmp_path_factory.getbasetemp()) == []  # the adapter's base path stays home
+    mask = os.umask(0)
+    os.umask(mask)  # safetensors wrote the weights 0600; the export gives every file the umask's mode
+    assert {oct(p.stat().st_mode & 0o777) for p in folder.iterdir() if p.is_file()} == {oct(0o666 & ~mask)}
     from safetensors.torch import load_file
 
     from grpo_kit.policy.loading import load_policy

@@ -55,8 +55,9 @@ def _train(args: list[str], kill_at: str | None = None) -> subprocess.CompletedP
     command = [sys.executable, "-m", "grpo_kit", *args]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if kill_at is None:
-        return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+        return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, umask=0o022)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
+                             umask=0o022)
     seen = []
     for line in child.stdout:
         seen.append(line)
@@ -88,6 +89,9 @@ def test_train_writes_the_run_folder_with_checkpoints(uninterrupted):
     for name in ("model", "log_history.json", "training_curves.png", "train_settings.json"):
         assert (run_dir / name).exists(), name
     assert "[grpo_kit] step 6/6: reward" in out and "held-out strict accuracy" in out
+    # issue 44 case 18: safetensors writes weights 0600; under umask 0022 a team sharing the folder reads them all
+    closed = [str(p) for p in run_dir.rglob("*") if p.is_file() and p.stat().st_mode & 0o044 != 0o044]
+    assert not closed, closed
     history = json.loads((run_dir / "log_history.json").read_text())
     assert sorted(_rewards_by_step(history)) == [1, 2, 3, 4, 5, 6]
     evals = [row for row in history if "eval/strict_accuracy" in row]

@@ -605,6 +605,14 @@ def test_data_a_table_cannot_hold_is_named_with_file_and_line(tmp_path, line, me
         "extra"] == 2.5
 
 
+def test_a_long_answer_that_is_no_number_is_shown_cut_in_its_one_line(tmp_path):
+    """Case 16 of issue 44: a 5,000-digit gold number given as text was refused in one line of 5,230 characters."""
+    path = _write(tmp_path, BASIC.format("number"), _rows(["1"]), _rows(["9" * 5000]))
+    error = _error(path)
+    assert error.startswith(f"{tmp_path / 'test.jsonl'}:1: 'a' is '999") and "9999' (5000 characters), not a " \
+        "number as written" in error and len(error) < 400, error
+
+
 def test_a_yaml_merge_key_is_read_in_task_files_as_in_recipes(tmp_path):
     """Case 16 of issue 44: a merge key `<<:` worked in recipes and was refused in task files."""
     path = _write(tmp_path, "train: train.jsonl\ntest: test.jsonl\n<<: {question: q, answer: z}\nanswer: a\n"
