@@ -145,8 +145,14 @@ def correction(said: float, meter: dict[str, Any]) -> tuple[float, str] | None:
 
 
 def on_a_terminal() -> bool:
-    """Whether progress is drawn in place: standard error is a terminal, or a notebook shows it (tqdm's widget)."""
-    return "ipykernel" in sys.modules or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+    """Whether progress is drawn in place: standard error is a terminal, or a notebook shows it (tqdm's widget).
+
+    A notebook is an IPython shell that is running (``IPython.get_ipython()``), not ``ipykernel`` merely imported:
+    a process that imported it (papermill, a test run) may still write to a log file."""
+    if hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
+        return True
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None
 
 
 def quiet_library_bars_off_a_terminal() -> None:

@@ -66,8 +66,11 @@ def test_generation_says_greedy_or_sampled_and_moves_per_token(tiny_policy, monk
 
 def test_off_a_terminal_a_bar_is_lines_and_a_log_line_is_never_glued_to_it(monkeypatch, kit_log_on_stderr):
     """Case 19 of issue 44: in a log file, bars were redrawn with carriage returns and block characters, and log
-    lines were glued onto them."""
+    lines were glued onto them. A process that imported ipykernel without running a kernel (papermill, this test
+    run) writes lines too."""
     import sys
+
+    import ipykernel  # noqa: F401
 
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
