@@ -585,6 +585,22 @@ def _on_hub(name: Any) -> bool:
     return isinstance(name, str) and is_repo_id(name) and not Path(name).expanduser().exists()
 
 
+def _task_name(ref: Any) -> str:
+    """A task as a card names it: a built-in's name, a task file's ``name`` (its file's stem where it has none or
+    is gone), never the file's path."""
+    from grpo_kit.system.files import read_yaml
+    from grpo_kit.tasks.task_file import is_task_file
+
+    if not is_task_file(ref):
+        return str(ref)
+    try:
+        data = read_yaml(ref, "a task file")
+    except ValueError:
+        data = None
+    name = data.get("name") if isinstance(data, dict) else None
+    return name.strip() if isinstance(name, str) and name.strip() else Path(str(ref)).stem
+
+
 def model_card(run_dir: str | Path, verification: Verification) -> str:
     """The export's ``README.md``, a Hugging Face model card (``huggingface_hub.ModelCard``); :func:`export` writes it
     into every passed export.
@@ -615,25 +631,27 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     licence = _licence(base, shown)
     # a recipe's Hub data set (its task file is in the kit's cache)
     hub_data = preset.get("dataset_name") if _on_hub(preset.get("dataset_name")) else None
-    task = hub_data or Path(str(settings.get("task"))).name  # a task file by its file name
+    task = hub_data or _task_name(settings.get("task"))  # a task file by its task's name, never its path
     algorithm = settings.get("algorithm") if isinstance(settings.get("algorithm"), dict) else None
     named = f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" if algorithm else "GRPO"
     keys = ("name", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
-            "gradient_accumulation_steps", "max_completion_length", "temperature", "lora_rank", "lora_alpha", "optim",
+            "gradient_accumulation_steps", "max_completion_length", "temperature", "lora_r", "lora_alpha", "optim",
             "max_grad_norm", "seed")
     table, rows = _results(run)
     try:  # a damaged comparison.csv leaves the metadata without results, not the export without its card
-        results = [EvalResult(task_type="text-generation", dataset_type=hub_data or Path(task).stem, dataset_name=task,
+        # this model's results only: the Hub shows model-index as the model's own, so the base model's stay in the
+        # text's before/after table
+        results = [EvalResult(task_type="text-generation", dataset_type=task, dataset_name=task,
                               dataset_config=preset.get("dataset_config") if hub_data else None,
                               dataset_split=(preset.get("dataset_test_split") if hub_data else None) or "test",
                               metric_type=re.sub(r"\W+", "_", row["metric"].lower()).strip("_"),
-                              metric_name=f"{row['metric']} ({when})", metric_value=float(row[key]))
-                   for row in rows for when, key in (("after GRPO", "after"), ("base model, before GRPO", "before"))]
+                              metric_name=row["metric"], metric_value=float(row["after"])) for row in rows]
     except (KeyError, TypeError, ValueError, AttributeError):
         results = []
     data = ModelCardData(base_model=base if on_hub else None, license=licence if re.fullmatch(r"[\w.-]+", licence)
                          else "other", library_name="transformers" if verification.kind == "merged" else None,
-                         tags=["trl", "grpo", "grpo_kit", *([algorithm["name"]] if algorithm else [])],
+                         tags=["trl", "grpo", "grpo_kit", *([algorithm["name"]] if algorithm else []),
+                               *(["gguf"] if verification.kind == "gguf" else [])],
                          datasets=hub_data, model_name=run.path.name, eval_results=results or None)
     rewards = identity.get("rewards", {})
     versions = ", ".join(f"{k} {v}" for k, v in (settings.get("versions") or {}).items()) or "not recorded"
@@ -641,7 +659,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
              f"- base model: `{shown}`{'' if on_hub else ' (not on the Hub)'} (licence: {licence})", f"- task: {task}",
              f"- rewards (weight): {', '.join(f'{k} ({v})' for k, v in rewards.items()) or 'not recorded'}",
              f"- trained with TRL's GRPOTrainer, {run.finished_step()} steps; "
-             + ", ".join(f"{k}={preset[k]}" for k in keys if k in preset), "",
+             + ", ".join(f"{k}={preset[k]}" for k in keys if preset.get(k) is not None), "",
              "## Algorithm", "", algorithm_markdown(algorithm) if algorithm else "Not recorded by this run.", "",
              "## Before and after training (from the run's report.md)", "", table, "",
              "## Verification of this export", "", verification.summary(), "",

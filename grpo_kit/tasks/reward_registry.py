@@ -236,6 +236,9 @@ class RewardSet:
     def __repr__(self) -> str:
         return "RewardSet({" + ", ".join(f"{n!r}: {w:g}" for n, w in zip(self.names, self.weights)) + "})"
 
+    def __str__(self) -> str:  # as --rewards takes them, as the log lines say them
+        return " ".join(f"{n}={w:g}" for n, w in zip(self.names, self.weights))
+
 
 def probe(rewards: RewardSet, rows: Sequence[Mapping[str, Any]], completions: Sequence[str]) -> None:
     """Call every reward once as TRL will (keyword arguments, the rows' dataset columns), before any model loads.

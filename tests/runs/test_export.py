@@ -177,17 +177,18 @@ def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_
     algorithm = settings["algorithm"]  # named as the recipe ran it (case 8 of issue 46: not just "GRPO")
     assert f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" in card
     assert model_card(full_run, verification) == card
-    # The Hub's metadata: YAML front matter with the before/after numbers as model-index evaluation results.
+    # The Hub's metadata: YAML front matter with this model's numbers as model-index evaluation results (the Hub shows
+    # them as the model's own: the base model's before-training numbers stay in the text's table).
     data = ModelCard(card).data
     assert data.base_model is None  # a local folder, named in the text (`tiny-policy...`), not a Hub id
     assert data.model_name == "full" and "grpo" in data.tags and data.license
     results = {(r.metric_name, r.dataset_name, r.dataset_split, r.task_type): r.metric_value
                for r in data.eval_results}
     numbers = pd.read_csv(full_run / "comparison.csv")
-    assert len(results) == 2 * len(numbers)
+    assert len(results) == len(numbers)
     for row in numbers.itertuples():
-        for when, value in (("after GRPO", row.after), ("base model, before GRPO", row.before)):
-            assert results[(f"{row.metric} ({when})", "gsm8k", "test", "text-generation")] == value
+        assert results[(row.metric, "gsm8k", "test", "text-generation")] == row.after
+    assert {r.dataset_type for r in data.eval_results} == {"gsm8k"} and "lora_r=None" not in card
     # Nothing of this machine in anything the Hub would receive (case 8 of issue 46), nor in the trained model's card.
     assert _local_paths(folder, tmp_path_factory.getbasetemp()) == []
     assert _local_paths(full_run / "model", tmp_path_factory.getbasetemp()) == []
@@ -758,3 +759,12 @@ def test_an_out_that_is_a_link_is_called_a_link(tmp_path):
     (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ValueError, match=r"--out: .*out is a link, and an export is a folder of its own"):
         check_out(tmp_path / "out", tmp_path / "run", "merged")
+
+
+def test_a_card_names_a_task_file_by_its_tasks_name_never_its_path(tmp_path):
+    """A journey of issue 46: the card named a user's task `task.yaml` (its file) in its title and its model-index."""
+    from grpo_kit.runs.export import _task_name
+
+    (tmp_path / "task.yaml").write_text("name: units\nquestion: q\nanswer: a\n")
+    assert _task_name(str(tmp_path / "task.yaml")) == "units" and _task_name("gsm8k") == "gsm8k"
+    assert _task_name(str(tmp_path / "moved.yaml")) == "moved"  # a file gone since: its stem, not its path
