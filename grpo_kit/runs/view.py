@@ -39,14 +39,17 @@ ZERO_STD = 1e-9
 
 
 def _number(value: Any, digits: int = 4) -> float | None:
-    """A JSON-safe rounded number (``None`` for NaN, infinity or a missing value)."""
+    """A JSON-safe rounded number (``None`` for NaN, infinity or a missing value): ``digits`` decimals, or
+    ``digits`` significant figures below 0.001, where decimals would turn a McNemar p of 1.91e-06 into 0."""
     if value is None or isinstance(value, bool):
         return None if value is None else float(value)
     try:
         value = float(value)
     except (TypeError, ValueError):
         return None
-    return round(value, digits) if math.isfinite(value) else None
+    if not math.isfinite(value):
+        return None
+    return float(f"{value:.{digits}g}") if 0 < abs(value) < 1e-3 else round(value, digits)
 
 
 def _table(frame: Any) -> list[dict[str, Any]]:

@@ -275,3 +275,17 @@ def test_from_inside_a_run_folder_the_comparison_goes_beside_it_and_bad_names_ar
                                            "['only-one']\n"), command
     assert main(["view", str(b), "--names", "x|y", "--out", str(tmp_path / "b.html")]) == 2
     assert "give names without '|'" in capsys.readouterr().err
+
+
+def test_mcnemar_p_is_shown_as_the_report_prints_it(runs, driver):
+    """A journey of issue 46: the Before/after tab showed McNemar p = 1.91e-06 as 0.0000."""
+    a, _, page, _ = runs
+    browser.open_page(driver, page)
+    shown = driver.find_element("tag name", "body").text
+    numbers = [p for p in view_data([a])["runs"][0]["table"] if isinstance(p.get("mcnemar_p"), float)]
+    assert numbers and min(p["mcnemar_p"] for p in numbers) > 0, numbers  # a small p kept, not rounded to 0
+    for row in numbers:
+        mantissa, exponent = f"{row['mcnemar_p']:.2e}".split("e")  # JavaScript's toExponential(2): 1.05e-5
+        assert (f"{mantissa}e{int(exponent)}" if row["mcnemar_p"] < 1e-3 else f"{row['mcnemar_p']:.3g}") in shown, row
+    assert "0.0000" not in shown
+    assert not _errors(driver)
