@@ -585,22 +585,6 @@ def _on_hub(name: Any) -> bool:
     return isinstance(name, str) and is_repo_id(name) and not Path(name).expanduser().exists()
 
 
-def _task_name(ref: Any) -> str:
-    """A task as a card names it: a built-in's name, a task file's ``name`` (its file's stem where it has none or
-    is gone), never the file's path."""
-    from grpo_kit.system.files import read_yaml
-    from grpo_kit.tasks.task_file import is_task_file
-
-    if not is_task_file(ref):
-        return str(ref)
-    try:
-        data = read_yaml(ref, "a task file")
-    except ValueError:
-        data = None
-    name = data.get("name") if isinstance(data, dict) else None
-    return name.strip() if isinstance(name, str) and name.strip() else Path(str(ref)).stem
-
-
 def model_card(run_dir: str | Path, verification: Verification) -> str:
     """The export's ``README.md``, a Hugging Face model card (``huggingface_hub.ModelCard``); :func:`export` writes it
     into every passed export.
@@ -620,6 +604,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
     from grpo_kit.system.install import installed_version
+    from grpo_kit.tasks.task_file import task_name
     from grpo_kit.training.algorithms import algorithm_markdown
 
     run, settings = _run(run_dir)
@@ -631,7 +616,7 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     licence = _licence(base, shown)
     # a recipe's Hub data set (its task file is in the kit's cache)
     hub_data = preset.get("dataset_name") if _on_hub(preset.get("dataset_name")) else None
-    task = hub_data or _task_name(settings.get("task"))  # a task file by its task's name, never its path
+    task = hub_data or task_name(settings.get("task"))  # a task file by its task's name, never its path
     algorithm = settings.get("algorithm") if isinstance(settings.get("algorithm"), dict) else None
     named = f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" if algorithm else "GRPO"
     keys = ("name", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",

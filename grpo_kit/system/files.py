@@ -87,11 +87,14 @@ def follow_umask(folder: str | Path) -> Path:
     >>> oct((folder / "model.safetensors").stat().st_mode & 0o777)
     '0o644'
     """
-    mask = os.umask(0o022)
-    os.umask(mask)
+    probe = new_beside(Path(folder) / "umask", "probe-")  # created as a plain open would: its mode is the umask's
+    try:
+        mode = probe.stat().st_mode & 0o777
+    finally:
+        probe.unlink()
     for path in Path(folder).rglob("*"):
         if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600:
-            path.chmod(0o666 & ~mask)
+            path.chmod(mode)
     return Path(folder)
 
 

@@ -60,7 +60,7 @@ from grpo_kit.tasks.task import Task
 from grpo_kit.tasks.user_code import import_named
 
 __all__ = ["CODE_KEYS", "EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "check_task_code", "is_task_file",
-           "load_task"]
+           "load_task", "task_name"]
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,24 @@ def _short(value: Any) -> str:
     shown.maxstring = shown.maxlong = shown.maxother = 60
     text = shown.repr(value)
     return text if len(str(value)) <= 60 else f"{text} ({len(str(value))} characters)"
+
+
+def task_name(task: Any) -> str:
+    """A task as a report or model card names it, without loading it or importing anything: a built-in's name, a task
+    file's ``name`` (its file's stem where it has none, as :func:`load_task` names it, or where the file is gone or
+    unreadable), never the file's path.
+
+    >>> task_name("gsm8k"), task_name("/nowhere/units.yaml")
+    ('gsm8k', 'units')
+    """
+    if not is_task_file(task):
+        return str(task)
+    try:
+        data = read_yaml(task, "a task file")
+    except ValueError:
+        data = None
+    name = data.get("name") if isinstance(data, dict) else None
+    return name.strip() if isinstance(name, str) and name.strip() else Path(str(task)).stem
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -441,7 +459,7 @@ def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool =
     if validation_size is not None and (isinstance(validation_size, bool) or not isinstance(validation_size, int)
                                         or validation_size < 1):
         raise ValueError(f"{path}: field 'validation_size' must be a whole number >= 1, got {validation_size!r}")
-    name = data.get("name", path.stem)
+    name = data.get("name", path.stem)  # as task_name reads it
     if not isinstance(name, str) or not name.strip() or "/" in name:
         raise ValueError(f"{path}: field 'name' must be a short name without '/', got {name!r}")
     rewards, weights = _rewards(path, data, kind.reward if kind else None)

@@ -763,7 +763,7 @@ def test_an_out_that_is_a_link_is_called_a_link(tmp_path):
 
 def test_a_card_names_a_task_file_by_its_tasks_name_never_its_path(tmp_path):
     """A journey of issue 46: the card named a user's task `task.yaml` (its file) in its title and its model-index."""
-    from grpo_kit.runs.export import _task_name
+    from grpo_kit.tasks.task_file import task_name as _task_name
 
     (tmp_path / "task.yaml").write_text("name: units\nquestion: q\nanswer: a\n")
     assert _task_name(str(tmp_path / "task.yaml")) == "units" and _task_name("gsm8k") == "gsm8k"
