@@ -425,8 +425,9 @@ class RunSpec:
                      for line in taken]
         if run_dir is None:
             run_dir = preset.settings.get("output_dir") or Path("runs") / f"{preset.name}-{task.name}"
-        recorded = RunFolder(run_dir).read_settings(Path(run_dir) / "train_settings.json", "train", ("identity",)) \
-            if resume and (Path(run_dir) / "train_settings.json").is_file() else None
+        record = RunFolder(run_dir, write=False)  # read here; written (and its writability checked) below
+        recorded = record.read_settings(record.train_settings, "train", ("identity",)) \
+            if resume and record.train_settings.is_file() else None
         if recorded is not None:  # the run as recorded, unless this command says otherwise
             as_recorded = _as_recorded(recorded, Path(run_dir), rewards=rewards if rewards is not None else
                                        (preset.reward_funcs or None), train_size=train_size, eval_steps=eval_steps,
