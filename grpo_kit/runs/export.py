@@ -151,10 +151,7 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be "
                          "half-written): run python -m grpo_kit train with --resume to finish it, then export")
     run.check_model()  # model/ as training wrote it, or a ValueError naming the file
-    settings = run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
-    if not isinstance(settings, dict):
-        raise ValueError(f"{run.train_settings} is damaged or was edited (not a JSON object): train the run again")
-    return run, settings
+    return run, run.read_settings(run.train_settings, "python -m grpo_kit train (or notebook 03)", ("identity",))
 
 
 def _heldout(run: RunFolder, settings: dict[str, Any], questions: int, trust_remote_code: bool = False
@@ -247,14 +244,11 @@ def merge_base(run_dir: str | Path, base: str | Path | None = None) -> Path | No
             ``HF_HUB_OFFLINE`` set where the base would come from the Hub (the message names ``--base``).
         ConnectionError: the Hub does not answer for the base (the message names ``--base``).
     """
-    run = RunFolder(run_dir, write=False)
-    settings = run.read_json(run.train_settings, "python -m grpo_kit train (or notebook 03)")
-    preset = settings.get("identity", {}).get("preset", {}) if isinstance(settings, dict) else {}
-    adapter = run.model / "adapter_config.json"
-    if not (preset.get("use_unsloth") and adapter.is_file()):
+    adapter = RunFolder(run_dir, write=False).model / "adapter_config.json"
+    if not (trained_through_unsloth(run_dir) and adapter.is_file()):
         if base is not None:
             raise ValueError(f"--base is for a LoRA run trained through Unsloth, whose merge reads a 16-bit base; "
-                             f"{run.path} merges into the base it loads: drop --base")
+                             f"{run_dir} merges into the base it loads: drop --base")
         return None
     if base is not None:
         folder = Path(base).expanduser()
@@ -296,11 +290,9 @@ def _generation_placement(saved_dtype: str | None) -> dict[str, Any]:
     """
     from grpo_kit.policy.devices import first_gpu
 
-    gpu = first_gpu()
-    if gpu is None:
+    if (gpu := first_gpu()) is None:
         return {"dtype": "auto"}
-    dtype = "float16" if saved_dtype == "bfloat16" and not gpu.bf16 else "auto"
-    return {"dtype": dtype, "device_map": {"": 0}}
+    return {"dtype": "float16" if saved_dtype == "bfloat16" and not gpu.bf16 else "auto", "device_map": {"": 0}}
 
 
 def _saved_dtype(folder: Path) -> str | None:
@@ -367,35 +359,14 @@ def _check_disk(where: Path, needed: int, format: str) -> None:
     Raises:
         ValueError: less free space than needed (the message gives both, in GB, and what to do).
     """
-    folder = where
-    while not folder.exists():
-        folder = folder.parent
+    from tqdm import tqdm  # format_sizeof: bytes in the unit that shows them (a tiny policy's export is megabytes)
+
+    folder = next(p for p in (where, *where.parents) if p.exists())
     free = shutil.disk_usage(folder).free
     if free < needed * 1.05:
-        raise ValueError(f"this {format} export needs about {_size(needed)} of free space under {folder}, which "
-                         f"has {_size(free)}: free some space, or give --out a folder on a larger disk")
-
-
-def _size(n: float) -> str:
-    """Bytes in the unit that shows them (a tiny policy's export is megabytes: "0.0 GB" said nothing).
-
-    >>> _size(3.2e9), _size(48e6), _size(512), _size(0)
-    ('3.2 GB', '48 MB', '512 bytes', '0 bytes')
-    """
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}" if unit == "GB" else f"{n / scale:.0f} {unit}"
-    return f"{n:.0f} bytes"
-
-
-def _merge(model: Any) -> Any:
-    """Fold a peft adapter (LoRA and ``modules_to_save``) into its base; a plain model comes back as is.
-
-    An adapter that trained the tied output head (``modules_to_save=["lm_head"]``) leaves it apart from the input
-    embedding: peft's ``merge_and_unload`` then sets ``tie_word_embeddings=False`` (peft 0.21,
-    ``tuners_utils.py``), so saving writes both and loading keeps the trained head (the loss of unsloth #3454).
-    """
-    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+        raise ValueError(f"this {format} export needs about {tqdm.format_sizeof(needed, 'B')} of free space under "
+                         f"{folder}, which has {tqdm.format_sizeof(free, 'B')}: free some space, or give --out a "
+                         "folder on a larger disk")
 
 
 def _dtype_name(model: Any) -> str:
@@ -412,8 +383,12 @@ def _reference(run: RunFolder, settings: dict[str, Any], questions: int, trust_r
     model, tokenizer, unsloth = _load_trained(run, settings)
     sampling = Sampling(temperature=0.0, max_new_tokens=budget)
     result = evaluate(TransformersBackend(model, tokenizer, name="the trained policy"), rows, sampling, task=task)
-    # Unsloth merges its own (save_pretrained_merged), into the 16-bit original of a 4-bit base: no merge here
-    merged = None if unsloth else _merge(model)
+    # Unsloth merges its own (save_pretrained_merged), into the 16-bit original of a 4-bit base: no merge here.
+    # peft's merge_and_unload folds the adapter (LoRA and modules_to_save) into its base; an adapter that trained the
+    # tied output head (modules_to_save=["lm_head"]) leaves it apart from the input embedding, and merge_and_unload
+    # then sets tie_word_embeddings=False (peft 0.21, tuners_utils.py), so saving writes both and loading keeps the
+    # trained head (the loss of unsloth #3454). A full fine-tune (no adapter) is its own merge.
+    merged = None if unsloth else model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     quantized_base = any(getattr(p, "quant_state", None) is not None for p in model.parameters())
     return {"task": task, "rows": rows, "sampling": sampling, "records": result.records, "model": merged,
             "trained": model, "tokenizer": tokenizer, "dtype": None if merged is None else _dtype_name(merged),
@@ -425,9 +400,7 @@ def _compare_weights(export_dir: Path, merged: Any) -> dict[str, Any]:
     from safetensors.torch import load_file
 
     reference = {k: v.detach() for k, v in merged.state_dict().items()}
-    found: dict[str, Any] = {}
-    for file in sorted(export_dir.glob("*.safetensors")):
-        found.update(load_file(str(file)))
+    found = {k: v for file in sorted(export_dir.glob("*.safetensors")) for k, v in load_file(str(file)).items()}
     differing, worst = [], 0.0
     for name, tensor in found.items():
         ref = reference.get(name)
@@ -488,7 +461,6 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     from grpo_kit.evaluation.stats import mcnemar_exact
 
     backend, dtype, weights = fmt.open(fmt.found(export), ref)
-    kind = fmt.name
     result = evaluate(backend, ref["rows"], ref["sampling"], task=ref["task"])
     before, after = ref["records"], result.records
     # Bytes that end inside a UTF-8 character are spelled U+FFFD by one decoder and dropped by another: the same
@@ -499,13 +471,11 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     # policy that never answers would otherwise agree with anything that never answers).
     agree = [a["flexible_answer"] == b["flexible_answer"] and (a["flexible_answer"] is not None or s)
              for a, b, s in zip(before, after, same)]
-    right_before = [a["flexible_correct"] > 0 for a in before]
-    right_after = [b["flexible_correct"] > 0 for b in after]
-    gained, lost = flips(right_before, right_after)
+    right = [[r["flexible_correct"] > 0 for r in records] for records in (before, after)]
     n = len(before)
-    acc_before, acc_after, p = sum(right_before) / n, sum(right_after) / n, mcnemar_exact(gained, lost)
+    acc_before, acc_after, p = sum(right[0]) / n, sum(right[1]) / n, mcnemar_exact(*flips(*right))
     # trained on a 4-bit base, exported from its 16-bit original (not the same weights), or a quantized GGUF
-    if ref.get("quantized_base") or fmt.quantized(dtype):
+    if ref.get("quantized_base") or fmt.quantizes and dtype not in IDENTICAL_THRESHOLDS:
         need = threshold if threshold is not None else DEFAULT_AGREEMENT if ref.get("quantized_base") else \
             AGREEMENT_THRESHOLDS.get(dtype, DEFAULT_AGREEMENT)
         rule = (f"flexible answers agree on >= {need:.0%} and flexible accuracy not significantly lower (McNemar p "
@@ -513,7 +483,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
                                          "original" if ref.get("quantized_base") else ""))
         passed = sum(agree) / n >= need and not (acc_after < acc_before and p < _SIGNIFICANT)
     else:
-        exact = fmt.exact(dtype)
+        exact = dtype == "float32"  # a merged export in float32 (a GGUF's types are f32, f16, ...)
         need = 1.0 if exact else threshold if threshold is not None else IDENTICAL_THRESHOLDS.get(dtype, 1.0)
         rule = f">= {need:.0%} identical completions"
         passed = sum(same) / n >= need
@@ -526,7 +496,7 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
                                              "export": after[first]["completion"]}
     files = _file_hashes(export) if export.is_dir() else {export.name: sha256_file(export)}
     beside = export if export.is_dir() else export.parent  # where verification.json goes
-    return Verification(export=export.name, kind=kind, dtype=dtype, questions=n, identical=sum(same),
+    return Verification(export=export.name, kind=fmt.name, dtype=dtype, questions=n, identical=sum(same),
                         agreement=sum(agree) / n, accuracy_trained=acc_before, accuracy_export=acc_after, mcnemar_p=p,
                         rule=rule, passed=passed, weights=weights, first_difference=difference, files=files,
                         run=os.path.relpath(run.path.resolve(), beside.resolve()), step=run.finished_step(),
@@ -541,8 +511,7 @@ def _free_reference(reference: dict[str, Any]) -> None:
     import torch
 
     gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    torch.cuda.empty_cache()  # a no-op where CUDA was never initialised (torch/cuda/memory.py)
 
 
 def _check_numbers(questions: Any, threshold: Any) -> None:
@@ -560,7 +529,7 @@ def _results(run: RunFolder) -> tuple[str, list[dict[str, str]]]:
     if not run.report.is_file() or not run.comparison.is_file():
         return "No before/after evaluation in the run folder (run `python -m grpo_kit eval` before exporting).", []
     if (stale := run.stale_results()) is not None:
-        stale = stale.replace(str(run.path), run.path.name)
+        stale = stale.replace(str(run.path), run.path.name)  # a card is published: the folder by its name
         return f"No current before/after evaluation, so none is shown: {stale}.", []
     lines = run.report.read_text(encoding="utf-8").splitlines()
     start = lines.index("## Greedy") + 1 if "## Greedy" in lines else 0
@@ -573,11 +542,8 @@ def _licence(base: str, shown: str) -> str:
     if base.startswith("tiny:"):
         return "the kit's tiny policy, built locally from random weights (no upstream licence)"
     card = Path(base) / "README.md"
-    if card.is_file():
-        found = re.search(r"^license:\s*(\S+)", card.read_text(encoding="utf-8"), re.MULTILINE)
-        if found:
-            return found.group(1)
-    return f"unknown: not recorded here; read {shown}'s model card before sharing"
+    found = re.search(r"^license:\s*(\S+)", card.read_text(encoding="utf-8"), re.MULTILINE) if card.is_file() else None
+    return found.group(1) if found else f"unknown: not recorded here; read {shown}'s model card before sharing"
 
 
 def _on_hub(name: Any) -> bool:
@@ -747,12 +713,13 @@ def _export_lock(out: Path) -> Any:
 
 class ExportFormat:
     """One export format, everything it does in one place: what it takes and checks before any work
-    (:meth:`check`, :meth:`check_tools`), where it goes (:meth:`folder`), the disk it needs (:meth:`needed`), how it
-    is built from the trained policy (:meth:`build`), and how a built one is found and read back to be verified
-    against the trained policy (:meth:`found`, :meth:`open`, :meth:`quantized`, :meth:`exact`)."""
+    (:meth:`check`, :meth:`check_tools`), the disk it needs (:meth:`needed`), how it is built from the trained policy
+    (:meth:`build`), and how a built one is found and read back to be verified against the trained policy
+    (:meth:`found`, :meth:`open`). Its folder under ``<run>/export/`` is its name, and a type's: ``gguf-q8_0``."""
 
     name = ""
-    #: It takes a type to quantize to (``--quant``).
+    #: It takes a type to quantize to (``--quant``); a type outside :data:`IDENTICAL_THRESHOLDS` is judged by
+    #: agreeing answers rather than identical completions.
     quantizes = False
     #: Of several formats exported together, the one ``--push-to-hub`` uploads.
     for_the_hub = False
@@ -769,10 +736,6 @@ class ExportFormat:
 
     def check_tools(self, verifying: bool = False) -> None:
         """Refuse, before any work, when what building (or, ``verifying``, reading back) needs is not installed."""
-
-    def folder(self, quant: str | None) -> str:
-        """The export folder's default name under ``<run>/export/``."""
-        return self.name
 
     def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
         """Bytes of disk the build needs: the merged model (4 a parameter in float32, else 2)."""
@@ -800,14 +763,6 @@ class ExportFormat:
         model, tokenizer = load_policy(found, **_generation_placement(saved))
         return TransformersBackend(model, tokenizer, name="the export"), saved or _dtype_name(model), weights
 
-    def quantized(self, dtype: str) -> bool:
-        """Whether an export of ``dtype`` is judged by agreeing answers rather than identical completions."""
-        return False
-
-    def exact(self, dtype: str) -> bool:
-        """Whether an export of ``dtype`` must answer exactly as the trained policy (and hold its weights)."""
-        return dtype == "float32"
-
 
 class Gguf(ExportFormat):
     """llama.cpp's format: the merged model through llama.cpp's converter, then its quantizer; read back with
@@ -831,9 +786,6 @@ class Gguf(ExportFormat):
             _converter()
         import_llama_cpp()
 
-    def folder(self, quant: str | None) -> str:
-        return f"gguf-{quant}"
-
     def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
         """The merged model, the converter's output and, when quantized, the quantizer's (each at most the 16-bit or
         float32 size)."""
@@ -845,14 +797,14 @@ class Gguf(ExportFormat):
 
         super().build(reference, folder / "merged", name, quant)
         gguf = folder / f"{name}.gguf"
-        if quant in CONVERTER_TYPES:
-            with phase_bar(f"converting to GGUF {quant} (llama.cpp's convert_hf_to_gguf.py)", None):
-                convert_to_gguf(folder / "merged", gguf, quant)
-        else:  # through float32 only for a small model: an 8B model's float32 GGUF is 32 GB of disk
-            between = "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
-                "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
-            with phase_bar(f"converting to GGUF {between} (llama.cpp's convert_hf_to_gguf.py)", None):
-                full = convert_to_gguf(folder / "merged", folder / f"full-{between}.gguf.tmp", between)
+        # a type the converter writes directly; else through float32 only for a small model (an 8B model's float32
+        # GGUF is 32 GB of disk), then the quantizer
+        between = quant if quant in CONVERTER_TYPES else "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
+            "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
+        with phase_bar(f"converting to GGUF {between} (llama.cpp's convert_hf_to_gguf.py)", None):
+            full = convert_to_gguf(folder / "merged", gguf if between == quant else folder / f"full-{between}.gguf.tmp",
+                                   between)
+        if full != gguf:
             with phase_bar(f"quantizing to {quant} (llama.cpp's llama_model_quantize)", None):
                 quantize_gguf(full, gguf, quant)
             full.unlink()
@@ -874,12 +826,6 @@ class Gguf(ExportFormat):
         # the type as the file's name says it (model-<type>.gguf)
         match = re.search(r"-(f32|f16|bf16|q\d\w*)\.gguf$", found.name, re.IGNORECASE)
         return backend, match.group(1).lower() if match else "unknown", None
-
-    def quantized(self, dtype: str) -> bool:
-        return dtype not in IDENTICAL_THRESHOLDS
-
-    def exact(self, dtype: str) -> bool:
-        return False
 
 
 class Merged(ExportFormat):
@@ -903,13 +849,11 @@ def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | 
     if verification.passed:
         write_text(folder / "README.md", model_card(run_dir, verification))
     write_json(folder / "verification.json", asdict(verification))
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
     if target.exists():  # a previous export of this kind (check_out) or an empty folder: moved aside, then removed
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
         target.rename(old / target.name)
-        folder.rename(target)
-        shutil.rmtree(old)
-    else:
-        folder.rename(target)
+    folder.rename(target)
+    shutil.rmtree(old)
     if not verification.passed:
         raise ExportRefused(f"refused: {verification.summary()}\n{verification.side_by_side()}\n(the export is kept "
                             f"in {target} for inspection)", verification)
@@ -956,7 +900,8 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     fmt.check_tools()
     run, settings = _run(run_dir)
     merge_from = merge_base(run.path, base)
-    out = check_out(out if out is not None else run.path / "export" / fmt.folder(quant), run.path, format)
+    out = check_out(out if out is not None else run.path / "export" / "-".join(filter(None, (format, quant))),
+                    run.path, format)
     # One writer per export folder, and no training rewrites model/ while it is exported.
     with _export_lock(out), run.lock("export", reading=True):
         check_out(out, run.path, format)  # again, now that no other export can be writing it
@@ -989,11 +934,10 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
     """
     token = upload_token(repo_id, token)
     folder = Path(export_dir)
-    record = folder / "verification.json"
-    if not record.is_file():
-        raise ValueError(f"{folder} was never verified (no verification.json): export it with `python -m grpo_kit "
-                         "export`, or check it with `python -m grpo_kit verify-export` first")
-    verification = json.loads(record.read_text(encoding="utf-8"))
+    verification = json_or_none(folder / "verification.json")
+    if not isinstance(verification, dict):
+        raise ValueError(f"{folder} was never verified (no readable verification.json): export it with `python -m "
+                         "grpo_kit export`, or check it with `python -m grpo_kit verify-export` first")
     if not verification.get("passed"):
         raise ValueError(f"{folder} failed its verification ({verification.get('rule')}): not uploading it")
     if _file_hashes(folder) != verification.get("files"):

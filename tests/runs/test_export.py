@@ -550,8 +550,8 @@ def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_
 
     monkeypatch.setattr(grpo_kit.runs.export.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 1, 1000))
     # "needs about 0.0 GB free ... and 0.0 GB are"
-    with pytest.raises(ValueError, match=r"this merged export needs about \d+ (kB|MB) of free space under .*, "
-                                         r"which has 1 kB: free some space"):
+    with pytest.raises(ValueError, match=r"this merged export needs about [\d.]+(kB|MB) of free space under .*, "
+                                         r"which has 1.00kB: free some space"):
         export(full_run, "merged", questions=QUESTIONS, out=tmp_path / "x")
     assert not list((tmp_path / "x.partial").glob("*")) if (tmp_path / "x.partial").exists() else True
     assert not (tmp_path / "x").exists()
