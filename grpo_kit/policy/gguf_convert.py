@@ -1,6 +1,6 @@
 """Run llama.cpp's own converter, ``convert_hf_to_gguf.py``, on a saved model: ``python -m grpo_kit.policy.gguf_convert
 LLAMA_CPP_DIR MODEL_DIR OUTFILE OUTTYPE``; or its quantizer: ``python -m grpo_kit.policy.gguf_convert --quantize
-SOURCE OUTFILE TYPE``.
+SOURCE OUTFILE TYPE THREADS``.
 
 :func:`grpo_kit.policy.llama_cpp.convert_to_gguf` and :func:`grpo_kit.policy.llama_cpp.quantize_gguf` run this in a
 child process (the converter is a script that sets up logging and reads ``sys.argv``; the quantizer prints a line
@@ -25,19 +25,19 @@ QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| 
                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
+#: The fields of a pre-tokenizer ``Sequence`` that split exactly as Qwen2's: a ``Split`` on :data:`QWEN2_PATTERN`
+#: (isolated), then ``ByteLevel`` without its own regex (its other fields, such as ``trim_offsets``, change offsets
+#: only).
+QWEN2_STEPS = [{"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "use_regex": False, "add_prefix_space": False}]
+
+
 def splits_like_qwen2(model_dir: str | Path) -> bool:
-    """Whether ``model_dir/tokenizer.json`` pre-tokenizes exactly as Qwen2's: a ``Split`` on
-    :data:`QWEN2_PATTERN` (isolated), then ``ByteLevel`` without its own regex."""
+    """Whether ``model_dir/tokenizer.json`` pre-tokenizes exactly as Qwen2's (:data:`QWEN2_STEPS`)."""
     path = Path(model_dir) / "tokenizer.json"
-    if not path.is_file():
-        return False
-    pre = json.loads(path.read_text(encoding="utf-8")).get("pre_tokenizer") or {}
+    pre = (json.loads(path.read_text(encoding="utf-8")).get("pre_tokenizer") or {}) if path.is_file() else {}
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
-    return (len(steps) == 2 and steps[0].get("type") == "Split"
-            and steps[0].get("pattern", {}).get("Regex") == QWEN2_PATTERN
-            and steps[0].get("behavior") == "Isolated" and not steps[0].get("invert")
-            and steps[1].get("type") == "ByteLevel" and steps[1].get("use_regex") is False
-            and not steps[1].get("add_prefix_space"))
+    return len(steps) == 2 and [{k: s.get(k) for k in want} for s, want in zip(steps, QWEN2_STEPS)] == QWEN2_STEPS
 
 
 def main(argv: list[str]) -> None:
@@ -63,10 +63,25 @@ def main(argv: list[str]) -> None:
     convert_hf_to_gguf.main()
 
 
+def quantize(source: str, out_file: str, quant: str, threads: str) -> None:
+    """:func:`grpo_kit.policy.llama_cpp.quantize_gguf`'s work, in the child process it starts (``threads``: 0 for all
+    cores).
+
+    Raises:
+        RuntimeError: llama.cpp returned an error.
+    """
+    import llama_cpp  # installed, or on the path the parent gives (grpo_kit.policy.llama_cpp._child_env)
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant.upper()}")
+    params.nthread = int(threads)
+    code = llama_cpp.llama_model_quantize(source.encode(), out_file.encode(), params)
+    if code != 0:
+        raise RuntimeError(f"llama_model_quantize returned {code}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--quantize":
-        from grpo_kit.policy.llama_cpp import quantize_in_this_process
-
-        quantize_in_this_process(*sys.argv[2:])
+        quantize(*sys.argv[2:])
     else:
         main(sys.argv[1:])

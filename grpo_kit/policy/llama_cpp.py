@@ -21,7 +21,7 @@ from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
 from grpo_kit.system.files import sha256_file
 
 __all__ = ["CONVERTER_TYPES", "QUANT_TYPES", "LlamaCppBackend", "convert_to_gguf", "import_llama_cpp", "llama_dir",
-           "quantize_gguf", "quantize_in_this_process"]
+           "quantize_gguf"]
 
 #: The environment variable naming the folder ``make install-llama`` builds (default ``.llama``).
 LLAMA_ENV = "GRPO_KIT_LLAMA"
@@ -102,12 +102,10 @@ def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = 
         ``out_file``.
 
     Raises:
-        ValueError: an ``outtype`` the converter does not write.
         FileNotFoundError: the converter is not built (the message says how).
-        RuntimeError: the converter failed (its last lines of output are in the message).
+        RuntimeError: the converter failed, or refused ``outtype`` (its last lines of output are in the message;
+            :meth:`grpo_kit.runs.export.Gguf.check` checks the type before any work).
     """
-    if outtype not in CONVERTER_TYPES:
-        raise ValueError(f"the converter writes {', '.join(CONVERTER_TYPES)}, not {outtype!r}")
     return _written_by_child([str(_converter()), str(model_dir), None, outtype], out_file,
                              f"llama.cpp's converter failed on {model_dir}")
 
@@ -125,28 +123,11 @@ def quantize_gguf(source: str | Path, out_file: str | Path, quant: str, threads:
         threads: quantizer threads (0: all cores).
 
     Raises:
-        ValueError: an unknown ``quant``.
-        RuntimeError: llama.cpp returned an error (its last lines of output are in the message).
+        RuntimeError: llama.cpp returned an error, or has no such ``quant`` (its last lines of output are in the
+            message; :meth:`grpo_kit.runs.export.Gguf.check` checks the type before any work).
     """
-    if quant not in QUANT_TYPES:
-        raise ValueError(f"quantize to one of {', '.join(QUANT_TYPES)}, not {quant!r}")
     return _written_by_child(["--quantize", str(source), None, quant, str(threads)], out_file,
                              f"llama.cpp could not quantize {source} to {quant}")
-
-
-def quantize_in_this_process(source: str, out_file: str, quant: str, threads: str = "0") -> None:
-    """:func:`quantize_gguf`'s work, in the child process it starts.
-
-    Raises:
-        RuntimeError: llama.cpp returned an error.
-    """
-    llama_cpp = import_llama_cpp()
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant.upper()}")
-    params.nthread = int(threads)
-    code = llama_cpp.llama_model_quantize(source.encode(), out_file.encode(), params)
-    if code != 0:
-        raise RuntimeError(f"llama_model_quantize returned {code}")
 
 
 class LlamaCppBackend:
@@ -177,8 +158,7 @@ class LlamaCppBackend:
 
     def identity(self) -> str:
         """``llama.cpp:<file name>@<16 hex digits of the file's SHA-256>``."""
-        digest = sha256_file(self.path)[:16]
-        return f"llama.cpp:{self.path.name}@{digest}"
+        return f"llama.cpp:{self.path.name}@{sha256_file(self.path)[:16]}"
 
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling,
                  on_result: OnResult | None = None) -> list[list[Generation]]:
@@ -195,14 +175,14 @@ class LlamaCppBackend:
             self.llm.reset()  # each question from an empty context: no prefix reuse between questions
             ids = self.llm.tokenize(self.render(prompt).encode("utf-8"), add_bos=False, special=True)
             new: list[int] = []
-            ended = False
+            # llama.cpp's generate never stops by itself: the loop ends at the end-of-sequence token or the budget
             for token in self.llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0):
                 if token == eos:
-                    ended = True
                     break
                 new.append(token)
                 if len(new) >= sampling.max_new_tokens:
                     break
+            ended = len(new) < sampling.max_new_tokens  # stopped by the end-of-sequence token
             # Bytes of a character cut by the budget become U+FFFD, as transformers' decode writes them.
             text = self.llm.detokenize(new, special=False).decode("utf-8", errors="replace")
             generation = Generation(text=text, num_tokens=len(new) + ended,
