@@ -41,7 +41,7 @@ from grpo_kit.system.progress import phase_bar
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportFormat", "ExportRefused",
            "Gguf", "Merged", "Verification", "check_out", "check_record", "export", "merge_base", "model_card",
-           "parameter_count", "push_to_hub", "verification_record", "verify_export"]
+           "push_to_hub", "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,8 @@ class Verification:
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:
-    skip = {"README.md", "verification.json"}
-    return {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name not in skip}
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir())
+            if p.is_file() and p.name not in ("README.md", "verification.json")}
 
 
 def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
@@ -154,10 +154,13 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
     return run, run.read_settings(run.train_settings, "python -m grpo_kit train (or notebook 03)", ("identity",))
 
 
-def _heldout(run: RunFolder, settings: dict[str, Any], questions: int, trust_remote_code: bool = False
-             ) -> tuple[Any, Any, int]:
-    """``(task, the first questions of the baseline's seeded test slice, max_new_tokens)``; ``trust_remote_code``: the
-    run's task file may import and run Python of its own (:func:`grpo_kit.tasks.task_file.check_task_code`)."""
+def _reference(run: RunFolder, settings: dict[str, Any], questions: int, trust_remote_code: bool = False
+               ) -> dict[str, Any]:
+    """The trained policy's greedy answers to the held-out questions (the first ``questions`` of the baseline's seeded
+    test slice, with its completion budget), its merged weights and tokenizer; ``trust_remote_code``: the run's task
+    file may import and run Python of its own (:func:`grpo_kit.tasks.task_file.check_task_code`)."""
+    from grpo_kit.evaluation.scoring import evaluate
+    from grpo_kit.policy.generation import Sampling, TransformersBackend
     from grpo_kit.tasks import get_task
     from grpo_kit.tasks.data import take_slice
 
@@ -165,14 +168,28 @@ def _heldout(run: RunFolder, settings: dict[str, Any], questions: int, trust_rem
     budget = (evaluated.get("max_new_tokens") if isinstance(evaluated, dict) else None) or settings.get(
         "identity", {}).get("preset", {}).get("max_completion_length") or 64
     seed = evaluated.get("seed", 0) if isinstance(evaluated, dict) else None
-    for name, value, path in (("seed", seed, run.eval_settings), ("max_new_tokens", budget, run.eval_settings)):
+    for name, value in (("seed", seed), ("max_new_tokens", budget)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
-            raise ValueError(f"{path} is damaged or was edited ({name} = {value!r}, not a whole number): restore it, "
-                             "or measure the baseline again in a new run folder (eval --before)")
+            raise ValueError(f"{run.eval_settings} is damaged or was edited ({name} = {value!r}, not a whole number): "
+                             "restore it, or measure the baseline again in a new run folder (eval --before)")
     task = get_task(settings.get("task"), digest=settings.get("task_digest"), trust_remote_code=trust_remote_code)
     test = task.load("test")
     rows = take_slice(test, n=min(questions, len(test)), seed=seed)
-    return task, rows, int(budget)
+    model, tokenizer, unsloth = _load_trained(run, settings)
+    sampling = Sampling(temperature=0.0, max_new_tokens=budget)
+    result = evaluate(TransformersBackend(model, tokenizer, name="the trained policy"), rows, sampling, task=task)
+    # Unsloth merges its own (save_pretrained_merged), into the 16-bit original of a 4-bit base: no merge here.
+    # peft's merge_and_unload folds the adapter (LoRA and modules_to_save) into its base; an adapter that trained the
+    # tied output head (modules_to_save=["lm_head"]) leaves it apart from the input embedding, and merge_and_unload
+    # then sets tie_word_embeddings=False (peft 0.21, tuners_utils.py), so saving writes both and loading keeps the
+    # trained head (the loss of unsloth #3454). A full fine-tune (no adapter) is its own merge.
+    merged = None if unsloth else model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    packed = [getattr(p, "quant_state", None) is not None for p in model.parameters()]  # bitsandbytes 4-bit weights
+    return {"task": task, "rows": rows, "sampling": sampling, "records": result.records, "model": merged,
+            "trained": model, "tokenizer": tokenizer, "dtype": None if merged is None else _dtype_name(merged),
+            # a 4-bit weight holds two parameters in each byte
+            "parameters": sum(p.numel() * (1 + q) for p, q in zip(model.parameters(), packed)),
+            "quantized_base": any(packed)}
 
 
 #: Suffixes of Unsloth's pre-quantized repositories, whose 16-bit original its merge reads instead (unsloth
@@ -265,8 +282,7 @@ def merge_base(run_dir: str | Path, base: str | Path | None = None) -> Path | No
     for local in (Path(name), Path(name.split("/")[-1])):  # where merge_and_overwrite_lora looks itself
         if _safetensors_model(local):
             return local.resolve()
-    cached = _cached_snapshot(name)
-    if cached is not None:
+    if (cached := _cached_snapshot(name)) is not None:
         log.info(f"export: Unsloth's merge reads the 16-bit base {name} from the Hugging Face cache ({cached})")
         return cached
     needs = f"this run's merged export needs the 16-bit base {name}, which Unsloth's merge downloads from the Hub"
@@ -325,26 +341,14 @@ def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, b
     if preset.get("use_unsloth"):
         loading = Loading(use_unsloth=True, load_in_4bit=bool(preset.get("load_in_4bit")), fast_inference=False,
                           lora_rank=preset.get("lora_rank"), max_seq_length=int(preset.get("max_seq_length", 512)))
-        model, tokenizer = load_unsloth_policy(str(run.model), loading)
-        return model, tokenizer, True
+        return (*load_unsloth_policy(str(run.model), loading), True)
     try:
-        model, tokenizer = load_policy(run.model, **_generation_placement(_saved_dtype(run.model)))
+        return (*load_policy(run.model, **_generation_placement(_saved_dtype(run.model))), False)
     except OSError as e:  # an adapter's base model moved or deleted, a file transformers cannot read
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load the trained model in {run.model} ({first}): an adapter needs its base model "
                          "where training found it (adapter_config.json's base_model_name_or_path); put it back "
                          "there") from None
-    return model, tokenizer, False
-
-
-def parameter_count(model: Any) -> int:
-    """The model's parameters, counting each bitsandbytes 4-bit weight (two packed in a byte) as two.
-
-    >>> import torch
-    >>> parameter_count(torch.nn.Linear(4, 2))
-    10
-    """
-    return sum(p.numel() * (2 if getattr(p, "quant_state", None) is not None else 1) for p in model.parameters())
 
 
 #: Above this many parameters a quantized GGUF is converted through a 16-bit GGUF, not a float32 one (half the
@@ -371,28 +375,6 @@ def _check_disk(where: Path, needed: int, format: str) -> None:
 
 def _dtype_name(model: Any) -> str:
     return str(next(model.parameters()).dtype).removeprefix("torch.")
-
-
-def _reference(run: RunFolder, settings: dict[str, Any], questions: int, trust_remote_code: bool = False
-               ) -> dict[str, Any]:
-    """The trained policy's greedy answers to the held-out questions, its merged weights and tokenizer."""
-    from grpo_kit.evaluation.scoring import evaluate
-    from grpo_kit.policy.generation import Sampling, TransformersBackend
-
-    task, rows, budget = _heldout(run, settings, questions, trust_remote_code)
-    model, tokenizer, unsloth = _load_trained(run, settings)
-    sampling = Sampling(temperature=0.0, max_new_tokens=budget)
-    result = evaluate(TransformersBackend(model, tokenizer, name="the trained policy"), rows, sampling, task=task)
-    # Unsloth merges its own (save_pretrained_merged), into the 16-bit original of a 4-bit base: no merge here.
-    # peft's merge_and_unload folds the adapter (LoRA and modules_to_save) into its base; an adapter that trained the
-    # tied output head (modules_to_save=["lm_head"]) leaves it apart from the input embedding, and merge_and_unload
-    # then sets tie_word_embeddings=False (peft 0.21, tuners_utils.py), so saving writes both and loading keeps the
-    # trained head (the loss of unsloth #3454). A full fine-tune (no adapter) is its own merge.
-    merged = None if unsloth else model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    quantized_base = any(getattr(p, "quant_state", None) is not None for p in model.parameters())
-    return {"task": task, "rows": rows, "sampling": sampling, "records": result.records, "model": merged,
-            "trained": model, "tokenizer": tokenizer, "dtype": None if merged is None else _dtype_name(merged),
-            "parameters": parameter_count(model), "quantized_base": quantized_base}
 
 
 def _compare_weights(export_dir: Path, merged: Any) -> dict[str, Any]:
@@ -490,10 +472,8 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
         if weights is not None and exact:  # a 16-bit merge done elsewhere may round differently: reported only
             rule += " and every tensor equal to the trained policy's merge"
             passed = passed and not weights["differing"] and not weights["missing"]
-    first = next((i for i, s in enumerate(same) if not s), None)
-    difference = None if first is None else {"question": before[first]["question"],
-                                             "trained": before[first]["completion"],
-                                             "export": after[first]["completion"]}
+    difference = next(({"question": a["question"], "trained": a["completion"], "export": b["completion"]}
+                       for a, b, s in zip(before, after, same) if not s), None)
     files = _file_hashes(export) if export.is_dir() else {export.name: sha256_file(export)}
     beside = export if export.is_dir() else export.parent  # where verification.json goes
     return Verification(export=export.name, kind=fmt.name, dtype=dtype, questions=n, identical=sum(same),
@@ -628,19 +608,16 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
     """
     from grpo_kit.policy.loading import save_merged
 
-    if reference["model"] is None:
-        trained, base = reference["trained"], reference.get("base")
-        named = trained.config._name_or_path
-        if base is not None:
-            _check_base_shape(base, trained.config)
-            # merge_and_overwrite_lora finds its base from the config's _name_or_path (a local folder first:
-            # :func:`merge_base`)
-            trained.config._name_or_path = str(base)
-        try:
-            return save_merged(trained, reference["tokenizer"], folder)
-        finally:
-            trained.config._name_or_path = named
-    return save_merged(reference["model"], reference["tokenizer"], folder)
+    model = reference["trained"] if reference["model"] is None else reference["model"]  # Unsloth merges its own
+    named = model.config._name_or_path
+    if (base := reference.get("base")) is not None:  # an Unsloth LoRA run's 16-bit base (:func:`merge_base`)
+        _check_base_shape(base, model.config)
+        # merge_and_overwrite_lora finds its base from the config's _name_or_path (a local folder first)
+        model.config._name_or_path = str(base)
+    try:
+        return save_merged(model, reference["tokenizer"], folder)
+    finally:
+        model.config._name_or_path = named
 
 
 def _check_base_shape(base: Path, config: Any) -> None:
@@ -656,13 +633,6 @@ def _check_base_shape(base: Path, config: Any) -> None:
     if differing:
         raise ValueError(f"--base {base} is another architecture than the trained policy ({'; '.join(differing)}): "
                          "give the 16-bit original of the run's base")
-
-
-def _is_export(folder: Path, kind: str, passed: bool) -> bool:
-    """Whether ``folder`` is an export of ``kind`` this kit wrote (its ``verification.json`` says so), passed or
-    refused as asked."""
-    record = json_or_none(folder / "verification.json")
-    return isinstance(record, dict) and record.get("kind") == kind and bool(record.get("passed")) == passed
 
 
 def check_out(out: str | Path, run_dir: str | Path, kind: str) -> Path:
@@ -696,7 +666,9 @@ def check_out(out: str | Path, run_dir: str | Path, kind: str) -> Path:
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             what = "a link" if path.is_symlink() else "a file"  # replacing a link's target would reach elsewhere
             raise ValueError(f"--out: {path} is {what}, and an export is a folder of its own: {fix}")
-        if path.is_dir() and any(path.iterdir()) and not _is_export(path, kind, passed):
+        record = json_or_none(path / "verification.json")  # an export of this kind the kit wrote, passed or not
+        if path.is_dir() and any(path.iterdir()) and not (isinstance(record, dict) and record.get("kind") == kind
+                                                          and bool(record.get("passed")) == passed):
             held = ", ".join(sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())[:5])
             raise ValueError(f"--out: {path} holds files that are not a {kind} export ({held}), which exporting "
                              f"would delete: {fix}")
@@ -944,8 +916,8 @@ def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, toke
         raise ValueError(f"{folder} changed since it was verified (a file's SHA-256 differs): verify it again")
     source = folder / verification["run"] if verification.get("run") else None  # relative to the export
     if source and verification.get("model_digest") and (source / "finished.json").is_file():
-        digest = RunFolder(source, write=False).check_model()  # a model/ edited since raises, naming the file
-        if digest != verification["model_digest"]:
+        # a model/ edited since raises, naming the file
+        if RunFolder(source, write=False).check_model() != verification["model_digest"]:
             raise ValueError(f"{source}/model was trained further or replaced since {folder} was verified against "
                              "it: export it again")
     from huggingface_hub import HfApi
@@ -980,8 +952,7 @@ def check_record(export: str | Path) -> Path:
     """
     folder = Path(export) if Path(export).is_dir() else Path(export).parent
     record = folder / "verification.json"
-    run = enclosing_run(folder)
-    if run is not None and run[1] != "export":
+    if (run := enclosing_run(folder)) is not None and run[1] != "export":
         where = f"the run folder {run[0]}" + (f"'s own {run[1]}" if run[1] else "")
         raise ValueError(f"--record would write {record} into {where}, which holds only what training wrote "
                          f"(eval and export would then refuse the run): check {export} without --record, or export "
