@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
-from grpo_kit.system.files import sha256_file
+from grpo_kit.system.files import replaced, sha256_file
 
 __all__ = ["CONVERTER_TYPES", "QUANT_TYPES", "LlamaCppBackend", "convert_to_gguf", "import_llama_cpp", "llama_dir",
            "quantize_gguf"]
@@ -71,21 +71,19 @@ def _child_env() -> dict[str, str]:
 
 def _written_by_child(args: list[str | None], out_file: str | Path, failed: str) -> Path:
     """Run :mod:`grpo_kit.policy.gguf_convert` with ``args`` (``None`` standing for the file it writes) in a child
-    Python (:func:`_child_env`), writing ``out_file`` whole (``.partial`` first).
+    Python (:func:`_child_env`), writing ``out_file`` whole or not at all (:func:`grpo_kit.system.files.replaced`:
+    a temporary file beside it, renamed over it once the child succeeded; removed on a failure or Ctrl-C).
 
     Raises:
-        RuntimeError: the child failed (``failed``, then the end of what it printed).
+        RuntimeError: the child failed, or wrote nothing (``failed``, then the end of what it printed).
     """
-    out_file = Path(out_file)
-    partial = out_file.with_name(out_file.name + ".partial")
-    done = subprocess.run([sys.executable, "-m", "grpo_kit.policy.gguf_convert",
-                           *[str(partial) if a is None else a for a in args]], capture_output=True, text=True,
-                          env=_child_env())
-    if done.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"{failed}:\n{(done.stdout + done.stderr)[-3000:]}")
-    os.replace(partial, out_file)
-    return out_file
+    with replaced(out_file) as partial:
+        done = subprocess.run([sys.executable, "-m", "grpo_kit.policy.gguf_convert",
+                               *[str(partial) if a is None else a for a in args]], capture_output=True, text=True,
+                              env=_child_env())
+        if done.returncode != 0 or not partial.stat().st_size:
+            raise RuntimeError(f"{failed}:\n{(done.stdout + done.stderr)[-3000:]}")
+    return Path(out_file)
 
 
 def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = "f16") -> Path:
@@ -134,26 +132,23 @@ class LlamaCppBackend:
     """Greedy generation by llama.cpp from a GGUF file (the runtime that serves it), one prompt at a time.
 
     The prompt is rendered to text by ``render`` (the trained policy's chat template) and llama.cpp tokenizes
-    it itself, special tokens included, so its tokenizer and pre-tokenizer are checked too.
+    it itself, special tokens included, so its tokenizer and pre-tokenizer are checked too. The context window is the
+    model's training context; llama.cpp runs ``OMP_NUM_THREADS`` CPU threads, else one per core.
 
     Args:
         path: the ``.gguf`` file.
         render: a conversational prompt -> the prompt text (e.g. ``tokenizer.apply_chat_template(...,
             tokenize=False, add_generation_prompt=True)``).
-        n_ctx: the context window, in tokens (prompt plus completion); 0: the model's training context.
-        threads: CPU threads, for the prompt and each new token (default ``OMP_NUM_THREADS``, else all cores).
     """
 
-    def __init__(self, path: str | Path, render: Callable[[Prompt], str], n_ctx: int = 0,
-                 threads: int | None = None) -> None:
+    def __init__(self, path: str | Path, render: Callable[[Prompt], str]) -> None:
         llama_cpp = import_llama_cpp()
         self.path = Path(path)
         self.render = render
-        if threads is None:
-            threads = int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count() or 1
+        threads = int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count() or 1
         # The prompt's threads too (llama-cpp-python's default is every core): on a busy machine llama.cpp's
         # threads wait for each other spinning, and 32 questions took 20 s instead of 0.7 s.
-        self.llm = llama_cpp.Llama(model_path=str(self.path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+        self.llm = llama_cpp.Llama(model_path=str(self.path), n_ctx=0, n_threads=threads, n_threads_batch=threads,
                                    seed=0, verbose=False)
 
     def identity(self) -> str:

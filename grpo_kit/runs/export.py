@@ -635,16 +635,25 @@ def _check_base_shape(base: Path, config: Any) -> None:
                          "give the 16-bit original of the run's base")
 
 
-def check_out(out: str | Path, run_dir: str | Path, kind: str) -> Path:
+def _in_run_files(path: Path) -> str | None:
+    """The run folder's own files that ``path`` is or lies in (``"the run folder R"``, ``"the run folder R's own
+    model"``: its ``model/``, whose every file ``finished.json`` fingerprints, ``checkpoints/``, ...), or ``None``: in
+    no run folder, in its ``export/``, or a new folder of its own (:func:`grpo_kit.runs.folder.enclosing_run`)."""
+    found = enclosing_run(path)
+    if found is None or found[1] == "export" or not (found[0] / found[1]).exists():
+        return None
+    return f"the run folder {found[0]}" + (f"'s own {found[1]}" if found[1] else "")
+
+
+def check_out(out: str | Path, kind: str) -> Path:
     """Refuse an export folder that would overwrite something that is not an export, before any work.
 
     ``out`` may be new, an empty folder, or a previous export of the same ``kind`` (which is replaced whole); so may
-    ``<out>.refused``, where a refused export goes. It may not be, hold, or lie inside the run folder's own files
-    (``model/``, ``checkpoints/``, ...).
+    ``<out>.refused``, where a refused export goes. It may not be, or lie inside, any run folder's own files
+    (:func:`_in_run_files`); one that holds a run folder holds files that are not an export.
 
     Args:
         out: the export folder asked for.
-        run_dir: the run folder exported.
         kind: ``"merged"`` or ``"gguf"``.
 
     Returns:
@@ -653,15 +662,10 @@ def check_out(out: str | Path, run_dir: str | Path, kind: str) -> Path:
     Raises:
         ValueError: any other ``out``; the message names the path and what to choose instead.
     """
-    out, run = Path(out), Path(run_dir).resolve()
-    target = out.resolve()
+    out = Path(out)
     fix = "choose a new or empty folder for --out (or a previous export of this format, which is replaced)"
-    if target == run or run.is_relative_to(target):
-        raise ValueError(f"--out {out} would replace the run folder {run_dir}: {fix}")
-    if target.is_relative_to(run):
-        inside = target.relative_to(run).parts[0]
-        if inside != "export" and (run / inside).exists():
-            raise ValueError(f"--out {out} is inside the run folder's own {inside}: {fix}")
+    if (where := _in_run_files(out)) is not None:
+        raise ValueError(f"--out {out} would write into {where}: {fix}")
     for path, passed in ((out, True), (out.with_name(out.name + ".refused"), False)):
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             what = "a link" if path.is_symlink() else "a file"  # replacing a link's target would reach elsewhere
@@ -872,11 +876,10 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     fmt.check_tools()
     run, settings = _run(run_dir)
     merge_from = merge_base(run.path, base)
-    out = check_out(out if out is not None else run.path / "export" / "-".join(filter(None, (format, quant))),
-                    run.path, format)
+    out = check_out(out if out is not None else run.path / "export" / "-".join(filter(None, (format, quant))), format)
     # One writer per export folder, and no training rewrites model/ while it is exported.
     with _export_lock(out), run.lock("export", reading=True):
-        check_out(out, run.path, format)  # again, now that no other export can be writing it
+        check_out(out, format)  # again, now that no other export can be writing it
         run.check_model()
         out.parent.mkdir(parents=True, exist_ok=True)
         folder = new_beside(out, "partial-", folder=True)  # this export's own, with the user's umask
@@ -946,14 +949,12 @@ def check_record(export: str | Path) -> Path:
         The ``verification.json`` path.
 
     Raises:
-        ValueError: the folder is, or lies inside, a run folder's own files (its ``model/``, whose every file
-            ``finished.json`` fingerprints, ``checkpoints/``, ...; its ``export/`` is allowed), or it holds a
+        ValueError: the folder is, or lies inside, a run folder's own files (:func:`_in_run_files`), or it holds a
             ``verification.json`` the kit did not write. The message says what to do instead.
     """
     folder = Path(export) if Path(export).is_dir() else Path(export).parent
     record = folder / "verification.json"
-    if (run := enclosing_run(folder)) is not None and run[1] != "export":
-        where = f"the run folder {run[0]}" + (f"'s own {run[1]}" if run[1] else "")
+    if (where := _in_run_files(folder)) is not None:
         raise ValueError(f"--record would write {record} into {where}, which holds only what training wrote "
                          f"(eval and export would then refuse the run): check {export} without --record, or export "
                          "the run with python -m grpo_kit export, which verifies and records")

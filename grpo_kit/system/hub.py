@@ -78,7 +78,6 @@ def upload_token(repo_id: str, token: str | None = None, option: str = "--push-t
     if hub_offline():
         raise ConnectionError(f"{option} {repo_id} uploads to the Hugging Face Hub, and HF_HUB_OFFLINE is set: unset "
                               "it to upload; nothing was uploaded")
-    token = token or get_token()
-    if not token:
+    if not (token := token or get_token()):
         raise PermissionError("no Hugging Face token: set HF_TOKEN or run `hf auth login`; nothing was uploaded")
     return token

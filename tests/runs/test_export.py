@@ -758,7 +758,7 @@ def test_an_out_that_is_a_link_is_called_a_link(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ValueError, match=r"--out: .*out is a link, and an export is a folder of its own"):
-        check_out(tmp_path / "out", tmp_path / "run", "merged")
+        check_out(tmp_path / "out", "merged")
 
 
 def test_a_card_names_a_task_file_by_its_tasks_name_never_its_path(tmp_path):
