@@ -133,9 +133,7 @@ def _train(args: argparse.Namespace) -> int:
         for line in spec.describe():
             log.info(f"train: {line}")
     result = train(spec)
-    if result.already_finished:
-        return 0
-    if spec.launch.is_main:
+    if spec.launch.is_main and not result.already_finished:
         log.info(f"wrote {result.run.path}/ (model/, log_history.json, training_curves.png) in {result.wall_s:.0f} s"
                  + (f"; resumed from {result.resumed_from.name}" if result.resumed_from else ""))
         for alarm in result.alarms:
@@ -185,15 +183,12 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
                          trust_remote_code=trusted)
     results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
     print(results["greedy"].summary.round(3).to_markdown(), flush=True)
-    if not plan.task.trains:  # an evaluation-only task: nothing to train on it
-        log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
-                 "split, so this baseline is a measurement on its own (train on another task, in another run "
-                 "folder)")
-        return 0
     # the next commands as they can be pasted: the folder quoted for a shell, and the trust the task file needed
     folder = shlex.quote(str(run.path)) + (" --trust-task-code" if trusted else "")
-    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train --run-dir {folder}, "
-             f"then python -m grpo_kit eval --run-dir {folder}")
+    then = (f"next: python -m grpo_kit train --run-dir {folder}, then python -m grpo_kit eval --run-dir {folder}"
+            if plan.task.trains else f"{plan.task.name} has no train split, so this baseline is a measurement on its "
+            "own (train on another task, in another run folder)")  # an evaluation-only task: nothing to train on it
+    log.info(f"baseline in {run.baseline} and {run.eval_settings}; {then}")
     return 0
 
 
@@ -283,9 +278,8 @@ def _compare(args: argparse.Namespace) -> int:
 def _view(args: argparse.Namespace) -> int:
     from grpo_kit.runs.view import write_view
 
-    path = write_view(args.run_dirs, out=args.out, names=args.names, seed=args.seed,
-                      trust_remote_code=args.trust_task_code)
-    print(path, flush=True)
+    print(write_view(args.run_dirs, out=args.out, names=args.names, seed=args.seed,
+                     trust_remote_code=args.trust_task_code), flush=True)
     return 0
 
 

@@ -453,8 +453,7 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
                              **({"grpo_steps": max_steps} if max_steps else {}))
     eval_size, max_new_tokens = eval_size or demo.eval_size, max_new_tokens or demo.eval_max_new_tokens
     samples = demo.samples if samples is None else samples
-    warm = batch_size = None
-    fields_ = {}
+    fields_, warm, batch_size = {}, None, None
     if cpu is not None:
         fields_ = {k: v for k, v in demo.preset_fields().items() if k not in cpu.preset_overrides}
         warm = dataclasses.replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
