@@ -152,8 +152,7 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
     return config
 
 
-def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str,
-                 tables: Mapping[str, Any]) -> None:
+def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str, tables: Mapping[str, Any]) -> None:
     """Log data frames to a wandb run of their own, if a project is set (never prompting, never blocking:
     :func:`grpo_kit.training.tracking.setup_wandb`).
 
@@ -173,9 +172,8 @@ def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str
     import wandb
 
     wandb.init(project=project, name=name, job_type=job_type)
-    for key, frame in tables.items():
-        mixed = [c for c in frame.columns if frame[c].dtype == object]
-        wandb.log({key: wandb.Table(dataframe=frame.astype({c: str for c in mixed}))})
+    for key, frame in tables.items():  # a column that mixes types is logged as text
+        wandb.log({key: wandb.Table(dataframe=frame.astype({c: str for c in frame if frame[c].dtype == object}))})
     wandb.finish()
     print(f"logged {', '.join(tables)} to wandb project {project} (run {name})")
 
