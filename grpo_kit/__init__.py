@@ -24,20 +24,7 @@ from grpo_kit.tasks.rewards import (
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BUILTIN_REWARDS",
-    "SEED_REWARDS",
-    "SYSTEM_PROMPT",
-    "Reward",
-    "RewardSet",
-    "TASKS",
-    "correctness_reward_func",
-    "extract_final_answer",
-    "extract_xml_answer",
-    "get_task",
-    "int_reward_func",
-    "soft_correctness_reward_func",
-    "soft_format_reward_func",
-    "strict_format_reward_func",
-    "xmlcount_reward_func",
-]
+__all__ = ["BUILTIN_REWARDS", "SEED_REWARDS", "SYSTEM_PROMPT", "Reward", "RewardSet", "TASKS",
+           "correctness_reward_func", "extract_final_answer", "extract_xml_answer", "get_task", "int_reward_func",
+           "soft_correctness_reward_func", "soft_format_reward_func", "strict_format_reward_func",
+           "xmlcount_reward_func"]

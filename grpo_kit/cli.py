@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import logging
 import shlex
 import sys
@@ -66,10 +67,7 @@ def parse_rewards(items: Sequence[str]) -> Any:
             weights.append(float(weight) if weight else 1.0)
         except ValueError:
             raise ValueError(f"--rewards {item!r}: the weight after '=' must be a number") from None
-        if ":" in name:
-            rewards.append(import_reward(name))
-        else:
-            rewards.append(name)
+        rewards.append(import_reward(name) if ":" in name else name)
     return RewardSet(rewards, weights)
 
 
@@ -118,20 +116,13 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recipe_source(args: argparse.Namespace) -> str | None:
-    """``--config FILE`` or ``--preset NAME`` (``None``: the shipped recipe that fits this machine)."""
-    if args.config is not None and args.preset is not None:
-        raise ValueError("--config and --preset both name the recipe: give one")
-    return args.config if args.config is not None else args.preset
-
-
 def _train(args: argparse.Namespace) -> int:
     from grpo_kit.runs.spec import RunSpec
     from grpo_kit.runs.train import train
     from grpo_kit.training.groups import GroupsKept
 
     spec = RunSpec.resolve(  # everything that can be checked before a model loads
-        _recipe_source(args), args.task, rewards=parse_rewards(args.rewards) if args.rewards else None,
+        args.config or args.preset, args.task, rewards=parse_rewards(args.rewards) if args.rewards else None,
         run_dir=args.run_dir, resume=args.resume, train_size=args.train_size, eval_size=args.eval_size,
         eval_max_new_tokens=args.eval_max_new_tokens, warm_steps=args.warm_steps, cache_dir=args.cache_dir,
         progress="lines", argv=args.trl, groups=GroupsKept(args.groups_every, args.groups_per_step),
@@ -142,9 +133,7 @@ def _train(args: argparse.Namespace) -> int:
         for line in spec.describe():
             log.info(f"train: {line}")
     result = train(spec)
-    if result.already_finished:
-        return 0
-    if spec.launch.is_main:
+    if spec.launch.is_main and not result.already_finished:
         log.info(f"wrote {result.run.path}/ (model/, log_history.json, training_curves.png) in {result.wall_s:.0f} s"
                  + (f"; resumed from {result.resumed_from.name}" if result.resumed_from else ""))
         for alarm in result.alarms:
@@ -171,9 +160,7 @@ def _eval(args: argparse.Namespace) -> int:
             import shutil
 
             shutil.rmtree(run_dir, ignore_errors=True)
-            for parent in run_dir.parents:  # the empty folders above it that it created, up to that outermost one
-                if parent != created and created not in parent.parents:
-                    break
+            for parent in (p for p in run_dir.parents if p.is_relative_to(created)):  # the empty folders it created
                 with contextlib.suppress(OSError):
                     parent.rmdir()
         raise
@@ -186,7 +173,7 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
     from grpo_kit.tasks import DEFAULT_TASK
     from grpo_kit.training.presets import command_line, get_preset
 
-    preset = get_preset(_recipe_source(args), argv=args.trl)
+    preset = get_preset(args.config or args.preset, argv=args.trl)
     trusted = args.trust_task_code or bool(command_line(args.trl).get("trust_remote_code"))
     task = args.task or recipe_task(preset, args.cache_dir or EvalPlan.cache_dir) or DEFAULT_TASK
     plan = baseline_plan(task, preset, eval_size=args.eval_size,
@@ -196,15 +183,12 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
                          trust_remote_code=trusted)
     results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
     print(results["greedy"].summary.round(3).to_markdown(), flush=True)
-    if not plan.task.trains:  # an evaluation-only task: nothing to train on it
-        log.info(f"baseline in {run.baseline} and {run.eval_settings}; {plan.task.name} has no train "
-                 "split, so this baseline is a measurement on its own (train on another task, in another run "
-                 "folder)")
-        return 0
     # the next commands as they can be pasted: the folder quoted for a shell, and the trust the task file needed
     folder = shlex.quote(str(run.path)) + (" --trust-task-code" if trusted else "")
-    log.info(f"baseline in {run.baseline} and {run.eval_settings}; next: python -m grpo_kit train --run-dir {folder}, "
-             f"then python -m grpo_kit eval --run-dir {folder}")
+    then = (f"next: python -m grpo_kit train --run-dir {folder}, then python -m grpo_kit eval --run-dir {folder}"
+            if plan.task.trains else f"{plan.task.name} has no train split, so this baseline is a measurement on its "
+            "own (train on another task, in another run folder)")  # an evaluation-only task: nothing to train on it
+    log.info(f"baseline in {run.baseline} and {run.eval_settings}; {then}")
     return 0
 
 
@@ -228,28 +212,20 @@ def _eval_after(args: argparse.Namespace) -> int:
     return 0
 
 
-def presets_table() -> str:
-    """The presets as ``python -m grpo_kit presets`` prints them: one row each with its model and the GRPO algorithm
-    it trains with (the named variant, ``loss_type`` and ``beta``: ``grpo_kit.training.algorithms``), then each
-    preset's description."""
+def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
+    """``presets``: one row per preset with its model and the GRPO algorithm it trains with (the named variant,
+    ``loss_type`` and ``beta``: ``grpo_kit.training.algorithms``), then each preset's description."""
+    from tabulate import tabulate
+
     from grpo_kit.training.algorithms import algorithm_settings
     from grpo_kit.training.presets import PRESETS
 
-    rows = [("preset", "model", "algorithm", "loss_type", "beta")]
-    for preset in PRESETS.values():
-        fields = algorithm_settings(preset)["fields"]
-        rows.append((preset.name, preset.model or "(tiny offline policy)", preset.algorithm, fields["loss_type"],
-                     f"{fields['beta']:g}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    lines += ["", "python -m grpo_kit algorithms lists every variant's fields; --algorithm NAME or --KEY VALUE (any "
-              "recipe key, TRL's form) changes them.", ""]
-    lines += [f"{preset.name}: {preset.description}" for preset in PRESETS.values()]
-    return "\n".join(lines)
-
-
-def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
-    print(presets_table())
+    rows = [(preset.name, preset.model or "(tiny offline policy)", preset.algorithm, fields["loss_type"],
+             f"{fields['beta']:g}") for preset in PRESETS.values() for fields in [algorithm_settings(preset)["fields"]]]
+    print(tabulate(rows, ("preset", "model", "algorithm", "loss_type", "beta"), "plain", disable_numparse=True))
+    print("\npython -m grpo_kit algorithms lists every variant's fields; --algorithm NAME or --KEY VALUE (any recipe "
+          "key, TRL's form) changes them.\n")
+    print("\n".join(f"{preset.name}: {preset.description}" for preset in PRESETS.values()))
     return 0
 
 
@@ -264,12 +240,9 @@ def _export(args: argparse.Namespace) -> int:
                                  push_to_hub=args.push_to_hub, private=args.private, questions=args.questions,
                                  threshold=args.threshold, base=args.base, trust_remote_code=args.trust_task_code):
             print(line, flush=True)
-    except ExportRefused as e:  # the export does not answer like the trained policy
+    except (ExportRefused, PermissionError) as e:  # it does not answer like the trained policy (1); no Hub token (2)
         print(f"error: {e}", file=sys.stderr)
-        return 1
-    except (PermissionError, ImportError) as e:  # no Hub token; llama.cpp or llama-cpp-python not built
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(e, ExportRefused) else 2
     return 0
 
 
@@ -280,12 +253,8 @@ def _verify_export(args: argparse.Namespace) -> int:
         _quiet_library_bars()
     if args.record:
         check_record(args.export)  # before any model loads
-    try:
-        verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold,
-                                     trust_remote_code=args.trust_task_code)
-    except ImportError as e:  # llama-cpp-python not built
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold,
+                                 trust_remote_code=args.trust_task_code)
     print(verification.summary(), flush=True)
     if args.record:
         print(f"recorded in {verification_record(args.export, verification)}")
@@ -309,15 +278,12 @@ def _compare(args: argparse.Namespace) -> int:
 def _view(args: argparse.Namespace) -> int:
     from grpo_kit.runs.view import write_view
 
-    path = write_view(args.run_dirs, out=args.out, names=args.names, seed=args.seed,
-                      trust_remote_code=args.trust_task_code)
-    print(path, flush=True)
+    print(write_view(args.run_dirs, out=args.out, names=args.names, seed=args.seed,
+                     trust_remote_code=args.trust_task_code), flush=True)
     return 0
 
 
 def _reward_check(args: argparse.Namespace) -> int:
-    import json
-
     from grpo_kit.runs.reward_check import reward_check
 
     # what a user's reward prints goes to standard error, so that --json's standard output stays JSON
@@ -342,11 +308,10 @@ def _compare_demo(args: argparse.Namespace) -> int:
 
     from grpo_kit.runs.pipeline import CompareDemoConfig, run_compare_demo
 
-    defaults = CompareDemoConfig()
     config = CompareDemoConfig(name=args.name, task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir,
                                eval_size=args.eval_size, samples=args.samples, grpo_steps=args.steps,
                                learning_rate=args.learning_rate,
-                               warm=dataclasses.replace(defaults.warm, steps=args.warm_steps),
+                               warm=dataclasses.replace(CompareDemoConfig.warm, steps=args.warm_steps),
                                variants=tuple(args.variants) if args.variants else None, seed=args.seed)
     _quiet_library_bars()
     run_compare_demo(config)
@@ -354,41 +319,39 @@ def _compare_demo(args: argparse.Namespace) -> int:
 
 
 def _recipe_options(parser: Any, choices: bool = True) -> None:
-    """``--config`` and ``--preset``: the recipe a command takes (any recipe key after them, in TRL's form
-    ``--KEY VALUE``, lands in ``trl``: see :func:`main`)."""
+    """``--config`` or ``--preset``: the recipe a command takes, one of them (neither: the shipped recipe that fits
+    this machine); any recipe key after them, in TRL's form ``--KEY VALUE``, lands in ``trl``: see :func:`main`."""
     from grpo_kit.training.presets import PRESETS
 
-    parser.add_argument("--config", default=None, metavar="FILE.yaml",
-                        help="a recipe file: TRL's GRPOConfig and ModelConfig keys and trl grpo's script keys (as trl "
-                        "grpo --config reads them) and grpo_kit's own; --KEY VALUE after it overrides any key, e.g. "
-                        "--learning_rate 1e-5 --lora_r 16")
-    parser.add_argument("--preset", default=None, choices=list(PRESETS) if choices else None,
-                        help="a shipped recipe (python -m grpo_kit presets; default: the one that fits "
-                        "--device or this machine's GPU, e.g. t4-16gb colab-t4, a100-40gb a100; cpu-tiny without one)")
+    parser = parser.add_mutually_exclusive_group()  # both name the recipe: argparse refuses the pair in one line
+    parser.add_argument("--config", metavar="FILE.yaml", help="a recipe file: TRL's GRPOConfig and ModelConfig keys "
+                        "and trl grpo's script keys (as trl grpo --config reads them) and grpo_kit's own; --KEY VALUE "
+                        "after it overrides any key, e.g. --learning_rate 1e-5 --lora_r 16")
+    parser.add_argument("--preset", choices=list(PRESETS) if choices else None, help="a shipped recipe (python -m "
+                        "grpo_kit presets; default: the one that fits --device or this machine's GPU, e.g. t4-16gb "
+                        "colab-t4, a100-40gb a100; cpu-tiny without one)")
 
 
 def _rewards_option(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--rewards", nargs="+", default=None, metavar="NAME[=WEIGHT]",
-                        help=f"{what} (default the task's): built-in names or your own module:function; weight 0 "
-                        "logs without training on it")
+    parser.add_argument("--rewards", nargs="+", metavar="NAME[=WEIGHT]", help=f"{what} (default the task's): "
+                        "built-in names or your own module:function; weight 0 logs without training on it")
 
 
 def _trust_option(parser: argparse.ArgumentParser) -> None:
     """``--trust-task-code``: the commands that read a task file (given, or recorded by a run folder)."""
-    parser.add_argument("--trust-task-code", action="store_true",
-                        help="let a task file import and run the Python it names outside grpo_kit (loader, rules, "
-                        "demonstration, tokenizer_texts as module:name); without it such a file is refused, naming "
-                        "the modules, before anything is imported")
+    parser.add_argument("--trust-task-code", action="store_true", help="let a task file import and run the Python "
+                        "it names outside grpo_kit (loader, rules, demonstration, tokenizer_texts as module:name); "
+                        "without it such a file is refused, naming the modules, before anything is imported")
 
 
 def _demo_options(parser: argparse.ArgumentParser, config: Any, folder: str) -> None:
     """The options both demos take, each defaulting to the demo's own setting (``config``)."""
-    parser.add_argument("--name", default=None, help=f"folder under --runs-dir (default {folder})")
+    parser.add_argument("--name", help=f"folder under --runs-dir (default {folder})")
     parser.add_argument("--runs-dir", default=config.runs_dir)
     parser.add_argument("--cache-dir", default=config.cache_dir, help="where the warm-started policy is cached")
     parser.add_argument("--eval-size", type=_positive, default=config.eval_size, help="held-out test questions")
-    parser.add_argument("--samples", type=_nonnegative, default=config.samples,
-                        help="sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)")
+    parser.add_argument("--samples", type=_nonnegative, default=config.samples, help="sampled completions per "
+                        "question for avg@k / pass@k / maj@k (0: greedy only)")
     parser.add_argument("--steps", type=_positive, default=config.grpo_steps, help="GRPO optimiser steps (each run)")
     parser.add_argument("--warm-steps", type=_positive, default=config.warm.steps, help="supervised warm-start steps")
     parser.add_argument("--seed", type=_nonnegative, default=config.seed)
@@ -397,16 +360,16 @@ def _demo_options(parser: argparse.ArgumentParser, config: Any, folder: str) -> 
 def _runs_options(parser: argparse.ArgumentParser, out: str) -> None:
     """The run folders ``compare`` and ``view`` read, their names, where the result goes, the bootstrap's seed."""
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (several: sharing a baseline)")
-    parser.add_argument("--names", nargs="+", default=None, help="the runs' names (default: their folders')")
-    parser.add_argument("--out", default=None, help=out)
+    parser.add_argument("--names", nargs="+", help="the runs' names (default: their folders')")
+    parser.add_argument("--out", help=out)
     parser.add_argument("--seed", type=_nonnegative, default=0, help="the bootstrap's seed")
     _trust_option(parser)
 
 
 def _verify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--questions", type=_positive, default=32, help="held-out questions to verify on (greedy)")
-    parser.add_argument("--threshold", type=_share, default=None, help="the share of identical completions "
-                        "(quantized GGUF: of agreeing answers) to require instead of the type's measured one")
+    parser.add_argument("--threshold", type=_share, help="the share of identical completions (quantized GGUF: of "
+                        "agreeing answers) to require instead of the type's measured one")
 
 
 def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -458,9 +421,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--task", default=DemoConfig.task, metavar="NAME|PATH.yaml",
                       help="the task to train and evaluate on: " + ", ".join(demo_tasks()) + ", or a task file")
     _demo_options(demo, DemoConfig(), "demo, demo-<task>")
-    demo.add_argument("--train-size", type=_positive, default=None, help="train questions for GRPO (default all)")
-    demo.add_argument("--xml-share", type=_share, default=DemoConfig.warm.xml_share,
-                      help="share of warm-start targets in the XML format")
+    demo.add_argument("--train-size", type=_positive, help="train questions for GRPO (default all)")
+    demo.add_argument("--xml-share", type=_share, default=DemoConfig.warm.xml_share, help="share of warm-start "
+                      "targets in the XML format")
     demo.add_argument("--resume", action="store_true", help="continue a killed demo from its newest checkpoint")
     _trust_option(demo)
 
@@ -468,35 +431,34 @@ def _parser() -> argparse.ArgumentParser:
                            "one paired table (offline, CPU)")
     compare_demo.add_argument("--task", default=CompareDemoConfig().task_name, choices=compare_tasks(),
                               help="a task that names reward sets to compare")
-    compare_demo.add_argument("--variants", nargs="+", default=None, metavar="NAME",
-                              help="which of the task's reward sets (default all)")
+    compare_demo.add_argument("--variants", nargs="+", metavar="NAME", help="which of the task's reward sets "
+                              "(default all)")
     _demo_options(compare_demo, CompareDemoConfig(), "compare-<task>")
     compare_demo.add_argument("--learning-rate", type=float, default=CompareDemoConfig.learning_rate)
 
     train = command("train", _train, "GRPO into a run folder, with checkpoints, --resume and held-out accuracy",
                     recipe=True)
     _recipe_options(train)
-    train.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
+    train.add_argument("--task", metavar="NAME|PATH.yaml",
                        help="the task: " + ", ".join(name for name, t in TASKS.items() if t.trains) + ", or a task "
                        f"file (default: the task the run folder recorded, else {DEFAULT_TASK})")
     _rewards_option(train, "rewards to train with")
-    train.add_argument("--run-dir", default=None, help="the run folder (default runs/<preset>-<task>)")
+    train.add_argument("--run-dir", help="the run folder (default runs/<preset>-<task>)")
     train.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint as the "
                        "run folder records it (recipe, rewards, questions, held-out evaluation) unless told otherwise")
-    train.add_argument("--eval-size", type=_positive, default=None,
-                       help="validation questions held out of the train split for eval_steps (seeded by data_seed; "
-                       "default the task file's validation_size, else 100 or a fifth of the train split)")
-    train.add_argument("--eval-max-new-tokens", type=_positive, default=None,
-                       help="held-out completion budget (default the preset's max_completion_length)")
-    train.add_argument("--train-size", type=_positive, default=None, help="train questions (a slice seeded by "
-                       "data_seed)")
-    train.add_argument("--groups-every", type=_positive, default=GroupsKept.every, metavar="N",
-                       help="keep the training groups (completions, rewards, advantages) of every N-th logged step "
-                       f"in groups/ (default {GroupsKept.every})")
+    train.add_argument("--eval-size", type=_positive, help="validation questions held out of the train split for "
+                       "eval_steps (seeded by data_seed; default the task file's validation_size, else 100 or a fifth "
+                       "of the train split)")
+    train.add_argument("--eval-max-new-tokens", type=_positive, help="held-out completion budget (default the "
+                       "preset's max_completion_length)")
+    train.add_argument("--train-size", type=_positive, help="train questions (a slice seeded by data_seed)")
+    train.add_argument("--groups-every", type=_positive, default=GroupsKept.every, metavar="N", help="keep the "
+                       "training groups (completions, rewards, advantages) of every N-th logged step in groups/ "
+                       f"(default {GroupsKept.every})")
     train.add_argument("--groups-per-step", type=_nonnegative, default=GroupsKept.groups, metavar="K",
                        help=f"keep at most K groups a step (default {GroupsKept.groups}; 0 keeps none)")
-    train.add_argument("--warm-steps", type=_positive, default=None,
-                       help="tiny policy only: warm-start steps (default the baseline's, else sized to the task)")
+    train.add_argument("--warm-steps", type=_positive, help="tiny policy only: warm-start steps (default the "
+                       "baseline's, else sized to the task)")
     train.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="where the tiny policy is cached")
     _trust_option(train)
 
@@ -505,7 +467,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--run-dir", required=True, help="the run folder")
     ev.add_argument("--before", action="store_true", help="measure the starting policy and record the plan (the "
                     "same settings again reuse the baseline; other settings are refused)")
-    ev.add_argument("--batch-size", type=_positive, default=None, help=f"prompts per generate call (default "
+    ev.add_argument("--batch-size", type=_positive, help=f"prompts per generate call (default "
                     f"{base.batch_size}; after training: the baseline's)")
     _trust_option(ev)
     before = ev.add_argument_group("--before only", "the baseline's settings (the evaluation after training repeats "
@@ -513,23 +475,21 @@ def _parser() -> argparse.ArgumentParser:
     before.add_argument("--replace-baseline", action="store_true", help="replace a baseline measured with other "
                         "settings, and the evaluation after training and report made against it")
     _recipe_options(before)
-    before.add_argument("--task", default=None, metavar="NAME|PATH.yaml",
-                        help=f"the task: {', '.join(TASKS)}, or a task file (default {DEFAULT_TASK})")
-    before.add_argument("--eval-size", type=_positive, default=None, help="test questions (seeded slice)")
-    before.add_argument("--eval-fraction", type=_fraction, default=None, help="share of the test split (default "
+    before.add_argument("--task", metavar="NAME|PATH.yaml", help=f"the task: {', '.join(TASKS)}, or a task file "
+                        f"(default {DEFAULT_TASK})")
+    before.add_argument("--eval-size", type=_positive, help="test questions (seeded slice)")
+    before.add_argument("--eval-fraction", type=_fraction, help="share of the test split (default "
                         f"{EVAL_FRACTION}, the blog post's), when --eval-size is not given")
-    before.add_argument("--max-new-tokens", type=_positive, default=None,
-                        help=f"each completion's budget in tokens (default {base.max_new_tokens}; a task file on the "
-                        "tiny policy: from its longest answer)")
-    before.add_argument("--samples", type=_nonnegative, default=None,
-                        help=f"sampled completions per question (default {base.samples})")
-    before.add_argument("--temperature", type=float, default=None,
-                        help=f"temperature of the samples (default {base.temperature})")
-    before.add_argument("--backend", choices=["vllm", "transformers"], default=None,
-                        help="generation backend for plain-transformers presets (default vLLM where usable)")
-    before.add_argument("--warm-steps", type=_positive, default=None, help="tiny policy only: warm-start steps "
+    before.add_argument("--max-new-tokens", type=_positive, help="each completion's budget in tokens (default "
+                        f"{base.max_new_tokens}; a task file on the tiny policy: from its longest answer)")
+    before.add_argument("--samples", type=_nonnegative, help=f"sampled completions per question (default "
+                        f"{base.samples})")
+    before.add_argument("--temperature", type=float, help=f"temperature of the samples (default {base.temperature})")
+    before.add_argument("--backend", choices=["vllm", "transformers"], help="generation backend for "
+                        "plain-transformers presets (default vLLM where usable)")
+    before.add_argument("--warm-steps", type=_positive, help="tiny policy only: warm-start steps "
                         "(default 300; a task file: 20 passes over its train rows, 60 to 300)")
-    before.add_argument("--cache-dir", default=None, help=f"where the tiny policy is cached (default {base.cache_dir})")
+    before.add_argument("--cache-dir", help=f"where the tiny policy is cached (default {base.cache_dir})")
     # the evaluation after training repeats the baseline's settings, so one of these given without --before (each None
     # or off unless given; their defaults are EvalPlan's) is refused rather than ignored
     ev.set_defaults(before_only=[(action.option_strings[0], action.dest) for action in before._group_actions])
@@ -554,13 +514,13 @@ def _parser() -> argparse.ArgumentParser:
                   "before it is called done, with a model card; optionally uploaded to the Hub")
     exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
     exp.add_argument("--format", nargs="+", choices=list(FORMATS), default=[next(iter(FORMATS))])
-    exp.add_argument("--quant", default=None, help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
-    exp.add_argument("--out", default=None, help="export folder (default <run_dir>/export/<format>)")
+    exp.add_argument("--quant", help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
+    exp.add_argument("--out", help="export folder (default <run_dir>/export/<format>)")
     _verify_options(exp)
     _trust_option(exp)
-    exp.add_argument("--base", default=None, metavar="PATH", help="a local folder holding the 16-bit base an Unsloth "
+    exp.add_argument("--base", metavar="PATH", help="a local folder holding the 16-bit base an Unsloth "
                      "LoRA run merges into (without it Unsloth downloads it from the Hub: about 16 GB for 8B)")
-    exp.add_argument("--push-to-hub", default=None, metavar="OWNER/NAME", help="upload the verified export")
+    exp.add_argument("--push-to-hub", metavar="OWNER/NAME", help="upload the verified export")
     exp.add_argument("--private", action=argparse.BooleanOptionalAction, default=True,
                      help="the Hub repository's visibility when created (default private)")
 
@@ -575,29 +535,27 @@ def _parser() -> argparse.ArgumentParser:
     plan = command("plan", _plan, "what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, resume, "
                    "problems), without loading a model or needing a GPU", recipe=True)
     _recipe_options(plan, choices=False)
-    plan.add_argument("--device", default=None, metavar="CARD",
-                      help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb (default: this "
-                           "machine's GPUs)")
-    plan.add_argument("--gpus", type=_positive, default=None,
-                      help="training processes, one GPU each (default 1 for --launch single, else 8 or the GPUs "
-                           "here, less one for a vLLM server)")
+    plan.add_argument("--device", metavar="CARD", help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, "
+                      "t4-16gb (default: this machine's GPUs)")
+    plan.add_argument("--gpus", type=_positive, help="training processes, one GPU each (default 1 for --launch "
+                      "single, else 8 or the GPUs here, less one for a vLLM server)")
     plan.add_argument("--launch", default="single", choices=["single", "ddp", "zero2", "zero3", "fsdp2"],
                       help="one process, or accelerate launch with configs/accelerate/<launch>.yaml")
-    plan.add_argument("--run-dir", default=None, help="a run folder (with --resume: plan resuming it)")
+    plan.add_argument("--run-dir", help="a run folder (with --resume: plan resuming it)")
     plan.add_argument("--resume", action="store_true", help="plan resuming --run-dir with its recorded preset")
     _json_option(plan, "plan")
 
     doctor = command("doctor", _doctor, "the installed stack (live and on disk), the driver, bfloat16 and free GPU "
                      "memory against a preset")
-    doctor.add_argument("--preset", default=None, help="a preset name (default: the one that fits this machine)")
+    doctor.add_argument("--preset", help="a preset name (default: the one that fits this machine)")
     _json_option(doctor, "report")
-    doctor.add_argument("--install-plan", action="store_true",
-                        help="what an install would put beside this runtime's torch (or --torch/--driver's): the "
-                             "packages, whether torch is kept, which vLLM; exit 2 when no GPU route exists")
-    doctor.add_argument("--torch", default=None, metavar="VERSION",
-                        help="with --install-plan: a runtime's torch.__version__ (e.g. 2.11.0+cu128), not this one's")
-    doctor.add_argument("--driver", default=None, metavar="VERSION",
-                        help="with --install-plan: an NVIDIA driver version (e.g. 570.172.08) instead of nvidia-smi's")
+    doctor.add_argument("--install-plan", action="store_true", help="what an install would put beside this "
+                        "runtime's torch (or --torch/--driver's): the packages, whether torch is kept, which vLLM; "
+                        "exit 2 when no GPU route exists")
+    doctor.add_argument("--torch", metavar="VERSION", help="with --install-plan: a runtime's torch.__version__ (e.g. "
+                        "2.11.0+cu128), not this one's")
+    doctor.add_argument("--driver", metavar="VERSION", help="with --install-plan: an NVIDIA driver version (e.g. "
+                        "570.172.08) instead of nvidia-smi's")
 
     command("presets", _presets, "list the training presets")
     command("algorithms", _algorithms, "list the named GRPO variants and the fields each sets")
@@ -606,30 +564,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def _plan(args: argparse.Namespace) -> int:
     """``plan``: print the plan (or its JSON); exit 2 when a problem would end the run."""
-    import json
-
-    from grpo_kit.training.plan import make_plan
+    from grpo_kit.training.plan import format_plan, make_plan
 
     if args.resume and args.run_dir is None:
         raise ValueError("--resume plans resuming a run folder: pass --run-dir RUN")
     if args.launch == "single" and args.gpus not in (None, 1):
         raise ValueError(f"--launch single runs one process, and --gpus {args.gpus} asks for {args.gpus}: choose "
                          "--launch ddp, zero2, zero3 or fsdp2 for several GPUs, or drop --gpus")
-    result = make_plan(_recipe_source(args), argv=args.trl, device=args.device, processes=args.gpus,
+    result = make_plan(args.config or args.preset, argv=args.trl, device=args.device, processes=args.gpus,
                        launch=args.launch, run_dir=args.run_dir, resume=args.resume)
-    if args.json:
-        print(json.dumps(result, indent=1, default=str))
-    else:
-        from grpo_kit.training.plan import format_plan
-
-        print(format_plan(result))
+    print(json.dumps(result, indent=1, default=str) if args.json else format_plan(result))
     return 2 if result["fatal"] else 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: print the report; exit 2 when something would stop the preset here."""
-    import json
-
     from grpo_kit.training.doctor import doctor, format_doctor, nvidia_driver
 
     if args.install_plan:
@@ -662,12 +611,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _refuse_gone(rest)
             args.trl = rest
         return args.func(args)
-    except (ValueError, FileNotFoundError, ConnectionError) as e:
+    # bad input, a package not installed (llama-cpp-python) -> 2; a library's failure (Unsloth's, vLLM's) -> 1: its
+    # message, not a traceback
+    except (ValueError, FileNotFoundError, ConnectionError, ImportError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RuntimeError as e:  # a library's failure (Unsloth's, vLLM's): its message, not a traceback
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(e, RuntimeError) else 2
     except KeyboardInterrupt:  # Ctrl-C: one line; the kit's files are written whole or not at all
         again = ("python -m grpo_kit train --resume continues from the newest complete checkpoint"
                  if args.command == "train" else "run it again to go on")

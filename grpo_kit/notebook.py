@@ -73,21 +73,17 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
         wanted, xformers = {name: row["packages"][name] for name in ("transformers", "datasets")}, None
     missing = {name: version for name, version in wanted.items() if _disk_version(name) != version}
     missing |= {name: version for name, version in _pins(table["kit"]).items() if _disk_version(name) is None}
-    if xformers is not None and _disk_version("xformers") != _pins([xformers])["xformers"]:
-        wanted |= _pins([xformers])
-    else:
-        xformers = None
+    xformers = xformers if xformers and _disk_version("xformers") != _pins([xformers])["xformers"] else None
+    wanted |= _pins([xformers] if xformers else [])
     if not missing and xformers is None:
         print("Everything the notebook needs is installed; nothing to do.")
         return False
     before = {name: _live_version(_module_of(name)) for name in [*missing, *(["xformers"] if xformers else [])]}
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     with tempfile.TemporaryDirectory() as folder:
-        keep = []
-        if torch is not None:  # keep the runtime's torch: pip fails instead of replacing it
-            constraints = Path(folder) / "constraints.txt"
-            constraints.write_text(f"torch=={torch}\n")
-            keep = ["-c", str(constraints)]
+        constraints = Path(folder) / "constraints.txt"  # keep the runtime's torch: pip fails instead of replacing it
+        constraints.write_text(f"torch=={torch}\n" if torch is not None else "")
+        keep = ["-c", str(constraints)]
         if xformers is not None:  # first, from PyTorch's index for this CUDA: unsloth's own `xformers>=0.0.27.post2`
             subprocess.check_call([*pip, "--no-deps", "--index-url", plan.xformers_index_url, xformers, *keep])
         if missing:  # is then met, and pip takes no CUDA 12.8 build of it from PyPI
@@ -100,11 +96,8 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
         raise RuntimeError(f"after installing, {', '.join(wrong)}: another package changed them; install these "
                            "versions by hand (pip install NAME==VERSION) or start from a fresh runtime")
     stale = [name for name, live in before.items() if live is not None and live != _disk_version(name)]
-    if stale:
-        print(f"RESTART the runtime now (Colab: Runtime > Restart session), then run the notebook from the top: this "
-              f"kernel still runs the old {', '.join(stale)}.")
-    else:
-        print("Installed; no restart needed.")
+    print(f"RESTART the runtime now (Colab: Runtime > Restart session), then run the notebook from the top: this "
+          f"kernel still runs the old {', '.join(stale)}." if stale else "Installed; no restart needed.")
     return True
 
 
@@ -115,7 +108,7 @@ def _pins(requirements: list[str]) -> dict[str, str]:
 
 def _module_of(name: str) -> str:
     """The module a distribution installs (``unsloth_zoo``, ``sklearn`` for scikit-learn)."""
-    return {"scikit-learn": "sklearn", "math-verify": "math_verify"}.get(name, name.replace("-", "_"))
+    return {"scikit-learn": "sklearn"}.get(name, name.replace("-", "_"))
 
 
 def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = None, cpu_demo: Any = False) -> Any:
@@ -144,10 +137,8 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
 
     configure_logging(info_to_stdout=True)  # Jupyter draws standard error red: warnings only
     cpu = cpu_demo_settings(cpu_demo)
-    if cpu is not None:
-        preset = "cpu-tiny"
-        preset_overrides = {**dict(preset_overrides or {}), **cpu.preset_overrides}
-    config = get_preset(preset, **dict(preset_overrides or {}))
+    overrides = {**(preset_overrides or {}), **(cpu.preset_overrides if cpu else {})}
+    config = get_preset("cpu-tiny" if cpu else preset, **overrides)
     gpu = first_gpu()
     if gpu is None:
         print("No CUDA GPU: everything runs on the CPU. The preset that fits: 'cpu-tiny' (the kit's tiny offline "
@@ -161,8 +152,7 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
     return config
 
 
-def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str,
-                 tables: Mapping[str, Any]) -> None:
+def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str, tables: Mapping[str, Any]) -> None:
     """Log data frames to a wandb run of their own, if a project is set (never prompting, never blocking:
     :func:`grpo_kit.training.tracking.setup_wandb`).
 
@@ -182,9 +172,8 @@ def log_to_wandb(project: str | None, mode: str | None, name: str, job_type: str
     import wandb
 
     wandb.init(project=project, name=name, job_type=job_type)
-    for key, frame in tables.items():
-        mixed = [c for c in frame.columns if frame[c].dtype == object]
-        wandb.log({key: wandb.Table(dataframe=frame.astype({c: str for c in mixed}))})
+    for key, frame in tables.items():  # a column that mixes types is logged as text
+        wandb.log({key: wandb.Table(dataframe=frame.astype({c: str for c in frame if frame[c].dtype == object}))})
     wandb.finish()
     print(f"logged {', '.join(tables)} to wandb project {project} (run {name})")
 
@@ -258,9 +247,8 @@ def _default_samples(plan: Any, tiny: bool) -> Any:
     from grpo_kit.policy.routes import eval_route
 
     route = eval_route(plan.preset.loading, plan.backend)
-    cheap = tiny or route in ("vllm", "unsloth-vllm")
     why = "the kit's tiny policy" if tiny else f"route {route}"
-    if cheap:
+    if tiny or route in ("vllm", "unsloth-vllm"):
         print(f"samples = None: {CHEAP_SAMPLES} sampled completions per question ({why} generates them quickly), "
               "for pass@k, maj@k and the reward check")
         return dataclasses.replace(plan, samples=CHEAP_SAMPLES)
@@ -463,8 +451,7 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
                              **({"grpo_steps": max_steps} if max_steps else {}))
     eval_size, max_new_tokens = eval_size or demo.eval_size, max_new_tokens or demo.eval_max_new_tokens
     samples = demo.samples if samples is None else samples
-    warm = batch_size = None
-    fields_ = {}
+    fields_, warm, batch_size = {}, None, None
     if cpu is not None:
         fields_ = {k: v for k, v in demo.preset_fields().items() if k not in cpu.preset_overrides}
         warm = dataclasses.replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
@@ -482,8 +469,7 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     plan = baseline_plan(task, config, model=model, seed=seed, max_new_tokens=max_new_tokens, eval_size=eval_size,
                          samples=samples, batch_size=batch_size, warm=warm, trust_remote_code=trust_remote_code)
     print(f"{config.name}: {config.max_steps} steps, learning rate {config.learning_rate}, "
-          f"{config.prompts_per_step} prompts x {config.num_generations} "
-          "completions")
+          f"{config.prompts_per_step} prompts x {config.num_generations} completions")
     for name, spec in specs.items():
         print(f"{name}: {spec.rewards}; algorithm {spec.preset.algorithm}")
     return Comparison(specs=specs, plan=plan, root=root)

@@ -42,10 +42,7 @@ def reward_check(run_dir: str | Path | RunFolder,
             that ``train`` would refuse (:func:`grpo_kit.runs.spec.probe_rewards`: one that returns other than one
             number or ``None`` per completion), named.
     """
-    path = run_dir.path if isinstance(run_dir, RunFolder) else Path(run_dir)
-    if not path.is_dir():
-        raise FileNotFoundError(f"no run folder at {path}: run {_BASELINE} with run_dir={str(path)!r} first")
-    run = run_dir if isinstance(run_dir, RunFolder) else RunFolder(path, write=False)
+    run = run_dir if isinstance(run_dir, RunFolder) else RunFolder.existing(run_dir, _BASELINE, write=False)
     settings = run.read_settings(run.eval_settings, _BASELINE, ("task", "samples"))
     reward_set = RewardSet(rewards) if rewards is not None else None  # an unknown reward fails before the data loads
     plan = plan_from_settings(settings, trust_remote_code=trust_remote_code)

@@ -132,7 +132,7 @@ def test_the_cli_takes_a_recipe_file_and_trl_form_overrides(tmp_path, capsys):
     out = capsys.readouterr().out
     assert '"top_entropy_quantile": 0.3' in out and '"seed": 7' in out
     assert main(["plan", "--config", str(tmp_path / "trl.yaml"), "--preset", "cpu-tiny"]) == 2
-    assert "--config and --preset both name the recipe" in capsys.readouterr().err
+    assert "argument --preset: not allowed with argument --config" in capsys.readouterr().err  # one names the recipe
     assert main(["presets", "--learning_rate", "1"]) == 2  # only the commands that take a recipe take its keys
 
 
