@@ -21,7 +21,7 @@ from typing import Any
 from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus, placement
 from grpo_kit.policy.shapes import ModelShape, model_shape
 from grpo_kit.system.files import json_or_none
-from grpo_kit.tasks import RewardSet
+from grpo_kit.tasks import DEFAULT_TASK, get_task
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
 from grpo_kit.training.cost import estimate_disk, estimate_hours, generates_with_vllm
@@ -43,10 +43,6 @@ class Problem:
     text: str
     fatal: bool = True
     kind: str = ""
-
-    def line(self) -> str:
-        """The problem as one line (``FATAL:`` first when it would end the run)."""
-        return ("FATAL: " if self.fatal else "") + self.text
 
 
 def route_of(preset: Recipe) -> str:
@@ -151,17 +147,18 @@ def _resume(run_dir: Path, max_steps: int) -> tuple[str | None, str, Problem | N
 
 
 def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
-              model: str | None, here: bool = True) -> list[Problem]:
-    """The problems of running ``preset`` on ``gpu`` (``None``: no GPU) under ``kind`` with ``processes``, on this
-    machine (``here``) or on a card named by ``--device`` (what this machine lacks is then not fatal)."""
+              shape: ModelShape | str | None, here: bool = True) -> list[Problem]:
+    """The problems of running ``preset`` on ``gpu`` (``None``: no GPU) under ``kind`` with ``processes``, its model
+    of ``shape`` (:func:`_shape`), on this machine (``here``) or on a card named by ``--device`` (what this machine
+    lacks is then not fatal)."""
     from grpo_kit.training.checks import check_settings
 
     found = []
-    try:
-        check_settings(preset, _no_rewards(), num_processes=processes)
+    try:  # the rewards do not change these checks: the default task's stand in
+        check_settings(preset, get_task(DEFAULT_TASK).reward_set(), num_processes=processes)
     except ValueError as e:
         found.append(Problem(str(e), kind="settings"))
-    found += _machine_problems(preset, gpu is None or preset.use_cpu, model, here)
+    found += _machine_problems(preset, gpu is None or preset.use_cpu, shape, here)
     if gpu is None:
         if not preset.use_cpu:
             found.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
@@ -182,8 +179,8 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
         found.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch ddp "
                              "(or zero2/zero3/fsdp2) to train on each", fatal=False))
     if memory is None:
-        if model is not None:  # the kit's tiny policy needs no estimate
-            found.append(Problem(f"no memory estimate: {_shape(preset, model)}", fatal=False, kind="memory"))
+        if isinstance(shape, str):  # the kit's tiny policy (no shape) needs no estimate
+            found.append(Problem(f"no memory estimate: {shape}", fatal=False, kind="memory"))
         return found
     if memory["needed"] > memory["available"]:
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
@@ -202,12 +199,14 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
     return found
 
 
-def _machine_problems(preset: Recipe, on_cpu: bool, model: str | None, here: bool) -> list[Problem]:
+def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | None, here: bool) -> list[Problem]:
     """What this machine lacks for a recipe, which transformers, TRL or DeepSpeed would say only once the model
     loaded (or the trainer pushed its first checkpoint): a CPU route that ``fp16`` or a bitsandbytes ``optim`` cannot
     take, a step too large for the memory, ``deepspeed`` or bitsandbytes not installed, ``push_to_hub`` without the
     Hub. Fatal only ``here`` (not for a card planned from elsewhere), except what the CPU route cannot take."""
     import importlib.util
+
+    from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
 
     from grpo_kit.system.hub import hub_problem
 
@@ -216,14 +215,14 @@ def _machine_problems(preset: Recipe, on_cpu: bool, model: str | None, here: boo
         found.append(Problem("fp16 = True on a CPU: accelerate runs float16 mixed precision only on accelerators and "
                              "would train in float32 without a word (accelerate/accelerator.py): set --fp16 false",
                              kind="cpu"))
-    if preset.optim in _bitsandbytes_optimizers():
+    if preset.optim in _BITSANDBYTES_OPTIMIZERS:  # the optim names transformers builds with bitsandbytes
         if on_cpu:
             found.append(Problem(f"optim = {preset.optim!r} is a bitsandbytes optimizer, which runs on CUDA GPUs: on a "
                                  "CPU set --optim adamw_torch", kind="cpu"))
         elif importlib.util.find_spec("bitsandbytes") is None:
             found.append(Problem(f"optim = {preset.optim!r} needs bitsandbytes, which is not installed here: pip "
                                  "install bitsandbytes, or set --optim adamw_torch", fatal=here, kind="packages"))
-    if on_cpu and (problem := _cpu_memory_problem(preset, model)):
+    if on_cpu and (problem := _cpu_memory_problem(preset, shape)):
         found.append(Problem(problem, kind="cpu"))
     if preset.deepspeed is not None:
         if importlib.util.find_spec("deepspeed") is None:
@@ -240,16 +239,7 @@ def _machine_problems(preset: Recipe, on_cpu: bool, model: str | None, here: boo
     return found
 
 
-def _bitsandbytes_optimizers() -> frozenset[str]:
-    """The ``optim`` names transformers builds with bitsandbytes (``transformers/trainer_optimizer.py``)."""
-    try:
-        from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
-    except ImportError:  # another transformers layout: the names say it
-        return frozenset()
-    return frozenset(str(getattr(o, "value", o)) for o in _BITSANDBYTES_OPTIMIZERS)
-
-
-def _cpu_memory_problem(preset: Recipe, model: str | None) -> str | None:
+def _cpu_memory_problem(preset: Recipe, shape: ModelShape | str | None) -> str | None:
     """A micro-batch whose float32 logits alone exceed this machine's memory (``per_device_train_batch_size``
     completions of ``max_prompt_tokens + max_completion_length`` tokens, each a row of ``vocab_size`` logits: the
     activations part of :func:`grpo_kit.training.memory.estimate_memory`), with the model's vocabulary where its
@@ -258,7 +248,6 @@ def _cpu_memory_problem(preset: Recipe, model: str | None) -> str | None:
 
     from grpo_kit.policy.tiny import TinyPolicySpec
 
-    shape = _shape(preset, model) if model is not None else None
     vocab = shape.vocab_size if isinstance(shape, ModelShape) else TinyPolicySpec.vocab_size
     tokens = preset.per_device_train_batch_size * (preset.max_prompt_tokens + preset.max_completion_length)
     needed, total = tokens * vocab * 4 / 2**30, psutil.virtual_memory().total / 2**30
@@ -313,15 +302,19 @@ def _loader(preset: Recipe) -> str:
     return "transformers" + (" + peft LoRA" if preset.lora_rank is not None else "")
 
 
-def _memory(preset: Recipe, model: str, gpu: Gpu, kind: str, processes: int) -> dict[str, Any] | None:
-    """:func:`grpo_kit.training.memory.estimate_memory` for ``model``, or ``None`` where :func:`_shape` has none."""
-    shape = _shape(preset, model)
-    return None if isinstance(shape, str) else estimate_memory(preset, shape, gpu, kind, processes)
+def _memory(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, kind: str,
+            processes: int) -> dict[str, Any] | None:
+    """:func:`grpo_kit.training.memory.estimate_memory`, or ``None`` without a card or a shape (:func:`_shape`)."""
+    return estimate_memory(preset, shape, gpu, kind, processes) if isinstance(shape, ModelShape) and gpu is not None \
+        else None
 
 
-def _shape(preset: Recipe, model: str) -> ModelShape | str:
+def _shape(preset: Recipe, model: str | None) -> ModelShape | str | None:
     """The model's shape (:func:`grpo_kit.policy.shapes.model_shape`) with the recipe's LoRA targets checked, or why
-    there is none: no ``config.json`` here, not a causal language model, or LoRA targets naming none of its layers."""
+    there is none: no ``config.json`` here, not a causal language model, or LoRA targets naming none of its layers.
+    ``None`` for the kit's tiny policy (``model`` ``None``), which needs no estimate."""
+    if model is None:
+        return None
     try:
         shape = model_shape(model)
         if preset.lora_rank is not None:
@@ -351,22 +344,15 @@ def _without_vllm(preset: Recipe) -> str | None:
     return None
 
 
-def _time(preset: Recipe, shape: ModelShape | None, gpu: Gpu | None, steps: int) -> dict[str, Any] | None:
+def _time(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, steps: int) -> dict[str, Any] | None:
     """The training time estimates (:func:`grpo_kit.training.cost.estimate_hours`): with vLLM where the recipe
     generates with it, and without; ``None`` without a card or a shape, or on a CPU (``train`` announces its time
     there, from this machine's measured speed)."""
-    if shape is None or gpu is None or preset.use_cpu:
+    if not isinstance(shape, ModelShape) or gpu is None or preset.use_cpu:
         return None
     vllm = generates_with_vllm(preset)
     return {"steps": steps, "with_vllm": estimate_hours(preset, shape, gpu, steps, True) if vllm else None,
             "without_vllm": estimate_hours(preset, shape, gpu, steps, False)}
-
-
-def _no_rewards() -> RewardSet:
-    """The rewards do not change the plan's checks: the default task's stand in."""
-    from grpo_kit.tasks import DEFAULT_TASK, get_task
-
-    return get_task(DEFAULT_TASK).reward_set()
 
 
 def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
@@ -400,18 +386,16 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     """
     from grpo_kit.training.callbacks import stale_weights_alarm
 
-    overrides = dict(overrides or {})
     if resume and run_dir is not None:
-        p, model = preset_of_run(run_dir, argv, **overrides)
+        p, model = preset_of_run(run_dir, argv, **(overrides or {}))
     else:
         if preset is None:  # the preset the notebooks pick for this card (preset = None)
             preset = preset_for_device(card(device) if device in CARDS else (gpus() or [None])[0])
-        p = get_preset(preset, argv=argv, **overrides)
+        p = get_preset(preset, argv=argv, **(overrides or {}))
         model = p.model
     problems: list[Problem] = []
     if model is not None:  # as train checks it
         from grpo_kit.policy.source import PolicySource
-        from grpo_kit.tasks import DEFAULT_TASK, get_task
 
         try:
             PolicySource.of(model, get_task(DEFAULT_TASK))
@@ -434,10 +418,10 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     if n < 1:
         raise ValueError(f"--gpus must be at least 1, got {n}")
     launches = [launch_of(launch, n, rank) for rank in range(1 if launch == "single" else n)]
-    memory = _memory(p, model, gpu, launch, n) if model is not None and gpu is not None else None
+    shape = _shape(p, model)
+    memory = _memory(p, shape, gpu, launch, n)
     if not any(q.kind == "card" for q in problems):
-        problems += _problems(p, gpu, launch, n, memory, model, here=device is None)
-    rewards = _no_rewards()
+        problems += _problems(p, gpu, launch, n, memory, shape, here=device is None)
     output = str(Path(run_dir or "runs/run") / "checkpoints")
     vllm = None
     if p.fast_inference or p.use_vllm:
@@ -465,10 +449,8 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)
         problems += [refused] if refused is not None else []
     steps_left = p.max_steps - ((checkpoint_step(resume_from) or 0) if resume_from is not None else 0)
-    passed = p.grpo_kwargs(output, rewards.weights)
+    passed = p.grpo_kwargs(output, get_task(DEFAULT_TASK).reward_set().weights)
     changes = unsloth_changes(p, passed)
-    shape = _shape(p, model) if model is not None else None
-    shape = None if isinstance(shape, str) else shape  # memory's problem says why
     return {
         "preset": p.name,
         "recipe_keys": p.taken(),
@@ -487,10 +469,10 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         "sampling": _sampling(p),
         "without_vllm": _without_vllm(p),
         "time": _time(p, shape, gpu, steps_left),
-        "disk": estimate_disk(p, shape) if shape is not None else None,
+        "disk": estimate_disk(p, shape) if isinstance(shape, ModelShape) else None,
         "resume_from": resume_from,
         "resume_why": resume_why,
-        "problems": [q.line() for q in problems],
+        "problems": [("FATAL: " if q.fatal else "") + q.text for q in problems],  # FATAL: it would end the run
         "fatal": any(q.fatal for q in problems),
     }
 
@@ -511,10 +493,11 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
     found = [] if preset.use_cpu else gpus()
     kind = "single" if launch.world_size == 1 else (
         "fsdp2" if launch.fsdp else {2: "zero2", 3: "zero3"}.get(launch.zero_stage or 0, "ddp"))
-    memory = _memory(preset, model, found[0], kind, launch.world_size) if found and model is not None else None
+    shape = _shape(preset, model)
     kinds = ("bf16", "cpu", "packages", "hub") + (() if os.environ.get(SKIP_ESTIMATE) == "1" else ("memory", "vllm"))
-    problems = _machine_problems(preset, True, model, True) if not found else \
-        _problems(preset, found[0], kind, launch.world_size, memory, model)
+    problems = _machine_problems(preset, True, shape, True) if not found else \
+        _problems(preset, found[0], kind, launch.world_size, _memory(preset, shape, found[0], kind, launch.world_size),
+                  shape)
     fatal = [q for q in problems if q.fatal and q.kind in kinds]
     if fatal:
         where = found[0].name if found else "this machine's CPU"
