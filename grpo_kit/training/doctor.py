@@ -62,8 +62,7 @@ def doctor(preset: Any = None, driver: Any = nvidia_driver) -> dict[str, Any]:
     free = torch.cuda.mem_get_info()[0] / 2**30 if gpu is not None else None
     config = get_preset(preset)
     if cuda is not None and found is not None:  # a CUDA build of torch and a driver: do they go together?
-        problem = driver_problem(found, ".".join(cuda.split(".")[:2]), f"torch {torch.__version__}")
-        if problem:
+        if problem := driver_problem(found, ".".join(cuda.split(".")[:2]), f"torch {torch.__version__}"):
             problems.append(problem)
     needed = None
     if gpu is not None:

@@ -24,8 +24,8 @@ from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import DEFAULT_TASK, get_task
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
-from grpo_kit.training.cost import estimate_disk, estimate_hours, generates_with_vllm
-from grpo_kit.training.memory import LAUNCHES, estimate_memory, vllm_max_model_len
+from grpo_kit.training.cost import estimate_disk, estimate_hours
+from grpo_kit.training.memory import LAUNCHES, estimate_memory
 from grpo_kit.training.presets import PRESETS, Recipe, get_preset, preset_for_device  # noqa: F401 (doctests)
 
 __all__ = ["SKIP_ESTIMATE", "Problem", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
@@ -51,9 +51,7 @@ def route_of(preset: Recipe) -> str:
     >>> route_of(PRESETS["a100"]), route_of(PRESETS["multi-gpu-lora"]), route_of(PRESETS["full-80gb"])
     ('unsloth', 'transformers+peft', 'transformers')
     """
-    if preset.use_unsloth:
-        return "unsloth"
-    return "transformers" if preset.lora_rank is None else "transformers+peft"
+    return "unsloth" if preset.use_unsloth else "transformers" if preset.lora_rank is None else "transformers+peft"
 
 
 def algorithm(preset: Recipe) -> dict[str, Any]:
@@ -75,13 +73,11 @@ def algorithm(preset: Recipe) -> dict[str, Any]:
     f = recorded["fields"]
     correction = bool(preset.use_vllm or preset.fast_inference) and \
         bool(preset.settings.get("vllm_importance_sampling_correction", not preset.use_unsloth))
-    summary = (f"{recorded['name']}: loss_type {f['loss_type']}, "
-               f"{'KL beta ' + format(f['beta'], 'g') if f['beta'] else 'no KL'}, advantages scaled per "
-               f"{f['scale_rewards']}"
-               + (f", {f['importance_sampling_level']}-level importance ratio"
-                  if f["importance_sampling_level"] != "token" else "")
-               + ("; vLLM importance-sampling correction" if correction else
-                  "; no vLLM importance-sampling correction"))
+    kl = f"KL beta {f['beta']:g}" if f["beta"] else "no KL"
+    level = f["importance_sampling_level"]
+    summary = (f"{recorded['name']}: loss_type {f['loss_type']}, {kl}, advantages scaled per {f['scale_rewards']}"
+               + ("" if level == "token" else f", {level}-level importance ratio")
+               + f"; {'' if correction else 'no '}vLLM importance-sampling correction")
     return {**recorded, "vllm_importance_sampling_correction": correction, "temperature": preset.temperature,
             "summary": summary}
 
@@ -186,16 +182,15 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
         found.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
                              f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
-                             "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on more "
-                             "GPUs)",
-                             kind="memory"))
+                             "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on "
+                             "more GPUs)", kind="memory"))
     room = memory.get("kv_cache_room")
     if room is not None and room < memory["kv_cache_needed"]:
         found.append(Problem(f"vLLM will not start: its share (vllm_gpu_memory_utilization "
                              f"{preset.vllm_gpu_memory_utilization:g} of {memory['available']:g} GiB) leaves {room:g} "
-                             "GiB after its weights, less than one "
-                             f"{vllm_max_model_len(preset)}-token sequence's KV cache ({memory['kv_cache_needed']:g} "
-                             "GiB): raise vllm_gpu_memory_utilization or lower vllm_max_model_length", kind="vllm"))
+                             f"GiB after its weights, less than one {preset.vllm_max_model_len}-token sequence's KV "
+                             f"cache ({memory['kv_cache_needed']:g} GiB): raise vllm_gpu_memory_utilization or lower "
+                             "vllm_max_model_length", kind="vllm"))
     return found
 
 
@@ -249,14 +244,12 @@ def _cpu_memory_problem(preset: Recipe, shape: ModelShape | str | None) -> str |
     from grpo_kit.policy.tiny import TinyPolicySpec
 
     vocab = shape.vocab_size if isinstance(shape, ModelShape) else TinyPolicySpec.vocab_size
-    tokens = preset.per_device_train_batch_size * (preset.max_prompt_tokens + preset.max_completion_length)
-    needed, total = tokens * vocab * 4 / 2**30, psutil.virtual_memory().total / 2**30
-    if needed <= total:
-        return None
-    return (f"one micro-batch does not fit this machine's memory: per_device_train_batch_size "
-            f"{preset.per_device_train_batch_size} x {preset.max_prompt_tokens + preset.max_completion_length} "
-            f"tokens x {vocab} logits x 4 bytes = {needed:,.0f} GiB, more than its {total:,.0f} GiB: lower "
-            "per_device_train_batch_size (a multiple of num_generations) or the lengths")
+    batch, length = preset.per_device_train_batch_size, preset.max_prompt_tokens + preset.max_completion_length
+    needed, total = batch * length * vocab * 4 / 2**30, psutil.virtual_memory().total / 2**30
+    return None if needed <= total else (
+        f"one micro-batch does not fit this machine's memory: per_device_train_batch_size {batch} x {length} tokens x "
+        f"{vocab} logits x 4 bytes = {needed:,.0f} GiB, more than its {total:,.0f} GiB: lower "
+        "per_device_train_batch_size (a multiple of num_generations) or the lengths")
 
 
 def unsloth_changes(preset: Recipe, kwargs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -350,7 +343,7 @@ def _time(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, steps
     there, from this machine's measured speed)."""
     if not isinstance(shape, ModelShape) or gpu is None or preset.use_cpu:
         return None
-    vllm = generates_with_vllm(preset)
+    vllm = preset.fast_inference or preset.use_vllm
     return {"steps": steps, "with_vllm": estimate_hours(preset, shape, gpu, steps, True) if vllm else None,
             "without_vllm": estimate_hours(preset, shape, gpu, steps, False)}
 
@@ -427,7 +420,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     if p.fast_inference or p.use_vllm:
         mode = "colocate" if p.fast_inference else p.vllm_mode
         vllm = {"mode": mode, "engine": "unsloth" if p.fast_inference else "trl",
-                "max_model_len": vllm_max_model_len(p) if mode == "colocate" else p.vllm_max_model_len,
+                "max_model_len": p.vllm_max_model_len,
                 "gpu_memory_utilization": p.vllm_gpu_memory_utilization if mode == "colocate" else None}
         if mode == "server":
             from grpo_kit.policy.vllm import server_command
@@ -508,28 +501,6 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
                             else ")"))
 
 
-def _cost_lines(time: dict[str, Any] | None, disk: dict[str, Any] | None) -> list[str]:
-    """The time and disk estimates as lines, each with its basis."""
-    lines = []
-    if time is None:
-        lines.append("time: no estimate (it needs a card, --device CARD, and the model's config.json; on a CPU train "
-                     "announces its time when it starts)")
-    else:
-        said = [f"{name} about {e['hours']:.1f} h ({e['seconds_per_step']:.0f} s a step)"
-                for name, e in (("with vLLM generating", time["with_vllm"]), ("without vLLM", time["without_vllm"]))
-                if e is not None]
-        lines.append(f"time (estimate, not measured on this card) for {time['steps']} steps: " + "; ".join(said))
-        lines += [f"  basis: {e['basis']}" for e in (time["with_vllm"], time["without_vllm"]) if e is not None]
-    if disk is not None:
-        lines.append(f"download (estimate): {disk['download']:.1f} GB, {disk['download_what']}")
-        lines.append(f"disk (estimate): {disk['total']:.1f} GB in all: the download, {disk['checkpoints']:.1f} GB of "
-                     f"checkpoints ({disk['checkpoint']:.2f} GB each, save_total_limit of them), model/ "
-                     f"{disk['model']:.2f} GB, a merged export {disk['merged_export']:.1f} GB"
-                     + (f" and the 16-bit base it merges into {disk['base_for_merge']:.1f} GB (export --base PATH "
-                        "uses a copy you have)" if disk["base_for_merge"] else ""))
-    return lines
-
-
 def format_plan(plan: dict[str, Any]) -> str:
     """The plan of :func:`make_plan` as text for a terminal (``python -m grpo_kit plan`` without ``--json``)."""
     device = plan["device"]
@@ -539,8 +510,7 @@ def format_plan(plan: dict[str, Any]) -> str:
              *(f"from the recipe: {line}" for line in plan["recipe_keys"]),
              f"algorithm: {plan['algorithm']['summary']}", f"sampling: {plan['sampling']}",
              f"device: {where}; launch {plan['launch']}, {len(plan['processes'])} process(es)"]
-    for process in plan["processes"][:2]:
-        lines.append(f"  rank {process['rank']}: dtype {process['dtype']}, device_map {process['device_map']}")
+    lines += [f"  rank {p['rank']}: dtype {p['dtype']}, device_map {p['device_map']}" for p in plan["processes"][:2]]
     if len(plan["processes"]) > 2:
         lines.append(f"  ... and {len(plan['processes']) - 2} more, each on its own GPU")
     vllm = plan["vllm"]
@@ -564,7 +534,23 @@ def format_plan(plan: dict[str, Any]) -> str:
             "" if memory["needed"] > memory["available"] else " (vLLM's share leaves no room for its KV cache)")
         lines.append(f"memory per GPU (estimate, GiB): {parts}; needed {memory['needed']:g} of "
                      f"{memory['available']:g}: {verdict}")
-    lines += _cost_lines(plan["time"], plan["disk"])
+    time, disk = plan["time"], plan["disk"]  # each estimate with its basis
+    if time is None:
+        lines.append("time: no estimate (it needs a card, --device CARD, and the model's config.json; on a CPU train "
+                     "announces its time when it starts)")
+    else:
+        said = [f"{name} about {e['hours']:.1f} h ({e['seconds_per_step']:.0f} s a step)"
+                for name, e in (("with vLLM generating", time["with_vllm"]), ("without vLLM", time["without_vllm"]))
+                if e is not None]
+        lines.append(f"time (estimate, not measured on this card) for {time['steps']} steps: " + "; ".join(said))
+        lines += [f"  basis: {e['basis']}" for e in (time["with_vllm"], time["without_vllm"]) if e is not None]
+    if disk is not None:
+        lines.append(f"download (estimate): {disk['download']:.1f} GB, {disk['download_what']}")
+        lines.append(f"disk (estimate): {disk['total']:.1f} GB in all: the download, {disk['checkpoints']:.1f} GB of "
+                     f"checkpoints ({disk['checkpoint']:.2f} GB each, save_total_limit of them), model/ "
+                     f"{disk['model']:.2f} GB, a merged export {disk['merged_export']:.1f} GB"
+                     + (f" and the 16-bit base it merges into {disk['base_for_merge']:.1f} GB (export --base PATH "
+                        "uses a copy you have)" if disk["base_for_merge"] else ""))
     alarm = plan["alarm"]
     lines.append(f"stale-weights alarm: {'armed' if alarm['armed'] else 'NOT armed'} ({alarm['why']})")
     lines.append(f"resume from: {plan['resume_from'] or 'nothing'} ({plan['resume_why']})")

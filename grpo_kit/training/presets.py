@@ -176,17 +176,20 @@ class Recipe:
 
     @property
     def vllm_max_model_len(self) -> int:
-        """vLLM's context length for this recipe, in tokens: the longest prompt kept plus the completion budget.
+        """vLLM's context length for this recipe, in tokens: Unsloth's engine holds ``max_seq_length``; TRL's takes
+        ``vllm_max_model_length`` where the recipe sets it, else the longest prompt kept plus the completion budget.
 
         TRL passes ``GRPOConfig.vllm_max_model_length`` to its colocated engine; left unset, vLLM takes the
         model's own maximum (131,072 tokens for Llama-3.1-8B, whose KV cache is 128 KiB a token in bfloat16:
-        16 GiB for one such sequence), and refuses to start when its memory share cannot hold one. A server
-        (``vllm_mode="server"``) takes it as ``--max-model-len``.
+        16 GiB for one such sequence), and refuses to start when its memory share cannot hold one, so
+        :meth:`grpo_kwargs` passes this length. A server (``vllm_mode="server"``) takes it as ``--max-model-len``.
 
         >>> PRESETS["multi-gpu-lora"].vllm_max_model_len
         512
         """
-        return self.max_prompt_tokens + self.max_completion_length
+        if self.use_unsloth:
+            return self.max_seq_length
+        return int(self.vllm_max_model_length or self.max_prompt_tokens + self.max_completion_length)
 
     @property
     def loading(self) -> Loading:
