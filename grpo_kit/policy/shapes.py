@@ -22,15 +22,11 @@ _CONFIGS = Path(__file__).parent / "model_configs"
 
 #: Hub ids whose ``config.json`` the kit ships (Unsloth's copies have the same architecture).
 SHIPPED: dict[str, str] = {
-    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json",
-    "meta-llama/Meta-Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json",
-    "unsloth/Meta-Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json",
-    "unsloth/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json",
-    "Qwen/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b-instruct.json",
-    "unsloth/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b-instruct.json",
-    "Qwen/Qwen2.5-3B-Instruct": "qwen2.5-3b-instruct.json",
-    "unsloth/Qwen2.5-3B-Instruct": "qwen2.5-3b-instruct.json",
-}
+    **dict.fromkeys(("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct",
+                     "unsloth/Meta-Llama-3.1-8B-Instruct", "unsloth/Llama-3.1-8B-Instruct"),
+                    "llama-3.1-8b-instruct.json"),
+    **dict.fromkeys(("Qwen/Qwen2.5-1.5B-Instruct", "unsloth/Qwen2.5-1.5B-Instruct"), "qwen2.5-1.5b-instruct.json"),
+    **dict.fromkeys(("Qwen/Qwen2.5-3B-Instruct", "unsloth/Qwen2.5-3B-Instruct"), "qwen2.5-3b-instruct.json")}
 
 
 def model_config(model: str | Path) -> dict[str, Any]:

@@ -264,8 +264,7 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
     if cuda is None:
         return InstallPlan(torch, None, driver, keep_torch=True, fatal=True, problems=[
             f"torch {torch} is a CPU build: {_torch_advice(table, driver)}"])
-    problem = driver_problem(driver, cuda, f"this runtime's torch {torch}")
-    if problem:
+    if problem := driver_problem(driver, cuda, f"this runtime's torch {torch}"):
         return InstallPlan(torch, cuda, driver, keep_torch=True, fatal=True, problems=[
             f"{problem}: torch cannot use the GPU. {_torch_advice(table, driver)}; or use a runtime with a newer "
             "driver"])

@@ -120,9 +120,9 @@ def _check_names(preset: Recipe) -> None:
     installed = reporting.get_available_reporting_integrations()
     missing = [r for r in given if r not in ("none", "all", *installed)]
     if missing:
-        raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here "
-                         f"(installed: {', '.join(installed) or 'none'}); install its package (pip install "
-                         f"{missing[0]}) or use --report_to none")
+        raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here (installed: "
+                         f"{', '.join(installed) or 'none'}); install its package (pip install {missing[0]}) or use "
+                         "--report_to none")
 
 
 #: Names of the linear layers LoRA can target in the architectures the kit trains (Llama, Qwen2, Mistral, Gemma,
@@ -233,19 +233,17 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
     check_algorithm(preset)
     generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     if generation_batch % preset.num_generations:
-        raise ValueError(
-            f"per_device_train_batch_size * gradient_accumulation_steps = {generation_batch} completions is "
-            f"not divisible by num_generations = {preset.num_generations}: TRL needs whole groups. "
-            f"Make per_device_train_batch_size a multiple of {preset.num_generations}.")
+        raise ValueError(f"per_device_train_batch_size * gradient_accumulation_steps = {generation_batch} completions "
+                         f"is not divisible by num_generations = {preset.num_generations}: TRL needs whole groups. "
+                         f"Make per_device_train_batch_size a multiple of {preset.num_generations}.")
     if preset.max_prompt_tokens + preset.max_completion_length > preset.max_seq_length and preset.use_unsloth:
         raise ValueError(f"max_prompt_tokens + max_completion_length = "
                          f"{preset.max_prompt_tokens + preset.max_completion_length} exceeds max_seq_length = "
                          f"{preset.max_seq_length}: Unsloth's engine holds at most max_seq_length tokens")
     if dataset_columns is not None:
         if "prompt" not in dataset_columns:
-            raise ValueError(f"the training dataset has no 'prompt' column (it has {list(dataset_columns)}); "
-                             "build it with a task's loader (grpo_kit.tasks.get_task(...).load) or add "
-                             "conversational prompts")
+            raise ValueError(f"the training dataset has no 'prompt' column (it has {list(dataset_columns)}); build it "
+                             "with a task's loader (grpo_kit.tasks.get_task(...).load) or add conversational prompts")
         for reward in rewards.rewards:
             missing = [c for c in reward.columns if c not in dataset_columns]
             if missing:

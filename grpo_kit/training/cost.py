@@ -123,11 +123,9 @@ def estimate_disk(preset: Recipe, shape: ModelShape) -> dict[str, Any]:
     """
     half = 2 * shape.parameters
     four_bit = preset.use_unsloth and preset.load_in_4bit
-    if four_bit:
-        download = shape.linear_parameters * NF4_BYTES + 2 * (shape.parameters - shape.linear_parameters)
-        what = "Unsloth's pre-quantized 4-bit copy, loaded in place of the 16-bit name"
-    else:
-        download, what = half, "16-bit weights"
+    download, what = (shape.linear_parameters * NF4_BYTES + 2 * (shape.parameters - shape.linear_parameters),
+                      "Unsloth's pre-quantized 4-bit copy, loaded in place of the 16-bit name") if four_bit else \
+        (half, "16-bit weights")
     trainable = shape.parameters if preset.lora_rank is None else \
         shape.lora_parameters(preset.lora_rank, preset.loading.lora_target_modules)
     moments = 2 if "8bit" in preset.optim else 8

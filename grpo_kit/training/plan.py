@@ -158,8 +158,8 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
     if gpu is None:
         if not preset.use_cpu:
             found.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
-                                 "CARD to plan for a card (a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb), or "
-                                 "use preset cpu-tiny on a CPU", kind="no_gpu"))
+                                 f"CARD to plan for a card ({', '.join(CARDS)}), or use preset cpu-tiny on a CPU",
+                                 kind="no_gpu"))
         return found
     if preset.use_cpu:
         found.append(Problem(f"preset {preset.name!r} runs on the CPU (use_cpu=True) although a GPU is there",
@@ -419,8 +419,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     vllm = None
     if p.fast_inference or p.use_vllm:
         mode = "colocate" if p.fast_inference else p.vllm_mode
-        vllm = {"mode": mode, "engine": "unsloth" if p.fast_inference else "trl",
-                "max_model_len": p.vllm_max_model_len,
+        vllm = {"mode": mode, "engine": "unsloth" if p.fast_inference else "trl", "max_model_len": p.vllm_max_model_len,
                 "gpu_memory_utilization": p.vllm_gpu_memory_utilization if mode == "colocate" else None}
         if mode == "server":
             from grpo_kit.policy.vllm import server_command
@@ -445,26 +444,17 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     passed = p.grpo_kwargs(output, get_task(DEFAULT_TASK).reward_set().weights)
     changes = unsloth_changes(p, passed)
     return {
-        "preset": p.name,
-        "recipe_keys": p.taken(),
-        "route": route_of(p),
-        "model": model if model is not None else "the kit's tiny policy",
-        "algorithm": algorithm(p),
+        "preset": p.name, "recipe_keys": p.taken(), "route": route_of(p),
+        "model": model if model is not None else "the kit's tiny policy", "algorithm": algorithm(p),
         "grpo_config": {**passed, **{field: effective for field, (_, effective) in changes.items()}},
         "unsloth_changes": {field: {"passed": was, "effective": now} for field, (was, now) in changes.items()},
         "processes": [{"rank": la.rank, **placement(p.lora_rank is None, la, gpu), "loader": _loader(p)}
                       for la in launches],
-        "device": None if gpu is None else dataclasses.asdict(gpu),
-        "launch": launch,
-        "vllm": vllm,
-        "memory": memory,
-        "alarm": stale_weights_alarm(p),
-        "sampling": _sampling(p),
-        "without_vllm": _without_vllm(p),
+        "device": None if gpu is None else dataclasses.asdict(gpu), "launch": launch, "vllm": vllm, "memory": memory,
+        "alarm": stale_weights_alarm(p), "sampling": _sampling(p), "without_vllm": _without_vllm(p),
         "time": _time(p, shape, gpu, steps_left),
         "disk": estimate_disk(p, shape) if isinstance(shape, ModelShape) else None,
-        "resume_from": resume_from,
-        "resume_why": resume_why,
+        "resume_from": resume_from, "resume_why": resume_why,
         "problems": [("FATAL: " if q.fatal else "") + q.text for q in problems],  # FATAL: it would end the run
         "fatal": any(q.fatal for q in problems),
     }

@@ -235,12 +235,12 @@ class Recipe:
                          + f", splits {self.dataset_train_split}/{self.dataset_test_split}, question column "
                          f"{data['question']}, answers in {data['answer']} checked as {data['answer_type']}"
                          + (", the recipe's system_prompt" if self.system_prompt else ""))
+        weights = ", ".join(f"{w:g}" for w in self.reward_weights or ())
         if self.reward_funcs:
             lines.append(f"rewards: reward_funcs {', '.join(self.reward_funcs)}"
-                         + (f" weighted {', '.join(f'{w:g}' for w in self.reward_weights)}" if self.reward_weights
-                            else ""))
-        elif self.reward_weights:
-            lines.append(f"reward_weights {', '.join(f'{w:g}' for w in self.reward_weights)} weigh the task's rewards")
+                         + (f" weighted {weights}" if weights else ""))
+        elif weights:
+            lines.append(f"reward_weights {weights} weigh the task's rewards")
         if self.settings.get("output_dir"):
             lines.append(f"run folder: output_dir {self.output_dir} (unless --run-dir names one)")
         if str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "steps":
@@ -415,8 +415,7 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
     >>> get_preset("cpu-tiny", argv=["--top_entropy_quantile", "0.2"]).top_entropy_quantile
     0.2
     """
-    if source is None:
-        source = device_preset()
+    source = device_preset() if source is None else source
     if isinstance(source, Recipe):
         name, values = source.name, dict(source.settings)
     else:
@@ -442,14 +441,13 @@ def _unsloth_first() -> None:
     """Import Unsloth before TRL on a GPU, as Unsloth asks (it patches transformers and TRL when imported): reading
     an Unsloth recipe imports TRL's parser. Without a GPU or without Unsloth there is nothing to patch."""
     import importlib.util
-    import sys
 
     from grpo_kit.policy.devices import cuda_available
 
-    if "unsloth" not in sys.modules and importlib.util.find_spec("unsloth") is not None and cuda_available():
+    if importlib.util.find_spec("unsloth") is not None and cuda_available():
         from grpo_kit.policy.loading import import_unsloth
 
-        import_unsloth()
+        import_unsloth()  # once imported, it returns the module
 
 
 def with_algorithm(recipe: Recipe, name: str) -> Recipe:
