@@ -268,15 +268,12 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
         return InstallPlan(torch, cuda, driver, keep_torch=True, fatal=True, problems=[
             f"{problem}: torch cannot use the GPU. {_torch_advice(table, driver)}; or use a runtime with a newer "
             "driver"])
-    problems = list(row["problems"])
     why_not = _why_no_vllm(row, torch, cuda, driver)
-    install = _packages(row, with_vllm=why_not is None)
-    no_vllm = None
-    if why_not:
-        no_vllm = (f"no vLLM for this runtime ({why_not}), so the Unsloth route generates through transformers, "
-                   f"without fast_inference; {_vllm_fix(table, driver)}")
-    return InstallPlan(torch, cuda, driver, keep_torch=True, install=install, vllm=None if why_not else row["vllm"],
-                       no_vllm=no_vllm, problems=problems, **_xformers(row, cuda))
+    no_vllm = (f"no vLLM for this runtime ({why_not}), so the Unsloth route generates through transformers, without "
+               f"fast_inference; {_vllm_fix(table, driver)}") if why_not else None
+    return InstallPlan(torch, cuda, driver, keep_torch=True, install=_packages(row, with_vllm=why_not is None),
+                       vllm=None if why_not else row["vllm"], no_vllm=no_vllm, problems=list(row["problems"]),
+                       **_xformers(row, cuda))
 
 
 def _xformers(row: dict[str, Any], cuda: str) -> dict[str, Any]:
@@ -304,7 +301,6 @@ def _why_no_vllm(row: dict[str, Any], torch: str, cuda: str, driver: str) -> str
 
 
 def _packages(row: dict[str, Any], with_vllm: bool) -> list[str]:
-    names = dict(row["packages"])
-    if with_vllm and row["vllm"]:
-        names["vllm"] = row["vllm"]
+    """The row's packages as ``name==version``, its vLLM among them ``with_vllm`` (where it has one)."""
+    names = {**row["packages"], **({"vllm": row["vllm"]} if with_vllm and row["vllm"] else {})}
     return [f"{name}=={version}" for name, version in names.items()]
