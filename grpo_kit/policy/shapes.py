@@ -16,21 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SHIPPED", "ModelShape", "build_on_meta", "build_random", "model_config", "model_shape"]
+__all__ = ["SHIPPED", "ModelShape", "build_random", "model_config", "model_shape"]
 
 _CONFIGS = Path(__file__).parent / "model_configs"
 
 #: Hub ids whose ``config.json`` the kit ships (Unsloth's copies have the same architecture).
 SHIPPED: dict[str, str] = {
-    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json",
-    "meta-llama/Meta-Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json",
-    "unsloth/Meta-Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json",
-    "unsloth/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct.json",
-    "Qwen/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b-instruct.json",
-    "unsloth/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b-instruct.json",
-    "Qwen/Qwen2.5-3B-Instruct": "qwen2.5-3b-instruct.json",
-    "unsloth/Qwen2.5-3B-Instruct": "qwen2.5-3b-instruct.json",
-}
+    **dict.fromkeys(("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct",
+                     "unsloth/Meta-Llama-3.1-8B-Instruct", "unsloth/Llama-3.1-8B-Instruct"),
+                    "llama-3.1-8b-instruct.json"),
+    **dict.fromkeys(("Qwen/Qwen2.5-1.5B-Instruct", "unsloth/Qwen2.5-1.5B-Instruct"), "qwen2.5-1.5b-instruct.json"),
+    **dict.fromkeys(("Qwen/Qwen2.5-3B-Instruct", "unsloth/Qwen2.5-3B-Instruct"), "qwen2.5-3b-instruct.json")}
 
 
 def model_config(model: str | Path) -> dict[str, Any]:
@@ -40,19 +36,17 @@ def model_config(model: str | Path) -> dict[str, Any]:
     Raises:
         LookupError: none of these has it (the message says how to give one).
     """
-    if str(model) in SHIPPED:
-        return json.loads((_CONFIGS / SHIPPED[str(model)]).read_text(encoding="utf-8"))
-    folder = Path(model)
-    if (folder / "config.json").is_file():
-        return json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    try:
-        from huggingface_hub import try_to_load_from_cache
+    path = _CONFIGS / SHIPPED[str(model)] if str(model) in SHIPPED else Path(model) / "config.json"
+    if not path.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
 
-        cached = try_to_load_from_cache(str(model), "config.json")
-    except Exception:  # not a Hub id, or no huggingface_hub: the same answer as "not cached"
-        cached = None
-    if isinstance(cached, str) and Path(cached).is_file():
-        return json.loads(Path(cached).read_text(encoding="utf-8"))
+            cached = try_to_load_from_cache(str(model), "config.json")
+        except Exception:  # not a Hub id, or no huggingface_hub: the same answer as "not cached"
+            cached = None
+        path = Path(cached) if isinstance(cached, str) else path
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
     raise LookupError(f"no config.json for {model!r}: the kit ships {', '.join(sorted(set(SHIPPED.values())))}; "
                       "pass a local model folder, or download the model's config.json into the Hugging Face cache "
                       "(`huggingface-cli download MODEL config.json`)")
@@ -118,7 +112,7 @@ def _counted(config_json: str, name: str) -> ModelShape:
     import torch
 
     try:
-        model = build_on_meta(json.loads(config_json))
+        model = build_random(json.loads(config_json))
     except Exception as e:  # transformers' own refusal: an unknown model_type, no causal-LM class, sizes that clash
         raise ValueError(f"{name or 'this config'}: transformers cannot build a causal language model from its "
                          f"config.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
@@ -151,9 +145,8 @@ def model_shape(model: str | Path) -> ModelShape:
     return ModelShape.from_config(model_config(model), str(model))
 
 
-def build_random(model: str | Path | dict[str, Any], device: str = "meta", dtype: str | None = None,
-                 seed: int = 0, **changes: Any) -> Any:
-    """The model with random weights (transformers' own initialisation), built directly on ``device``.
+def build_random(model: str | Path | dict[str, Any], device: str = "meta", dtype: str | None = None) -> Any:
+    """The model with random weights (transformers' own initialisation, seeded with 0), built directly on ``device``.
 
     On ``meta`` every tensor has its shape and dtype and no memory: parameter counts at the real shapes
     on any machine. On ``"cuda"`` it is the GPU proof's model (``benchmarks/gpu_proof.py``): the published
@@ -163,8 +156,6 @@ def build_random(model: str | Path | dict[str, Any], device: str = "meta", dtype
         model: a Hub id or folder (:func:`model_config`), or a ``config.json`` dict.
         device: where the tensors are created (``"meta"``, ``"cpu"``, ``"cuda"``).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (default: the config's ``torch_dtype``).
-        seed: seeds the initialisation.
-        **changes: ``config.json`` keys to replace (e.g. ``num_hidden_layers=2`` for a miniature).
 
     Returns:
         a ``transformers`` ``PreTrainedModel`` on ``device``.
@@ -172,18 +163,8 @@ def build_random(model: str | Path | dict[str, Any], device: str = "meta", dtype
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = {**(dict(model) if isinstance(model, dict) else model_config(model)), **changes}
-    dtype = dtype or config.get("torch_dtype") or "float32"
-    hf_config = AutoConfig.for_model(**config)
-    torch.manual_seed(seed)
+    config = dict(model) if isinstance(model, dict) else model_config(model)
+    torch.manual_seed(0)
     with torch.device(device):
-        return AutoModelForCausalLM.from_config(hf_config, dtype=getattr(torch, dtype))
-
-
-def build_on_meta(model: str | Path | dict[str, Any]) -> Any:
-    """The model on torch's ``meta`` device (:func:`build_random` there): every tensor's shape, no memory.
-
-    Args:
-        model: a Hub id or folder (:func:`model_config`), or a ``config.json`` dict.
-    """
-    return build_random(model, "meta")
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**config),
+                                                dtype=getattr(torch, dtype or config.get("torch_dtype") or "float32"))

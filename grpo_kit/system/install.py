@@ -160,11 +160,15 @@ def _row_for(minor: str, table: dict[str, Any]) -> dict[str, Any] | None:
     return next((row for row in table["rows"] if row["torch_minor"] == minor), None)
 
 
+def _runs_vllm(row: dict[str, Any], driver: str) -> bool:
+    """Whether the row has a vLLM and this driver runs its CUDA."""
+    return bool(row["vllm"]) and driver_problem(driver, row["vllm_cuda"], "") is None
+
+
 def _runnable(table: dict[str, Any], driver: str) -> list[dict[str, Any]]:
     """The rows whose PyPI torch this driver runs, the ones with a vLLM it runs first, newest first in each."""
     rows = [row for row in reversed(table["rows"]) if driver_problem(driver, row["cuda"], "") is None]
-    with_vllm = [row for row in rows if row["vllm"] and driver_problem(driver, row["vllm_cuda"], "") is None]
-    return with_vllm + [row for row in rows if row not in with_vllm]
+    return sorted(rows, key=lambda row: not _runs_vllm(row, driver))  # a stable sort: newest first in each
 
 
 def _torch_advice(table: dict[str, Any], driver: str) -> str:
@@ -174,26 +178,25 @@ def _torch_advice(table: dict[str, Any], driver: str) -> str:
     if not rows:
         cudas = sorted({row["cuda"] for row in table["rows"]})
         return (f"no torch the kit has a package set for runs on NVIDIA driver {driver} (CUDA {', '.join(cudas)}): "
-                f"use a runtime with a newer driver ({_needs(table)})")
+                f"use a runtime with a newer driver ({_needs([row['cuda'] for row in table['rows']])})")
     row = rows[0]
     return (f"pip install torch=={row['torch']} (PyPI's build, CUDA {row['cuda']}, which driver {driver} runs"
             + (f"; vLLM {row['vllm']} with it" if row["vllm"] else "") + "), then restart the runtime")
 
 
-def _needs(table: dict[str, Any]) -> str:
-    cudas = sorted({row["cuda"].split(".")[0] for row in table["rows"]})
-    return ", ".join(f"CUDA {c} needs >= {MIN_DRIVER[c]}" for c in cudas if c in MIN_DRIVER)
+def _needs(cudas: list[str]) -> str:
+    """The oldest driver each CUDA major of ``cudas`` (``"12.8"``, ``"13.0"`` ...) needs, in words."""
+    majors = sorted({cuda.split(".")[0] for cuda in cudas})
+    return ", ".join(f"CUDA {c} needs >= {MIN_DRIVER[c]}" for c in majors if c in MIN_DRIVER)
 
 
 def _vllm_fix(table: dict[str, Any], driver: str) -> str:
     """Where vLLM would come from for this driver: the torch releases whose row has a vLLM the driver runs."""
-    fits = [row for row in _runnable(table, driver) if row["vllm"] and driver_problem(driver, row["vllm_cuda"], "")
-            is None]
+    fits = [row for row in _runnable(table, driver) if _runs_vllm(row, driver)]
     if not fits:
-        cudas = sorted({row["vllm_cuda"].split(".")[0] for row in table["rows"] if row["vllm"]})
-        return (f"the kit's vLLM builds are for CUDA {', '.join(cudas)}, which driver {driver} does not run ("
-                + ", ".join(f"CUDA {c} needs >= {MIN_DRIVER[c]}" for c in cudas if c in MIN_DRIVER)
-                + "): a runtime with a newer driver has one")
+        cudas = [row["vllm_cuda"] for row in table["rows"] if row["vllm"]]
+        return (f"the kit's vLLM builds are for CUDA {', '.join(sorted({c.split('.')[0] for c in cudas}))}, which "
+                f"driver {driver} does not run ({_needs(cudas)}): a runtime with a newer driver has one")
     return ("a runtime whose torch is " + " or ".join(f"{row['torch']} built for CUDA {row['vllm_cuda'].split('.')[0]}"
                                                      f" (vllm {row['vllm']})" for row in fits)
             + " has one (on Colab, another runtime: Runtime > Change runtime type)")
@@ -261,20 +264,16 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
     if cuda is None:
         return InstallPlan(torch, None, driver, keep_torch=True, fatal=True, problems=[
             f"torch {torch} is a CPU build: {_torch_advice(table, driver)}"])
-    problem = driver_problem(driver, cuda, f"this runtime's torch {torch}")
-    if problem:
+    if problem := driver_problem(driver, cuda, f"this runtime's torch {torch}"):
         return InstallPlan(torch, cuda, driver, keep_torch=True, fatal=True, problems=[
             f"{problem}: torch cannot use the GPU. {_torch_advice(table, driver)}; or use a runtime with a newer "
             "driver"])
-    problems = list(row["problems"])
     why_not = _why_no_vllm(row, torch, cuda, driver)
-    install = _packages(row, with_vllm=why_not is None)
-    no_vllm = None
-    if why_not:
-        no_vllm = (f"no vLLM for this runtime ({why_not}), so the Unsloth route generates through transformers, "
-                   f"without fast_inference; {_vllm_fix(table, driver)}")
-    return InstallPlan(torch, cuda, driver, keep_torch=True, install=install, vllm=None if why_not else row["vllm"],
-                       no_vllm=no_vllm, problems=problems, **_xformers(row, cuda))
+    no_vllm = (f"no vLLM for this runtime ({why_not}), so the Unsloth route generates through transformers, without "
+               f"fast_inference; {_vllm_fix(table, driver)}") if why_not else None
+    return InstallPlan(torch, cuda, driver, keep_torch=True, install=_packages(row, with_vllm=why_not is None),
+                       vllm=None if why_not else row["vllm"], no_vllm=no_vllm, problems=list(row["problems"]),
+                       **_xformers(row, cuda))
 
 
 def _xformers(row: dict[str, Any], cuda: str) -> dict[str, Any]:
@@ -302,7 +301,6 @@ def _why_no_vllm(row: dict[str, Any], torch: str, cuda: str, driver: str) -> str
 
 
 def _packages(row: dict[str, Any], with_vllm: bool) -> list[str]:
-    names = dict(row["packages"])
-    if with_vllm and row["vllm"]:
-        names["vllm"] = row["vllm"]
+    """The row's packages as ``name==version``, its vLLM among them ``with_vllm`` (where it has one)."""
+    names = {**row["packages"], **({"vllm": row["vllm"]} if with_vllm and row["vllm"] else {})}
     return [f"{name}=={version}" for name, version in names.items()]

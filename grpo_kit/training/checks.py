@@ -25,7 +25,6 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,12 +51,8 @@ def _steps(value: Any) -> bool:
 
 
 def _real(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Callable[[Any], bool]:
-    def ok(v: Any) -> bool:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return False
-        return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-
-    return ok
+    return lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and \
+        (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
 
 
 @dataclass(frozen=True)
@@ -125,9 +120,9 @@ def _check_names(preset: Recipe) -> None:
     installed = reporting.get_available_reporting_integrations()
     missing = [r for r in given if r not in ("none", "all", *installed)]
     if missing:
-        raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here "
-                         f"(installed: {', '.join(installed) or 'none'}); install its package (pip install "
-                         f"{missing[0]}) or use --report_to none")
+        raise ValueError(f"report_to = {preset.report_to!r}: {', '.join(missing)} is not installed here (installed: "
+                         f"{', '.join(installed) or 'none'}); install its package (pip install {missing[0]}) or use "
+                         "--report_to none")
 
 
 #: Names of the linear layers LoRA can target in the architectures the kit trains (Llama, Qwen2, Mistral, Gemma,
@@ -138,18 +133,18 @@ KNOWN_LORA_TARGETS = frozenset({
     "W_pack", "lm_head", "embed_tokens"})
 
 
-def _target_problem(targets: Any) -> str | None:
+def _check_targets(targets: Any) -> None:
+    """Refuse ``lora_target_modules`` that PEFT would read otherwise than meant (one name: a regular expression) or
+    that names no layer of :data:`KNOWN_LORA_TARGETS`; PEFT's ``"all-linear"`` passes."""
     if targets == "all-linear":
-        return None
+        return
     if isinstance(targets, str):
-        return (f"lora_target_modules = {targets!r}: a single name is read by PEFT as a regular expression or "
-                "'all-linear'; give a list, e.g. --lora_target_modules q_proj v_proj, or "
-                "'all-linear'")
+        raise ValueError(f"lora_target_modules = {targets!r}: a single name is read by PEFT as a regular expression "
+                         "or 'all-linear'; give a list, e.g. --lora_target_modules q_proj v_proj, or 'all-linear'")
     unknown = [t for t in targets if t not in KNOWN_LORA_TARGETS]
     if not targets or unknown:
-        return (f"lora_target_modules holds {unknown or 'nothing'}, not a layer name of the architectures the kit "
-                f"trains: choose from {', '.join(sorted(KNOWN_LORA_TARGETS))}, or 'all-linear'")
-    return None
+        raise ValueError(f"lora_target_modules holds {unknown or 'nothing'}, not a layer name of the architectures "
+                         f"the kit trains: choose from {', '.join(sorted(KNOWN_LORA_TARGETS))}, or 'all-linear'")
 
 
 def _trl_checks(preset: Recipe) -> None:
@@ -182,16 +177,6 @@ def _check_evaluation(preset: Recipe) -> None:
                          "every eval_steps steps, or drop eval_steps")
 
 
-def _before_unsloth(preset: Recipe) -> bool:
-    """Whether importing transformers or TRL now would come before Unsloth on a GPU, where Unsloth must patch
-    them first: those checks then wait for the trainer (:func:`grpo_kit.training.trainer.build_grpo_config`)."""
-    if preset.use_unsloth and "unsloth" not in sys.modules and "transformers" not in sys.modules:
-        import torch
-
-        return torch.cuda.is_available()
-    return False
-
-
 def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence[str] | Mapping[str, Any] | None = None,
                    num_processes: int = 1) -> None:
     """Check a preset, the rewards and the dataset's columns before any model or tokenizer is loaded.
@@ -219,13 +204,13 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
         value = getattr(preset, rule.field)
         if not rule.test(value) and not (rule.field == "max_steps" and value == -1 and preset.num_train_epochs > 0):
             raise ValueError(f"{rule.field} = {value!r} cannot work: set it to {rule.expect}")
-    if not _before_unsloth(preset):
-        _check_names(preset)
-        if num_processes == 1 and os.environ.get("WORLD_SIZE", "1") == "1":
-            _trl_checks(preset)
+    # transformers and TRL are imported by now (reading a recipe imports TRL's parser; an Unsloth recipe on a GPU
+    # imports Unsloth first, grpo_kit.training.presets.get_preset)
+    _check_names(preset)
+    if num_processes == 1 and os.environ.get("WORLD_SIZE", "1") == "1":
+        _trl_checks(preset)
     _check_evaluation(preset)
-    if problem := _target_problem(preset.loading.lora_target_modules):
-        raise ValueError(problem)
+    _check_targets(preset.loading.lora_target_modules)
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
                          "fast_inference=False (Unsloth, generation without vLLM), or use_unsloth=False with "
@@ -248,19 +233,17 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
     check_algorithm(preset)
     generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     if generation_batch % preset.num_generations:
-        raise ValueError(
-            f"per_device_train_batch_size * gradient_accumulation_steps = {generation_batch} completions is "
-            f"not divisible by num_generations = {preset.num_generations}: TRL needs whole groups. "
-            f"Make per_device_train_batch_size a multiple of {preset.num_generations}.")
+        raise ValueError(f"per_device_train_batch_size * gradient_accumulation_steps = {generation_batch} completions "
+                         f"is not divisible by num_generations = {preset.num_generations}: TRL needs whole groups. "
+                         f"Make per_device_train_batch_size a multiple of {preset.num_generations}.")
     if preset.max_prompt_tokens + preset.max_completion_length > preset.max_seq_length and preset.use_unsloth:
         raise ValueError(f"max_prompt_tokens + max_completion_length = "
                          f"{preset.max_prompt_tokens + preset.max_completion_length} exceeds max_seq_length = "
                          f"{preset.max_seq_length}: Unsloth's engine holds at most max_seq_length tokens")
     if dataset_columns is not None:
         if "prompt" not in dataset_columns:
-            raise ValueError(f"the training dataset has no 'prompt' column (it has {list(dataset_columns)}); "
-                             "build it with a task's loader (grpo_kit.tasks.get_task(...).load) or add "
-                             "conversational prompts")
+            raise ValueError(f"the training dataset has no 'prompt' column (it has {list(dataset_columns)}); build it "
+                             "with a task's loader (grpo_kit.tasks.get_task(...).load) or add conversational prompts")
         for reward in rewards.rewards:
             missing = [c for c in reward.columns if c not in dataset_columns]
             if missing:
@@ -269,8 +252,7 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
                                  "rewards (grpo_kit.tasks.get_task(task).reward_set())")
             if isinstance(dataset_columns, Mapping):
                 for column in reward.columns:
-                    problem = column_problem(column, dataset_columns[column])
-                    if problem:
+                    if problem := column_problem(column, dataset_columns[column]):
                         raise ValueError(f"reward {reward.name} cannot read the training data: {problem}. "
                                          "Convert the column, or use a reward written for it")
 

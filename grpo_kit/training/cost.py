@@ -32,13 +32,12 @@ from typing import Any
 
 from grpo_kit.policy.devices import Gpu
 from grpo_kit.policy.shapes import ModelShape, model_shape
+from grpo_kit.training.memory import NF4_BYTES
 from grpo_kit.training.presets import Recipe
 
-__all__ = ["BANDWIDTH_GBS", "REFERENCES", "StepReference", "estimate_disk", "estimate_hours", "generates_with_vllm"]
+__all__ = ["BANDWIDTH_GBS", "REFERENCES", "StepReference", "estimate_disk", "estimate_hours"]
 
 _GB = 1e9
-#: bitsandbytes NF4 with double quantisation, bytes a weight (as :mod:`grpo_kit.training.memory` counts it).
-_NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 
 #: Memory bandwidth by card name (``torch.cuda.get_device_properties(0).name``), GB/s: NVIDIA's data sheets (A100
 #: SXM4 40 and 80 GB, H100 SXM5 80 GB, H200 SXM, L4, T4).
@@ -76,11 +75,6 @@ REFERENCES: dict[bool, StepReference] = {
 }
 
 
-def generates_with_vllm(preset: Recipe) -> bool:
-    """Whether the recipe asks vLLM to generate (Unsloth's ``fast_inference`` or TRL's ``use_vllm``)."""
-    return bool(preset.fast_inference or preset.use_vllm)
-
-
 def estimate_hours(preset: Recipe, shape: ModelShape, gpu: Gpu, steps: int, vllm: bool) -> dict[str, Any]:
     """Hours to train ``steps`` steps of ``preset`` on ``gpu``, an estimate (see the module docstring).
 
@@ -89,7 +83,8 @@ def estimate_hours(preset: Recipe, shape: ModelShape, gpu: Gpu, steps: int, vllm
         shape: its model's shape.
         gpu: the card each process trains on.
         steps: the steps left to train.
-        vllm: whether vLLM generates (:func:`generates_with_vllm`; ``False``: what a runtime without vLLM does).
+        vllm: whether vLLM generates (Unsloth's ``fast_inference`` or TRL's ``use_vllm``; ``False``: what a runtime
+            without vLLM does).
 
     Returns:
         ``{"hours", "seconds_per_step", "basis"}``: the basis says which reference and which ratios.
@@ -128,11 +123,9 @@ def estimate_disk(preset: Recipe, shape: ModelShape) -> dict[str, Any]:
     """
     half = 2 * shape.parameters
     four_bit = preset.use_unsloth and preset.load_in_4bit
-    if four_bit:
-        download = shape.linear_parameters * _NF4_BYTES + 2 * (shape.parameters - shape.linear_parameters)
-        what = "Unsloth's pre-quantized 4-bit copy, loaded in place of the 16-bit name"
-    else:
-        download, what = half, "16-bit weights"
+    download, what = (shape.linear_parameters * NF4_BYTES + 2 * (shape.parameters - shape.linear_parameters),
+                      "Unsloth's pre-quantized 4-bit copy, loaded in place of the 16-bit name") if four_bit else \
+        (half, "16-bit weights")
     trainable = shape.parameters if preset.lora_rank is None else \
         shape.lora_parameters(preset.lora_rank, preset.loading.lora_target_modules)
     moments = 2 if "8bit" in preset.optim else 8

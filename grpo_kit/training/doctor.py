@@ -56,14 +56,11 @@ def doctor(preset: Any = None, driver: Any = nvidia_driver) -> dict[str, Any]:
     problems = [f"{name} {v['live']} is running and {v['disk']} is on disk: restart the runtime (kernel)"
                 for name, v in versions.items() if v["live"] and v["disk"] and v["live"] != v["disk"]
                 and v["live"].split("+")[0] != v["disk"].split("+")[0]]
-    cuda = torch.version.cuda
-    found = driver()
-    gpu = first_gpu()
+    cuda, found, gpu = torch.version.cuda, driver(), first_gpu()
     free = torch.cuda.mem_get_info()[0] / 2**30 if gpu is not None else None
     config = get_preset(preset)
     if cuda is not None and found is not None:  # a CUDA build of torch and a driver: do they go together?
-        problem = driver_problem(found, ".".join(cuda.split(".")[:2]), f"torch {torch.__version__}")
-        if problem:
+        if problem := driver_problem(found, ".".join(cuda.split(".")[:2]), f"torch {torch.__version__}"):
             problems.append(problem)
     needed = None
     if gpu is not None:

@@ -44,7 +44,7 @@ from grpo_kit.policy.devices import Gpu
 from grpo_kit.policy.shapes import ModelShape
 from grpo_kit.training.presets import Recipe
 
-__all__ = ["LAUNCHES", "OVERHEAD_GIB", "estimate_memory", "vllm_max_model_len"]
+__all__ = ["LAUNCHES", "NF4_BYTES", "OVERHEAD_GIB", "estimate_memory"]
 
 #: How a run can be launched (``plan --launch``): one process, or ``accelerate launch`` with configs/accelerate/.
 LAUNCHES = ("single", "ddp", "zero2", "zero3", "fsdp2")
@@ -52,15 +52,7 @@ LAUNCHES = ("single", "ddp", "zero2", "zero3", "fsdp2")
 OVERHEAD_GIB = 1.0
 _GIB = 2**30
 #: bitsandbytes NF4 with double quantisation: 4 bits a weight, an 8-bit absmax per 64 and a float32 per 256 blocks.
-_NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
-
-
-def vllm_max_model_len(preset: Recipe) -> int:
-    """The context length vLLM is given: the preset's ``extra`` ``vllm_max_model_length`` when set, else
-    :attr:`grpo_kit.training.presets.Recipe.vllm_max_model_len` (Unsloth's engine: ``max_seq_length``)."""
-    if preset.use_unsloth:
-        return preset.max_seq_length
-    return int(preset.vllm_max_model_length or preset.vllm_max_model_len)
+NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 
 
 def estimate_memory(preset: Recipe, shape: ModelShape, gpu: Gpu, launch: str = "single",
@@ -71,17 +63,15 @@ def estimate_memory(preset: Recipe, shape: ModelShape, gpu: Gpu, launch: str = "
         preset: the recipe.
         shape: its model's shape (:func:`grpo_kit.policy.shapes.model_shape`).
         gpu: the card (:data:`grpo_kit.policy.devices.CARDS` or this machine's).
-        launch: one of :data:`LAUNCHES`.
-        processes: training processes (one GPU each).
+        launch: one of :data:`LAUNCHES` (checked by the callers: ``plan --launch`` and
+            :func:`grpo_kit.training.plan.launch_of`).
+        processes: training processes (one GPU each), at least 1 (``make_plan`` checks ``--gpus``).
 
     Returns:
         ``{"estimate": True, "parts": {name: GiB}, "needed": GiB, "available": GiB, "fits": bool (the total, and
         vLLM's KV cache in its share),
         "kv_cache_needed": GiB (one max_model_len sequence; 0 without colocated vLLM), "kv_cache_room": GiB (what
         vLLM's share leaves after its weights; ``None`` without colocated vLLM), "basis": str}``.
-
-    Raises:
-        ValueError: an unknown ``launch``, or ``processes < 1``.
 
     >>> from grpo_kit.policy.devices import card
     >>> from grpo_kit.policy.shapes import model_shape
@@ -90,53 +80,40 @@ def estimate_memory(preset: Recipe, shape: ModelShape, gpu: Gpu, launch: str = "
     >>> m["fits"], round(m["parts"]["weights"], 1)
     (True, 5.3)
     """
-    if launch not in LAUNCHES:
-        raise ValueError(f"unknown launch {launch!r}: choose from {', '.join(LAUNCHES)}")
-    if processes < 1:
-        raise ValueError(f"processes must be at least 1, got {processes}")
     n = processes if launch != "single" else 1
     shard_weights = n if launch in ("zero3", "fsdp2") else 1
-    shard_grads = n if launch in ("zero2", "zero3", "fsdp2") else 1
-    shard_optimizer = n if launch in ("zero2", "zero3", "fsdp2") else 1
+    shard = n if launch in ("zero2", "zero3", "fsdp2") else 1  # the gradients and the optimizer's state
     half = 2  # bfloat16 or float16
     total = shape.parameters
-    if preset.lora_rank is None and launch in ("zero2", "zero3"):
+    deepspeed_full = preset.lora_rank is None and launch in ("zero2", "zero3")
+    if deepspeed_full:
         # DeepSpeed with bf16: a 16-bit module and 16-bit gradients, and in the (partitioned) optimizer a float32
         # master copy plus the two moments: 2 + 2 + 12 bytes a parameter (Rajbhandari et al. 2020, ZeRO, section 3)
         weights, trainable_params = total * half, total
-        trainable = total * half / shard_grads
+        trainable = total * half / shard
     elif preset.lora_rank is None:
         weights, trainable_params = total * 4, total
-        trainable = trainable_params * 4 / shard_grads
+        trainable = trainable_params * 4 / shard
     else:
-        if preset.load_in_4bit:
-            weights = shape.linear_parameters * _NF4_BYTES + (total - shape.linear_parameters) * half
-        else:
-            weights = total * half
+        weights = shape.linear_parameters * NF4_BYTES + (total - shape.linear_parameters) * half \
+            if preset.load_in_4bit else total * half
         trainable_params = shape.lora_parameters(preset.lora_rank, preset.loading.lora_target_modules)
-        trainable = trainable_params * 4 + trainable_params * 4 / shard_grads
+        trainable = trainable_params * 4 + trainable_params * 4 / shard
     weights /= shard_weights
     moments = 2 if "8bit" in preset.optim else 8
-    master = 4 if preset.lora_rank is None and launch in ("zero2", "zero3") else 0
-    optimizer = trainable_params * (moments + master) / shard_optimizer
+    optimizer = trainable_params * (moments + (4 if deepspeed_full else 0)) / shard
     vllm_weights = kv_cache = kv_needed = 0.0
     room: float | None = None
-    colocated = preset.fast_inference or (preset.use_vllm and preset.vllm_mode == "colocate")
-    if colocated:
-        max_len = vllm_max_model_len(preset)
-        kv_needed = shape.kv_per_token * half * max_len
+    if preset.fast_inference or (preset.use_vllm and preset.vllm_mode == "colocate"):
+        kv_needed = shape.kv_per_token * half * preset.vllm_max_model_len
         share = preset.vllm_gpu_memory_utilization * gpu.memory_gib * _GIB
-        if preset.fast_inference:  # Unsloth: vLLM's share holds the (shared) weights and the KV cache
-            room = share - weights
-        else:
-            vllm_weights = total * half
-            room = share - vllm_weights
+        # Unsloth's engine shares the policy's weights; TRL's holds a 16-bit copy of its own
+        vllm_weights = 0.0 if preset.fast_inference else total * half
+        room = share - (weights if preset.fast_inference else vllm_weights)
         kv_cache = max(room, kv_needed)
     tokens = preset.per_device_train_batch_size * (preset.max_prompt_tokens + preset.max_completion_length)
-    if preset.gradient_checkpointing:
-        per_token = shape.hidden_size * half * shape.num_layers + 34 * shape.hidden_size
-    else:
-        per_token = 34 * shape.hidden_size * shape.num_layers
+    per_token = shape.hidden_size * half * shape.num_layers + 34 * shape.hidden_size if preset.gradient_checkpointing \
+        else 34 * shape.hidden_size * shape.num_layers
     activations = tokens * (per_token + 4 * shape.vocab_size)
     sync_gather = total * half * (1 - 1 / n) if (
         launch == "zero3" and preset.lora_rank is not None and (preset.use_vllm or preset.fast_inference)) else 0.0

@@ -21,11 +21,11 @@ from typing import Any
 from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus, placement
 from grpo_kit.policy.shapes import ModelShape, model_shape
 from grpo_kit.system.files import json_or_none
-from grpo_kit.tasks import RewardSet
+from grpo_kit.tasks import DEFAULT_TASK, get_task
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
-from grpo_kit.training.cost import estimate_disk, estimate_hours, generates_with_vllm
-from grpo_kit.training.memory import LAUNCHES, estimate_memory, vllm_max_model_len
+from grpo_kit.training.cost import estimate_disk, estimate_hours
+from grpo_kit.training.memory import LAUNCHES, estimate_memory
 from grpo_kit.training.presets import PRESETS, Recipe, get_preset, preset_for_device  # noqa: F401 (doctests)
 
 __all__ = ["SKIP_ESTIMATE", "Problem", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
@@ -44,10 +44,6 @@ class Problem:
     fatal: bool = True
     kind: str = ""
 
-    def line(self) -> str:
-        """The problem as one line (``FATAL:`` first when it would end the run)."""
-        return ("FATAL: " if self.fatal else "") + self.text
-
 
 def route_of(preset: Recipe) -> str:
     """``"unsloth"``, ``"transformers+peft"`` (LoRA without Unsloth) or ``"transformers"`` (full fine-tuning).
@@ -55,9 +51,7 @@ def route_of(preset: Recipe) -> str:
     >>> route_of(PRESETS["a100"]), route_of(PRESETS["multi-gpu-lora"]), route_of(PRESETS["full-80gb"])
     ('unsloth', 'transformers+peft', 'transformers')
     """
-    if preset.use_unsloth:
-        return "unsloth"
-    return "transformers" if preset.lora_rank is None else "transformers+peft"
+    return "unsloth" if preset.use_unsloth else "transformers" if preset.lora_rank is None else "transformers+peft"
 
 
 def algorithm(preset: Recipe) -> dict[str, Any]:
@@ -79,13 +73,11 @@ def algorithm(preset: Recipe) -> dict[str, Any]:
     f = recorded["fields"]
     correction = bool(preset.use_vllm or preset.fast_inference) and \
         bool(preset.settings.get("vllm_importance_sampling_correction", not preset.use_unsloth))
-    summary = (f"{recorded['name']}: loss_type {f['loss_type']}, "
-               f"{'KL beta ' + format(f['beta'], 'g') if f['beta'] else 'no KL'}, advantages scaled per "
-               f"{f['scale_rewards']}"
-               + (f", {f['importance_sampling_level']}-level importance ratio"
-                  if f["importance_sampling_level"] != "token" else "")
-               + ("; vLLM importance-sampling correction" if correction else
-                  "; no vLLM importance-sampling correction"))
+    kl = f"KL beta {f['beta']:g}" if f["beta"] else "no KL"
+    level = f["importance_sampling_level"]
+    summary = (f"{recorded['name']}: loss_type {f['loss_type']}, {kl}, advantages scaled per {f['scale_rewards']}"
+               + ("" if level == "token" else f", {level}-level importance ratio")
+               + f"; {'' if correction else 'no '}vLLM importance-sampling correction")
     return {**recorded, "vllm_importance_sampling_correction": correction, "temperature": preset.temperature,
             "summary": summary}
 
@@ -151,22 +143,23 @@ def _resume(run_dir: Path, max_steps: int) -> tuple[str | None, str, Problem | N
 
 
 def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
-              model: str | None, here: bool = True) -> list[Problem]:
-    """The problems of running ``preset`` on ``gpu`` (``None``: no GPU) under ``kind`` with ``processes``, on this
-    machine (``here``) or on a card named by ``--device`` (what this machine lacks is then not fatal)."""
+              shape: ModelShape | str | None, here: bool = True) -> list[Problem]:
+    """The problems of running ``preset`` on ``gpu`` (``None``: no GPU) under ``kind`` with ``processes``, its model
+    of ``shape`` (:func:`_shape`), on this machine (``here``) or on a card named by ``--device`` (what this machine
+    lacks is then not fatal)."""
     from grpo_kit.training.checks import check_settings
 
     found = []
-    try:
-        check_settings(preset, _no_rewards(), num_processes=processes)
+    try:  # the rewards do not change these checks: the default task's stand in
+        check_settings(preset, get_task(DEFAULT_TASK).reward_set(), num_processes=processes)
     except ValueError as e:
         found.append(Problem(str(e), kind="settings"))
-    found += _machine_problems(preset, gpu is None or preset.use_cpu, model, here)
+    found += _machine_problems(preset, gpu is None or preset.use_cpu, shape, here)
     if gpu is None:
         if not preset.use_cpu:
             found.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
-                                 "CARD to plan for a card (a100-40gb, a100-80gb, h100-80gb, l4-24gb, t4-16gb), or "
-                                 "use preset cpu-tiny on a CPU", kind="no_gpu"))
+                                 f"CARD to plan for a card ({', '.join(CARDS)}), or use preset cpu-tiny on a CPU",
+                                 kind="no_gpu"))
         return found
     if preset.use_cpu:
         found.append(Problem(f"preset {preset.name!r} runs on the CPU (use_cpu=True) although a GPU is there",
@@ -182,32 +175,33 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
         found.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch ddp "
                              "(or zero2/zero3/fsdp2) to train on each", fatal=False))
     if memory is None:
-        if model is not None:  # the kit's tiny policy needs no estimate
-            found.append(Problem(f"no memory estimate: {_shape(preset, model)}", fatal=False, kind="memory"))
+        if isinstance(shape, str):  # the kit's tiny policy (no shape) needs no estimate
+            found.append(Problem(f"no memory estimate: {shape}", fatal=False, kind="memory"))
         return found
     if memory["needed"] > memory["available"]:
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
         found.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
                              f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
-                             "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on more "
-                             "GPUs)",
-                             kind="memory"))
+                             "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on "
+                             "more GPUs)", kind="memory"))
     room = memory.get("kv_cache_room")
     if room is not None and room < memory["kv_cache_needed"]:
         found.append(Problem(f"vLLM will not start: its share (vllm_gpu_memory_utilization "
                              f"{preset.vllm_gpu_memory_utilization:g} of {memory['available']:g} GiB) leaves {room:g} "
-                             "GiB after its weights, less than one "
-                             f"{vllm_max_model_len(preset)}-token sequence's KV cache ({memory['kv_cache_needed']:g} "
-                             "GiB): raise vllm_gpu_memory_utilization or lower vllm_max_model_length", kind="vllm"))
+                             f"GiB after its weights, less than one {preset.vllm_max_model_len}-token sequence's KV "
+                             f"cache ({memory['kv_cache_needed']:g} GiB): raise vllm_gpu_memory_utilization or lower "
+                             "vllm_max_model_length", kind="vllm"))
     return found
 
 
-def _machine_problems(preset: Recipe, on_cpu: bool, model: str | None, here: bool) -> list[Problem]:
+def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | None, here: bool) -> list[Problem]:
     """What this machine lacks for a recipe, which transformers, TRL or DeepSpeed would say only once the model
     loaded (or the trainer pushed its first checkpoint): a CPU route that ``fp16`` or a bitsandbytes ``optim`` cannot
     take, a step too large for the memory, ``deepspeed`` or bitsandbytes not installed, ``push_to_hub`` without the
     Hub. Fatal only ``here`` (not for a card planned from elsewhere), except what the CPU route cannot take."""
     import importlib.util
+
+    from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
 
     from grpo_kit.system.hub import hub_problem
 
@@ -216,14 +210,14 @@ def _machine_problems(preset: Recipe, on_cpu: bool, model: str | None, here: boo
         found.append(Problem("fp16 = True on a CPU: accelerate runs float16 mixed precision only on accelerators and "
                              "would train in float32 without a word (accelerate/accelerator.py): set --fp16 false",
                              kind="cpu"))
-    if preset.optim in _bitsandbytes_optimizers():
+    if preset.optim in _BITSANDBYTES_OPTIMIZERS:  # the optim names transformers builds with bitsandbytes
         if on_cpu:
             found.append(Problem(f"optim = {preset.optim!r} is a bitsandbytes optimizer, which runs on CUDA GPUs: on a "
                                  "CPU set --optim adamw_torch", kind="cpu"))
         elif importlib.util.find_spec("bitsandbytes") is None:
             found.append(Problem(f"optim = {preset.optim!r} needs bitsandbytes, which is not installed here: pip "
                                  "install bitsandbytes, or set --optim adamw_torch", fatal=here, kind="packages"))
-    if on_cpu and (problem := _cpu_memory_problem(preset, model)):
+    if on_cpu and (problem := _cpu_memory_problem(preset, shape)):
         found.append(Problem(problem, kind="cpu"))
     if preset.deepspeed is not None:
         if importlib.util.find_spec("deepspeed") is None:
@@ -240,16 +234,7 @@ def _machine_problems(preset: Recipe, on_cpu: bool, model: str | None, here: boo
     return found
 
 
-def _bitsandbytes_optimizers() -> frozenset[str]:
-    """The ``optim`` names transformers builds with bitsandbytes (``transformers/trainer_optimizer.py``)."""
-    try:
-        from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
-    except ImportError:  # another transformers layout: the names say it
-        return frozenset()
-    return frozenset(str(getattr(o, "value", o)) for o in _BITSANDBYTES_OPTIMIZERS)
-
-
-def _cpu_memory_problem(preset: Recipe, model: str | None) -> str | None:
+def _cpu_memory_problem(preset: Recipe, shape: ModelShape | str | None) -> str | None:
     """A micro-batch whose float32 logits alone exceed this machine's memory (``per_device_train_batch_size``
     completions of ``max_prompt_tokens + max_completion_length`` tokens, each a row of ``vocab_size`` logits: the
     activations part of :func:`grpo_kit.training.memory.estimate_memory`), with the model's vocabulary where its
@@ -258,16 +243,13 @@ def _cpu_memory_problem(preset: Recipe, model: str | None) -> str | None:
 
     from grpo_kit.policy.tiny import TinyPolicySpec
 
-    shape = _shape(preset, model) if model is not None else None
     vocab = shape.vocab_size if isinstance(shape, ModelShape) else TinyPolicySpec.vocab_size
-    tokens = preset.per_device_train_batch_size * (preset.max_prompt_tokens + preset.max_completion_length)
-    needed, total = tokens * vocab * 4 / 2**30, psutil.virtual_memory().total / 2**30
-    if needed <= total:
-        return None
-    return (f"one micro-batch does not fit this machine's memory: per_device_train_batch_size "
-            f"{preset.per_device_train_batch_size} x {preset.max_prompt_tokens + preset.max_completion_length} "
-            f"tokens x {vocab} logits x 4 bytes = {needed:,.0f} GiB, more than its {total:,.0f} GiB: lower "
-            "per_device_train_batch_size (a multiple of num_generations) or the lengths")
+    batch, length = preset.per_device_train_batch_size, preset.max_prompt_tokens + preset.max_completion_length
+    needed, total = batch * length * vocab * 4 / 2**30, psutil.virtual_memory().total / 2**30
+    return None if needed <= total else (
+        f"one micro-batch does not fit this machine's memory: per_device_train_batch_size {batch} x {length} tokens x "
+        f"{vocab} logits x 4 bytes = {needed:,.0f} GiB, more than its {total:,.0f} GiB: lower "
+        "per_device_train_batch_size (a multiple of num_generations) or the lengths")
 
 
 def unsloth_changes(preset: Recipe, kwargs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -313,15 +295,19 @@ def _loader(preset: Recipe) -> str:
     return "transformers" + (" + peft LoRA" if preset.lora_rank is not None else "")
 
 
-def _memory(preset: Recipe, model: str, gpu: Gpu, kind: str, processes: int) -> dict[str, Any] | None:
-    """:func:`grpo_kit.training.memory.estimate_memory` for ``model``, or ``None`` where :func:`_shape` has none."""
-    shape = _shape(preset, model)
-    return None if isinstance(shape, str) else estimate_memory(preset, shape, gpu, kind, processes)
+def _memory(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, kind: str,
+            processes: int) -> dict[str, Any] | None:
+    """:func:`grpo_kit.training.memory.estimate_memory`, or ``None`` without a card or a shape (:func:`_shape`)."""
+    return estimate_memory(preset, shape, gpu, kind, processes) if isinstance(shape, ModelShape) and gpu is not None \
+        else None
 
 
-def _shape(preset: Recipe, model: str) -> ModelShape | str:
+def _shape(preset: Recipe, model: str | None) -> ModelShape | str | None:
     """The model's shape (:func:`grpo_kit.policy.shapes.model_shape`) with the recipe's LoRA targets checked, or why
-    there is none: no ``config.json`` here, not a causal language model, or LoRA targets naming none of its layers."""
+    there is none: no ``config.json`` here, not a causal language model, or LoRA targets naming none of its layers.
+    ``None`` for the kit's tiny policy (``model`` ``None``), which needs no estimate."""
+    if model is None:
+        return None
     try:
         shape = model_shape(model)
         if preset.lora_rank is not None:
@@ -351,22 +337,15 @@ def _without_vllm(preset: Recipe) -> str | None:
     return None
 
 
-def _time(preset: Recipe, shape: ModelShape | None, gpu: Gpu | None, steps: int) -> dict[str, Any] | None:
+def _time(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, steps: int) -> dict[str, Any] | None:
     """The training time estimates (:func:`grpo_kit.training.cost.estimate_hours`): with vLLM where the recipe
     generates with it, and without; ``None`` without a card or a shape, or on a CPU (``train`` announces its time
     there, from this machine's measured speed)."""
-    if shape is None or gpu is None or preset.use_cpu:
+    if not isinstance(shape, ModelShape) or gpu is None or preset.use_cpu:
         return None
-    vllm = generates_with_vllm(preset)
+    vllm = preset.fast_inference or preset.use_vllm
     return {"steps": steps, "with_vllm": estimate_hours(preset, shape, gpu, steps, True) if vllm else None,
             "without_vllm": estimate_hours(preset, shape, gpu, steps, False)}
-
-
-def _no_rewards() -> RewardSet:
-    """The rewards do not change the plan's checks: the default task's stand in."""
-    from grpo_kit.tasks import DEFAULT_TASK, get_task
-
-    return get_task(DEFAULT_TASK).reward_set()
 
 
 def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
@@ -400,18 +379,16 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     """
     from grpo_kit.training.callbacks import stale_weights_alarm
 
-    overrides = dict(overrides or {})
     if resume and run_dir is not None:
-        p, model = preset_of_run(run_dir, argv, **overrides)
+        p, model = preset_of_run(run_dir, argv, **(overrides or {}))
     else:
         if preset is None:  # the preset the notebooks pick for this card (preset = None)
             preset = preset_for_device(card(device) if device in CARDS else (gpus() or [None])[0])
-        p = get_preset(preset, argv=argv, **overrides)
+        p = get_preset(preset, argv=argv, **(overrides or {}))
         model = p.model
     problems: list[Problem] = []
     if model is not None:  # as train checks it
         from grpo_kit.policy.source import PolicySource
-        from grpo_kit.tasks import DEFAULT_TASK, get_task
 
         try:
             PolicySource.of(model, get_task(DEFAULT_TASK))
@@ -434,16 +411,15 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     if n < 1:
         raise ValueError(f"--gpus must be at least 1, got {n}")
     launches = [launch_of(launch, n, rank) for rank in range(1 if launch == "single" else n)]
-    memory = _memory(p, model, gpu, launch, n) if model is not None and gpu is not None else None
+    shape = _shape(p, model)
+    memory = _memory(p, shape, gpu, launch, n)
     if not any(q.kind == "card" for q in problems):
-        problems += _problems(p, gpu, launch, n, memory, model, here=device is None)
-    rewards = _no_rewards()
+        problems += _problems(p, gpu, launch, n, memory, shape, here=device is None)
     output = str(Path(run_dir or "runs/run") / "checkpoints")
     vllm = None
     if p.fast_inference or p.use_vllm:
         mode = "colocate" if p.fast_inference else p.vllm_mode
-        vllm = {"mode": mode, "engine": "unsloth" if p.fast_inference else "trl",
-                "max_model_len": vllm_max_model_len(p) if mode == "colocate" else p.vllm_max_model_len,
+        vllm = {"mode": mode, "engine": "unsloth" if p.fast_inference else "trl", "max_model_len": p.vllm_max_model_len,
                 "gpu_memory_utilization": p.vllm_gpu_memory_utilization if mode == "colocate" else None}
         if mode == "server":
             from grpo_kit.policy.vllm import server_command
@@ -465,32 +441,21 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)
         problems += [refused] if refused is not None else []
     steps_left = p.max_steps - ((checkpoint_step(resume_from) or 0) if resume_from is not None else 0)
-    passed = p.grpo_kwargs(output, rewards.weights)
+    passed = p.grpo_kwargs(output, get_task(DEFAULT_TASK).reward_set().weights)
     changes = unsloth_changes(p, passed)
-    shape = _shape(p, model) if model is not None else None
-    shape = None if isinstance(shape, str) else shape  # memory's problem says why
     return {
-        "preset": p.name,
-        "recipe_keys": p.taken(),
-        "route": route_of(p),
-        "model": model if model is not None else "the kit's tiny policy",
-        "algorithm": algorithm(p),
+        "preset": p.name, "recipe_keys": p.taken(), "route": route_of(p),
+        "model": model if model is not None else "the kit's tiny policy", "algorithm": algorithm(p),
         "grpo_config": {**passed, **{field: effective for field, (_, effective) in changes.items()}},
         "unsloth_changes": {field: {"passed": was, "effective": now} for field, (was, now) in changes.items()},
         "processes": [{"rank": la.rank, **placement(p.lora_rank is None, la, gpu), "loader": _loader(p)}
                       for la in launches],
-        "device": None if gpu is None else dataclasses.asdict(gpu),
-        "launch": launch,
-        "vllm": vllm,
-        "memory": memory,
-        "alarm": stale_weights_alarm(p),
-        "sampling": _sampling(p),
-        "without_vllm": _without_vllm(p),
+        "device": None if gpu is None else dataclasses.asdict(gpu), "launch": launch, "vllm": vllm, "memory": memory,
+        "alarm": stale_weights_alarm(p), "sampling": _sampling(p), "without_vllm": _without_vllm(p),
         "time": _time(p, shape, gpu, steps_left),
-        "disk": estimate_disk(p, shape) if shape is not None else None,
-        "resume_from": resume_from,
-        "resume_why": resume_why,
-        "problems": [q.line() for q in problems],
+        "disk": estimate_disk(p, shape) if isinstance(shape, ModelShape) else None,
+        "resume_from": resume_from, "resume_why": resume_why,
+        "problems": [("FATAL: " if q.fatal else "") + q.text for q in problems],  # FATAL: it would end the run
         "fatal": any(q.fatal for q in problems),
     }
 
@@ -511,10 +476,11 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
     found = [] if preset.use_cpu else gpus()
     kind = "single" if launch.world_size == 1 else (
         "fsdp2" if launch.fsdp else {2: "zero2", 3: "zero3"}.get(launch.zero_stage or 0, "ddp"))
-    memory = _memory(preset, model, found[0], kind, launch.world_size) if found and model is not None else None
+    shape = _shape(preset, model)
     kinds = ("bf16", "cpu", "packages", "hub") + (() if os.environ.get(SKIP_ESTIMATE) == "1" else ("memory", "vllm"))
-    problems = _machine_problems(preset, True, model, True) if not found else \
-        _problems(preset, found[0], kind, launch.world_size, memory, model)
+    problems = _machine_problems(preset, True, shape, True) if not found else \
+        _problems(preset, found[0], kind, launch.world_size, _memory(preset, shape, found[0], kind, launch.world_size),
+                  shape)
     fatal = [q for q in problems if q.fatal and q.kind in kinds]
     if fatal:
         where = found[0].name if found else "this machine's CPU"
@@ -523,28 +489,6 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
                          + " (`python -m grpo_kit plan` shows the whole plan"
                          + (f"; the memory figures are estimates: {SKIP_ESTIMATE}=1 trains anyway)" if estimates
                             else ")"))
-
-
-def _cost_lines(time: dict[str, Any] | None, disk: dict[str, Any] | None) -> list[str]:
-    """The time and disk estimates as lines, each with its basis."""
-    lines = []
-    if time is None:
-        lines.append("time: no estimate (it needs a card, --device CARD, and the model's config.json; on a CPU train "
-                     "announces its time when it starts)")
-    else:
-        said = [f"{name} about {e['hours']:.1f} h ({e['seconds_per_step']:.0f} s a step)"
-                for name, e in (("with vLLM generating", time["with_vllm"]), ("without vLLM", time["without_vllm"]))
-                if e is not None]
-        lines.append(f"time (estimate, not measured on this card) for {time['steps']} steps: " + "; ".join(said))
-        lines += [f"  basis: {e['basis']}" for e in (time["with_vllm"], time["without_vllm"]) if e is not None]
-    if disk is not None:
-        lines.append(f"download (estimate): {disk['download']:.1f} GB, {disk['download_what']}")
-        lines.append(f"disk (estimate): {disk['total']:.1f} GB in all: the download, {disk['checkpoints']:.1f} GB of "
-                     f"checkpoints ({disk['checkpoint']:.2f} GB each, save_total_limit of them), model/ "
-                     f"{disk['model']:.2f} GB, a merged export {disk['merged_export']:.1f} GB"
-                     + (f" and the 16-bit base it merges into {disk['base_for_merge']:.1f} GB (export --base PATH "
-                        "uses a copy you have)" if disk["base_for_merge"] else ""))
-    return lines
 
 
 def format_plan(plan: dict[str, Any]) -> str:
@@ -556,8 +500,7 @@ def format_plan(plan: dict[str, Any]) -> str:
              *(f"from the recipe: {line}" for line in plan["recipe_keys"]),
              f"algorithm: {plan['algorithm']['summary']}", f"sampling: {plan['sampling']}",
              f"device: {where}; launch {plan['launch']}, {len(plan['processes'])} process(es)"]
-    for process in plan["processes"][:2]:
-        lines.append(f"  rank {process['rank']}: dtype {process['dtype']}, device_map {process['device_map']}")
+    lines += [f"  rank {p['rank']}: dtype {p['dtype']}, device_map {p['device_map']}" for p in plan["processes"][:2]]
     if len(plan["processes"]) > 2:
         lines.append(f"  ... and {len(plan['processes']) - 2} more, each on its own GPU")
     vllm = plan["vllm"]
@@ -581,7 +524,23 @@ def format_plan(plan: dict[str, Any]) -> str:
             "" if memory["needed"] > memory["available"] else " (vLLM's share leaves no room for its KV cache)")
         lines.append(f"memory per GPU (estimate, GiB): {parts}; needed {memory['needed']:g} of "
                      f"{memory['available']:g}: {verdict}")
-    lines += _cost_lines(plan["time"], plan["disk"])
+    time, disk = plan["time"], plan["disk"]  # each estimate with its basis
+    if time is None:
+        lines.append("time: no estimate (it needs a card, --device CARD, and the model's config.json; on a CPU train "
+                     "announces its time when it starts)")
+    else:
+        said = [f"{name} about {e['hours']:.1f} h ({e['seconds_per_step']:.0f} s a step)"
+                for name, e in (("with vLLM generating", time["with_vllm"]), ("without vLLM", time["without_vllm"]))
+                if e is not None]
+        lines.append(f"time (estimate, not measured on this card) for {time['steps']} steps: " + "; ".join(said))
+        lines += [f"  basis: {e['basis']}" for e in (time["with_vllm"], time["without_vllm"]) if e is not None]
+    if disk is not None:
+        lines.append(f"download (estimate): {disk['download']:.1f} GB, {disk['download_what']}")
+        lines.append(f"disk (estimate): {disk['total']:.1f} GB in all: the download, {disk['checkpoints']:.1f} GB of "
+                     f"checkpoints ({disk['checkpoint']:.2f} GB each, save_total_limit of them), model/ "
+                     f"{disk['model']:.2f} GB, a merged export {disk['merged_export']:.1f} GB"
+                     + (f" and the 16-bit base it merges into {disk['base_for_merge']:.1f} GB (export --base PATH "
+                        "uses a copy you have)" if disk["base_for_merge"] else ""))
     alarm = plan["alarm"]
     lines.append(f"stale-weights alarm: {'armed' if alarm['armed'] else 'NOT armed'} ({alarm['why']})")
     lines.append(f"resume from: {plan['resume_from'] or 'nothing'} ({plan['resume_why']})")

@@ -19,8 +19,9 @@ import difflib
 import functools
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -84,17 +85,6 @@ GONE = {"extra": "write its GRPOConfig keys themselves",
                                 "continues one)"}
 
 
-class _Spelled(dict):  # type: ignore[type-arg]
-    """``{key}`` in a :data:`GONE` text, spelled for a file or a call (``key``) or the command line (``--key``)."""
-
-    def __init__(self, dashes: bool) -> None:
-        super().__init__()
-        self.dashes = dashes
-
-    def __missing__(self, key: str) -> str:
-        return f"--{key}" if self.dashes else key
-
-
 #: Fields a resumed run may change: how long it runs and how it saves and logs, not what it trains.
 RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "logging_steps", "report_to",
                               "description"})
@@ -129,11 +119,9 @@ def _defaults() -> dict[str, Any]:
 @functools.cache
 def _grpo_fields() -> frozenset[str]:
     """``GRPOConfig``'s field names."""
-    import dataclasses
-
     from trl import GRPOConfig
 
-    return frozenset(f.name for f in dataclasses.fields(GRPOConfig))
+    return frozenset(f.name for f in fields(GRPOConfig))
 
 
 @dataclass(frozen=True)
@@ -153,11 +141,9 @@ class Recipe:
     def __getattr__(self, key: str) -> Any:
         if key.startswith("_") or "settings" not in self.__dict__:
             raise AttributeError(key)
-        if key in self.settings:
-            return self.settings[key]
-        defaults = _defaults()
-        if key in defaults:
-            return defaults[key]
+        for source in (self.settings, _defaults()):  # the recipe's value, else TRL's default
+            if key in source:
+                return source[key]
         raise AttributeError(f"a recipe has no key {key!r}")
 
     @property
@@ -190,17 +176,20 @@ class Recipe:
 
     @property
     def vllm_max_model_len(self) -> int:
-        """vLLM's context length for this recipe, in tokens: the longest prompt kept plus the completion budget.
+        """vLLM's context length for this recipe, in tokens: Unsloth's engine holds ``max_seq_length``; TRL's takes
+        ``vllm_max_model_length`` where the recipe sets it, else the longest prompt kept plus the completion budget.
 
         TRL passes ``GRPOConfig.vllm_max_model_length`` to its colocated engine; left unset, vLLM takes the
         model's own maximum (131,072 tokens for Llama-3.1-8B, whose KV cache is 128 KiB a token in bfloat16:
-        16 GiB for one such sequence), and refuses to start when its memory share cannot hold one. A server
-        (``vllm_mode="server"``) takes it as ``--max-model-len``.
+        16 GiB for one such sequence), and refuses to start when its memory share cannot hold one, so
+        :meth:`grpo_kwargs` passes this length. A server (``vllm_mode="server"``) takes it as ``--max-model-len``.
 
         >>> PRESETS["multi-gpu-lora"].vllm_max_model_len
         512
         """
-        return self.max_prompt_tokens + self.max_completion_length
+        if self.use_unsloth:
+            return self.max_seq_length
+        return int(self.vllm_max_model_length or self.max_prompt_tokens + self.max_completion_length)
 
     @property
     def loading(self) -> Loading:
@@ -246,12 +235,12 @@ class Recipe:
                          + f", splits {self.dataset_train_split}/{self.dataset_test_split}, question column "
                          f"{data['question']}, answers in {data['answer']} checked as {data['answer_type']}"
                          + (", the recipe's system_prompt" if self.system_prompt else ""))
+        weights = ", ".join(f"{w:g}" for w in self.reward_weights or ())
         if self.reward_funcs:
             lines.append(f"rewards: reward_funcs {', '.join(self.reward_funcs)}"
-                         + (f" weighted {', '.join(f'{w:g}' for w in self.reward_weights)}" if self.reward_weights
-                            else ""))
-        elif self.reward_weights:
-            lines.append(f"reward_weights {', '.join(f'{w:g}' for w in self.reward_weights)} weigh the task's rewards")
+                         + (f" weighted {weights}" if weights else ""))
+        elif weights:
+            lines.append(f"reward_weights {weights} weigh the task's rewards")
         if self.settings.get("output_dir"):
             lines.append(f"run folder: output_dir {self.output_dir} (unless --run-dir names one)")
         if str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "steps":
@@ -319,28 +308,26 @@ def _set_env(path: Path, env: Any) -> None:
                                             for k, v in env.items()):
         raise ValueError(f"recipe {path}: env must map environment variable names to values, e.g. env: "
                          f"{{WANDB_MODE: offline}}, got {env!r}")
-    if not env:
-        return
-    said = []
-    for key, value in env.items():
-        before = os.environ.get(key)
-        os.environ[key] = str(value)
-        said.append(f"{key}={value}" + (f" (was {before})" if before is not None and before != str(value) else ""))
-    log.warning(f"recipe {path} sets environment variables for this process (its env: block): {', '.join(said)}")
+    env = {k: str(v) for k, v in env.items()}
+    said = [f"{k}={v}" + (f" (was {os.environ[k]})" if os.environ.get(k, v) != v else "") for k, v in env.items()]
+    os.environ.update(env)
+    if said:
+        log.warning(f"recipe {path} sets environment variables for this process (its env: block): {', '.join(said)}")
 
 
 def _refuse_unknown(keys: Sequence[str], where: Path | None = None, dashes: bool = False) -> None:
     """One line for the first key no parser knows (given in the file ``where``, on the command line with ``dashes``,
-    else in a call): what replaced a key that is gone, or the closest key."""
-    known, spell = _defaults(), _Spelled(dashes)
+    else in a call): what replaced a key that is gone, or the closest key. Keys are spelled as the place they were
+    given in spells them (``--key`` on the command line, else ``key``), ``{key}`` in a :data:`GONE` text too."""
+    known, dash = _defaults(), "--" if dashes else ""
     for key in keys:
-        said = f"{where}: recipe key {key!r}" if where else f"recipe key {spell[key] if dashes else repr(key)}"
+        said = f"{where}: recipe key {key!r}" if where else f"recipe key {dash + key if dashes else repr(key)}"
         if key in GONE:
-            raise ValueError(f"{said} is gone: {GONE[key].format_map(spell)}")
+            raise ValueError(f"{said} is gone: " + re.sub(r"{(\w+)}", dash + r"\1", GONE[key]))
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             raise ValueError(f"{said.replace('recipe key', 'unknown recipe key')}"
-                             + (f" (did you mean {spell[close[0]]}?)" if close else "")
+                             + (f" (did you mean {dash + close[0]}?)" if close else "")
                              + f": a recipe holds GRPOConfig, ModelConfig, trl grpo's and grpo_kit's own keys (trl "
                              f"{installed_version('trl')})")
 
@@ -359,11 +346,7 @@ def command_line(argv: Sequence[str]) -> dict[str, Any]:
     parser = _parser()
     for action in parser._actions:  # only what argv gives lands in the namespace
         action.default = argparse.SUPPRESS
-    try:
-        namespace, rest = parser.parse_known_args(list(argv), namespace=argparse.Namespace())
-    except argparse.ArgumentError as e:  # a value its key's type cannot read
-        key = (e.argument_name or "?").split("/")[0].lstrip("-").replace("-", "_")
-        raise ValueError(f"recipe key {key}: {e.message}") from None
+    namespace, rest = _parse(parser, argv)
     if rest:
         keys = [a[2:].split("=")[0].replace("-", "_") for a in rest if a.startswith("--")]
         keys = [k.removeprefix("no_") if k.removeprefix("no_") in GONE else k for k in keys]
@@ -379,16 +362,21 @@ def _whole_steps(key: str, value: Any) -> Any:
         else value
 
 
+def _parse(parser: Any, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """``parser.parse_known_args(argv)``, a value its key's type cannot read said as one line (``ValueError``)."""
+    try:
+        return parser.parse_known_args(list(argv), namespace=argparse.Namespace())
+    except argparse.ArgumentError as e:
+        key = (e.argument_name or "?").split("/")[0].lstrip("-").replace("-", "_")
+        raise ValueError(f"recipe key {key}: {e.message}") from None
+
+
 def _typed(values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` typed by TRL's parser (text read as the field's type)."""
     parser = _parser()
     types = {a.dest: a.type for a in parser._actions if a.type is not None}
     parser.set_defaults(**{k: _as_text(v, types.get(k)) for k, v in values.items()})
-    try:
-        parsed = vars(parser.parse_known_args([])[0])
-    except argparse.ArgumentError as e:  # a value its key's type cannot read
-        key = (e.argument_name or "?").split("/")[0].lstrip("-").replace("-", "_")
-        raise ValueError(f"recipe key {key}: {e.message}") from None
+    parsed = vars(_parse(parser, [])[0])
     return {k: _whole_steps(k, parsed[k]) for k in values}
 
 
@@ -427,8 +415,7 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
     >>> get_preset("cpu-tiny", argv=["--top_entropy_quantile", "0.2"]).top_entropy_quantile
     0.2
     """
-    if source is None:
-        source = device_preset()
+    source = device_preset() if source is None else source
     if isinstance(source, Recipe):
         name, values = source.name, dict(source.settings)
     else:
@@ -454,14 +441,13 @@ def _unsloth_first() -> None:
     """Import Unsloth before TRL on a GPU, as Unsloth asks (it patches transformers and TRL when imported): reading
     an Unsloth recipe imports TRL's parser. Without a GPU or without Unsloth there is nothing to patch."""
     import importlib.util
-    import sys
 
     from grpo_kit.policy.devices import cuda_available
 
-    if "unsloth" not in sys.modules and importlib.util.find_spec("unsloth") is not None and cuda_available():
+    if importlib.util.find_spec("unsloth") is not None and cuda_available():
         from grpo_kit.policy.loading import import_unsloth
 
-        import_unsloth()
+        import_unsloth()  # once imported, it returns the module
 
 
 def with_algorithm(recipe: Recipe, name: str) -> Recipe:
@@ -526,9 +512,7 @@ def preset_for_device(gpu: Gpu | None) -> str:
     >>> preset_for_device(None)
     'cpu-tiny'
     """
-    if gpu is None:
-        return "cpu-tiny"
-    return "a100" if gpu.bf16 else "colab-t4"
+    return "cpu-tiny" if gpu is None else "a100" if gpu.bf16 else "colab-t4"
 
 
 def device_preset() -> str:
