@@ -18,13 +18,7 @@ from grpo_kit.tasks.numbers import parse_number
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = [
-    "describe",
-    "near_duplicates",
-    "plot_distributions",
-    "plot_question_map",
-    "question_map",
-]
+__all__ = ["describe", "near_duplicates", "plot_distributions", "plot_question_map", "question_map"]
 
 
 def _solutions(dataset: Any, task: Task) -> tuple[list[str], list[int], list[float]]:
@@ -101,15 +95,13 @@ def near_duplicates(train_questions: list[str], test_questions: list[str], thres
     import numpy as np
     import pandas as pd
     from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.metrics import pairwise_distances_argmin_min
 
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1).fit(train_questions + test_questions)
-    train_m, test_m = vectorizer.transform(train_questions), vectorizer.transform(test_questions)
-    best_index = np.zeros(len(test_questions), dtype=int)
-    best_sim = np.zeros(len(test_questions))
-    for start in range(0, len(test_questions), 256):  # bounded memory: 256 x n_train at a time
-        sims = (test_m[start:start + 256] @ train_m.T).toarray()
-        best_index[start:start + 256] = sims.argmax(axis=1)
-        best_sim[start:start + 256] = sims.max(axis=1)
+    # scikit-learn works through the test questions in chunks of bounded memory (its working_memory setting)
+    best_index, distance = pairwise_distances_argmin_min(vectorizer.transform(test_questions),
+                                                         vectorizer.transform(train_questions), metric="cosine")
+    best_sim = 1.0 - distance
     train_set = set(train_questions)
     exact = np.array([q in train_set for q in test_questions])
     order = np.argsort(-best_sim)[:top]

@@ -21,13 +21,14 @@ from typing import Any
 
 from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
+from grpo_kit.evaluation.viewer import written_by_view
 from grpo_kit.runs.folder import AFTER_STEP, BASELINE_STEP, TRAIN_STEP, RunFolder, enclosing_run
 from grpo_kit.runs.measure import evaluated_with, plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
 __all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "check_run_names",
-           "compare_runs", "comparison_folder", "differing_settings", "share_baseline"]
+           "compare_runs", "comparison_folder", "differing_settings", "existing_runs", "share_baseline"]
 
 #: What :func:`compare_runs` writes into its ``out_dir``; ``runs_comparison.md`` begins with this heading.
 COMPARISON_FILES = ("runs_comparison.md", "runs_metrics.csv", "runs_pairs.csv", "runs_comparison.png")
@@ -169,7 +170,8 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
         return out
     runs = {Path(d).resolve() for d in run_dirs}
     foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
-                     if p.resolve() not in runs and p.name not in COMPARISON_FILES and not _viewer_page(p))
+                     if p.resolve() not in runs and p.name not in COMPARISON_FILES
+                     and not (p.name == "view.html" and written_by_view(p)))
     ours = out / COMPARISON_FILES[0]
     if not foreign and any((out / name).exists() for name in COMPARISON_FILES):
         try:
@@ -184,17 +186,6 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     return out
 
 
-def _viewer_page(path: Path) -> bool:
-    """Whether ``path`` is the page ``view`` writes beside a comparison (its default for several runs)."""
-    from grpo_kit.evaluation.viewer import MARK
-
-    try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            return path.name == "view.html" and f.read(len(MARK)) == MARK
-    except OSError:
-        return False
-
-
 def _names(folders: Sequence[RunFolder]) -> list[str]:
     names = [f.path.resolve().name for f in folders]  # "." is the folder's own name
     return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
@@ -204,6 +195,14 @@ def comparison_folder(run_dirs: Sequence[str | Path]) -> Path:
     """Where a comparison of ``run_dirs`` goes when no ``--out`` is given: ``comparison/`` beside the first run folder
     (that folder resolved first, so ``compare . ../other`` from inside a run folder puts it beside it, not in it)."""
     return Path(run_dirs[0]).resolve().parent / "comparison"
+
+
+def existing_runs(run_dirs: Sequence[str | Path], command: str) -> list[RunFolder]:
+    """The run folders ``command`` (``compare``, ``view``) reads; no folder, or a missing one, is refused (a mistyped
+    path is named, not created)."""
+    if not run_dirs:
+        raise ValueError(f"give at least one run folder (python -m grpo_kit {command} RUN_DIR [RUN_DIR ...])")
+    return [RunFolder.existing(d, write=False) for d in run_dirs]
 
 
 def check_run_names(names: Sequence[str] | None, folders: Sequence[RunFolder]) -> list[str]:
@@ -251,9 +250,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         grpo_kit.runs.folder.RunFolderBusy: another process is writing one of the run folders (they are locked
             while compared).
     """
-    if not run_dirs:
-        raise ValueError("give at least one run folder (python -m grpo_kit compare RUN_DIR RUN_DIR ...)")
-    folders = [RunFolder.existing(d, write=False) for d in run_dirs]  # a mistyped path is named, not created
+    folders = existing_runs(run_dirs, "compare")
     if out_dir is not None:
         check_comparison_out(out_dir, run_dirs)
     if len({f.path.resolve() for f in folders}) != len(folders):

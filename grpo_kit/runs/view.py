@@ -24,7 +24,7 @@ from typing import Any
 
 from grpo_kit.evaluation.compare import compare, paired_ids
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
-from grpo_kit.evaluation.viewer import MARK, viewer_html
+from grpo_kit.evaluation.viewer import viewer_html, written_by_view
 from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
 from grpo_kit.runs.measure import plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
@@ -109,13 +109,9 @@ def _groups(run: RunFolder) -> dict[str, Any]:
                     "rewards": {c.removeprefix("reward/"): [_number(v, 3) for v in rows[c]] for c in rewards},
                     "total": [_number(v, 3) for v in rows["total"]],
                     "advantage": [_number(v, 3) for v in rows["advantage"]]})
-    steps = sorted({g["step"] for g in out})
-    zero = {s: [0, 0] for s in steps}
-    for g in out:
-        zero[g["step"]][0] += (g["std"] or 0.0) < ZERO_STD
-        zero[g["step"]][1] += 1
-    return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": steps,
-            "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out, "damaged": damaged}
+    zero = frame.groupby(["step", "group"])["group_std"].first().fillna(0.0).lt(ZERO_STD).groupby("step").mean()
+    return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": [int(s) for s in zero.index],
+            "zero_share": [_number(v) for v in zero], "groups": out, "damaged": damaged}
 
 
 def _reward_check(run: RunFolder, trained: dict[str, Any] | None, trust_remote_code: bool) -> dict[str, Any] | None:
@@ -142,13 +138,6 @@ def _reward_check(run: RunFolder, trained: dict[str, Any] | None, trust_remote_c
                 **{k: _number(v) for k, v in data["reward_set"].items() if k != "weights"}}]}
 
 
-def _check_folders(run_dirs: Sequence[str | Path]) -> list[RunFolder]:
-    """The run folders; no folder or a missing one is refused (a mistyped path is named, not created)."""
-    if not run_dirs:
-        raise ValueError("give at least one run folder (python -m grpo_kit view RUN_DIR [RUN_DIR ...])")
-    return [RunFolder.existing(d, write=False) for d in run_dirs]
-
-
 def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0,
               trust_remote_code: bool = False) -> dict[str, Any]:
     """What the viewer page shows, as one JSON-safe dict (:func:`grpo_kit.evaluation.viewer.viewer_html` draws it).
@@ -169,9 +158,9 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         FileNotFoundError: a run folder is missing, or has no baseline (the message names the step that writes it).
         ValueError: several runs that do not share a baseline (the message names what differs).
     """
-    from grpo_kit.runs.compare import check_run_names
+    from grpo_kit.runs.compare import check_run_names, existing_runs
 
-    folders = _check_folders(run_dirs)
+    folders = existing_runs(run_dirs, "view")
     names = check_run_names(names, folders)  # refused as compare refuses them, not replaced silently
     comparison = None
     if len(folders) > 1:
@@ -233,10 +222,10 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
             ...: a run folder holds only what its steps write, and a file added to ``model/`` makes ``eval`` and
             ``export`` refuse the run; ``export --out`` and ``compare --out`` follow the same rule).
     """
-    _check_folders(run_dirs)
-    if out is None:  # several runs: beside compare's tables (its default --out)
-        from grpo_kit.runs.compare import comparison_folder
+    from grpo_kit.runs.compare import comparison_folder, existing_runs
 
+    existing_runs(run_dirs, "view")
+    if out is None:  # several runs: beside compare's tables (its default --out)
         out = RunFolder(run_dirs[0], write=False).view if len(run_dirs) == 1 else \
             comparison_folder(run_dirs) / "view.html"
     out = Path(out)
@@ -247,10 +236,8 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
         raise ValueError(f"--out {out} lies inside the run folder {inside[0]}'s own {inside[1]}/, which holds only "
                          "what the run's steps write (a file added to model/ makes eval and export refuse the run): "
                          f"give a file outside it, e.g. {Path(inside[0]) / 'view.html'} (the default)")
-    if out.exists():
-        with open(out, encoding="utf-8", errors="replace") as f:
-            if MARK not in f.read(512):
-                raise ValueError(f"{out} exists and was not written by python -m grpo_kit view: give another --out")
+    if out.exists() and not written_by_view(out):
+        raise ValueError(f"{out} exists and was not written by python -m grpo_kit view: give another --out")
     folder = next((p for p in out.resolve().parents if p.exists()), None)
     if folder is not None and not os.access(folder, os.W_OK):  # a read-only run folder is still read
         raise ValueError(f"cannot write {out} ({folder} is read-only to you): give --out a file where you can write, "
