@@ -22,7 +22,9 @@ values and the headline.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,20 +55,17 @@ def zero_variance_share(records: Sequence[dict[str, Any]], value: Any) -> float:
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Pearson's correlation of two equally long series; ``None`` when either is constant or they are empty.
+    """Pearson's correlation of two equally long series (:func:`statistics.correlation`); ``None`` when either is
+    constant or there are fewer than two values. Values are rounded to 9 decimals first, so sums of rewards that
+    differ only in floating-point rounding count as the same.
 
-    >>> pearson([0, 1, 2], [0, 2, 4]), pearson([1, 1], [0, 1])
-    (1.0, None)
+    >>> pearson([0, 1, 2], [0, 2, 4]), pearson([1, 1], [0, 1]), pearson([0.1 + 0.2, 0.3], [0, 1])
+    (1.0, None, None)
     """
-    n = len(xs)
-    if n == 0:
+    try:
+        return statistics.correlation([round(x, 9) for x in xs], [round(y, 9) for y in ys])
+    except statistics.StatisticsError:
         return None
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    if sxx <= _SAME or syy <= _SAME:
-        return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
 
 
 def _stats(records: Sequence[dict[str, Any]], value: Any, correct: Any, max_value: float) -> dict[str, Any]:
@@ -103,10 +102,9 @@ class RewardCheck:
     format_only: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The check as one JSON object: ``{"rewards": {NAME: {...}}, "reward_set": {"weights": {...}, ...}, ...}``."""
-        return {"rewards": self.rewards, "reward_set": self.reward_set, "headline": self.headline,
-                "questions": self.questions, "samples": self.samples, "source": self.source,
-                "right": self.right, "judged": self.judged, "verdicts": self.verdicts()}
+        """The check as one JSON object: its fields (``{"rewards": {NAME: {...}}, "reward_set": {"weights": {...},
+        ...}, ...}``) and ``verdicts``."""
+        return {**dataclasses.asdict(self), "verdicts": self.verdicts()}
 
     def markdown(self) -> str:
         """The check as a markdown table, one row per reward and one for the reward set, with what it means."""
@@ -187,9 +185,8 @@ def check_rewards(records: Sequence[dict[str, Any]], task: Task, rewards: Reward
     def correct(record: dict[str, Any]) -> bool:
         return (record[task.headline] or 0) > 0
 
-    out = {}
-    for reward in rewards.rewards:
-        out[reward.name] = _stats(records, lambda r, n=reward.name: r[n], correct, reward.max_value)
+    out = {reward.name: _stats(records, lambda r, n=reward.name: r[n], correct, reward.max_value)
+           for reward in rewards.rewards}
     weights = dict(zip(rewards.names, rewards.weights))
 
     def total(record: dict[str, Any]) -> float:

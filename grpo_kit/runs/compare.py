@@ -125,13 +125,10 @@ def differing_settings(trained: dict[str, dict[str, Any]]) -> dict[str, dict[str
     {'beta': {'a': 0.0, 'b': 0.04}}
     """
     flat = {name: _flat(settings) for name, settings in trained.items()}
-    keys = list(dict.fromkeys(k for values in flat.values() for k in values))
-    out = {}
-    for key in keys:
-        values = {name: values.get(key) for name, values in flat.items()}
-        if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1:
-            out[key] = values
-    return out
+    keys = dict.fromkeys(k for values in flat.values() for k in values)
+    columns = {key: {name: values.get(key) for name, values in flat.items()} for key in keys}
+    return {key: values for key, values in columns.items()
+            if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1}
 
 
 def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Path:
@@ -186,11 +183,6 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     return out
 
 
-def _names(folders: Sequence[RunFolder]) -> list[str]:
-    names = [f.path.resolve().name for f in folders]  # "." is the folder's own name
-    return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
-
-
 def comparison_folder(run_dirs: Sequence[str | Path]) -> Path:
     """Where a comparison of ``run_dirs`` goes when no ``--out`` is given: ``comparison/`` beside the first run folder
     (that folder resolved first, so ``compare . ../other`` from inside a run folder puts it beside it, not in it)."""
@@ -213,7 +205,8 @@ def check_run_names(names: Sequence[str] | None, folders: Sequence[RunFolder]) -
             tables) or nothing.
     """
     if names is None:
-        return _names(folders)
+        names = [f.path.resolve().name for f in folders]  # "." is the folder's own name
+        return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
     names = list(names)
     if len(names) != len(folders) or len(set(names)) != len(names):
         raise ValueError(f"give one distinct name per run folder: {len(folders)} folders, names {names}")
@@ -264,38 +257,29 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
 
 def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int,
                   trust_remote_code: bool) -> RunsReport:
-    evaluated = {n: f.read_json(f.eval_settings, BASELINE_STEP)
-                 for n, f in zip(names, folders)}
-    trained = {n: f.read_json(f.train_settings, TRAIN_STEP)
-               for n, f in zip(names, folders)}
+    evaluated = {n: f.read_json(f.eval_settings, BASELINE_STEP) for n, f in zip(names, folders)}
+    trained = {n: f.read_json(f.train_settings, TRAIN_STEP) for n, f in zip(names, folders)}
     first = names[0]
-    problems = []
-    for key, label in BASELINE_KEYS:
-        values = {n: evaluated[n].get(key) for n in names}
-        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
-            problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
-    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest"),
-                    trust_remote_code=trust_remote_code) if not problems else None
+    problems = [f"{label} ({key}): " + ", ".join(f"{n} {evaluated[n].get(key)!r}" for n in names)
+                for key, label in BASELINE_KEYS
+                if len({json.dumps(evaluated[n].get(key), sort_keys=True) for n in names}) > 1]
     if not problems:
-        baselines = {n: EvalResult.from_jsonl(f.check_baseline(f.baseline), task=task)
-                     for n, f in zip(names, folders)}
+        task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest"),
+                        trust_remote_code=trust_remote_code)
+        baselines = {n: EvalResult.from_jsonl(f.check_baseline(f.baseline), task=task) for n, f in zip(names, folders)}
         reference = [(r["id"], r["completion"]) for r in baselines[first].records]
-        for n in names[1:]:
-            if [(r["id"], r["completion"]) for r in baselines[n].records] != reference:
-                problems.append(f"baseline records: {n}'s baseline.jsonl holds other questions or completions than "
-                                f"{first}'s")
+        problems += [f"baseline records: {n}'s baseline.jsonl holds other questions or completions than {first}'s"
+                     for n in names[1:] if [(r["id"], r["completion"]) for r in baselines[n].records] != reference]
     if problems:
         raise ValueError("these runs do not share one baseline, so a paired table would pair different things:\n  "
                          + "\n  ".join(problems) + "\nMeasure every run's baseline with the same settings (notebook "
                          "02 / python -m grpo_kit eval --before), e.g. by copying one run folder's baseline files "
                          "(eval_settings.json, baseline*.jsonl) into the others before training.")
-    for n, f in zip(names, folders):
-        f.require(f.trained, AFTER_STEP)
-        stale = f.stale_results(evaluated_with(evaluated[n]))
-        if stale is not None:
-            raise ValueError(f"{n}: {stale} (its results are not of the model it now holds, so they are not compared)")
     digests = {}
     for n, f in zip(names, folders):
+        f.require(f.trained, AFTER_STEP)
+        if (stale := f.stale_results(evaluated_with(evaluated[n]))) is not None:
+            raise ValueError(f"{n}: {stale} (its results are not of the model it now holds, so they are not compared)")
         digest = f.check_model()
         if digest is not None and digest in digests:
             raise ValueError(f"{digests[digest]} and {n} hold the same trained weights (a copy of one run, or one "

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.evaluation.compare import compare, paired_ids
+from grpo_kit.evaluation.compare import compare
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.evaluation.viewer import viewer_html, written_by_view
 from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
@@ -41,20 +41,19 @@ ZERO_STD = 1e-9
 def _number(value: Any, digits: int = 4) -> float | None:
     """A JSON-safe rounded number (``None`` for NaN, infinity or a missing value): ``digits`` decimals, or
     ``digits`` significant figures below 0.001, where decimals would turn a McNemar p of 1.91e-06 into 0."""
-    if value is None or isinstance(value, bool):
-        return None if value is None else float(value)
     try:
         value = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # None, or not a number
         return None
     if not math.isfinite(value):
         return None
     return float(f"{value:.{digits}g}") if 0 < abs(value) < 1e-3 else round(value, digits)
 
 
-def _table(frame: Any) -> list[dict[str, Any]]:
-    """A DataFrame as rows of JSON-safe values."""
-    return [{k: (v if isinstance(v, str) else _number(v)) for k, v in row.items()} for row in frame.to_dict("records")]
+def _table(rows: Any) -> list[dict[str, Any]]:
+    """A DataFrame (or a list of dicts) as rows of JSON-safe values: text kept, numbers rounded, anything else None."""
+    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    return [{k: (v if isinstance(v, str) else _number(v)) for k, v in row.items()} for row in rows]
 
 
 def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool, rewards: Sequence[Any] = ()
@@ -77,12 +76,8 @@ def _trained(run: RunFolder) -> dict[str, Any] | None:
 
 def _answers(result: EvalResult, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The first sample of each question: its completion, extracted answer and each metric's value, by id."""
-    out = {}
-    for r in result.records:
-        if r["sample"] == 0:
-            out[r["id"]] = {"completion": r["completion"], "extracted": r.get("extracted"),
-                            "values": {k: _number(r.get(k)) for k in keys}}
-    return out
+    return {r["id"]: {"completion": r["completion"], "extracted": r.get("extracted"),
+                      "values": {k: _number(r.get(k)) for k in keys}} for r in result.records if r["sample"] == 0}
 
 
 def _curves(run: RunFolder) -> dict[str, Any]:
@@ -90,8 +85,7 @@ def _curves(run: RunFolder) -> dict[str, Any]:
 
     history = run.read_json(run.log_history, "train") if run.log_history.is_file() else []
     curves = {k: [s, [_number(v) for v in vals]] for k, (s, vals) in training_curves(history).items()}
-    return {"curves": curves, "alarms": [{k: (v if isinstance(v, str) else _number(v) if not isinstance(v, dict)
-                                              else None) for k, v in a.items()} for a in run.read_alarms()]}
+    return {"curves": curves, "alarms": _table(run.read_alarms())}
 
 
 def _groups(run: RunFolder) -> dict[str, Any]:
@@ -101,14 +95,11 @@ def _groups(run: RunFolder) -> dict[str, Any]:
     damaged: list[str] = []
     frame = read_groups(run.groups, damaged=damaged)
     rewards = [c for c in frame.columns if c.startswith("reward/")]
-    out = []
-    for (step, group), rows in frame.groupby(["step", "group"], sort=True):
-        out.append({"step": int(step), "group": int(group), "prompt": rows["prompt"].iloc[0],
-                    "std": _number(rows["group_std"].iloc[0]),
-                    "completions": rows["completion"].tolist(),
-                    "rewards": {c.removeprefix("reward/"): [_number(v, 3) for v in rows[c]] for c in rewards},
-                    "total": [_number(v, 3) for v in rows["total"]],
-                    "advantage": [_number(v, 3) for v in rows["advantage"]]})
+    out = [{"step": int(step), "group": int(group), "prompt": rows["prompt"].iloc[0],
+            "std": _number(rows["group_std"].iloc[0]), "completions": rows["completion"].tolist(),
+            "rewards": {c.removeprefix("reward/"): [_number(v, 3) for v in rows[c]] for c in rewards},
+            "total": [_number(v, 3) for v in rows["total"]], "advantage": [_number(v, 3) for v in rows["advantage"]]}
+           for (step, group), rows in frame.groupby(["step", "group"], sort=True)]
     zero = frame.groupby(["step", "group"])["group_std"].first().fillna(0.0).lt(ZERO_STD).groupby("step").mean()
     return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": [int(s) for s in zero.index],
             "zero_share": [_number(v) for v in zero], "groups": out, "damaged": damaged}
@@ -172,8 +163,7 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
     trained = [_trained(run) for run in folders]
     rewards = list({getattr(f, "__name__", ""): f for record in trained if record is not None
                     for f in run_rewards(record)}.values())  # every reward a run trained with, as eval scores them
-    before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code,
-                         rewards)
+    before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code, rewards)
     metrics = before.metrics()
     keys = [m.key for m in metrics]
     base = _answers(before, keys)
@@ -182,20 +172,16 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         after = _evaluation(run, run.trained, trust_remote_code, rewards)
         entry: dict[str, Any] = {"name": name, "path": str(run.path), "table": None, "stale": None}
         if after is not None:
-            paired_ids(before.records, after.records)  # refuses what is not paired
-            frame = compare(before, after, seed=seed)
-            entry["table"] = _table(frame)
-            entry["format_only_gain"] = _number(frame.attrs.get("format_only_gain"))
+            frame = compare(before, after, seed=seed)  # refuses what is not paired
+            entry.update(table=_table(frame), format_only_gain=_number(frame.attrs.get("format_only_gain")))
             with contextlib.suppress(OSError, ValueError):
                 entry["stale"] = run.stale_results()
         afters.append(_answers(after, keys) if after is not None else None)
         entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run, record, trust_remote_code))
         runs.append(entry)
-    questions = []
-    first = {r["id"]: r for r in before.records if r["sample"] == 0}
-    for qid, r in first.items():
-        questions.append({"id": qid, "index": r["index"], "question": r["question"], "answer": r["answer"],
-                          "before": base[qid], "after": [a.get(qid) if a is not None else None for a in afters]})
+    questions = [{"id": r["id"], "index": r["index"], "question": r["question"], "answer": r["answer"],
+                  "before": base[r["id"]], "after": [a.get(r["id"]) if a is not None else None for a in afters]}
+                 for r in before.records if r["sample"] == 0]
     return {"runs": runs, "questions": questions, "headline": before.task.headline, "task": before.task.name,
             "metrics": [{"key": m.key, "label": m.label, "binary": m.binary, "correctness": m.correctness,
                          "max": _number(m.max_value)} for m in metrics], "compare": comparison}
