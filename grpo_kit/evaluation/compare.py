@@ -28,13 +28,12 @@ __all__ = ["RunsComparison", "compare", "compare_markdown", "compare_runs_result
 def paired_ids(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[str]:
     """The question ids two evaluations share, in ``before``'s order, when they cover the same questions.
 
+    Records without ids (written by grpo_kit before ids existed) are refused where they are read
+    (:meth:`grpo_kit.evaluation.scoring.EvalResult.from_jsonl`).
+
     Raises:
-        ValueError: records without ids (written by grpo_kit before ids existed), or the two sets of
-            questions differ (the message says how many match).
+        ValueError: the two sets of questions differ (the message says how many match).
     """
-    if any("id" not in r for r in (*before, *after)):
-        raise ValueError("these records carry no question ids (written by an older grpo_kit): evaluate again so "
-                         "before and after can be paired by question")
     ids_before = list(dict.fromkeys(r["id"] for r in before))
     ids_after = set(r["id"] for r in after)
     if set(ids_before) != ids_after:
@@ -129,8 +128,7 @@ def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, see
     read right before (at most ``strict_wrong_to_right``), with ``strict_gain`` and ``flexible_gain`` (the deltas).
 
     Raises:
-        ValueError: the evaluations cover different questions (the message says how many match),
-            or their records carry no question ids.
+        ValueError: the evaluations cover different questions (the message says how many match).
     """
     import pandas as pd
 
