@@ -93,19 +93,14 @@ def flipped(before: EvalResult, after: EvalResult, metric: str | None = None) ->
     """
     import pandas as pd
 
-    metric = metric or before.task.headline
     ids = paired_ids(before.records, after.records)
+    was, now = before.correct(metric), after.correct(metric)
     b = {r["id"]: r for r in before.records if r["sample"] == 0}
     a = {r["id"]: r for r in after.records if r["sample"] == 0}
-    rows = []
-    for qid in ids:
-        rb, ra = b[qid], a[qid]
-        was, now = (rb[metric] or 0) > 0, (ra[metric] or 0) > 0
-        if was != now:
-            rows.append({"change": "wrong -> right" if now else "right -> wrong", "index": rb["index"],
-                         "question": rb["question"], "answer": rb["answer"], "before": rb["completion"],
-                         "after": ra["completion"], "extracted_before": rb.get("extracted"),
-                         "extracted_after": ra.get("extracted")})
+    rows = [{"change": "wrong -> right" if now[i] else "right -> wrong", "index": b[i]["index"],
+             "question": b[i]["question"], "answer": b[i]["answer"], "before": b[i]["completion"],
+             "after": a[i]["completion"], "extracted_before": b[i].get("extracted"),
+             "extracted_after": a[i].get("extracted")} for i in ids if was[i] != now[i]]
     columns = ["change", "index", "question", "answer", "before", "after", "extracted_before", "extracted_after"]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.sort_values("change", ascending=False, kind="stable").reset_index(drop=True)

@@ -198,10 +198,7 @@ def diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     """
     tokens = [r["num_tokens"] for r in records if r.get("num_tokens") is not None]
     truncated = [bool(r["truncated"]) for r in records if r.get("truncated") is not None]
-    out = {
-        "mean_tokens": sum(tokens) / len(tokens) if tokens else math.nan,
-        "max_tokens": float(max(tokens)) if tokens else math.nan,
-        "truncation_rate": sum(truncated) / len(truncated) if truncated else math.nan,
-    }
-    out.update({f"has {tag}": sum(tag in r["completion"] for r in records) / len(records) for tag in TAGS})
-    return out
+    return {"mean_tokens": sum(tokens) / len(tokens) if tokens else math.nan,
+            "max_tokens": float(max(tokens)) if tokens else math.nan,
+            "truncation_rate": sum(truncated) / len(truncated) if truncated else math.nan,
+            **{f"has {tag}": sum(tag in r["completion"] for r in records) / len(records) for tag in TAGS}}
