@@ -26,7 +26,7 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from grpo_kit.tasks import RewardSet, Task
@@ -96,7 +96,6 @@ class RewardCheck:
     questions: int
     samples: int
     source: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
     right: int = 0
     judged: int = 0
     format_only: bool = False
@@ -198,6 +197,5 @@ def check_rewards(records: Sequence[dict[str, Any]], task: Task, rewards: Reward
     per_question = {r["id"] for r in records}
     return RewardCheck(rewards=out, reward_set=reward_set, headline=task.headline, questions=len(per_question),
                        samples=len(records) // max(1, len(per_question)), source=source,
-                       labels={r.name: r.label for r in rewards.rewards},
                        right=sum(1 for r in records if correct(r)), judged=len(records),
                        format_only=all(not r.columns for r, w in zip(rewards.rewards, rewards.weights) if w))
