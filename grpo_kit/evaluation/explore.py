@@ -67,14 +67,9 @@ def describe(dataset: Any, tokenizer: Any | None = None, split: str = "",
 
     questions = list(dataset["question"])
     solutions, steps, values = _solutions(dataset, get_task(task))
-    return pd.DataFrame({
-        "split": split,
-        "question_tokens": count(questions),
-        "solution_tokens": count(solutions),
-        "steps": steps,
-        "answer": values,
-        "log10_answer": [math.log10(abs(v) + 1) if not math.isnan(v) else math.nan for v in values],
-    })
+    return pd.DataFrame({"split": split, "question_tokens": count(questions), "solution_tokens": count(solutions),
+                         "steps": steps, "answer": values,
+                         "log10_answer": [math.log10(abs(v) + 1) if not math.isnan(v) else math.nan for v in values]})
 
 
 def near_duplicates(train_questions: list[str], test_questions: list[str], threshold: float = 0.9,
@@ -105,14 +100,9 @@ def near_duplicates(train_questions: list[str], test_questions: list[str], thres
     train_set = set(train_questions)
     exact = np.array([q in train_set for q in test_questions])
     order = np.argsort(-best_sim)[:top]
-    frame = pd.DataFrame({
-        "test_index": order,
-        "train_index": best_index[order],
-        "similarity": best_sim[order].round(3),
-        "exact": exact[order],
-        "test_question": [test_questions[i] for i in order],
-        "train_question": [train_questions[best_index[i]] for i in order],
-    })
+    frame = pd.DataFrame({"test_index": order, "train_index": best_index[order], "similarity": best_sim[order].round(3),
+                          "exact": exact[order], "test_question": [test_questions[i] for i in order],
+                          "train_question": [train_questions[best_index[i]] for i in order]})
     frame.attrs.update(n_exact=int(exact.sum()), n_near=int((best_sim >= threshold).sum()))
     return frame
 

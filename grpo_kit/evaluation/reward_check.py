@@ -74,12 +74,10 @@ def _stats(records: Sequence[dict[str, Any]], value: Any, correct: Any, max_valu
     top = max_value if not math.isnan(max_value) else (max(values) if values else math.nan)
     at_max = [c for v, c in judged if not math.isnan(top) and v >= top - _SAME]
     r = pearson(values, [1.0 if c else 0.0 for _, c in judged])
+    wrong = sum(1 for c in at_max if not c) / len(at_max) if at_max else None
     return {"mean": sum(values) / len(values) if values else None,
-            "zero_variance_share": zero_variance_share(records, value),
-            "correlation": None if r is None else round(r, 6),
-            "max": None if math.isnan(top) else top,
-            "at_max": len(at_max),
-            "max_on_wrong_share": (sum(1 for c in at_max if not c) / len(at_max)) if at_max else None,
+            "zero_variance_share": zero_variance_share(records, value), "correlation": r if r is None else round(r, 6),
+            "max": None if math.isnan(top) else top, "at_max": len(at_max), "max_on_wrong_share": wrong,
             "judged": len(values)}
 
 

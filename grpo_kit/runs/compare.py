@@ -36,11 +36,10 @@ _HEADING = re.compile(r"# \d+ runs against their shared baseline$")
 
 #: What a shared baseline means: these ``eval_settings.json`` entries are equal in every run folder.
 BASELINE_KEYS = (("task", "task"), ("slice", "question slice"), ("seed", "slice seed"), ("questions", "questions"),
-                 ("base_model", "base model"), ("base_fingerprint", "base weights"),
-                 ("system_prompt", "system prompt"), ("max_new_tokens", "completion budget"),
-                 ("samples", "sampled completions"), ("temperature", "sampling temperature"),
-                 ("route", "evaluation route"), ("warm", "tiny policy's warm start"),
-                 ("tiny_spec", "tiny policy's shape"))
+                 ("base_model", "base model"), ("base_fingerprint", "base weights"), ("system_prompt", "system prompt"),
+                 ("max_new_tokens", "completion budget"), ("samples", "sampled completions"),
+                 ("temperature", "sampling temperature"), ("route", "evaluation route"),
+                 ("warm", "tiny policy's warm start"), ("tiny_spec", "tiny policy's shape"))
 
 
 @dataclass

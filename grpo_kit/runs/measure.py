@@ -160,8 +160,8 @@ def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None, 
         get_preset(settings["preset"], **settings.get("preset_overrides", {}))
     return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest"),
                                   trust_remote_code=trust_remote_code), preset=preset,
-                    model=settings.get("model_override"),
-                    slice=settings["slice"], seed=settings["seed"], max_new_tokens=settings["max_new_tokens"],
+                    model=settings.get("model_override"), slice=settings["slice"], seed=settings["seed"],
+                    max_new_tokens=settings["max_new_tokens"],
                     samples=settings["samples"], temperature=settings["temperature"],
                     batch_size=batch_size or settings.get("batch_size", 32), backend=settings.get("backend"),
                     warm=WarmStart(**settings["warm"]) if settings.get("warm") else None,
@@ -232,11 +232,10 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None,
         if plan.samples > 0:
             results["sampled"] = _evaluated(backend, plan, questions, run, run.baseline_sampled, sampled=True)
         # Written last: a baseline that died on the way leaves no settings for notebook 04 to pair with.
-        run.write_json(run.eval_settings, {
-            **plan.settings(), "route": route, "base_model": source.name,
-            "base_fingerprint": _base_fingerprint(backend), "system_prompt": system_prompt_of(questions),
-            "questions": len(questions), "files": run.baseline_files(),
-        })
+        run.write_json(run.eval_settings, {**plan.settings(), "route": route, "base_model": source.name,
+                                           "base_fingerprint": _base_fingerprint(backend),
+                                           "system_prompt": system_prompt_of(questions), "questions": len(questions),
+                                           "files": run.baseline_files()})
         return results
 
 

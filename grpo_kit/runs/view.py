@@ -65,7 +65,8 @@ def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool, rewards: Se
     task = get_task(settings["task"], digest=settings.get("task_digest"), trust_remote_code=trust_remote_code)
     result = EvalResult.from_jsonl(path, task=task)
     if rewards and any(getattr(f, "__name__", None) not in result.records[0] for f in rewards):
-        result = with_rewards(result, list(plan_from_settings(settings).questions()), rewards)
+        questions = plan_from_settings(settings, trust_remote_code=trust_remote_code).questions()
+        result = with_rewards(result, list(questions), rewards)
     return result
 
 
@@ -120,13 +121,13 @@ def _reward_check(run: RunFolder, trained: dict[str, Any] | None, trust_remote_c
     except (OSError, ValueError) as e:
         return {"error": str(e)}
     data = check.to_json()
+    total = {k: v for k, v in data["reward_set"].items() if k != "weights"}
     return {"headline": data["headline"], "questions": data["questions"], "samples": data["samples"],
             "weights": data["reward_set"]["weights"],
             "which": "the reward set this run trained with" if rewards is not None else
                      "the task's reward set (the run folder records no training)",
-            "rows": [{"reward": name, **{k: _number(v) for k, v in s.items()}} for name, s in data["rewards"].items()]
-            + [{"reward": "reward set (weighted total)",
-                **{k: _number(v) for k, v in data["reward_set"].items() if k != "weights"}}]}
+            "rows": _table([*({"reward": n, **s} for n, s in data["rewards"].items()),
+                            {"reward": "reward set (weighted total)", **total}])}
 
 
 def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0,
