@@ -38,8 +38,7 @@ from grpo_kit.training.presets import Recipe, get_preset
 log = logging.getLogger(__name__)
 
 __all__ = ["EVAL_FRACTION", "EvalPlan", "Measured", "baseline_differences", "check_pairing", "evaluated_with",
-           "measure_after",
-           "measure_before", "plan_from_settings", "run_rewards"]
+           "measure_after", "measure_before", "plan_from_settings", "run_rewards"]
 
 
 #: The share of the test split a baseline measures unless told otherwise: the blog post's half.

@@ -15,7 +15,6 @@ baseline) says what writes them instead.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 from collections.abc import Sequence
@@ -33,7 +32,6 @@ from grpo_kit.training.groups import read_groups
 
 __all__ = ["view_data", "write_view"]
 
-log = logging.getLogger(__name__)
 #: A group whose totals spread less than this has zero variance: GRPO's advantage is 0 for each of its completions.
 ZERO_STD = 1e-9
 
@@ -68,11 +66,6 @@ def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool, rewards: Se
         questions = plan_from_settings(settings, trust_remote_code=trust_remote_code).questions()
         result = with_rewards(result, list(questions), rewards)
     return result
-
-
-def _trained(run: RunFolder) -> dict[str, Any] | None:
-    """The run's ``train_settings.json`` (``None``: not trained yet)."""
-    return run.read_settings(run.train_settings, "train", ("identity",)) if run.train_settings.is_file() else None
 
 
 def _answers(result: EvalResult, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -161,7 +154,8 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         report = compare_runs([f.path for f in folders], names=names, seed=seed, trust_remote_code=trust_remote_code)
         comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
-    trained = [_trained(run) for run in folders]
+    trained = [run.read_settings(run.train_settings, "train", ("identity",)) if run.train_settings.is_file() else None
+               for run in folders]  # None: not trained yet
     rewards = list({getattr(f, "__name__", ""): f for record in trained if record is not None
                     for f in run_rewards(record)}.values())  # every reward a run trained with, as eval scores them
     before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code, rewards)
