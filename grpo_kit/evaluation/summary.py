@@ -135,8 +135,7 @@ def summarize(records: Sequence[dict[str, Any]], task: Task, rewards: Sequence[R
     rows = {}
     for metric in metrics(records, task, rewards):
         values = list(per_question(records, metric.key).values())
-        low, high = bootstrap_ci(values, confidence, seed=seed)
-        rows[metric.label] = (sum(values) / len(values), low, high, metric.max_value)
+        rows[metric.label] = (sum(values) / len(values), *bootstrap_ci(values, confidence, seed=seed), metric.max_value)
     return pd.DataFrame.from_dict(rows, orient="index", columns=["value", "ci_low", "ci_high", "max"]).rename_axis(
         "metric")
 
