@@ -28,13 +28,12 @@ __all__ = ["RunsComparison", "compare", "compare_markdown", "compare_runs_result
 def paired_ids(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[str]:
     """The question ids two evaluations share, in ``before``'s order, when they cover the same questions.
 
+    Records without ids (written by grpo_kit before ids existed) are refused where they are read
+    (:meth:`grpo_kit.evaluation.scoring.EvalResult.from_jsonl`).
+
     Raises:
-        ValueError: records without ids (written by grpo_kit before ids existed), or the two sets of
-            questions differ (the message says how many match).
+        ValueError: the two sets of questions differ (the message says how many match).
     """
-    if any("id" not in r for r in (*before, *after)):
-        raise ValueError("these records carry no question ids (written by an older grpo_kit): evaluate again so "
-                         "before and after can be paired by question")
     ids_before = list(dict.fromkeys(r["id"] for r in before))
     ids_after = set(r["id"] for r in after)
     if set(ids_before) != ids_after:
@@ -94,19 +93,14 @@ def flipped(before: EvalResult, after: EvalResult, metric: str | None = None) ->
     """
     import pandas as pd
 
-    metric = metric or before.task.headline
     ids = paired_ids(before.records, after.records)
+    was, now = before.correct(metric), after.correct(metric)
     b = {r["id"]: r for r in before.records if r["sample"] == 0}
     a = {r["id"]: r for r in after.records if r["sample"] == 0}
-    rows = []
-    for qid in ids:
-        rb, ra = b[qid], a[qid]
-        was, now = (rb[metric] or 0) > 0, (ra[metric] or 0) > 0
-        if was != now:
-            rows.append({"change": "wrong -> right" if now else "right -> wrong", "index": rb["index"],
-                         "question": rb["question"], "answer": rb["answer"], "before": rb["completion"],
-                         "after": ra["completion"], "extracted_before": rb.get("extracted"),
-                         "extracted_after": ra.get("extracted")})
+    rows = [{"change": "wrong -> right" if now[i] else "right -> wrong", "index": b[i]["index"],
+             "question": b[i]["question"], "answer": b[i]["answer"], "before": b[i]["completion"],
+             "after": a[i]["completion"], "extracted_before": b[i].get("extracted"),
+             "extracted_after": a[i].get("extracted")} for i in ids if was[i] != now[i]]
     columns = ["change", "index", "question", "answer", "before", "after", "extracted_before", "extracted_after"]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.sort_values("change", ascending=False, kind="stable").reset_index(drop=True)
@@ -129,44 +123,51 @@ def compare(before: EvalResult, after: EvalResult, confidence: float = 0.95, see
     read right before (at most ``strict_wrong_to_right``), with ``strict_gain`` and ``flexible_gain`` (the deltas).
 
     Raises:
-        ValueError: the evaluations cover different questions (the message says how many match),
-            or their records carry no question ids.
+        ValueError: the evaluations cover different questions (the message says how many match).
     """
     import pandas as pd
 
     ids = paired_ids(before.records, after.records)
-    rows = []
     after_keys = {m.key for m in after.metrics()}
-    deltas: dict[str, float] = {}
-    for metric in before.metrics():
-        if metric.key not in after_keys:
-            continue
-        by_b, by_a = per_question(before.records, metric.key), per_question(after.records, metric.key)
-        b, a = [by_b[i] for i in ids], [by_a[i] for i in ids]
-        row = {"metric": metric.label, "before": sum(b) / len(b), "after": sum(a) / len(a)}
-        row["delta"] = deltas[metric.key] = row["after"] - row["before"]
-        row["max"] = metric.max_value
-        row["before_low"], row["before_high"] = bootstrap_ci(b, confidence, seed=seed)
-        row["after_low"], row["after_high"] = bootstrap_ci(a, confidence, seed=seed)
-        row["delta_low"], row["delta_high"] = paired_bootstrap_ci(b, a, confidence, seed=seed)
-        if metric.binary:
-            row.update(paired_test(before, after, metric.key))
-        else:
-            row.update(wrong_to_right=math.nan, right_to_wrong=math.nan, mcnemar_p=math.nan)
-        rows.append(row)
+    rows, values, deltas = [], {}, {}
+    for metric in (m for m in before.metrics() if m.key in after_keys):
+        b, a = values[metric.key] = _values(before, metric.key, ids), _values(after, metric.key, ids)
+        pair = _paired(b, a, metric.binary, confidence, seed)
+        deltas[metric.key] = pair["delta"]
+        rows.append({"metric": metric.label, "before": sum(b) / len(b), "after": sum(a) / len(a),
+                     "delta": pair["delta"], "max": metric.max_value,
+                     **dict(zip(("before_low", "before_high"), bootstrap_ci(b, confidence, seed=seed))),
+                     **dict(zip(("after_low", "after_high"), bootstrap_ci(a, confidence, seed=seed))), **pair})
     frame = pd.DataFrame(rows)
     headline = before.task.headline
     label = next((m.label for m in before.metrics() if m.key == headline), headline)
     frame.attrs.update(paired_test(before, after), metric=headline, label=label)
-    if {"strict_correct", "flexible_correct"} <= set(deltas):
+    if {"strict_correct", "flexible_correct"} <= set(values):
         strict, flexible = deltas["strict_correct"], deltas["flexible_correct"]
-        frame.attrs["format_only_gain"] = float(strict - min(max(flexible, 0.0), strict)) if strict > 0 else 0.0
-        s_b, s_a = per_question(before.records, "strict_correct"), per_question(after.records, "strict_correct")
-        f_b = per_question(before.records, "flexible_correct")
-        frame.attrs["format_only_questions"] = sum(1 for i in ids if not s_b[i] and s_a[i] and f_b[i])
-        frame.attrs.update(strict_gain=float(strict), flexible_gain=float(flexible),
-                           strict_wrong_to_right=sum(1 for i in ids if not s_b[i] and s_a[i]))
+        (s_b, s_a), f_b = values["strict_correct"], values["flexible_correct"][0]
+        turned = [f for was, now, f in zip(s_b, s_a, f_b) if not was and now]  # strict: wrong -> right
+        frame.attrs.update(format_only_gain=float(strict - min(max(flexible, 0.0), strict)) if strict > 0 else 0.0,
+                           format_only_questions=sum(1 for f in turned if f), strict_gain=float(strict),
+                           flexible_gain=float(flexible), strict_wrong_to_right=len(turned))
     return frame
+
+
+def _values(result: EvalResult, key: str, ids: Sequence[str]) -> list[float]:
+    """Each question's value of ``key`` (:func:`grpo_kit.evaluation.summary.per_question`), in the order of ``ids``."""
+    by_id = per_question(result.records, key)
+    return [by_id[i] for i in ids]
+
+
+def _paired(a: Sequence[float], b: Sequence[float], binary: bool, confidence: float, seed: int) -> dict[str, Any]:
+    """``b`` against ``a``, per-question values of the same questions in one order: ``delta`` (the difference of the
+    means) with its paired bootstrap interval ``delta_low``/``delta_high``, and for a right/wrong metric (a value
+    above 0 is right) ``wrong_to_right``, ``right_to_wrong`` and the exact McNemar ``mcnemar_p`` (NaN for graded
+    metrics)."""
+    low, high = paired_bootstrap_ci(a, b, confidence, seed=seed)
+    gained, lost = flips([v > 0 for v in a], [v > 0 for v in b]) if binary else (math.nan, math.nan)
+    return {"delta": sum(b) / len(b) - sum(a) / len(a), "delta_low": low, "delta_high": high,
+            "wrong_to_right": gained, "right_to_wrong": lost,
+            "mcnemar_p": mcnemar_exact(gained, lost) if binary else math.nan}
 
 
 def compare_markdown(table: pd.DataFrame, digits: int = 3) -> str:
@@ -216,9 +217,10 @@ class RunsComparison:
             95% bootstrap interval over questions), ``max``.
         pairs: one row per (comparison, right/wrong metric): ``a``, ``b`` (``b`` is measured against ``a``; ``a`` is
             the baseline in the first comparisons, then each pair of runs), ``metric``, ``key``, ``a_value``,
-            ``b_value``, ``delta`` (``b - a``) with its paired interval ``delta_low``/``delta_high``,
-            ``wrong_to_right`` (wrong under ``a``, right under ``b``), ``right_to_wrong``, ``mcnemar_p`` (exact) and
-            ``holm_p``: the McNemar p-values adjusted by Holm over all comparisons of that metric.
+            ``b_value`` (their means, as in ``metrics``), ``delta`` (``b - a``) with its paired interval
+            ``delta_low``/``delta_high``, ``wrong_to_right`` (wrong under ``a``, right under ``b``), ``right_to_wrong``,
+            ``mcnemar_p`` (exact) and ``holm_p``: the McNemar p-values adjusted by Holm over all comparisons of that
+            metric.
         headline: the record key of the task's headline metric.
         questions: how many questions every evaluation shares.
     """
@@ -260,7 +262,7 @@ def compare_runs_results(baseline: EvalResult, runs: Mapping[str, EvalResult], c
         raise ValueError("compare at least one trained run with the baseline")
     if "baseline" in runs:
         raise ValueError("'baseline' names the shared evaluation before training: give the runs other names")
-    ids = list(dict.fromkeys(r["id"] for r in baseline.records)) if baseline.records else []
+    ids = list(dict.fromkeys(r["id"] for r in baseline.records))
     for name, result in runs.items():
         try:
             paired_ids(baseline.records, result.records)
@@ -272,23 +274,16 @@ def compare_runs_results(baseline: EvalResult, runs: Mapping[str, EvalResult], c
     rows = []
     for name, result in results.items():
         for m in shared:
-            by_id = per_question(result.records, m.key)
-            values[name, m.key] = v = [by_id[i] for i in ids]
+            v = values[name, m.key] = _values(result, m.key, ids)
             low, high = bootstrap_ci(v, confidence, seed=seed)
             rows.append({"run": name, "metric": m.label, "key": m.key, "value": sum(v) / len(v), "low": low,
                          "high": high, "max": m.max_value})
     comparisons = [("baseline", name) for name in runs] + list(itertools.combinations(list(runs), 2))
     pairs = []
     for m in (m for m in shared if m.binary):
-        family = []
-        for a, b in comparisons:
-            was, now = [v > 0 for v in values[a, m.key]], [v > 0 for v in values[b, m.key]]
-            gained, lost = flips(was, now)
-            low, high = paired_bootstrap_ci(values[a, m.key], values[b, m.key], confidence, seed=seed)
-            a_value, b_value = sum(was) / len(was), sum(now) / len(now)
-            family.append({"a": a, "b": b, "metric": m.label, "key": m.key, "a_value": a_value, "b_value": b_value,
-                           "delta": b_value - a_value, "delta_low": low, "delta_high": high,
-                           "wrong_to_right": gained, "right_to_wrong": lost, "mcnemar_p": mcnemar_exact(gained, lost)})
+        family = [{"a": a, "b": b, "metric": m.label, "key": m.key, "a_value": sum(values[a, m.key]) / len(ids),
+                   "b_value": sum(values[b, m.key]) / len(ids),
+                   **_paired(values[a, m.key], values[b, m.key], True, confidence, seed)} for a, b in comparisons]
         for row, adjusted in zip(family, holm([row["mcnemar_p"] for row in family])):
             row["holm_p"] = adjusted
         pairs += family
@@ -306,13 +301,9 @@ def runs_markdown(comparison: RunsComparison, keys: Sequence[str] | None = None,
             extraction rules' accuracies.
         digits: decimals shown.
     """
-    metrics = comparison.metrics
-    labels = list(dict.fromkeys(metrics["metric"]))
-    lines = ["| metric | " + " | ".join(f"{n} [95% CI]" for n in comparison.names) + " |",
-             "|:--|" + "--:|" * len(comparison.names)]
-    for label in labels:
-        rows = [metrics[(metrics["run"] == name) & (metrics["metric"] == label)].iloc[0] for name in comparison.names]
-        lines.append(f"| {label} | " + " | ".join(_ci(r["value"], r["low"], r["high"], digits) for r in rows) + " |")
+    metrics = comparison.metrics.rename(columns={"low": "ci_low", "high": "ci_high"})
+    runs = {name: metrics[metrics["run"] == name].set_index("metric") for name in comparison.names}
+    lines = [intervals_markdown(runs, digits)]
     keys = list(keys) if keys is not None else list(dict.fromkeys([comparison.headline, "strict_correct",
                                                                    "flexible_correct"]))
     lines += ["", "| comparison | metric | a | b | b - a [95% CI] | a wrong, b right | a right, b wrong | McNemar p | "

@@ -18,13 +18,7 @@ from grpo_kit.tasks.numbers import parse_number
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = [
-    "describe",
-    "near_duplicates",
-    "plot_distributions",
-    "plot_question_map",
-    "question_map",
-]
+__all__ = ["describe", "near_duplicates", "plot_distributions", "plot_question_map", "question_map"]
 
 
 def _solutions(dataset: Any, task: Task) -> tuple[list[str], list[int], list[float]]:
@@ -73,14 +67,9 @@ def describe(dataset: Any, tokenizer: Any | None = None, split: str = "",
 
     questions = list(dataset["question"])
     solutions, steps, values = _solutions(dataset, get_task(task))
-    return pd.DataFrame({
-        "split": split,
-        "question_tokens": count(questions),
-        "solution_tokens": count(solutions),
-        "steps": steps,
-        "answer": values,
-        "log10_answer": [math.log10(abs(v) + 1) if not math.isnan(v) else math.nan for v in values],
-    })
+    return pd.DataFrame({"split": split, "question_tokens": count(questions), "solution_tokens": count(solutions),
+                         "steps": steps, "answer": values,
+                         "log10_answer": [math.log10(abs(v) + 1) if not math.isnan(v) else math.nan for v in values]})
 
 
 def near_duplicates(train_questions: list[str], test_questions: list[str], threshold: float = 0.9,
@@ -101,26 +90,19 @@ def near_duplicates(train_questions: list[str], test_questions: list[str], thres
     import numpy as np
     import pandas as pd
     from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.metrics import pairwise_distances_argmin_min
 
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1).fit(train_questions + test_questions)
-    train_m, test_m = vectorizer.transform(train_questions), vectorizer.transform(test_questions)
-    best_index = np.zeros(len(test_questions), dtype=int)
-    best_sim = np.zeros(len(test_questions))
-    for start in range(0, len(test_questions), 256):  # bounded memory: 256 x n_train at a time
-        sims = (test_m[start:start + 256] @ train_m.T).toarray()
-        best_index[start:start + 256] = sims.argmax(axis=1)
-        best_sim[start:start + 256] = sims.max(axis=1)
+    # scikit-learn works through the test questions in chunks of bounded memory (its working_memory setting)
+    best_index, distance = pairwise_distances_argmin_min(vectorizer.transform(test_questions),
+                                                         vectorizer.transform(train_questions), metric="cosine")
+    best_sim = 1.0 - distance
     train_set = set(train_questions)
     exact = np.array([q in train_set for q in test_questions])
     order = np.argsort(-best_sim)[:top]
-    frame = pd.DataFrame({
-        "test_index": order,
-        "train_index": best_index[order],
-        "similarity": best_sim[order].round(3),
-        "exact": exact[order],
-        "test_question": [test_questions[i] for i in order],
-        "train_question": [train_questions[best_index[i]] for i in order],
-    })
+    frame = pd.DataFrame({"test_index": order, "train_index": best_index[order], "similarity": best_sim[order].round(3),
+                          "exact": exact[order], "test_question": [test_questions[i] for i in order],
+                          "train_question": [train_questions[best_index[i]] for i in order]})
     frame.attrs.update(n_exact=int(exact.sum()), n_near=int((best_sim >= threshold).sum()))
     return frame
 

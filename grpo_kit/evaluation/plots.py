@@ -56,11 +56,9 @@ def smoothed(values: Sequence[float], window: int) -> list[float]:
     >>> smoothed([0, 1, 2, 3], 2)
     [0.0, 0.5, 1.5, 2.5]
     """
-    out, total = [], 0.0
-    for i, value in enumerate(values):
-        total += value - (values[i - window] if i >= window else 0.0)
-        out.append(total / min(i + 1, window))
-    return out
+    import pandas as pd
+
+    return pd.Series(values, dtype=float).rolling(window, min_periods=1).mean().tolist()
 
 
 def _panel(key: str, heldout: str, rewards: dict[str, Any], total_max: float, max_length: int | None

@@ -101,9 +101,7 @@ def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings
              "total GRPO trained on (TRL's `reward`) weights them as the run's rewards do.", "", "## Greedy", "",
              compare_markdown(table), "",
              f"{headline}: {hard['wrong_to_right']} wrong->right, {hard['right_to_wrong']} right->wrong, exact "
-             f"McNemar p = {hard['mcnemar_p']:.3g}."]
-    lines[-1] += format_only_sentence(table)
-    lines.append("")
+             f"McNemar p = {hard['mcnemar_p']:.3g}." + format_only_sentence(table), ""]
     if measured.before_sampled is not None and measured.after_sampled is not None:
         lines += [f"## Sampled ({measured.samples} per question, temperature {measured.temperature})", "",
                   intervals_markdown({"before": measured.before_sampled.sampled(),

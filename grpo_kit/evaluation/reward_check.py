@@ -22,9 +22,11 @@ values and the headline.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from grpo_kit.tasks import RewardSet, Task
@@ -53,20 +55,17 @@ def zero_variance_share(records: Sequence[dict[str, Any]], value: Any) -> float:
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Pearson's correlation of two equally long series; ``None`` when either is constant or they are empty.
+    """Pearson's correlation of two equally long series (:func:`statistics.correlation`); ``None`` when either is
+    constant or there are fewer than two values. Values are rounded to 9 decimals first, so sums of rewards that
+    differ only in floating-point rounding count as the same.
 
-    >>> pearson([0, 1, 2], [0, 2, 4]), pearson([1, 1], [0, 1])
-    (1.0, None)
+    >>> pearson([0, 1, 2], [0, 2, 4]), pearson([1, 1], [0, 1]), pearson([0.1 + 0.2, 0.3], [0, 1])
+    (1.0, None, None)
     """
-    n = len(xs)
-    if n == 0:
+    try:
+        return statistics.correlation([round(x, 9) for x in xs], [round(y, 9) for y in ys])
+    except statistics.StatisticsError:
         return None
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    if sxx <= _SAME or syy <= _SAME:
-        return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
 
 
 def _stats(records: Sequence[dict[str, Any]], value: Any, correct: Any, max_value: float) -> dict[str, Any]:
@@ -75,12 +74,10 @@ def _stats(records: Sequence[dict[str, Any]], value: Any, correct: Any, max_valu
     top = max_value if not math.isnan(max_value) else (max(values) if values else math.nan)
     at_max = [c for v, c in judged if not math.isnan(top) and v >= top - _SAME]
     r = pearson(values, [1.0 if c else 0.0 for _, c in judged])
+    wrong = sum(1 for c in at_max if not c) / len(at_max) if at_max else None
     return {"mean": sum(values) / len(values) if values else None,
-            "zero_variance_share": zero_variance_share(records, value),
-            "correlation": None if r is None else round(r, 6),
-            "max": None if math.isnan(top) else top,
-            "at_max": len(at_max),
-            "max_on_wrong_share": (sum(1 for c in at_max if not c) / len(at_max)) if at_max else None,
+            "zero_variance_share": zero_variance_share(records, value), "correlation": r if r is None else round(r, 6),
+            "max": None if math.isnan(top) else top, "at_max": len(at_max), "max_on_wrong_share": wrong,
             "judged": len(values)}
 
 
@@ -97,16 +94,14 @@ class RewardCheck:
     questions: int
     samples: int
     source: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
     right: int = 0
     judged: int = 0
     format_only: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The check as one JSON object: ``{"rewards": {NAME: {...}}, "reward_set": {"weights": {...}, ...}, ...}``."""
-        return {"rewards": self.rewards, "reward_set": self.reward_set, "headline": self.headline,
-                "questions": self.questions, "samples": self.samples, "source": self.source,
-                "right": self.right, "judged": self.judged, "verdicts": self.verdicts()}
+        """The check as one JSON object: its fields (``{"rewards": {NAME: {...}}, "reward_set": {"weights": {...},
+        ...}, ...}``) and ``verdicts``."""
+        return {**dataclasses.asdict(self), "verdicts": self.verdicts()}
 
     def markdown(self) -> str:
         """The check as a markdown table, one row per reward and one for the reward set, with what it means."""
@@ -187,9 +182,8 @@ def check_rewards(records: Sequence[dict[str, Any]], task: Task, rewards: Reward
     def correct(record: dict[str, Any]) -> bool:
         return (record[task.headline] or 0) > 0
 
-    out = {}
-    for reward in rewards.rewards:
-        out[reward.name] = _stats(records, lambda r, n=reward.name: r[n], correct, reward.max_value)
+    out = {reward.name: _stats(records, lambda r, n=reward.name: r[n], correct, reward.max_value)
+           for reward in rewards.rewards}
     weights = dict(zip(rewards.names, rewards.weights))
 
     def total(record: dict[str, Any]) -> float:
@@ -201,6 +195,5 @@ def check_rewards(records: Sequence[dict[str, Any]], task: Task, rewards: Reward
     per_question = {r["id"] for r in records}
     return RewardCheck(rewards=out, reward_set=reward_set, headline=task.headline, questions=len(per_question),
                        samples=len(records) // max(1, len(per_question)), source=source,
-                       labels={r.name: r.label for r in rewards.rewards},
                        right=sum(1 for r in records if correct(r)), judged=len(records),
                        format_only=all(not r.columns for r, w in zip(rewards.rewards, rewards.weights) if w))

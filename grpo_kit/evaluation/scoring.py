@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,33 +94,23 @@ def score(examples: Sequence[dict[str, Any]], completions: Sequence[Sequence[Any
     spec = get_task(task)
     funcs = [guarded(r.func) for r in _metric_rewards(rewards, spec)]
     records = []
-    seen: dict[str, int] = {}
+    seen: Counter[str] = Counter()
     for index, (example, samples) in enumerate(zip(examples, completions)):
         qid = question_id(example["prompt"], spec.gold(example))
-        seen[qid] = seen.get(qid, 0) + 1
-        if seen[qid] > 1:
-            qid = f"{qid}#{seen[qid]}"
+        seen[qid] += 1
+        qid = f"{qid}#{seen[qid]}" if seen[qid] > 1 else qid
         texts = [getattr(s, "text", s) for s in samples]
         values = {f.__name__: _rewarded(f, example, texts) for f in funcs}
         for sample, (text, raw) in enumerate(zip(texts, samples)):
-            record = {
-                "id": qid,
-                "index": index,
-                "sample": sample,
-                "task": spec.name,
-                "question": example.get("question", ""),
-                "answer": spec.gold(example),
-                "completion": text,
-                **spec.fields(text),
-            }
+            record = {"id": qid, "index": index, "sample": sample, "task": spec.name,
+                      "question": example.get("question", ""), "answer": spec.gold(example), "completion": text,
+                      **spec.fields(text)}
             for name, rule in spec.rules.items():
-                answer = rule.extract(text)
-                record[f"{name}_answer"] = answer
+                answer = record[f"{name}_answer"] = rule.extract(text)
                 record[f"{name}_correct"] = 1.0 if answer is not None and rule.correct(answer, example) else 0.0
             record.update({name: v[sample] for name, v in values.items()})
             record[TOTAL] = sum(v[sample] for v in values.values() if v[sample] is not None)
-            record["num_tokens"] = getattr(raw, "num_tokens", None)
-            record["truncated"] = getattr(raw, "truncated", None)
+            record.update(num_tokens=getattr(raw, "num_tokens", None), truncated=getattr(raw, "truncated", None))
             records.append(record)
     return records
 

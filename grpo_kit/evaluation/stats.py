@@ -145,13 +145,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
     >>> holm([])
     []
     """
+    import numpy as np
+
     values = [float(p) for p in p_values]
     if any(not 0 <= p <= 1 for p in values):  # also refuses NaN
         raise ValueError(f"p-values must be in [0, 1], got {values}")
-    m = len(values)
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(sorted(range(m), key=values.__getitem__)):
-        running = max(running, min(1.0, (m - rank) * values[i]))
-        adjusted[i] = running
-    return adjusted
+    m, order = len(values), np.argsort(values, kind="stable")
+    adjusted = np.empty(m)
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * np.asarray(values)[order]))
+    return adjusted.tolist()

@@ -135,8 +135,7 @@ def summarize(records: Sequence[dict[str, Any]], task: Task, rewards: Sequence[R
     rows = {}
     for metric in metrics(records, task, rewards):
         values = list(per_question(records, metric.key).values())
-        low, high = bootstrap_ci(values, confidence, seed=seed)
-        rows[metric.label] = (sum(values) / len(values), low, high, metric.max_value)
+        rows[metric.label] = (sum(values) / len(values), *bootstrap_ci(values, confidence, seed=seed), metric.max_value)
     return pd.DataFrame.from_dict(rows, orient="index", columns=["value", "ci_low", "ci_high", "max"]).rename_axis(
         "metric")
 
@@ -198,10 +197,7 @@ def diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     """
     tokens = [r["num_tokens"] for r in records if r.get("num_tokens") is not None]
     truncated = [bool(r["truncated"]) for r in records if r.get("truncated") is not None]
-    out = {
-        "mean_tokens": sum(tokens) / len(tokens) if tokens else math.nan,
-        "max_tokens": float(max(tokens)) if tokens else math.nan,
-        "truncation_rate": sum(truncated) / len(truncated) if truncated else math.nan,
-    }
-    out.update({f"has {tag}": sum(tag in r["completion"] for r in records) / len(records) for tag in TAGS})
-    return out
+    return {"mean_tokens": sum(tokens) / len(tokens) if tokens else math.nan,
+            "max_tokens": float(max(tokens)) if tokens else math.nan,
+            "truncation_rate": sum(truncated) / len(truncated) if truncated else math.nan,
+            **{f"has {tag}": sum(tag in r["completion"] for r in records) / len(records) for tag in TAGS}}

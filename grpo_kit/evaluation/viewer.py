@@ -15,9 +15,10 @@ import base64
 import gzip
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-__all__ = ["MARK", "viewer_html"]
+__all__ = ["MARK", "viewer_html", "written_by_view"]
 
 #: The page's first line: what ``view`` looks for before replacing a file (a file without it is the user's).
 MARK = "<!-- grpo_kit view: written by python -m grpo_kit view -->"
@@ -42,6 +43,16 @@ def viewer_html(data: dict[str, Any], title: str = "grpo_kit: what the model did
     page = resources.files("grpo_kit.evaluation").joinpath("viewer_page.html").read_text(encoding="utf-8")
     return MARK + "\n" + page.replace("__TITLE__", html.escape(title)).replace(
         "__DATA__", _packed({**data, "runs": runs})).replace("<!--__GROUPS__-->", blocks)
+
+
+def written_by_view(path: str | Path) -> bool:
+    """Whether the file ``path`` begins with :data:`MARK` (``view`` wrote it, and may replace it); ``False`` for a
+    file that cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(len(MARK)) == MARK
+    except OSError:
+        return False
 
 
 def _packed(value: Any) -> str:

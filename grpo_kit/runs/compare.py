@@ -21,13 +21,14 @@ from typing import Any
 
 from grpo_kit.evaluation.compare import RunsComparison, compare_runs_results, runs_markdown
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
+from grpo_kit.evaluation.viewer import written_by_view
 from grpo_kit.runs.folder import AFTER_STEP, BASELINE_STEP, TRAIN_STEP, RunFolder, enclosing_run
 from grpo_kit.runs.measure import evaluated_with, plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
 from grpo_kit.tasks import get_task
 
 __all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "check_run_names",
-           "compare_runs", "comparison_folder", "differing_settings", "share_baseline"]
+           "compare_runs", "comparison_folder", "differing_settings", "existing_runs", "share_baseline"]
 
 #: What :func:`compare_runs` writes into its ``out_dir``; ``runs_comparison.md`` begins with this heading.
 COMPARISON_FILES = ("runs_comparison.md", "runs_metrics.csv", "runs_pairs.csv", "runs_comparison.png")
@@ -35,11 +36,10 @@ _HEADING = re.compile(r"# \d+ runs against their shared baseline$")
 
 #: What a shared baseline means: these ``eval_settings.json`` entries are equal in every run folder.
 BASELINE_KEYS = (("task", "task"), ("slice", "question slice"), ("seed", "slice seed"), ("questions", "questions"),
-                 ("base_model", "base model"), ("base_fingerprint", "base weights"),
-                 ("system_prompt", "system prompt"), ("max_new_tokens", "completion budget"),
-                 ("samples", "sampled completions"), ("temperature", "sampling temperature"),
-                 ("route", "evaluation route"), ("warm", "tiny policy's warm start"),
-                 ("tiny_spec", "tiny policy's shape"))
+                 ("base_model", "base model"), ("base_fingerprint", "base weights"), ("system_prompt", "system prompt"),
+                 ("max_new_tokens", "completion budget"), ("samples", "sampled completions"),
+                 ("temperature", "sampling temperature"), ("route", "evaluation route"),
+                 ("warm", "tiny policy's warm start"), ("tiny_spec", "tiny policy's shape"))
 
 
 @dataclass
@@ -124,13 +124,10 @@ def differing_settings(trained: dict[str, dict[str, Any]]) -> dict[str, dict[str
     {'beta': {'a': 0.0, 'b': 0.04}}
     """
     flat = {name: _flat(settings) for name, settings in trained.items()}
-    keys = list(dict.fromkeys(k for values in flat.values() for k in values))
-    out = {}
-    for key in keys:
-        values = {name: values.get(key) for name, values in flat.items()}
-        if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1:
-            out[key] = values
-    return out
+    keys = dict.fromkeys(k for values in flat.values() for k in values)
+    columns = {key: {name: values.get(key) for name, values in flat.items()} for key in keys}
+    return {key: values for key, values in columns.items()
+            if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1}
 
 
 def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Path:
@@ -169,7 +166,8 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
         return out
     runs = {Path(d).resolve() for d in run_dirs}
     foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
-                     if p.resolve() not in runs and p.name not in COMPARISON_FILES and not _viewer_page(p))
+                     if p.resolve() not in runs and p.name not in COMPARISON_FILES
+                     and not (p.name == "view.html" and written_by_view(p)))
     ours = out / COMPARISON_FILES[0]
     if not foreign and any((out / name).exists() for name in COMPARISON_FILES):
         try:
@@ -184,26 +182,18 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
     return out
 
 
-def _viewer_page(path: Path) -> bool:
-    """Whether ``path`` is the page ``view`` writes beside a comparison (its default for several runs)."""
-    from grpo_kit.evaluation.viewer import MARK
-
-    try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            return path.name == "view.html" and f.read(len(MARK)) == MARK
-    except OSError:
-        return False
-
-
-def _names(folders: Sequence[RunFolder]) -> list[str]:
-    names = [f.path.resolve().name for f in folders]  # "." is the folder's own name
-    return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
-
-
 def comparison_folder(run_dirs: Sequence[str | Path]) -> Path:
     """Where a comparison of ``run_dirs`` goes when no ``--out`` is given: ``comparison/`` beside the first run folder
     (that folder resolved first, so ``compare . ../other`` from inside a run folder puts it beside it, not in it)."""
     return Path(run_dirs[0]).resolve().parent / "comparison"
+
+
+def existing_runs(run_dirs: Sequence[str | Path], command: str) -> list[RunFolder]:
+    """The run folders ``command`` (``compare``, ``view``) reads; no folder, or a missing one, is refused (a mistyped
+    path is named, not created)."""
+    if not run_dirs:
+        raise ValueError(f"give at least one run folder (python -m grpo_kit {command} RUN_DIR [RUN_DIR ...])")
+    return [RunFolder.existing(d, write=False) for d in run_dirs]
 
 
 def check_run_names(names: Sequence[str] | None, folders: Sequence[RunFolder]) -> list[str]:
@@ -214,7 +204,8 @@ def check_run_names(names: Sequence[str] | None, folders: Sequence[RunFolder]) -
             tables) or nothing.
     """
     if names is None:
-        return _names(folders)
+        names = [f.path.resolve().name for f in folders]  # "." is the folder's own name
+        return names if len(set(names)) == len(names) else [str(f.path) for f in folders]
     names = list(names)
     if len(names) != len(folders) or len(set(names)) != len(names):
         raise ValueError(f"give one distinct name per run folder: {len(folders)} folders, names {names}")
@@ -251,9 +242,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         grpo_kit.runs.folder.RunFolderBusy: another process is writing one of the run folders (they are locked
             while compared).
     """
-    if not run_dirs:
-        raise ValueError("give at least one run folder (python -m grpo_kit compare RUN_DIR RUN_DIR ...)")
-    folders = [RunFolder.existing(d, write=False) for d in run_dirs]  # a mistyped path is named, not created
+    folders = existing_runs(run_dirs, "compare")
     if out_dir is not None:
         check_comparison_out(out_dir, run_dirs)
     if len({f.path.resolve() for f in folders}) != len(folders):
@@ -267,38 +256,29 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
 
 def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int,
                   trust_remote_code: bool) -> RunsReport:
-    evaluated = {n: f.read_json(f.eval_settings, BASELINE_STEP)
-                 for n, f in zip(names, folders)}
-    trained = {n: f.read_json(f.train_settings, TRAIN_STEP)
-               for n, f in zip(names, folders)}
+    evaluated = {n: f.read_json(f.eval_settings, BASELINE_STEP) for n, f in zip(names, folders)}
+    trained = {n: f.read_json(f.train_settings, TRAIN_STEP) for n, f in zip(names, folders)}
     first = names[0]
-    problems = []
-    for key, label in BASELINE_KEYS:
-        values = {n: evaluated[n].get(key) for n in names}
-        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
-            problems.append(f"{label} ({key}): " + ", ".join(f"{n} {v!r}" for n, v in values.items()))
-    task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest"),
-                    trust_remote_code=trust_remote_code) if not problems else None
+    problems = [f"{label} ({key}): " + ", ".join(f"{n} {evaluated[n].get(key)!r}" for n in names)
+                for key, label in BASELINE_KEYS
+                if len({json.dumps(evaluated[n].get(key), sort_keys=True) for n in names}) > 1]
     if not problems:
-        baselines = {n: EvalResult.from_jsonl(f.check_baseline(f.baseline), task=task)
-                     for n, f in zip(names, folders)}
+        task = get_task(evaluated[first]["task"], digest=evaluated[first].get("task_digest"),
+                        trust_remote_code=trust_remote_code)
+        baselines = {n: EvalResult.from_jsonl(f.check_baseline(f.baseline), task=task) for n, f in zip(names, folders)}
         reference = [(r["id"], r["completion"]) for r in baselines[first].records]
-        for n in names[1:]:
-            if [(r["id"], r["completion"]) for r in baselines[n].records] != reference:
-                problems.append(f"baseline records: {n}'s baseline.jsonl holds other questions or completions than "
-                                f"{first}'s")
+        problems += [f"baseline records: {n}'s baseline.jsonl holds other questions or completions than {first}'s"
+                     for n in names[1:] if [(r["id"], r["completion"]) for r in baselines[n].records] != reference]
     if problems:
         raise ValueError("these runs do not share one baseline, so a paired table would pair different things:\n  "
                          + "\n  ".join(problems) + "\nMeasure every run's baseline with the same settings (notebook "
                          "02 / python -m grpo_kit eval --before), e.g. by copying one run folder's baseline files "
                          "(eval_settings.json, baseline*.jsonl) into the others before training.")
-    for n, f in zip(names, folders):
-        f.require(f.trained, AFTER_STEP)
-        stale = f.stale_results(evaluated_with(evaluated[n]))
-        if stale is not None:
-            raise ValueError(f"{n}: {stale} (its results are not of the model it now holds, so they are not compared)")
     digests = {}
     for n, f in zip(names, folders):
+        f.require(f.trained, AFTER_STEP)
+        if (stale := f.stale_results(evaluated_with(evaluated[n]))) is not None:
+            raise ValueError(f"{n}: {stale} (its results are not of the model it now holds, so they are not compared)")
         digest = f.check_model()
         if digest is not None and digest in digests:
             raise ValueError(f"{digests[digest]} and {n} hold the same trained weights (a copy of one run, or one "

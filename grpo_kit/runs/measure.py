@@ -38,8 +38,7 @@ from grpo_kit.training.presets import Recipe, get_preset
 log = logging.getLogger(__name__)
 
 __all__ = ["EVAL_FRACTION", "EvalPlan", "Measured", "baseline_differences", "check_pairing", "evaluated_with",
-           "measure_after",
-           "measure_before", "plan_from_settings", "run_rewards"]
+           "measure_after", "measure_before", "plan_from_settings", "run_rewards"]
 
 
 #: The share of the test split a baseline measures unless told otherwise: the blog post's half.
@@ -141,18 +140,13 @@ class EvalPlan:
 
     def settings(self) -> dict[str, Any]:
         """The plan as ``eval_settings.json`` records it (:func:`plan_from_settings` reads it back)."""
-        return {"task": self.task.ref, "task_digest": _digest(self.task), "slice": self.slice, "seed": self.seed,
-                "max_new_tokens": self.max_new_tokens,
-                "samples": self.samples, "temperature": self.temperature, "batch_size": self.batch_size,
-                "preset": self.preset.name, "recipe": dict(self.preset.settings), "model_override": self.model,
-                "backend": self.backend, "warm": dataclasses.asdict(self.warm) if self.warm else None,
-                "tiny_spec": dataclasses.asdict(self.tiny_spec) if self.tiny_spec else None,
-                "cache_dir": self.cache_dir}
-
-
-def _digest(task: Task) -> dict[str, str] | None:
-    """What a run folder records of a task file's data (``None`` for a task of the kit's own)."""
-    return dict(task.digest) if task.digest is not None else None
+        digest = dict(self.task.digest) if self.task.digest is not None else None  # a task file's data
+        return {"task": self.task.ref, "task_digest": digest, "slice": self.slice, "seed": self.seed,
+                "max_new_tokens": self.max_new_tokens, "samples": self.samples, "temperature": self.temperature,
+                "batch_size": self.batch_size, "preset": self.preset.name, "recipe": dict(self.preset.settings),
+                "model_override": self.model, "backend": self.backend, "cache_dir": self.cache_dir,
+                "warm": dataclasses.asdict(self.warm) if self.warm else None,
+                "tiny_spec": dataclasses.asdict(self.tiny_spec) if self.tiny_spec else None}
 
 
 def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None, trust_remote_code: bool = False
@@ -165,8 +159,8 @@ def plan_from_settings(settings: dict[str, Any], batch_size: int | None = None, 
         get_preset(settings["preset"], **settings.get("preset_overrides", {}))
     return EvalPlan(task=get_task(settings["task"], digest=settings.get("task_digest"),
                                   trust_remote_code=trust_remote_code), preset=preset,
-                    model=settings.get("model_override"),
-                    slice=settings["slice"], seed=settings["seed"], max_new_tokens=settings["max_new_tokens"],
+                    model=settings.get("model_override"), slice=settings["slice"], seed=settings["seed"],
+                    max_new_tokens=settings["max_new_tokens"],
                     samples=settings["samples"], temperature=settings["temperature"],
                     batch_size=batch_size or settings.get("batch_size", 32), backend=settings.get("backend"),
                     warm=WarmStart(**settings["warm"]) if settings.get("warm") else None,
@@ -228,7 +222,20 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None,
             for path in (run.eval_settings, run.evaluated, run.trained, run.trained_sampled, run.report,
                          run.comparison, run.before_after, run.baseline_sampled):
                 path.unlink(missing_ok=True)  # eval_settings.json first: a replacement cut short pairs nothing
-        return _measure_before(plan, run, backend, questions, source)
+        from grpo_kit.policy.routes import eval_route, load_eval_backend
+
+        route = getattr(backend, "route", None) or eval_route(plan.preset.loading, plan.backend)
+        if backend is None:
+            backend = load_eval_backend(source, plan.preset.loading, batch_size=plan.batch_size, backend=plan.backend)
+        results = {"greedy": _evaluated(backend, plan, questions, run, run.baseline)}
+        if plan.samples > 0:
+            results["sampled"] = _evaluated(backend, plan, questions, run, run.baseline_sampled, sampled=True)
+        # Written last: a baseline that died on the way leaves no settings for notebook 04 to pair with.
+        run.write_json(run.eval_settings, {**plan.settings(), "route": route, "base_model": source.name,
+                                           "base_fingerprint": _base_fingerprint(backend),
+                                           "system_prompt": system_prompt_of(questions), "questions": len(questions),
+                                           "files": run.baseline_files()})
+        return results
 
 
 def baseline_differences(recorded: dict[str, Any], planned: dict[str, Any]) -> list[str]:
@@ -250,26 +257,15 @@ def baseline_differences(recorded: dict[str, Any], planned: dict[str, Any]) -> l
             if key not in ("batch_size", "cache_dir") and plain(recorded.get(key)) != plain(value)]
 
 
-def _measure_before(plan: EvalPlan, run: RunFolder, backend: Any, questions: Any,
-                    source: PolicySource) -> dict[str, EvalResult]:
-    from grpo_kit.policy.routes import eval_route, load_eval_backend
-
-    route = getattr(backend, "route", None) or eval_route(plan.preset.loading, plan.backend)
-    if backend is None:
-        backend = load_eval_backend(source, plan.preset.loading, batch_size=plan.batch_size, backend=plan.backend)
-    results = {"greedy": evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed,
-                                  task=plan.task)}
-    results["greedy"].to_jsonl(run.baseline)
-    if plan.samples > 0:
-        results["sampled"] = evaluate(backend, questions, plan.sampled(), cache=run.generations, seed=plan.seed,
-                                      task=plan.task)
-        results["sampled"].to_jsonl(run.baseline_sampled)
-    # Written last: a baseline that died on the way leaves no settings for notebook 04 to pair with.
-    run.write_json(run.eval_settings, {
-        **plan.settings(), "route": route, "base_model": source.name, "base_fingerprint": _base_fingerprint(backend),
-        "system_prompt": system_prompt_of(questions), "questions": len(questions), "files": run.baseline_files(),
-    })
-    return results
+def _evaluated(backend: Any, plan: EvalPlan, questions: Any, run: RunFolder, path: Path, sampled: bool = False,
+               rewards: Sequence[Any] = ()) -> EvalResult:
+    """The plan's greedy (or sampled) evaluation of ``questions`` through ``backend`` (completions cached in the run
+    folder), ``rewards`` scored beside the task's metrics, written to ``path``."""
+    result = evaluate(backend, questions, plan.sampled() if sampled else plan.greedy(), cache=run.generations,
+                      seed=plan.seed, task=plan.task)
+    result = with_rewards(result, questions, rewards)
+    result.to_jsonl(path)
+    return result
 
 
 def _records(run: RunFolder, path: Path, plan: EvalPlan, expected: int) -> EvalResult:
@@ -305,10 +301,9 @@ def check_pairing(evaluated: dict[str, Any], trained: dict[str, Any], folder: st
     Raises:
         ValueError: a difference; the message names both values of each.
     """
-    differences = []
-    for key, label in (("base_model", "base model"), ("task", "task"), ("system_prompt", "system prompt")):
-        if evaluated.get(key) != trained.get(key):
-            differences.append(f"{label}: baseline {evaluated.get(key)!r}, trained {trained.get(key)!r}")
+    differences = [f"{label}: baseline {evaluated.get(key)!r}, trained {trained.get(key)!r}" for key, label in
+                   (("base_model", "base model"), ("task", "task"), ("system_prompt", "system prompt"))
+                   if evaluated.get(key) != trained.get(key)]
     a, b = evaluated.get("base_fingerprint"), trained.get("base_fingerprint")
     if a is not None and b is not None and a != b:
         differences.append(f"base weights: baseline {a}, trained from {b}")
@@ -419,14 +414,9 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards
                          f"through {route!r}: evaluate both through one route (install what the baseline used, or "
                          "re-run the baseline)")
     run.evaluated.unlink(missing_ok=True)  # until this evaluation is whole, no result is current
-    after = with_rewards(evaluate(backend, questions, plan.greedy(), cache=run.generations, seed=plan.seed,
-                                  task=plan.task), examples, own)
-    after.to_jsonl(run.trained)
-    after_sampled = None
-    if plan.samples > 0:
-        after_sampled = with_rewards(evaluate(backend, questions, plan.sampled(), cache=run.generations,
-                                              seed=plan.seed, task=plan.task), examples, own)
-        after_sampled.to_jsonl(run.trained_sampled)
+    after = _evaluated(backend, plan, questions, run, run.trained, rewards=own)
+    after_sampled = _evaluated(backend, plan, questions, run, run.trained_sampled, True, own) \
+        if plan.samples > 0 else None
     table = compare(before, after, seed=plan.seed)
     write_text(run.comparison, table.to_csv(index=False))
     import matplotlib.pyplot as plt

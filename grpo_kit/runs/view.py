@@ -15,16 +15,15 @@ baseline) says what writes them instead.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.evaluation.compare import compare, paired_ids
+from grpo_kit.evaluation.compare import compare
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
-from grpo_kit.evaluation.viewer import MARK, viewer_html
+from grpo_kit.evaluation.viewer import viewer_html, written_by_view
 from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
 from grpo_kit.runs.measure import plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
@@ -33,7 +32,6 @@ from grpo_kit.training.groups import read_groups
 
 __all__ = ["view_data", "write_view"]
 
-log = logging.getLogger(__name__)
 #: A group whose totals spread less than this has zero variance: GRPO's advantage is 0 for each of its completions.
 ZERO_STD = 1e-9
 
@@ -41,20 +39,19 @@ ZERO_STD = 1e-9
 def _number(value: Any, digits: int = 4) -> float | None:
     """A JSON-safe rounded number (``None`` for NaN, infinity or a missing value): ``digits`` decimals, or
     ``digits`` significant figures below 0.001, where decimals would turn a McNemar p of 1.91e-06 into 0."""
-    if value is None or isinstance(value, bool):
-        return None if value is None else float(value)
     try:
         value = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # None, or not a number
         return None
     if not math.isfinite(value):
         return None
     return float(f"{value:.{digits}g}") if 0 < abs(value) < 1e-3 else round(value, digits)
 
 
-def _table(frame: Any) -> list[dict[str, Any]]:
-    """A DataFrame as rows of JSON-safe values."""
-    return [{k: (v if isinstance(v, str) else _number(v)) for k, v in row.items()} for row in frame.to_dict("records")]
+def _table(rows: Any) -> list[dict[str, Any]]:
+    """A DataFrame (or a list of dicts) as rows of JSON-safe values: text kept, numbers rounded, anything else None."""
+    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    return [{k: (v if isinstance(v, str) else _number(v)) for k, v in row.items()} for row in rows]
 
 
 def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool, rewards: Sequence[Any] = ()
@@ -66,23 +63,15 @@ def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool, rewards: Se
     task = get_task(settings["task"], digest=settings.get("task_digest"), trust_remote_code=trust_remote_code)
     result = EvalResult.from_jsonl(path, task=task)
     if rewards and any(getattr(f, "__name__", None) not in result.records[0] for f in rewards):
-        result = with_rewards(result, list(plan_from_settings(settings).questions()), rewards)
+        questions = plan_from_settings(settings, trust_remote_code=trust_remote_code).questions()
+        result = with_rewards(result, list(questions), rewards)
     return result
-
-
-def _trained(run: RunFolder) -> dict[str, Any] | None:
-    """The run's ``train_settings.json`` (``None``: not trained yet)."""
-    return run.read_settings(run.train_settings, "train", ("identity",)) if run.train_settings.is_file() else None
 
 
 def _answers(result: EvalResult, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The first sample of each question: its completion, extracted answer and each metric's value, by id."""
-    out = {}
-    for r in result.records:
-        if r["sample"] == 0:
-            out[r["id"]] = {"completion": r["completion"], "extracted": r.get("extracted"),
-                            "values": {k: _number(r.get(k)) for k in keys}}
-    return out
+    return {r["id"]: {"completion": r["completion"], "extracted": r.get("extracted"),
+                      "values": {k: _number(r.get(k)) for k in keys}} for r in result.records if r["sample"] == 0}
 
 
 def _curves(run: RunFolder) -> dict[str, Any]:
@@ -90,8 +79,7 @@ def _curves(run: RunFolder) -> dict[str, Any]:
 
     history = run.read_json(run.log_history, "train") if run.log_history.is_file() else []
     curves = {k: [s, [_number(v) for v in vals]] for k, (s, vals) in training_curves(history).items()}
-    return {"curves": curves, "alarms": [{k: (v if isinstance(v, str) else _number(v) if not isinstance(v, dict)
-                                              else None) for k, v in a.items()} for a in run.read_alarms()]}
+    return {"curves": curves, "alarms": _table(run.read_alarms())}
 
 
 def _groups(run: RunFolder) -> dict[str, Any]:
@@ -101,21 +89,14 @@ def _groups(run: RunFolder) -> dict[str, Any]:
     damaged: list[str] = []
     frame = read_groups(run.groups, damaged=damaged)
     rewards = [c for c in frame.columns if c.startswith("reward/")]
-    out = []
-    for (step, group), rows in frame.groupby(["step", "group"], sort=True):
-        out.append({"step": int(step), "group": int(group), "prompt": rows["prompt"].iloc[0],
-                    "std": _number(rows["group_std"].iloc[0]),
-                    "completions": rows["completion"].tolist(),
-                    "rewards": {c.removeprefix("reward/"): [_number(v, 3) for v in rows[c]] for c in rewards},
-                    "total": [_number(v, 3) for v in rows["total"]],
-                    "advantage": [_number(v, 3) for v in rows["advantage"]]})
-    steps = sorted({g["step"] for g in out})
-    zero = {s: [0, 0] for s in steps}
-    for g in out:
-        zero[g["step"]][0] += (g["std"] or 0.0) < ZERO_STD
-        zero[g["step"]][1] += 1
-    return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": steps,
-            "zero_share": [_number(zero[s][0] / zero[s][1]) for s in steps], "groups": out, "damaged": damaged}
+    out = [{"step": int(step), "group": int(group), "prompt": rows["prompt"].iloc[0],
+            "std": _number(rows["group_std"].iloc[0]), "completions": rows["completion"].tolist(),
+            "rewards": {c.removeprefix("reward/"): [_number(v, 3) for v in rows[c]] for c in rewards},
+            "total": [_number(v, 3) for v in rows["total"]], "advantage": [_number(v, 3) for v in rows["advantage"]]}
+           for (step, group), rows in frame.groupby(["step", "group"], sort=True)]
+    zero = frame.groupby(["step", "group"])["group_std"].first().fillna(0.0).lt(ZERO_STD).groupby("step").mean()
+    return {"rewards": [c.removeprefix("reward/") for c in rewards], "steps": [int(s) for s in zero.index],
+            "zero_share": [_number(v) for v in zero], "groups": out, "damaged": damaged}
 
 
 def _reward_check(run: RunFolder, trained: dict[str, Any] | None, trust_remote_code: bool) -> dict[str, Any] | None:
@@ -133,20 +114,13 @@ def _reward_check(run: RunFolder, trained: dict[str, Any] | None, trust_remote_c
     except (OSError, ValueError) as e:
         return {"error": str(e)}
     data = check.to_json()
+    total = {k: v for k, v in data["reward_set"].items() if k != "weights"}
     return {"headline": data["headline"], "questions": data["questions"], "samples": data["samples"],
             "weights": data["reward_set"]["weights"],
             "which": "the reward set this run trained with" if rewards is not None else
                      "the task's reward set (the run folder records no training)",
-            "rows": [{"reward": name, **{k: _number(v) for k, v in s.items()}} for name, s in data["rewards"].items()]
-            + [{"reward": "reward set (weighted total)",
-                **{k: _number(v) for k, v in data["reward_set"].items() if k != "weights"}}]}
-
-
-def _check_folders(run_dirs: Sequence[str | Path]) -> list[RunFolder]:
-    """The run folders; no folder or a missing one is refused (a mistyped path is named, not created)."""
-    if not run_dirs:
-        raise ValueError("give at least one run folder (python -m grpo_kit view RUN_DIR [RUN_DIR ...])")
-    return [RunFolder.existing(d, write=False) for d in run_dirs]
+            "rows": _table([*({"reward": n, **s} for n, s in data["rewards"].items()),
+                            {"reward": "reward set (weighted total)", **total}])}
 
 
 def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None, seed: int = 0,
@@ -169,9 +143,9 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         FileNotFoundError: a run folder is missing, or has no baseline (the message names the step that writes it).
         ValueError: several runs that do not share a baseline (the message names what differs).
     """
-    from grpo_kit.runs.compare import check_run_names
+    from grpo_kit.runs.compare import check_run_names, existing_runs
 
-    folders = _check_folders(run_dirs)
+    folders = existing_runs(run_dirs, "view")
     names = check_run_names(names, folders)  # refused as compare refuses them, not replaced silently
     comparison = None
     if len(folders) > 1:
@@ -180,11 +154,11 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         report = compare_runs([f.path for f in folders], names=names, seed=seed, trust_remote_code=trust_remote_code)
         comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
-    trained = [_trained(run) for run in folders]
+    trained = [run.read_settings(run.train_settings, "train", ("identity",)) if run.train_settings.is_file() else None
+               for run in folders]  # None: not trained yet
     rewards = list({getattr(f, "__name__", ""): f for record in trained if record is not None
                     for f in run_rewards(record)}.values())  # every reward a run trained with, as eval scores them
-    before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code,
-                         rewards)
+    before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code, rewards)
     metrics = before.metrics()
     keys = [m.key for m in metrics]
     base = _answers(before, keys)
@@ -193,20 +167,16 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         after = _evaluation(run, run.trained, trust_remote_code, rewards)
         entry: dict[str, Any] = {"name": name, "path": str(run.path), "table": None, "stale": None}
         if after is not None:
-            paired_ids(before.records, after.records)  # refuses what is not paired
-            frame = compare(before, after, seed=seed)
-            entry["table"] = _table(frame)
-            entry["format_only_gain"] = _number(frame.attrs.get("format_only_gain"))
+            frame = compare(before, after, seed=seed)  # refuses what is not paired
+            entry.update(table=_table(frame), format_only_gain=_number(frame.attrs.get("format_only_gain")))
             with contextlib.suppress(OSError, ValueError):
                 entry["stale"] = run.stale_results()
         afters.append(_answers(after, keys) if after is not None else None)
         entry.update(_curves(run), groups=_groups(run), reward_check=_reward_check(run, record, trust_remote_code))
         runs.append(entry)
-    questions = []
-    first = {r["id"]: r for r in before.records if r["sample"] == 0}
-    for qid, r in first.items():
-        questions.append({"id": qid, "index": r["index"], "question": r["question"], "answer": r["answer"],
-                          "before": base[qid], "after": [a.get(qid) if a is not None else None for a in afters]})
+    questions = [{"id": r["id"], "index": r["index"], "question": r["question"], "answer": r["answer"],
+                  "before": base[r["id"]], "after": [a.get(r["id"]) if a is not None else None for a in afters]}
+                 for r in before.records if r["sample"] == 0]
     return {"runs": runs, "questions": questions, "headline": before.task.headline, "task": before.task.name,
             "metrics": [{"key": m.key, "label": m.label, "binary": m.binary, "correctness": m.correctness,
                          "max": _number(m.max_value)} for m in metrics], "compare": comparison}
@@ -233,10 +203,10 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
             ...: a run folder holds only what its steps write, and a file added to ``model/`` makes ``eval`` and
             ``export`` refuse the run; ``export --out`` and ``compare --out`` follow the same rule).
     """
-    _check_folders(run_dirs)
-    if out is None:  # several runs: beside compare's tables (its default --out)
-        from grpo_kit.runs.compare import comparison_folder
+    from grpo_kit.runs.compare import comparison_folder, existing_runs
 
+    existing_runs(run_dirs, "view")
+    if out is None:  # several runs: beside compare's tables (its default --out)
         out = RunFolder(run_dirs[0], write=False).view if len(run_dirs) == 1 else \
             comparison_folder(run_dirs) / "view.html"
     out = Path(out)
@@ -247,10 +217,8 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
         raise ValueError(f"--out {out} lies inside the run folder {inside[0]}'s own {inside[1]}/, which holds only "
                          "what the run's steps write (a file added to model/ makes eval and export refuse the run): "
                          f"give a file outside it, e.g. {Path(inside[0]) / 'view.html'} (the default)")
-    if out.exists():
-        with open(out, encoding="utf-8", errors="replace") as f:
-            if MARK not in f.read(512):
-                raise ValueError(f"{out} exists and was not written by python -m grpo_kit view: give another --out")
+    if out.exists() and not written_by_view(out):
+        raise ValueError(f"{out} exists and was not written by python -m grpo_kit view: give another --out")
     folder = next((p for p in out.resolve().parents if p.exists()), None)
     if folder is not None and not os.access(folder, os.W_OK):  # a read-only run folder is still read
         raise ValueError(f"cannot write {out} ({folder} is read-only to you): give --out a file where you can write, "

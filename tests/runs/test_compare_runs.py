@@ -259,3 +259,22 @@ def test_compare_out_never_overwrites_a_users_files_or_writes_into_a_run_folder(
     both = tmp_path / "both"
     c, d = write_run(both / "c", questions, 0, 0.9, 1), write_run(both / "d", questions, 0, 0.5, 2)
     assert main(["compare", str(c), str(d), "--out", str(both)]) == 0  # a folder holding only the runs compared
+
+
+def test_a_comparison_holds_each_side_on_the_scale_of_its_interval(questions):
+    """A right/wrong reward worth 0.5 (strict format): a_value, b_value and delta are means of the metric, as in the
+    metrics table, so the delta lies in its paired interval."""
+    task = get_task("gsm8k")
+
+    def formatted(share, seed):  # the gold answer, in the strict layout for about ``share`` of the questions
+        rng = random.Random(seed)
+        return [[render("work", q["answer"]) if rng.random() < share else f"it is {q['answer']}"] for q in questions]
+
+    baseline = _from_records(score(questions, formatted(0.3, 0), task=task), task)
+    after = _from_records(score(questions, formatted(0.8, 1), task=task), task)
+    result = compare_runs_results(baseline, {"a": after})
+    pair = result.pairs.set_index("key").loc["strict_format_reward_func"]
+    values = result.metrics.set_index(["run", "key"])["value"]
+    assert pair["a_value"] == values["baseline", "strict_format_reward_func"] < 0.5
+    assert pair["b_value"] == values["a", "strict_format_reward_func"]
+    assert pair["delta_low"] <= pair["delta"] == pair["b_value"] - pair["a_value"] <= pair["delta_high"]
