@@ -224,6 +224,19 @@ def _first_reward(log_history: Sequence[dict[str, Any]]) -> float | None:
 STALE_METRIC = "sampling/sampling_logp_difference/mean"
 
 
+#: Why the metric is missing on Unsloth's routes, unless the recipe sets the key.
+_UNSLOTH_OFF = ("Unsloth's generated GRPO trainer turns vllm_importance_sampling_correction off by default "
+                "(unsloth/models/rl.py)")
+
+
+def _unarmed(off: str) -> str:
+    """Why a trainer whose ``vllm_importance_sampling_correction`` is off (``off`` says where) logs no
+    :data:`STALE_METRIC`, and how to arm the alarm."""
+    return (f"{off}, and the trainer logs {STALE_METRIC} only when it is on: nothing compares vLLM's "
+            "log-probabilities with the trained policy's. To arm it, set vllm_importance_sampling_correction true "
+            "(--vllm_importance_sampling_correction true; it also reweights the loss by that ratio)")
+
+
 def stale_weights_alarm(preset: Recipe) -> dict[str, Any]:
     """Whether :class:`StaleWeightsAlarm` can fire on this recipe's route, and why (``python -m grpo_kit plan``'s
     ``alarm``).
@@ -242,17 +255,10 @@ def stale_weights_alarm(preset: Recipe) -> dict[str, Any]:
     if not (preset.use_vllm or preset.fast_inference):
         return {"armed": False, "metric": None,
                 "why": "no vLLM: the policy generates its own samples, so they cannot come from stale weights"}
-    correction = preset.settings.get("vllm_importance_sampling_correction", not preset.use_unsloth)
-    if not correction:
-        whose = ("Unsloth's generated GRPO trainer turns vllm_importance_sampling_correction off by default "
-                 "(unsloth/models/rl.py)" if preset.use_unsloth and
-                 "vllm_importance_sampling_correction" not in preset.settings
-                 else "the recipe sets vllm_importance_sampling_correction false")
+    if not preset.settings.get("vllm_importance_sampling_correction", not preset.use_unsloth):
         return {"armed": False, "metric": STALE_METRIC,
-                "why": f"{whose}, and the trainer logs {STALE_METRIC} only when it is on: nothing compares vLLM's "
-                       "log-probabilities with the trained policy's. To arm it, set "
-                       "vllm_importance_sampling_correction true (--vllm_importance_sampling_correction true; it also "
-                       "reweights the loss by that ratio)"}
+                "why": _unarmed("the recipe sets vllm_importance_sampling_correction false"
+                                if "vllm_importance_sampling_correction" in preset.settings else _UNSLOTH_OFF)}
     return {"armed": True, "metric": STALE_METRIC,
             "why": "vLLM generates with importance-sampling correction on, so the trainer logs the gap every step"}
 
@@ -270,13 +276,10 @@ class StaleWeightsAlarm(TrainerCallback):
     Args:
         threshold: the mean gap (nats per token) that raises the alarm.
         records: where the alarm is kept (the run folder's ``alarms.jsonl``; ``None``: nowhere).
-        why_unarmed: what to say when the metric is missing (default: read from the trainer's config).
     """
 
-    def __init__(self, threshold: float = 0.1, records: RunRecords | None = None,
-                 why_unarmed: str | None = None) -> None:
-        self.threshold, self.records, self.raised = threshold, records, []
-        self.why_unarmed, self.checked = why_unarmed, False
+    def __init__(self, threshold: float = 0.1, records: RunRecords | None = None) -> None:
+        self.threshold, self.records, self.raised, self.checked = threshold, records, [], False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -284,8 +287,12 @@ class StaleWeightsAlarm(TrainerCallback):
         if not self.checked and "reward" in logs:  # the first logged training step
             self.checked = True
             if gap is None:
-                log.warning(f"the stale-weights alarm is NOT armed on this run: {self.why_unarmed or _unarmed(args)}. "
-                            "Nothing checks that vLLM generates from the weights being trained (trl #2698, #5312).")
+                why = f"the trainer logged no {STALE_METRIC}"
+                if getattr(args, "vllm_importance_sampling_correction", True) is False:
+                    why = _unarmed("vllm_importance_sampling_correction is off in this trainer's config" + (
+                        f" ({_UNSLOTH_OFF})" if getattr(type(args), "_unsloth_patched_rl_config", False) else ""))
+                log.warning(f"the stale-weights alarm is NOT armed on this run: {why}. Nothing checks that vLLM "
+                            "generates from the weights being trained (trl #2698, #5312).")
         if gap is None or gap <= self.threshold:
             return
         finding = {"kind": "stale_vllm_weights", "step": state.global_step, "mean_logp_gap": gap,
@@ -297,18 +304,6 @@ class StaleWeightsAlarm(TrainerCallback):
                     "(trl #2698, #5312).")
         if self.records is not None:
             self.records.append_alarm(finding)
-
-
-def _unarmed(args: Any) -> str:
-    """Why the trainer with these arguments logs no :data:`STALE_METRIC`, as far as its config says."""
-    if getattr(args, "vllm_importance_sampling_correction", True) is False:
-        unsloth = getattr(type(args), "_unsloth_patched_rl_config", False)
-        return ("vllm_importance_sampling_correction is off in this trainer's config"
-                + (" (Unsloth's generated GRPO trainer turns it off by default: unsloth/models/rl.py)" if unsloth
-                   else "") + f", and {STALE_METRIC} is logged only when it is on; set "
-                "vllm_importance_sampling_correction true (--vllm_importance_sampling_correction true) to arm the "
-                "alarm")
-    return f"the trainer logged no {STALE_METRIC}"
 
 
 #: Seconds a reward may take within one optimiser step before the step log names it (a reward runs on every

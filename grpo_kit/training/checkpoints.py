@@ -19,6 +19,7 @@ A run folder records what it trains (:func:`run_identity`: preset, task, model, 
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import logging
 import re
@@ -99,10 +100,20 @@ def _dcp_folder(folder: Path) -> bool:
     return (folder / ".metadata").is_file() and any(folder.glob("*.distcp"))
 
 
+def _shards(index: Path) -> set[str]:
+    """The shard files a sharded save's ``*.index.json`` names (its ``weight_map``'s values).
+
+    Raises:
+        OSError, ValueError, KeyError, TypeError, AttributeError: the index is missing or not such a file.
+    """
+    return set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+
+
 def readable(path: str | Path) -> bool:
     """Whether a weights file is whole, judged from its size and header without loading it:
-    a ``.safetensors`` file's header parses and its tensors end where the file does; a sharded model's index names
-    shards that are whole; a ``torch.save`` file (``.bin``, ``.pt``: a zip archive) ends with its zip directory.
+    a ``.safetensors`` file opens with ``safetensors.safe_open`` (which parses the header and refuses a file that its
+    tensors do not cover exactly); a sharded model's index names shards that are whole; a ``torch.save`` file
+    (``.bin``, ``.pt``: a zip archive) ends with its zip directory.
     A file cut short by a kill or a full disk fails; one whose bytes were altered in place may not.
 
     >>> import tempfile, pathlib
@@ -113,24 +124,20 @@ def readable(path: str | Path) -> bool:
     """
     import zipfile
 
+    from safetensors import SafetensorError, safe_open
+
     path = Path(path)
     try:
-        size = path.stat().st_size
         if path.name.endswith(".safetensors"):
-            with path.open("rb") as f:
-                length = int.from_bytes(f.read(8), "little")
-                if length <= 0 or 8 + length > size:
-                    return False
-                header = json.loads(f.read(length))
-            ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
-            return size == 8 + length + max(ends, default=0)
+            with safe_open(path, "np"):
+                return True
         if path.name.endswith(".index.json"):
-            shards = set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values())
+            shards = _shards(path)
             return bool(shards) and all(readable(path.parent / shard) for shard in shards)
         if path.suffix in (".bin", ".pt", ".pth"):
             return zipfile.is_zipfile(path)
-        return size > 0
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return path.stat().st_size > 0
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, SafetensorError):
         return False
 
 
@@ -180,10 +187,8 @@ def weights_fingerprint(checkpoint: str | Path) -> dict[str, str]:
     checkpoint = Path(checkpoint)
     names = {name for name in WEIGHT_FILES if (checkpoint / name).is_file()}
     for index in [name for name in names if name.endswith(".index.json")]:
-        try:
-            names |= set(json.loads((checkpoint / index).read_text(encoding="utf-8"))["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+            names |= _shards(checkpoint / index)
     return {name: sha256_file(checkpoint / name) for name in sorted(names) if (checkpoint / name).is_file()}
 
 
