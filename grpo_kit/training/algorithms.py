@@ -22,18 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
-    "ALGORITHMS",
-    "ALGORITHM_FIELDS",
-    "IMPORTANCE_SAMPLING_LEVELS",
-    "LOSS_TYPES",
-    "SCALE_REWARDS",
-    "Algorithm",
-    "algorithm_markdown",
-    "algorithm_settings",
-    "check_algorithm",
-    "get_algorithm",
-]
+__all__ = ["ALGORITHMS", "ALGORITHM_FIELDS", "IMPORTANCE_SAMPLING_LEVELS", "LOSS_TYPES", "SCALE_REWARDS", "Algorithm",
+           "algorithm_markdown", "algorithm_settings", "check_algorithm", "get_algorithm"]
 
 log = logging.getLogger(__name__)
 

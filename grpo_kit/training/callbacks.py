@@ -39,6 +39,7 @@ __all__ = ["SLOW_REWARD_SECONDS", "STALE_METRIC", "HeldOutEval", "RewardWatch", 
 
 log = logging.getLogger(__name__)
 _RULES = ("strict", "flexible")
+_ENDS = ("", "_ci_low", "_ci_high")  # a rule's logged accuracy, and its 95% interval: eval/<rule>_accuracy<end>
 
 
 class RunRecords(Protocol):
@@ -60,11 +61,9 @@ class RunRecords(Protocol):
 def _log(args: Any, state: Any, logs: dict[str, float]) -> None:
     """Append ``logs`` to the trainer's log history at the current step and send them to wandb when on."""
     state.log_history.append({**logs, "step": state.global_step})
-    if "wandb" in (args.report_to or []):
-        try:
-            import wandb
-        except ImportError:
-            return
+    if "wandb" in (args.report_to or []):  # installed: transformers' WandbCallback refused to start otherwise
+        import wandb
+
         if wandb.run is not None:
             wandb.log({**logs, "train/global_step": state.global_step})
 
@@ -197,9 +196,8 @@ class HeldOutEval(TrainerCallback):
         logs: dict[str, float] = {}
         for rule in _RULES:
             row = result.summary.loc[rule_label(rule)]
-            logs[f"eval/{rule}_accuracy"] = float(row["value"])
-            logs[f"eval/{rule}_accuracy_ci_low"] = float(row["ci_low"])
-            logs[f"eval/{rule}_accuracy_ci_high"] = float(row["ci_high"])
+            for end, column in zip(_ENDS, ("value", "ci_low", "ci_high")):
+                logs[f"eval/{rule}_accuracy{end}"] = float(row[column])
         return logs
 
     def _alarm(self, finding: dict[str, Any]) -> None:
@@ -391,11 +389,9 @@ class StepPrinter(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         last = state.log_history[-1] if state.log_history else {}
         if last.get("step") == state.global_step and "eval/strict_accuracy" in last:
-            log.info(f"step {state.global_step}: held-out strict accuracy "
-                     f"{last['eval/strict_accuracy']:.3f} [{last['eval/strict_accuracy_ci_low']:.3f}, "
-                     f"{last['eval/strict_accuracy_ci_high']:.3f}], flexible {last['eval/flexible_accuracy']:.3f} "
-                     f"[{last['eval/flexible_accuracy_ci_low']:.3f}, {last['eval/flexible_accuracy_ci_high']:.3f}]"
-                     + (f" on {self.heldout}" if self.heldout else ""))
+            measured = ", ".join("{} accuracy {:.3f} [{:.3f}, {:.3f}]".format(
+                rule, *(last[f"eval/{rule}_accuracy{end}"] for end in _ENDS)) for rule in _RULES)
+            log.info(f"step {state.global_step}: held-out {measured}" + (f" on {self.heldout}" if self.heldout else ""))
 
 
 def _number(value: Any, digits: int = 3) -> str:
