@@ -187,21 +187,17 @@ class Worker:
 # --- the child --------------------------------------------------------------------------------------
 
 
-def _follow_parent(parent: int) -> None:
-    """End this process group when the parent is gone (it was reparented), even if the parent was SIGKILLed."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(_WATCH_EVERY_S)
-        os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, daemon=True, name="grpo_kit-follow-parent").start()
-
-
 def _serve(target: str) -> None:
     parent = int(os.environ.get("GRPO_KIT_WORKER_PARENT", os.getppid()))
     if os.getppid() != parent:  # the parent died before this line ran
         os._exit(1)
-    _follow_parent(parent)
+
+    def follow_parent() -> None:  # end this process group when the parent is gone (reparented), even SIGKILLed
+        while os.getppid() == parent:
+            time.sleep(_WATCH_EVERY_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=follow_parent, daemon=True, name="grpo_kit-follow-parent").start()
     channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # what anything else prints (vLLM's log, C libraries) goes to stderr, not the protocol
     sys.stdout = sys.stderr
