@@ -202,13 +202,11 @@ class HeldOutEval(TrainerCallback):
 
     def _alarm(self, finding: dict[str, Any]) -> None:
         self.alarms.append(finding)
-        log.warning(f"REWARD-HACKING ALARM at step {finding['step']}: the training reward rose "
-                    f"{finding['reward_before']:.3f} -> {finding['reward_after']:.3f} since step "
-                    f"{finding['previous_step']}, while held-out {finding['rule']} accuracy fell "
-                    f"{finding['accuracy_before']:.3f} -> {finding['accuracy_after']:.3f} ({finding['right_to_wrong']} "
-                    f"right->wrong, {finding['wrong_to_right']} wrong->right, exact McNemar p = "
-                    f"{finding['mcnemar_p']:.2g}). Read the completions: the policy may be paid for something other "
-                    "than solving the task.")
+        log.warning("REWARD-HACKING ALARM at step {step}: the training reward rose {reward_before:.3f} -> "
+                    "{reward_after:.3f} since step {previous_step}, while held-out {rule} accuracy fell "
+                    "{accuracy_before:.3f} -> {accuracy_after:.3f} ({right_to_wrong} right->wrong, {wrong_to_right} "
+                    "wrong->right, exact McNemar p = {mcnemar_p:.2g}). Read the completions: the policy may be paid "
+                    "for something other than solving the task.".format(**finding))
         if self.records is not None:
             self.records.append_alarm({"kind": "reward_hacking", **finding})
 
