@@ -30,9 +30,9 @@ from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
-__all__ = ["FINGERPRINT", "WEIGHT_FILES", "TiedKeysLoaded", "check_fingerprint", "check_same_run", "checkpoint_step",
-           "checkpoints", "continue_schedule", "fingerprint_on_save", "is_complete", "latest_complete", "readable",
-           "resume_point", "run_identity", "schedule_on_resume", "weights_fingerprint"]
+__all__ = ["FINGERPRINT", "WEIGHT_FILES", "TiedKeysLoaded", "check_fingerprint", "check_same_run",
+           "checkpoint_callback", "checkpoint_step", "checkpoints", "continue_schedule", "is_complete",
+           "latest_complete", "readable", "resume_point", "run_identity", "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _MISSING_KEYS = "There were missing keys in the checkpoint model loaded: "
@@ -175,7 +175,7 @@ def is_complete(checkpoint: str | Path) -> bool:
 
 
 #: Written into each checkpoint once transformers saved it: the SHA-256 of its weight files
-#: (:func:`fingerprint_on_save`).
+#: (:func:`checkpoint_callback`).
 FINGERPRINT = "weights_sha256.json"
 
 
@@ -209,22 +209,6 @@ def check_fingerprint(checkpoint: str | Path) -> None:
             raise ValueError(f"{checkpoint / name} is not the file training saved (its SHA-256 differs from the one "
                              f"{FINGERPRINT} records, or it is gone): restore it, or delete {checkpoint} to resume "
                              "from an earlier checkpoint")
-
-
-def fingerprint_on_save() -> Any:
-    """A ``TrainerCallback`` that writes each checkpoint's :data:`FINGERPRINT` once transformers saved it (main
-    process), so that a resume can tell the weights are the ones training wrote (:func:`check_fingerprint`)."""
-    from transformers import TrainerCallback
-
-    from grpo_kit.system.files import follow_umask, write_json
-
-    class FingerprintOnSave(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if state.is_world_process_zero and folder.is_dir():
-                write_json(follow_umask(folder) / FINGERPRINT, weights_fingerprint(folder))  # weights were 0600
-
-    return FingerprintOnSave()
 
 
 def latest_complete(folder: str | Path) -> Path | None:
@@ -323,13 +307,22 @@ def continue_schedule(optimizer: Any, lr_scheduler: Any) -> list[float]:
     return rates
 
 
-def schedule_on_resume() -> Any:
-    """A ``TrainerCallback`` that applies :func:`continue_schedule` when training starts from a checkpoint."""
+def checkpoint_callback() -> Any:
+    """A ``TrainerCallback`` for the checkpoints: when training starts from one it applies :func:`continue_schedule`;
+    once transformers saved one it writes its :data:`FINGERPRINT` (main process), so that a resume can tell the
+    weights are the ones training wrote (:func:`check_fingerprint`)."""
     from transformers import TrainerCallback
 
-    class ScheduleOnResume(TrainerCallback):
+    from grpo_kit.system.files import follow_umask, write_json
+
+    class CheckpointCallback(TrainerCallback):
         def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
             if state.global_step > 0 and optimizer is not None and lr_scheduler is not None:
                 continue_schedule(optimizer, lr_scheduler)
 
-    return ScheduleOnResume()
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                write_json(follow_umask(folder) / FINGERPRINT, weights_fingerprint(folder))  # weights were 0600
+
+    return CheckpointCallback()
