@@ -22,6 +22,7 @@ included.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -171,7 +172,8 @@ class Worker:
                     self._process.kill()
             self._process.wait()
             for stream in (self._process.stdin, self._process.stdout):
-                stream.close()
+                with contextlib.suppress(OSError):  # a request's bytes a dead child never read: flushed in vain
+                    stream.close()
         if self._log is not None:
             self._log.close()
         self._process = self._log = None

@@ -59,6 +59,16 @@ def test_a_child_that_does_not_start_in_time_is_killed_and_said():
     assert not worker.running
 
 
+def test_a_request_to_a_child_that_died_since_it_started_is_said(monkeypatch):
+    worker = Worker(f"{__name__}:add")
+    worker.start()
+    os.killpg(worker._process.pid, signal.SIGKILL)
+    worker._process.wait()
+    monkeypatch.setattr(worker, "start", lambda: None)  # it died between its start and the request
+    with pytest.raises(WorkerError, match="died during the request"):
+        worker.call([1, 2])  # a short request stays in the pipe's buffer: closing it must not raise BrokenPipeError
+
+
 def test_a_handler_that_cannot_be_imported_is_said_at_start():
     with pytest.raises(WorkerError, match="raised ModuleNotFoundError"):
         Worker("tests.system.no_such_module:add").start()
