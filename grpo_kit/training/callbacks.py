@@ -130,10 +130,9 @@ class HeldOutEval(TrainerCallback):
         if every < 1:
             raise ValueError(f"eval_steps must be at least 1, got {every}")
         self.task, self.dataset, self.tokenizer, self.every = task, list(dataset), tokenizer, every
-        self.records = records
+        self.records, self.split = records, split
         self.sampling = Sampling(temperature=0.0, max_new_tokens=max_new_tokens)
         self.batch_size, self.p_threshold, self.is_main_process = batch_size, p_threshold, is_main_process
-        self.split = split
         self.previous: tuple[int, EvalResult] | None = None
         self.alarms: list[dict[str, Any]] = []
 
