@@ -37,10 +37,9 @@ from grpo_kit.system.files import write_text
 from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
 from grpo_kit.training.checkpoints import (
     TiedKeysLoaded,
+    checkpoint_callback,
     checkpoint_step,
-    fingerprint_on_save,
     latest_complete,
-    schedule_on_resume,
 )
 from grpo_kit.training.presets import get_preset, recipe_yaml
 
@@ -257,8 +256,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         folder.forget_after(resume_step if resume_step is not None else (0 if spec.resume else -1))
         folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
 
-    callbacks: list[Any] = [_OnTrainBegin(begin), schedule_on_resume(),  # first: before the held-out evaluation
-                            fingerprint_on_save()]
+    callbacks: list[Any] = [_OnTrainBegin(begin), checkpoint_callback()]  # first: before the held-out evaluation
     if spec.eval_steps is not None:
         callbacks.append(HeldOutEval(spec.task, spec.validation, tokenizer, spec.eval_steps, folder,
                                      is_main_process=main, split=f"validation (from {spec.task.name} train)",

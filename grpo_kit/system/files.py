@@ -45,7 +45,7 @@ def new_beside(path: str | Path, tag: str, folder: bool = False) -> Path:
     place they would leave every file the kit writes unreadable to the rest of a team sharing a run folder.
 
     Raises:
-        OSError: the folder cannot be written.
+        OSError: the folder cannot be written (``FileExistsError``: the random name is taken).
 
     >>> import tempfile, pathlib, os
     >>> mask = os.umask(0o022)
@@ -55,17 +55,13 @@ def new_beside(path: str | Path, tag: str, folder: bool = False) -> Path:
     (True, '0o644')
     """
     path = Path(path)
-    for _ in range(100):
-        candidate = path.with_name(f".{path.name}.{tag}{secrets.token_hex(4)}{'' if folder else path.suffix}")
-        try:
-            if folder:
-                os.mkdir(candidate, 0o777)  # the umask applies, as to any folder the user makes
-            else:
-                os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            return candidate
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}")
+    # 64 random bits: a name already taken is never met in practice, and O_EXCL / mkdir refuse one rather than reuse it
+    candidate = path.with_name(f".{path.name}.{tag}{secrets.token_hex(8)}{'' if folder else path.suffix}")
+    if folder:
+        os.mkdir(candidate, 0o777)  # the umask applies, as to any folder the user makes
+    else:
+        os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    return candidate
 
 
 def follow_umask(folder: str | Path) -> Path:

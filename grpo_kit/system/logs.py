@@ -28,10 +28,8 @@ class _Handler(logging.StreamHandler):
         self.fixed, self.info_to_stdout = stream, info_to_stdout
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.fixed is not None:
-            self.stream = self.fixed
-        else:
-            self.stream = sys.stdout if self.info_to_stdout and record.levelno < logging.WARNING else sys.stderr
+        below_warning = self.info_to_stdout and record.levelno < logging.WARNING
+        self.stream = self.fixed if self.fixed is not None else sys.stdout if below_warning else sys.stderr
         from tqdm import tqdm
 
         with tqdm.external_write_mode(file=self.stream):  # a line under a progress bar, not into it

@@ -291,12 +291,11 @@ def step_bar(trainer: Any, label: str, shows: str = "loss", enabled: bool = True
             parts = ([f"{shows} {self.value:.3f}"] if self.value is not None else []) + ([saving] if saving else [])
             self.bar.set_postfix_str(", ".join(parts), refresh=False)
 
-        def on_train_end(self, args, state, control, **kwargs):
-            self.close()
-
-        def close(self) -> None:
+        def close(self, *event: Any, **kwargs: Any) -> None:
             self.stack.close()
             self.bar = None
+
+        on_train_end = close
 
     own = PrinterCallback if trainer.args.disable_tqdm else transformers.trainer.DEFAULT_PROGRESS_CALLBACK
     trainer.pop_callback(own)  # the one display Trainer.__init__ added, chosen as it chose

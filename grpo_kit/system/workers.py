@@ -22,12 +22,12 @@ included.
 
 from __future__ import annotations
 
-import atexit
-import importlib
+import contextlib
 import inspect
 import json
 import os
-import selectors
+import pkgutil
+import select
 import signal
 import subprocess
 import sys
@@ -35,13 +35,11 @@ import tempfile
 import threading
 import time
 import traceback
-import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = ["Worker", "WorkerError"]
 
-_STARTED: weakref.WeakSet[Worker] = weakref.WeakSet()
 _WATCH_EVERY_S = 0.5
 
 
@@ -50,43 +48,31 @@ class WorkerError(RuntimeError):
     with the last lines it printed)."""
 
 
-def _load(target: str) -> Callable[..., Any]:
-    module, _, name = target.partition(":")
-    found: Any = importlib.import_module(module)
-    for part in name.split("."):
-        found = getattr(found, part)
-    return found
-
-
 class Worker:
     """A child Python serving one handler over JSON lines (see the module docstring).
 
     Args:
-        target: the handler, ``"module:function"``, importable in the child.
-        warm_up: ``"module:function"`` called once before the child says it is ready (e.g. an import
-            that takes seconds), so it is never charged to a request's timeout.
+        target: the handler, ``"module:function"`` (as :func:`pkgutil.resolve_name` reads it), importable in the
+            child.
         env: the child's environment (default this process's); the parent's import path is added.
         stderr: ``"file"`` (kept in a temporary file, shown on failure, deleted on close) or ``"inherit"``.
-        start_timeout_s: how long starting and warming up may take.
+
+    Attributes:
+        start_timeout_s: how long starting the child and importing its handler may take (s).
 
     Raises on use:
         WorkerError: the child did not start, died, or its handler raised.
-        TimeoutError: a request took longer than its ``timeout_s`` (the child is killed; the next
-            request starts a fresh one).
     """
 
-    def __init__(self, target: str, warm_up: str | None = None, env: Mapping[str, str] | None = None,
-                 stderr: str = "file", start_timeout_s: float = 120.0) -> None:
+    start_timeout_s = 120.0
+
+    def __init__(self, target: str, env: Mapping[str, str] | None = None, stderr: str = "file") -> None:
         if stderr not in ("file", "inherit"):
             raise ValueError(f"stderr must be 'file' or 'inherit', got {stderr!r}")
-        self.target, self.warm_up, self.stderr = target, warm_up, stderr
-        self.start_timeout_s = start_timeout_s
+        self.target, self.stderr = target, stderr
         self._env = dict(os.environ if env is None else env)
         self._process: subprocess.Popen | None = None
-        self._selector: selectors.BaseSelector | None = None
         self._log: Any = None
-        self._buffer = b""
-        self._lock = threading.RLock()
 
     @property
     def running(self) -> bool:
@@ -95,51 +81,41 @@ class Worker:
 
     def start(self) -> None:
         """Start the child and wait until it is ready (a running child is left as it is)."""
-        with self._lock:
-            if self.running:
-                return
+        if self.running:
+            return
+        self.close()
+        env = dict(self._env)
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        paths += [p for p in sys.path if p and os.path.isdir(p) and p not in paths]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        env["GRPO_KIT_WORKER_PARENT"] = str(os.getpid())
+        self._log = tempfile.TemporaryFile(mode="w+") if self.stderr == "file" else None
+        # -c rather than -m: runpy would warn that this module is already imported
+        self._process = subprocess.Popen([sys.executable, "-c", _CHILD, self.target], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._log, env=env, start_new_session=True)
+        # select on the pipe before anything is read: the buffered reader below holds nothing yet, and the child
+        # writes nothing after its first line until it is sent a request
+        if not select.select([self._process.stdout], [], [], self.start_timeout_s)[0]:
+            tail = self.log_tail()
             self.close()
-            env = dict(self._env)
-            paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-            paths += [p for p in sys.path if p and os.path.isdir(p) and p not in paths]
-            env["PYTHONPATH"] = os.pathsep.join(paths)
-            env["GRPO_KIT_WORKER_PARENT"] = str(os.getpid())
-            self._log = tempfile.TemporaryFile(mode="w+") if self.stderr == "file" else None
-            # -c rather than -m: runpy would warn that this module is already imported
-            command = [sys.executable, "-c", _CHILD, self.target, self.warm_up or ""]
-            self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=self._log, bufsize=0, env=env, start_new_session=True)
-            self._buffer = b""
-            _STARTED.add(self)
-            self._selector = selectors.DefaultSelector()
-            self._selector.register(self._process.stdout, selectors.EVENT_READ)
-            try:
-                message = self._read(self.start_timeout_s)
-            except TimeoutError:
-                tail = self.log_tail()
-                self.close()
-                raise WorkerError(f"the worker {self.target} did not start within {self.start_timeout_s:.0f} s:"
-                                  f"\n{tail}") from None
-            if message.get("ready") is not True:
-                error = self._failure(message, "start")
-                self.close()
-                raise error
+            raise WorkerError(f"the worker {self.target} did not start within {self.start_timeout_s:g} s:\n{tail}")
+        message = self._read()
+        if message.get("ready") is not True:
+            error = self._failure(message, "start")
+            self.close()
+            raise error
 
-    def call(self, payload: Any = None, timeout_s: float | None = None) -> Any:
-        """Send one request and return the handler's result.
+    def call(self, payload: Any = None) -> Any:
+        """Send one request to a handler that returns, and return its result.
 
         Raises:
-            WorkerError, TimeoutError: see the class.
+            WorkerError: see the class.
         """
-        with self._lock:
-            self._send(payload)
-            deadline = None if timeout_s is None else time.monotonic() + timeout_s
-            while True:
-                message = self._read(None if deadline is None else max(0.0, deadline - time.monotonic()))
-                if "result" in message:
-                    return message["result"]
-                if "item" not in message:
-                    raise self._failure(message, "request")
+        self._send(payload)
+        message = self._read()
+        if "result" not in message:
+            raise self._failure(message, "request")
+        return message["result"]
 
     def stream(self, payload: Any = None) -> Iterator[Any]:
         """Send one request to a generator handler and yield what it yields, as it comes.
@@ -147,41 +123,26 @@ class Worker:
         Raises:
             WorkerError: see the class.
         """
-        with self._lock:
-            self._send(payload)
-            while True:
-                message = self._read(None)
-                if "item" in message:
-                    yield message["item"]
-                elif "result" in message:
-                    return
-                else:
-                    raise self._failure(message, "request")
+        self._send(payload)
+        while "result" not in (message := self._read()):
+            if "item" not in message:
+                raise self._failure(message, "request")
+            yield message["item"]
 
     def _send(self, payload: Any) -> None:
         self.start()
         try:
             self._process.stdin.write((json.dumps(payload) + "\n").encode())
+            self._process.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._failure({}, "request") from None
 
-    def _read(self, timeout_s: float | None) -> dict[str, Any]:
-        """The next protocol message; ``{}`` when the child died.
-
-        Reads raw bytes into the worker's own buffer: a buffered ``readline`` could hold a second
-        message that ``select`` no longer sees, and a stream would wait for it forever."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while b"\n" not in self._buffer:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._selector.select(left):
-                self.close()
-                raise TimeoutError(f"the worker {self.target} did not answer within {timeout_s:g} s")
-            chunk = os.read(self._process.stdout.fileno(), 1 << 16)
-            if not chunk:
-                self._process.wait()
-                return {}
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+    def _read(self) -> dict[str, Any]:
+        """The next protocol message; ``{}`` when the child died."""
+        line = self._process.stdout.readline()
+        if not line:
+            self._process.wait()
+            return {}
         return json.loads(line)
 
     def _failure(self, message: dict[str, Any], during: str) -> WorkerError:
@@ -203,22 +164,19 @@ class Worker:
 
     def close(self) -> None:
         """Stop the child and every process it started (a later request starts a new one)."""
-        with self._lock:
-            if self._process is not None:
-                if self._process.poll() is None:
-                    try:
-                        os.killpg(self._process.pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        self._process.kill()
-                self._process.wait()
-                for stream in (self._process.stdin, self._process.stdout):
+        if self._process is not None:
+            if self._process.poll() is None:
+                try:
+                    os.killpg(self._process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    self._process.kill()
+            self._process.wait()
+            for stream in (self._process.stdin, self._process.stdout):
+                with contextlib.suppress(OSError):  # a request's bytes a dead child never read: flushed in vain
                     stream.close()
-            if self._selector is not None:
-                self._selector.close()
-            if self._log is not None:
-                self._log.close()
-            self._process = self._selector = self._log = None
-            self._buffer = b""
+        if self._log is not None:
+            self._log.close()
+        self._process = self._log = None
 
     def __enter__(self) -> Worker:
         self.start()
@@ -228,30 +186,20 @@ class Worker:
         self.close()
 
 
-@atexit.register
-def _close_all() -> None:
-    for worker in list(_STARTED):
-        worker.close()
-
-
 # --- the child --------------------------------------------------------------------------------------
 
 
-def _follow_parent(parent: int) -> None:
-    """End this process group when the parent is gone (it was reparented), even if the parent was SIGKILLed."""
-    def watch() -> None:
+def _serve(target: str) -> None:
+    parent = int(os.environ.get("GRPO_KIT_WORKER_PARENT", os.getppid()))
+    if os.getppid() != parent:  # the parent died before this line ran
+        os._exit(1)
+
+    def follow_parent() -> None:  # end this process group when the parent is gone (reparented), even SIGKILLed
         while os.getppid() == parent:
             time.sleep(_WATCH_EVERY_S)
         os.killpg(0, signal.SIGKILL)
 
-    threading.Thread(target=watch, daemon=True, name="grpo_kit-follow-parent").start()
-
-
-def _serve(target: str, warm_up: str | None) -> None:
-    parent = int(os.environ.get("GRPO_KIT_WORKER_PARENT", os.getppid()))
-    if os.getppid() != parent:  # the parent died before this line ran
-        os._exit(1)
-    _follow_parent(parent)
+    threading.Thread(target=follow_parent, daemon=True, name="grpo_kit-follow-parent").start()
     channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # what anything else prints (vLLM's log, C libraries) goes to stderr, not the protocol
     sys.stdout = sys.stderr
@@ -264,26 +212,24 @@ def _serve(target: str, warm_up: str | None) -> None:
         say(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
 
     try:
-        handler = _load(target)
-        if warm_up:
-            _load(warm_up)()
+        handler = pkgutil.resolve_name(target)
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
         fail(e)
         return
     say(ready=True)
-    for line in sys.stdin:
+    for line in sys.stdin:  # ends when the parent closes the pipe (it closed the worker, or exited)
         payload = json.loads(line)
         args, kwargs = (payload, {}) if isinstance(payload, list) else \
             ((), payload) if isinstance(payload, dict) else (() if payload is None else (payload,), {})
         try:
-            if inspect.isgeneratorfunction(handler):
-                for item in handler(*args, **kwargs):
+            result = handler(*args, **kwargs)
+            if inspect.isgenerator(result):
+                for item in result:
                     say(item=item)
-                say(result=None)
-            else:
-                say(result=handler(*args, **kwargs))
+                result = None
+            say(result=result)
         except Exception as e:  # noqa: BLE001
             fail(e)
 
 
-_CHILD = "import sys; from grpo_kit.system.workers import _serve; _serve(sys.argv[1], sys.argv[2] or None)"
+_CHILD = "import sys; from grpo_kit.system.workers import _serve; _serve(sys.argv[1])"

@@ -22,18 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
-    "ALGORITHMS",
-    "ALGORITHM_FIELDS",
-    "IMPORTANCE_SAMPLING_LEVELS",
-    "LOSS_TYPES",
-    "SCALE_REWARDS",
-    "Algorithm",
-    "algorithm_markdown",
-    "algorithm_settings",
-    "check_algorithm",
-    "get_algorithm",
-]
+__all__ = ["ALGORITHMS", "ALGORITHM_FIELDS", "IMPORTANCE_SAMPLING_LEVELS", "LOSS_TYPES", "SCALE_REWARDS", "Algorithm",
+           "algorithm_markdown", "algorithm_settings", "check_algorithm", "get_algorithm"]
 
 log = logging.getLogger(__name__)
 
@@ -177,11 +167,9 @@ def check_algorithm(settings: Any) -> None:
         raise ValueError(f"loss_type = {settings.loss_type!r} is not a loss trl 1.15/1.16 computes: choose from "
                          f"{', '.join(LOSS_TYPES)} (GSPO is importance_sampling_level='sequence' with loss_type "
                          "'grpo': --algorithm gspo)")
-    if settings.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
-        raise ValueError(f"importance_sampling_level = {settings.importance_sampling_level!r}: choose 'token' or "
-                         "'sequence'")
-    if settings.scale_rewards not in SCALE_REWARDS:
-        raise ValueError(f"scale_rewards = {settings.scale_rewards!r}: choose from {', '.join(SCALE_REWARDS)}")
+    for key, choices in (("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS), ("scale_rewards", SCALE_REWARDS)):
+        if getattr(settings, key) not in choices:
+            raise ValueError(f"{key} = {getattr(settings, key)!r}: choose from {', '.join(choices)}")
     if not (_is_number(settings.epsilon) and settings.epsilon > 0):
         raise ValueError(f"epsilon = {settings.epsilon!r}: set a clipping range above 0 (TRL's default 0.2)")
     if settings.epsilon_high is not None and not (_is_number(settings.epsilon_high)

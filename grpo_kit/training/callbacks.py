@@ -39,6 +39,7 @@ __all__ = ["SLOW_REWARD_SECONDS", "STALE_METRIC", "HeldOutEval", "RewardWatch", 
 
 log = logging.getLogger(__name__)
 _RULES = ("strict", "flexible")
+_ENDS = ("", "_ci_low", "_ci_high")  # a rule's logged accuracy, and its 95% interval: eval/<rule>_accuracy<end>
 
 
 class RunRecords(Protocol):
@@ -60,11 +61,9 @@ class RunRecords(Protocol):
 def _log(args: Any, state: Any, logs: dict[str, float]) -> None:
     """Append ``logs`` to the trainer's log history at the current step and send them to wandb when on."""
     state.log_history.append({**logs, "step": state.global_step})
-    if "wandb" in (args.report_to or []):
-        try:
-            import wandb
-        except ImportError:
-            return
+    if "wandb" in (args.report_to or []):  # installed: transformers' WandbCallback refused to start otherwise
+        import wandb
+
         if wandb.run is not None:
             wandb.log({**logs, "train/global_step": state.global_step})
 
@@ -131,10 +130,9 @@ class HeldOutEval(TrainerCallback):
         if every < 1:
             raise ValueError(f"eval_steps must be at least 1, got {every}")
         self.task, self.dataset, self.tokenizer, self.every = task, list(dataset), tokenizer, every
-        self.records = records
+        self.records, self.split = records, split
         self.sampling = Sampling(temperature=0.0, max_new_tokens=max_new_tokens)
         self.batch_size, self.p_threshold, self.is_main_process = batch_size, p_threshold, is_main_process
-        self.split = split
         self.previous: tuple[int, EvalResult] | None = None
         self.alarms: list[dict[str, Any]] = []
 
@@ -197,20 +195,17 @@ class HeldOutEval(TrainerCallback):
         logs: dict[str, float] = {}
         for rule in _RULES:
             row = result.summary.loc[rule_label(rule)]
-            logs[f"eval/{rule}_accuracy"] = float(row["value"])
-            logs[f"eval/{rule}_accuracy_ci_low"] = float(row["ci_low"])
-            logs[f"eval/{rule}_accuracy_ci_high"] = float(row["ci_high"])
+            for end, column in zip(_ENDS, ("value", "ci_low", "ci_high")):
+                logs[f"eval/{rule}_accuracy{end}"] = float(row[column])
         return logs
 
     def _alarm(self, finding: dict[str, Any]) -> None:
         self.alarms.append(finding)
-        log.warning(f"REWARD-HACKING ALARM at step {finding['step']}: the training reward rose "
-                    f"{finding['reward_before']:.3f} -> {finding['reward_after']:.3f} since step "
-                    f"{finding['previous_step']}, while held-out {finding['rule']} accuracy fell "
-                    f"{finding['accuracy_before']:.3f} -> {finding['accuracy_after']:.3f} ({finding['right_to_wrong']} "
-                    f"right->wrong, {finding['wrong_to_right']} wrong->right, exact McNemar p = "
-                    f"{finding['mcnemar_p']:.2g}). Read the completions: the policy may be paid for something other "
-                    "than solving the task.")
+        log.warning("REWARD-HACKING ALARM at step {step}: the training reward rose {reward_before:.3f} -> "
+                    "{reward_after:.3f} since step {previous_step}, while held-out {rule} accuracy fell "
+                    "{accuracy_before:.3f} -> {accuracy_after:.3f} ({right_to_wrong} right->wrong, {wrong_to_right} "
+                    "wrong->right, exact McNemar p = {mcnemar_p:.2g}). Read the completions: the policy may be paid "
+                    "for something other than solving the task.".format(**finding))
         if self.records is not None:
             self.records.append_alarm({"kind": "reward_hacking", **finding})
 
@@ -222,6 +217,19 @@ def _first_reward(log_history: Sequence[dict[str, Any]]) -> float | None:
 
 #: The metric the stale-weights alarm reads (TRL's GRPOTrainer; Unsloth's generated trainer logs the same name).
 STALE_METRIC = "sampling/sampling_logp_difference/mean"
+
+
+#: Why the metric is missing on Unsloth's routes, unless the recipe sets the key.
+_UNSLOTH_OFF = ("Unsloth's generated GRPO trainer turns vllm_importance_sampling_correction off by default "
+                "(unsloth/models/rl.py)")
+
+
+def _unarmed(off: str) -> str:
+    """Why a trainer whose ``vllm_importance_sampling_correction`` is off (``off`` says where) logs no
+    :data:`STALE_METRIC`, and how to arm the alarm."""
+    return (f"{off}, and the trainer logs {STALE_METRIC} only when it is on: nothing compares vLLM's "
+            "log-probabilities with the trained policy's. To arm it, set vllm_importance_sampling_correction true "
+            "(--vllm_importance_sampling_correction true; it also reweights the loss by that ratio)")
 
 
 def stale_weights_alarm(preset: Recipe) -> dict[str, Any]:
@@ -242,17 +250,10 @@ def stale_weights_alarm(preset: Recipe) -> dict[str, Any]:
     if not (preset.use_vllm or preset.fast_inference):
         return {"armed": False, "metric": None,
                 "why": "no vLLM: the policy generates its own samples, so they cannot come from stale weights"}
-    correction = preset.settings.get("vllm_importance_sampling_correction", not preset.use_unsloth)
-    if not correction:
-        whose = ("Unsloth's generated GRPO trainer turns vllm_importance_sampling_correction off by default "
-                 "(unsloth/models/rl.py)" if preset.use_unsloth and
-                 "vllm_importance_sampling_correction" not in preset.settings
-                 else "the recipe sets vllm_importance_sampling_correction false")
+    if not preset.settings.get("vllm_importance_sampling_correction", not preset.use_unsloth):
         return {"armed": False, "metric": STALE_METRIC,
-                "why": f"{whose}, and the trainer logs {STALE_METRIC} only when it is on: nothing compares vLLM's "
-                       "log-probabilities with the trained policy's. To arm it, set "
-                       "vllm_importance_sampling_correction true (--vllm_importance_sampling_correction true; it also "
-                       "reweights the loss by that ratio)"}
+                "why": _unarmed("the recipe sets vllm_importance_sampling_correction false"
+                                if "vllm_importance_sampling_correction" in preset.settings else _UNSLOTH_OFF)}
     return {"armed": True, "metric": STALE_METRIC,
             "why": "vLLM generates with importance-sampling correction on, so the trainer logs the gap every step"}
 
@@ -270,13 +271,10 @@ class StaleWeightsAlarm(TrainerCallback):
     Args:
         threshold: the mean gap (nats per token) that raises the alarm.
         records: where the alarm is kept (the run folder's ``alarms.jsonl``; ``None``: nowhere).
-        why_unarmed: what to say when the metric is missing (default: read from the trainer's config).
     """
 
-    def __init__(self, threshold: float = 0.1, records: RunRecords | None = None,
-                 why_unarmed: str | None = None) -> None:
-        self.threshold, self.records, self.raised = threshold, records, []
-        self.why_unarmed, self.checked = why_unarmed, False
+    def __init__(self, threshold: float = 0.1, records: RunRecords | None = None) -> None:
+        self.threshold, self.records, self.raised, self.checked = threshold, records, [], False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -284,8 +282,12 @@ class StaleWeightsAlarm(TrainerCallback):
         if not self.checked and "reward" in logs:  # the first logged training step
             self.checked = True
             if gap is None:
-                log.warning(f"the stale-weights alarm is NOT armed on this run: {self.why_unarmed or _unarmed(args)}. "
-                            "Nothing checks that vLLM generates from the weights being trained (trl #2698, #5312).")
+                why = f"the trainer logged no {STALE_METRIC}"
+                if getattr(args, "vllm_importance_sampling_correction", True) is False:
+                    why = _unarmed("vllm_importance_sampling_correction is off in this trainer's config" + (
+                        f" ({_UNSLOTH_OFF})" if getattr(type(args), "_unsloth_patched_rl_config", False) else ""))
+                log.warning(f"the stale-weights alarm is NOT armed on this run: {why}. Nothing checks that vLLM "
+                            "generates from the weights being trained (trl #2698, #5312).")
         if gap is None or gap <= self.threshold:
             return
         finding = {"kind": "stale_vllm_weights", "step": state.global_step, "mean_logp_gap": gap,
@@ -297,18 +299,6 @@ class StaleWeightsAlarm(TrainerCallback):
                     "(trl #2698, #5312).")
         if self.records is not None:
             self.records.append_alarm(finding)
-
-
-def _unarmed(args: Any) -> str:
-    """Why the trainer with these arguments logs no :data:`STALE_METRIC`, as far as its config says."""
-    if getattr(args, "vllm_importance_sampling_correction", True) is False:
-        unsloth = getattr(type(args), "_unsloth_patched_rl_config", False)
-        return ("vllm_importance_sampling_correction is off in this trainer's config"
-                + (" (Unsloth's generated GRPO trainer turns it off by default: unsloth/models/rl.py)" if unsloth
-                   else "") + f", and {STALE_METRIC} is logged only when it is on; set "
-                "vllm_importance_sampling_correction true (--vllm_importance_sampling_correction true) to arm the "
-                "alarm")
-    return f"the trainer logged no {STALE_METRIC}"
 
 
 #: Seconds a reward may take within one optimiser step before the step log names it (a reward runs on every
@@ -396,11 +386,9 @@ class StepPrinter(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         last = state.log_history[-1] if state.log_history else {}
         if last.get("step") == state.global_step and "eval/strict_accuracy" in last:
-            log.info(f"step {state.global_step}: held-out strict accuracy "
-                     f"{last['eval/strict_accuracy']:.3f} [{last['eval/strict_accuracy_ci_low']:.3f}, "
-                     f"{last['eval/strict_accuracy_ci_high']:.3f}], flexible {last['eval/flexible_accuracy']:.3f} "
-                     f"[{last['eval/flexible_accuracy_ci_low']:.3f}, {last['eval/flexible_accuracy_ci_high']:.3f}]"
-                     + (f" on {self.heldout}" if self.heldout else ""))
+            measured = ", ".join("{} accuracy {:.3f} [{:.3f}, {:.3f}]".format(
+                rule, *(last[f"eval/{rule}_accuracy{end}"] for end in _ENDS)) for rule in _RULES)
+            log.info(f"step {state.global_step}: held-out {measured}" + (f" on {self.heldout}" if self.heldout else ""))
 
 
 def _number(value: Any, digits: int = 3) -> str:

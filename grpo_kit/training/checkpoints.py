@@ -19,6 +19,7 @@ A run folder records what it trains (:func:`run_identity`: preset, task, model, 
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import logging
 import re
@@ -29,9 +30,9 @@ from grpo_kit.system.files import json_or_none
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
-__all__ = ["FINGERPRINT", "WEIGHT_FILES", "TiedKeysLoaded", "check_fingerprint", "check_same_run", "checkpoint_step",
-           "checkpoints", "continue_schedule", "fingerprint_on_save", "is_complete", "latest_complete", "readable",
-           "resume_point", "run_identity", "schedule_on_resume", "weights_fingerprint"]
+__all__ = ["FINGERPRINT", "WEIGHT_FILES", "TiedKeysLoaded", "check_fingerprint", "check_same_run",
+           "checkpoint_callback", "checkpoint_step", "checkpoints", "continue_schedule", "is_complete",
+           "latest_complete", "readable", "resume_point", "run_identity", "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _MISSING_KEYS = "There were missing keys in the checkpoint model loaded: "
@@ -99,10 +100,20 @@ def _dcp_folder(folder: Path) -> bool:
     return (folder / ".metadata").is_file() and any(folder.glob("*.distcp"))
 
 
+def _shards(index: Path) -> set[str]:
+    """The shard files a sharded save's ``*.index.json`` names (its ``weight_map``'s values).
+
+    Raises:
+        OSError, ValueError, KeyError, TypeError, AttributeError: the index is missing or not such a file.
+    """
+    return set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+
+
 def readable(path: str | Path) -> bool:
     """Whether a weights file is whole, judged from its size and header without loading it:
-    a ``.safetensors`` file's header parses and its tensors end where the file does; a sharded model's index names
-    shards that are whole; a ``torch.save`` file (``.bin``, ``.pt``: a zip archive) ends with its zip directory.
+    a ``.safetensors`` file opens with ``safetensors.safe_open`` (which parses the header and refuses a file that its
+    tensors do not cover exactly); a sharded model's index names shards that are whole; a ``torch.save`` file
+    (``.bin``, ``.pt``: a zip archive) ends with its zip directory.
     A file cut short by a kill or a full disk fails; one whose bytes were altered in place may not.
 
     >>> import tempfile, pathlib
@@ -113,24 +124,20 @@ def readable(path: str | Path) -> bool:
     """
     import zipfile
 
+    from safetensors import SafetensorError, safe_open
+
     path = Path(path)
     try:
-        size = path.stat().st_size
         if path.name.endswith(".safetensors"):
-            with path.open("rb") as f:
-                length = int.from_bytes(f.read(8), "little")
-                if length <= 0 or 8 + length > size:
-                    return False
-                header = json.loads(f.read(length))
-            ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
-            return size == 8 + length + max(ends, default=0)
+            with safe_open(path, "np"):
+                return True
         if path.name.endswith(".index.json"):
-            shards = set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values())
+            shards = _shards(path)
             return bool(shards) and all(readable(path.parent / shard) for shard in shards)
         if path.suffix in (".bin", ".pt", ".pth"):
             return zipfile.is_zipfile(path)
-        return size > 0
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return path.stat().st_size > 0
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, SafetensorError):
         return False
 
 
@@ -168,7 +175,7 @@ def is_complete(checkpoint: str | Path) -> bool:
 
 
 #: Written into each checkpoint once transformers saved it: the SHA-256 of its weight files
-#: (:func:`fingerprint_on_save`).
+#: (:func:`checkpoint_callback`).
 FINGERPRINT = "weights_sha256.json"
 
 
@@ -180,10 +187,8 @@ def weights_fingerprint(checkpoint: str | Path) -> dict[str, str]:
     checkpoint = Path(checkpoint)
     names = {name for name in WEIGHT_FILES if (checkpoint / name).is_file()}
     for index in [name for name in names if name.endswith(".index.json")]:
-        try:
-            names |= set(json.loads((checkpoint / index).read_text(encoding="utf-8"))["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+            names |= _shards(checkpoint / index)
     return {name: sha256_file(checkpoint / name) for name in sorted(names) if (checkpoint / name).is_file()}
 
 
@@ -204,22 +209,6 @@ def check_fingerprint(checkpoint: str | Path) -> None:
             raise ValueError(f"{checkpoint / name} is not the file training saved (its SHA-256 differs from the one "
                              f"{FINGERPRINT} records, or it is gone): restore it, or delete {checkpoint} to resume "
                              "from an earlier checkpoint")
-
-
-def fingerprint_on_save() -> Any:
-    """A ``TrainerCallback`` that writes each checkpoint's :data:`FINGERPRINT` once transformers saved it (main
-    process), so that a resume can tell the weights are the ones training wrote (:func:`check_fingerprint`)."""
-    from transformers import TrainerCallback
-
-    from grpo_kit.system.files import follow_umask, write_json
-
-    class FingerprintOnSave(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if state.is_world_process_zero and folder.is_dir():
-                write_json(follow_umask(folder) / FINGERPRINT, weights_fingerprint(folder))  # weights were 0600
-
-    return FingerprintOnSave()
 
 
 def latest_complete(folder: str | Path) -> Path | None:
@@ -318,13 +307,22 @@ def continue_schedule(optimizer: Any, lr_scheduler: Any) -> list[float]:
     return rates
 
 
-def schedule_on_resume() -> Any:
-    """A ``TrainerCallback`` that applies :func:`continue_schedule` when training starts from a checkpoint."""
+def checkpoint_callback() -> Any:
+    """A ``TrainerCallback`` for the checkpoints: when training starts from one it applies :func:`continue_schedule`;
+    once transformers saved one it writes its :data:`FINGERPRINT` (main process), so that a resume can tell the
+    weights are the ones training wrote (:func:`check_fingerprint`)."""
     from transformers import TrainerCallback
 
-    class ScheduleOnResume(TrainerCallback):
+    from grpo_kit.system.files import follow_umask, write_json
+
+    class CheckpointCallback(TrainerCallback):
         def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
             if state.global_step > 0 and optimizer is not None and lr_scheduler is not None:
                 continue_schedule(optimizer, lr_scheduler)
 
-    return ScheduleOnResume()
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                write_json(follow_umask(folder) / FINGERPRINT, weights_fingerprint(folder))  # weights were 0600
+
+    return CheckpointCallback()

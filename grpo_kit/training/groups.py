@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -128,42 +129,6 @@ def groups_frame(raw: pd.DataFrame, step: int, rewards: Sequence[str], weights: 
 # generation batch, never pruned (a run folder would grow with the run and its batch size), with pandas straight into
 # the final name (a kill can tear it), and without the group size and reward weights (its columns mix reward functions
 # with their extra logs), which the group, total and spread need. Its file is read once here and deleted.
-class _Collector:
-    """Turns TRL's completion files into kept steps (what :func:`keep_groups`' callback does at each event)."""
-
-    def __init__(self, folder: Path, kept: GroupsKept, rewards: Sequence[str], weights: Sequence[float],
-                 num_generations: int) -> None:
-        self.folder, self.kept = folder, kept
-        self.rewards, self.weights, self.num_generations = list(rewards), list(weights), num_generations
-
-    def begin(self, output_dir: str, step: int) -> None:
-        """A resumed run trains the steps after its checkpoint (``step``) again: what a killed run kept or TRL logged
-        of them is dropped; what TRL logged up to ``step`` and was not collected yet is kept."""
-        for kept_step, path in [*kept_steps(self.folder), *_numbered(Path(output_dir) / "completions", _TRL_FILE)]:
-            if kept_step > step:
-                path.unlink()
-        self.collect(output_dir)
-
-    def collect(self, output_dir: str, before: int | None = None) -> None:
-        """Turn TRL's files of steps before ``before`` (all when ``None``) into kept steps, deleting TRL's copy."""
-        import pandas as pd
-
-        for step, path in _numbered(Path(output_dir) / "completions", _TRL_FILE):
-            if before is not None and step >= before:
-                continue
-            if self.kept.on and step % self.kept.every == 0:
-                try:
-                    raw = pd.read_parquet(path)
-                except (OSError, ValueError) as e:  # a file TRL was writing when a run was killed
-                    log.warning(f"skipped the completions TRL logged at step {step} ({path}: {e})")
-                else:
-                    frame = groups_frame(raw, step, self.rewards, self.weights, self.num_generations,
-                                         self.kept.groups)
-                    with replaced(self.folder / f"step-{step:06d}.parquet") as tmp:
-                        frame.to_parquet(tmp, index=False)
-            path.unlink(missing_ok=True)
-
-
 def keep_groups(folder: str | Path, kept: GroupsKept, rewards: Sequence[str], weights: Sequence[float],
                 num_generations: int, is_main_process: bool = True) -> Any:
     """A ``TrainerCallback`` that keeps TRL's logged completions as ``<folder>/step-<step>.parquet`` (module
@@ -175,34 +140,52 @@ def keep_groups(folder: str | Path, kept: GroupsKept, rewards: Sequence[str], we
         rewards: the reward functions' names, in the order of ``GRPOConfig.reward_weights``.
         weights: their weights.
         num_generations: completions per group (``GRPOConfig.num_generations``).
-        is_main_process: only the main process writes (TRL writes its files there only).
+        is_main_process: only the main process writes (TRL writes its files there only); on the others the callback
+            does nothing.
 
     Returns:
         a ``transformers.TrainerCallback``: at the start of training (after a resume loaded its checkpoint) it drops
         kept steps after that step; after each step, at each save and at the end it collects TRL's closed files.
     """
+    import pandas as pd
     from transformers import TrainerCallback
 
-    collector = _Collector(Path(folder), kept, rewards, weights, num_generations)
+    folder = Path(folder)
+
+    def collect(output_dir: str, before: float = math.inf) -> None:
+        """Turn TRL's files of steps before ``before`` into kept steps, deleting TRL's copy."""
+        for step, path in _numbered(Path(output_dir) / "completions", _TRL_FILE):
+            if step >= before:
+                continue
+            if kept.on and step % kept.every == 0:
+                try:
+                    raw = pd.read_parquet(path)
+                except (OSError, ValueError) as e:  # a file TRL was writing when a run was killed
+                    log.warning(f"skipped the completions TRL logged at step {step} ({path}: {e})")
+                else:
+                    frame = groups_frame(raw, step, rewards, weights, num_generations, kept.groups)
+                    with replaced(folder / f"step-{step:06d}.parquet") as tmp:
+                        frame.to_parquet(tmp, index=False)
+            path.unlink(missing_ok=True)
 
     class KeepGroups(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
-            if is_main_process:
-                collector.begin(args.output_dir, state.global_step)
+            # a resumed run trains the steps after its checkpoint again: what a killed run kept or TRL logged of them
+            # is dropped; what TRL logged up to the checkpoint and was not collected yet is kept
+            for step, path in [*kept_steps(folder), *_numbered(Path(args.output_dir) / "completions", _TRL_FILE)]:
+                if step > state.global_step:
+                    path.unlink()
+            collect(args.output_dir)
 
         def on_step_end(self, args, state, control, **kwargs):
-            if is_main_process:  # TRL writes this step's file after on_step_end, when it logs
-                collector.collect(args.output_dir, before=state.global_step)
+            collect(args.output_dir, before=state.global_step)  # TRL writes this step's file after, when it logs
 
         def on_save(self, args, state, control, **kwargs):
-            if is_main_process:  # a checkpoint's step is logged before it is saved
-                collector.collect(args.output_dir)
+            collect(args.output_dir)  # a checkpoint's step is logged before it is saved; at the end all of them are
 
-        def on_train_end(self, args, state, control, **kwargs):
-            if is_main_process:
-                collector.collect(args.output_dir)
+        on_train_end = on_save
 
-    return KeepGroups()
+    return KeepGroups() if is_main_process else TrainerCallback()
 
 
 def kept_steps(folder: str | Path) -> list[tuple[int, Path]]:

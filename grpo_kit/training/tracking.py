@@ -13,27 +13,12 @@ import os
 import socket
 from urllib.parse import urlparse
 
-__all__ = ["WANDB_MODES", "reachable", "setup_wandb"]
+__all__ = ["WANDB_MODES", "setup_wandb"]
 
 log = logging.getLogger(__name__)
 
 WANDB_MODES = ("online", "offline", "disabled")
 _written: str | None = None  # the WANDB_MODE this module set (not the user's choice)
-
-
-def reachable(url: str, timeout_s: float = 3.0) -> bool:
-    """Whether a TCP connection to ``url``'s host and port opens within ``timeout_s`` seconds.
-
-    >>> reachable("http://127.0.0.1:9", timeout_s=0.5)
-    False
-    """
-    parsed = urlparse(url)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parsed.hostname or "", port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
 
 
 def setup_wandb(project: str | None, mode: str | None = None, timeout_s: float = 3.0) -> str:
@@ -62,10 +47,13 @@ def setup_wandb(project: str | None, mode: str | None = None, timeout_s: float =
     if chosen is None:
         chosen = "online" if os.environ.get("WANDB_API_KEY") else "offline"
     if chosen == "online":
-        server = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
-        if not reachable(server, timeout_s):
-            log.warning(f"wandb: {server} is not reachable within {timeout_s:g} s; logging offline instead (upload "
-                        "later with `wandb sync`)")
+        server = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+        try:  # a TCP connection to the server's host and port
+            socket.create_connection((server.hostname or "", server.port or (443 if server.scheme == "https" else 80)),
+                                     timeout_s).close()
+        except OSError:
+            log.warning(f"wandb: {server.geturl()} is not reachable within {timeout_s:g} s; logging offline instead "
+                        "(upload later with `wandb sync`)")
             chosen = "offline"
     os.environ["WANDB_PROJECT"] = project
     os.environ["WANDB_MODE"] = _written = chosen

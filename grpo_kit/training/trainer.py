@@ -23,14 +23,8 @@ from grpo_kit.training.checkpoints import WEIGHT_FILES
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import Recipe, get_preset
 
-__all__ = [
-    "build_grpo_config",
-    "build_trainer",
-    "check_trains_as_asked",
-    "grpo_config",
-    "is_unsloth_trainer",
-    "save_policy",
-]
+__all__ = ["build_grpo_config", "build_trainer", "check_trains_as_asked", "grpo_config", "is_unsloth_trainer",
+           "save_policy"]
 
 Rewards = RewardSet | Sequence[Any] | Mapping[Any, float]
 
@@ -88,17 +82,8 @@ def is_unsloth_trainer(trainer_class: type) -> bool:
     return any(c.__name__.startswith(("Unsloth", "_Unsloth")) for c in trainer_class.__mro__)
 
 
-def build_trainer(
-    model: Any,
-    tokenizer: Any,
-    train_dataset: Any,
-    preset: str | Recipe,
-    rewards: Rewards,
-    output_dir: str,
-    callbacks: Sequence[Any] = (),
-    check: bool = True,
-    **overrides: Any,
-) -> Any:
+def build_trainer(model: Any, tokenizer: Any, train_dataset: Any, preset: str | Recipe, rewards: Rewards,
+                  output_dir: str, callbacks: Sequence[Any] = (), check: bool = True, **overrides: Any) -> Any:
     """Build a ``GRPOTrainer`` for the preset's route: Unsloth, or plain transformers (+ peft LoRA).
 
     Args:

@@ -30,11 +30,6 @@ def fail():
     raise KeyError("boom")
 
 
-def spin():
-    while True:
-        pass
-
-
 def test_calls_take_lists_as_arguments_and_dicts_as_keywords():
     with Worker(f"{__name__}:add") as worker:
         assert worker.call([2, 3]) == 5
@@ -56,11 +51,27 @@ def test_a_handler_error_is_raised_with_its_traceback_and_the_worker_lives_on():
         assert worker.running
 
 
-def test_a_request_past_its_timeout_kills_the_child():
-    worker = Worker(f"{__name__}:spin")
-    with pytest.raises(TimeoutError):
-        worker.call(timeout_s=1)
+def test_a_child_that_does_not_start_in_time_is_killed_and_said():
+    worker = Worker(f"{__name__}:add")
+    worker.start_timeout_s = 0.001  # less than the interpreter takes to start
+    with pytest.raises(WorkerError, match="did not start within"):
+        worker.call([1, 2])
     assert not worker.running
+
+
+def test_a_request_to_a_child_that_died_since_it_started_is_said(monkeypatch):
+    worker = Worker(f"{__name__}:add")
+    worker.start()
+    os.killpg(worker._process.pid, signal.SIGKILL)
+    worker._process.wait()
+    monkeypatch.setattr(worker, "start", lambda: None)  # it died between its start and the request
+    with pytest.raises(WorkerError, match="died during the request"):
+        worker.call([1, 2])  # a short request stays in the pipe's buffer: closing it must not raise BrokenPipeError
+
+
+def test_a_handler_that_cannot_be_imported_is_said_at_start():
+    with pytest.raises(WorkerError, match="raised ModuleNotFoundError"):
+        Worker("tests.system.no_such_module:add").start()
 
 
 def _alive(pid: int) -> bool:

@@ -128,19 +128,22 @@ def test_the_stale_weights_alarm_says_at_the_first_step_that_it_is_not_armed(cap
 
     why = stale_weights_alarm(PRESETS["a100"])
     assert not why["armed"] and "unsloth/models/rl.py" in why["why"]
-    alarm = StaleWeightsAlarm(why_unarmed=why["why"])
-    state = types.SimpleNamespace(global_step=1)
-    with caplog.at_level(logging.WARNING, logger="grpo_kit"):
-        alarm.on_log(None, state, None, logs={"reward": 0.5})
-        alarm.on_log(None, state, None, logs={"reward": 0.6})
-    unarmed = [r for r in caplog.records if "NOT armed" in r.getMessage()]
-    assert len(unarmed) == 1 and "vllm_importance_sampling_correction" in unarmed[0].getMessage()
-    caplog.clear()
+    off = get_preset("a100", vllm_importance_sampling_correction=False)
+    assert "the recipe sets" in stale_weights_alarm(off)["why"]
     unsloths_config = type("UnslothGRPOConfig", (), {"_unsloth_patched_rl_config": True})()
     unsloths_config.vllm_importance_sampling_correction = False
+    alarm = StaleWeightsAlarm()
+    state = types.SimpleNamespace(global_step=1)
     with caplog.at_level(logging.WARNING, logger="grpo_kit"):
-        StaleWeightsAlarm().on_log(unsloths_config, state, None, logs={"reward": 0.5})
-    assert "Unsloth's generated GRPO trainer turns it off" in caplog.records[0].getMessage()
+        alarm.on_log(unsloths_config, state, None, logs={"reward": 0.5})
+        alarm.on_log(unsloths_config, state, None, logs={"reward": 0.6})
+    unarmed = [r.getMessage() for r in caplog.records if "NOT armed" in r.getMessage()]
+    assert len(unarmed) == 1 and "Unsloth's generated GRPO trainer turns vllm_importance_sampling_correction off" \
+        in unarmed[0] and "set vllm_importance_sampling_correction true" in unarmed[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="grpo_kit"):
+        StaleWeightsAlarm().on_log(None, state, None, logs={"reward": 0.5})
+    assert f"the trainer logged no {STALE_METRIC}" in caplog.records[0].getMessage()
     caplog.clear()
     armed = StaleWeightsAlarm()
     with caplog.at_level(logging.WARNING, logger="grpo_kit"):

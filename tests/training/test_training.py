@@ -126,10 +126,11 @@ def test_custom_reward_function_drops_in(tiny_policy, gsm8k_train_small, tmp_pat
 
 
 def test_setup_wandb_never_prompts_and_never_blocks(monkeypatch, capsys, kit_log_on_stderr):
+    import io
     import os
+    import socket
     import time
 
-    import grpo_kit.training.tracking
     from grpo_kit.training.tracking import setup_wandb
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -144,7 +145,7 @@ def test_setup_wandb_never_prompts_and_never_blocks(monkeypatch, capsys, kit_log
     assert setup_wandb("proj") == "wandb"  # online asked for (a key), the server unreachable: offline, quickly
     assert os.environ["WANDB_MODE"] == "offline" and time.perf_counter() - start < 10
     assert "[grpo_kit] WARNING: wandb: http://127.0.0.1:9 is not reachable" in capsys.readouterr().err
-    monkeypatch.setattr(grpo_kit.training.tracking, "reachable", lambda url, timeout_s: True)
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: io.BytesIO())  # a server that answers
     setup_wandb("proj")
     assert os.environ["WANDB_MODE"] == "online"
     monkeypatch.setenv("WANDB_MODE", "disabled")  # the user's own choice is kept
