@@ -86,10 +86,8 @@ def resolve_run_dir(run_dir: str | Path, use_drive: bool | None = None, drive_ro
 def model_files(folder: Path) -> dict[str, str]:
     """The SHA-256 of each file of a trained model folder (path relative to it -> hex), its ``README.md`` card
     excepted; empty when there is no folder. Config, tokenizer and adapter files count: each changes what loads."""
-    if not folder.is_dir():
-        return {}
     out = {}
-    for path in sorted(folder.rglob("*")):
+    for path in sorted(folder.rglob("*")):  # none where there is no folder
         name = path.relative_to(folder).as_posix()
         if path.is_file() and name != "README.md":
             stat = path.stat()  # a file hashed before in this process and not touched since is not read again

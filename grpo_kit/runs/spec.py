@@ -65,10 +65,9 @@ def _with_wandb(preset: Recipe, project: str | None) -> Recipe:
 
     reports = [preset.report_to] if isinstance(preset.report_to, str) else list(preset.report_to or [])
     reports = [r.strip() for item in reports for r in str(item).split(",")]
-    if "wandb" not in reports and not ("all" in reports and importlib.util.find_spec("wandb")):
-        return preset
-    if setup_wandb(project or os.environ.get("WANDB_PROJECT") or "grpo-kit") == "wandb":
-        return preset
+    wanted = "wandb" in reports or ("all" in reports and importlib.util.find_spec("wandb"))
+    if not wanted or setup_wandb(project or os.environ.get("WANDB_PROJECT") or "grpo-kit") == "wandb":
+        return preset  # not asked for, or set up
     kept = [r for r in reports if r not in ("wandb", "all")]
     return get_preset(preset, report_to=",".join(kept) or "none")
 
@@ -92,8 +91,7 @@ def recipe_task(preset: Recipe, cache_dir: str = DEFAULT_CACHE_DIR) -> str | Non
 
     from grpo_kit.system.files import write_text
 
-    data = preset.data_task()
-    if data is None:
+    if (data := preset.data_task()) is None:
         return None
     text = (f"# The data keys of recipe {preset.name!r} as a task file: python -m grpo_kit train --task THIS_FILE\n"
             + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110))
@@ -150,11 +148,6 @@ def _recipe_reward(name: str, trusted: bool) -> Any:
         return import_reward(name if ":" in name else ":".join(name.rsplit(".", 1)), "reward_funcs")
     raise ValueError(f"unknown reward {name!r}: choose the kit's ({', '.join(BUILTIN_REWARDS)}), TRL's "
                      f"({', '.join(_TRL_REWARDS)}), open-r1's ({', '.join(_OPEN_R1_REWARDS)}), or module.function")
-
-
-def _whole_or_none(name: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError(f"{name} must be a whole number >= 1 (or None), got {value!r}")
 
 
 def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
@@ -368,10 +361,10 @@ class RunSpec:
             overrides["report_to"] = "wandb"
         if algorithm is not None:  # its values over the recipe's, the overrides over those; an unknown name raises
             overrides = {"algorithm": algorithm, **overrides}
-        recorded_recipe = Path(run_dir or ".", "recipe.yaml")
+        recorded_recipe = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
         kept: dict[str, Any] = {}
         given = {**overrides, **command_line(argv)}
-        if resume and run_dir is not None and recorded_recipe.is_file() and not isinstance(preset, Recipe):
+        if resume and recorded_recipe is not None and recorded_recipe.is_file() and not isinstance(preset, Recipe):
             if preset is None:
                 preset = recorded_recipe  # the recipe the run recorded, its plan with it
             else:  # another recipe's name or file: the run's plan (steps, checkpoints) unless an override changes it
@@ -426,14 +419,14 @@ class RunSpec:
         if progress not in PROGRESS:
             raise ValueError(f"progress must be one of {', '.join(PROGRESS)}, got {progress!r}")
         for name, value in (("eval_steps", eval_steps), ("train_size", train_size),
-                            ("eval_max_new_tokens", eval_max_new_tokens)):
-            _whole_or_none(name, value)
-        if eval_steps is not None:
-            _whole_or_none("eval_size", eval_size)
-            if launch.sharded:
-                raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a "
-                                 "full copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop "
-                                 "eval_steps and evaluate the saved model afterwards (python -m grpo_kit eval)")
+                            ("eval_max_new_tokens", eval_max_new_tokens),
+                            ("eval_size", eval_size if eval_steps is not None else None)):  # eval_size: with eval_steps
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a whole number >= 1 (or None), got {value!r}")
+        if eval_steps is not None and launch.sharded:
+            raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a full "
+                             "copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop eval_steps and "
+                             "evaluate the saved model afterwards (python -m grpo_kit eval)")
         if launch.fsdp and (preset.use_cpu or not cuda_available()):
             # accelerate 1.15 engages FSDP only for accelerator device types, not MULTI_CPU (accelerate/state.py): the
             # run would silently replicate the whole model on every process, which FSDP was chosen to avoid.
