@@ -405,14 +405,13 @@ class RunFolder:
             A one-line reason that ends with what to run, or ``None``.
         """
         again = f"run python -m grpo_kit eval --run-dir {shlex.quote(str(self.path))} again"
-        if not self.evaluated.is_file():
+        if "step" not in (record := read_record(self.evaluated)):  # missing or damaged
             return (f"{self.path}'s evaluation after training does not record the step and model it measured (no "
-                    f"{self.evaluated.name}): {again}")
+                    f"readable {self.evaluated.name}): {again}")
         try:
             step, digest = self.finished_step(), self.check_model()
         except (OSError, ValueError) as e:
             return str(e)
-        record = read_record(self.evaluated)  # a damaged one records no step: measured again, like a stale one
         if record.get("step") != step:
             return (f"{self.path}'s evaluation after training is of step {record.get('step')}, and the model is now at "
                     f"step {step} (the run was trained further): {again}")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.report import report_markdown
+from grpo_kit.policy.loading import load_policy
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import TinyPolicy, WarmStart, completion_budget, ship, warm_started_tiny_policy
 from grpo_kit.runs.folder import RunFolder
@@ -296,6 +297,8 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
             train split or warm-start solutions.
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
+    import torch
+
     total_start, wall = time.perf_counter(), {}
     task = get_task(config.task, trust_remote_code=config.trust_remote_code)
     if not task.trains:
@@ -303,8 +306,6 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
                          + ", ".join(demo_tasks()))
     preset = get_preset("cpu-tiny", max_steps=config.grpo_steps, seed=config.seed, **config.preset_overrides)
     plan = _tiny_plan(config, task, preset)
-    import torch
-
     with RunFolder(Path(config.runs_dir) / config.name).lock("demo") as run:
         if not config.resume and any(p.exists() for p in (run.checkpoints, run.model, run.finished)):
             _fresh(run)  # the demo starts afresh: what an earlier demo trained here goes
@@ -327,8 +328,6 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
             if trained.trainer is not None:
                 model = trained.trainer.model
             else:  # a resumed demo that had finished: its saved model
-                from grpo_kit.policy.loading import load_policy
-
                 model = load_policy(str(trained.model_dir))[0]
             measured = measure_after(run, backend=_backend(model, tokenizer, config),
                                      trust_remote_code=config.trust_remote_code)
@@ -407,7 +406,6 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
 
     from grpo_kit.evaluation.compare import intervals_markdown
     from grpo_kit.evaluation.summary import sampled_metrics
-    from grpo_kit.policy.loading import load_policy
     from grpo_kit.runs.compare import check_comparison_out, compare_runs, share_baseline
 
     total_start, wall = time.perf_counter(), {}

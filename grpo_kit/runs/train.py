@@ -227,8 +227,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if shown:
         log.info(_questions_line(spec, fitting, len(train_set)))
     recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
-        if folder.train_settings.is_file() else None
-    if spec.resume and recorded is not None and recorded.get("base_fingerprint") != fingerprint:
+        if spec.resume and folder.train_settings.is_file() else None  # a new run writes its own
+    if recorded is not None and recorded.get("base_fingerprint") != fingerprint:
         raise ValueError(f"{folder.path} was trained from weights {recorded.get('base_fingerprint')}, and the policy "
                          f"loaded now is {fingerprint}: resume with the same model (and warm start)")
     def begin() -> None:
@@ -236,7 +236,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         that fails to load it leaves a finished run as it was)."""
         if not main:
             return
-        if recorded is None or not spec.resume:
+        if recorded is None:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
                 "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
