@@ -154,7 +154,7 @@ def _one_folder_name(name: str, runs_dir: str, what: str) -> None:
                          "'/', '..' or absolute path; choose e.g. --name demo-2")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # keyword-only: each demo's own fields keep their places (name first)
 class _DemoSettings:
     """The settings both demos share: where they write, the sampled evaluation's temperature, the tiny policy's
     shape, the seed, the progress bars and whether a task file's own Python may run."""
