@@ -17,6 +17,7 @@ import os
 import shlex
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,11 +29,8 @@ from filelock import FileLock, Timeout
 from grpo_kit.system.files import append_jsonl, read_jsonl, sha256_file, write_json, write_jsonl
 
 __all__ = ["AFTER_STEP", "BASELINE_STEP", "COLAB_DRIVE", "TRAIN_STEP", "RunFolder", "RunFolderBusy", "enclosing_run",
-           "files_digest", "hold_lock", "in_colab", "model_files", "resolve_run_dir"]
+           "files_digest", "hold_lock", "in_colab", "model_files", "read_record", "resolve_run_dir"]
 
-# One lock object per folder in this process, so that a step that holds it (the demo) can call another that takes
-# it too (train): filelock counts the nested acquisitions of one object.
-_LOCKS: dict[Path, FileLock] = {}
 _HASHED: dict[tuple[str, int, int, int], str] = {}
 
 
@@ -73,8 +71,7 @@ def resolve_run_dir(run_dir: str | Path, use_drive: bool | None = None, drive_ro
         RuntimeError: ``use_drive=True`` outside Colab.
     """
     run_dir = Path(run_dir)
-    use_drive = in_colab() if use_drive is None else use_drive
-    if not use_drive:
+    if not (in_colab() if use_drive is None else use_drive):
         return run_dir
     if not in_colab():
         raise RuntimeError("use_drive=True needs Google Colab (google.colab.drive); set use_drive=False to keep the "
@@ -89,10 +86,8 @@ def resolve_run_dir(run_dir: str | Path, use_drive: bool | None = None, drive_ro
 def model_files(folder: Path) -> dict[str, str]:
     """The SHA-256 of each file of a trained model folder (path relative to it -> hex), its ``README.md`` card
     excepted; empty when there is no folder. Config, tokenizer and adapter files count: each changes what loads."""
-    if not folder.is_dir():
-        return {}
     out = {}
-    for path in sorted(folder.rglob("*")):
+    for path in sorted(folder.rglob("*")):  # none where there is no folder
         name = path.relative_to(folder).as_posix()
         if path.is_file() and name != "README.md":
             stat = path.stat()  # a file hashed before in this process and not touched since is not read again
@@ -131,6 +126,17 @@ def files_digest(files: dict[str, str]) -> str:
                           .encode()).hexdigest()
 
 
+def read_record(path: Path) -> dict[str, Any]:
+    """The JSON object a run folder's record ``path`` holds; ``{}`` when it is missing, damaged or not an object, for a
+    reader that can go on without it (the step that needs the file reads it with :meth:`RunFolder.read_settings`, whose
+    message says what to do)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def _seal(step: Any, digest: Any) -> str:
     """What ``finished.json`` records beside its step: a hash of the step and the weights' digest, so that a step
     edited by hand (a 3-step run made to read 999 in its report and card) is told apart from the one training wrote."""
@@ -152,16 +158,15 @@ def hold_lock(lock_file: Path, holder_file: Path, what: Path, command: str, valu
         RunFolderBusy: another process holds it; the message names that process and what to do.
     """
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    lock = _LOCKS.setdefault(lock_file.resolve(), FileLock(lock_file))
+    # one lock object per file in this process (is_singleton), so that a step that holds it (the demo) can call
+    # another that takes it too (train): filelock counts the nested acquisitions of one object
+    lock = FileLock(lock_file, is_singleton=True)
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        try:
-            holder = json.loads(holder_file.read_text(encoding="utf-8"))
-            who = (f"process {holder['pid']} on {holder['host']} ({holder['command']}, since "
-                   f"{holder['started']})")
-        except (OSError, ValueError, KeyError, TypeError):
-            who = "another process"
+        holder = read_record(holder_file)
+        who = (f"process {holder['pid']} on {holder['host']} ({holder['command']}, since {holder['started']})"
+               if {"pid", "host", "command", "started"} <= holder.keys() else "another process")
         raise RunFolderBusy(f"{what} is being written by {who}: wait for it to finish (or stop it), or "
                             "choose another folder") from None
     try:
@@ -197,9 +202,7 @@ class RunFolder:
             return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / f".write-test-{os.getpid()}"
-            probe.write_text("", encoding="utf-8")
-            probe.unlink()
+            tempfile.TemporaryFile(dir=self.path).close()  # a file made and gone at once: the folder is writable
         except OSError as e:
             raise ValueError(f"cannot write the run folder {self.path} ({e.strerror or e}): choose a folder you can "
                              "write, e.g. --run-dir runs/<name> under the current directory") from None
@@ -293,8 +296,7 @@ class RunFolder:
             ValueError: it is damaged, not an object, or lacks a key; the message names the file and what to rerun.
         """
         data = self.read_json(path, written_by)
-        missing = [k for k in keys if not isinstance(data, dict) or k not in data]
-        if missing:
+        if missing := [k for k in keys if not isinstance(data, dict) or k not in data]:
             raise ValueError(f"{path} is damaged or was edited (no {', '.join(missing)}): delete it and run "
                              f"{written_by} again with run_dir={str(self.path)!r}")
         return data
@@ -310,9 +312,8 @@ class RunFolder:
             return None
         record = self.read_settings(self.finished, "train --resume (it finishes the save again)", ("step",))
         step = record["step"]
-        sealed = record.get("seal")
         if isinstance(step, bool) or not isinstance(step, int) or (
-                sealed is not None and sealed != _seal(step, record.get("model_digest"))):
+                (sealed := record.get("seal")) is not None and sealed != _seal(step, record.get("model_digest"))):
             raise ValueError(f"{self.finished} was edited (its step, {step!r}, is not the step training recorded "
                              "there): restore it, or train again into a new run folder; the report and the model "
                              "card would say a wrong number of steps")
@@ -350,16 +351,13 @@ class RunFolder:
         now = model_files(self.model)
         fix = ("restore model/ as training wrote it (checkpoints/ hold the same weights), or train a new run folder; "
                "nothing that reads model/ trusts it until then")
-        for name in sorted(set(recorded) | set(now)):
-            if name not in now:
-                raise ValueError(f"{self.model / name} is missing, but training wrote it ({self.finished.name} records "
-                                 f"its SHA-256): {fix}")
-            if name not in recorded:
-                raise ValueError(f"{self.model / name} was added after training ({self.finished.name} records no such "
-                                 f"file): remove it, or {fix}")
-            if now[name] != recorded[name]:
-                raise ValueError(f"{self.model / name} no longer matches what training wrote (its SHA-256 differs "
-                                 f"from the one {self.finished.name} records): {fix}")
+        changed = [name for name in sorted(set(recorded) | set(now)) if now.get(name) != recorded.get(name)]
+        if changed:
+            name, held = changed[0], self.finished.name
+            why = (f"is missing, but training wrote it ({held} records its SHA-256):" if name not in now else
+                   f"was added after training ({held} records no such file): remove it, or" if name not in recorded
+                   else f"no longer matches what training wrote (its SHA-256 differs from the one {held} records):")
+            raise ValueError(f"{self.model / name} {why} {fix}")
         return str(record.get("model_digest") or files_digest(recorded))
 
     def mark_evaluated(self, step: int, digest: str | None, settings: dict[str, Any]) -> None:
@@ -387,11 +385,8 @@ class RunFolder:
             ValueError: the file was edited or replaced; the message names it and what to do.
         """
         self.require(path, BASELINE_STEP)
-        try:
-            settings = json.loads(self.eval_settings.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return path  # no settings (a baseline still being measured) or damaged ones, which their reader names
-        recorded = settings.get("files") if isinstance(settings, dict) else None
+        # no settings (a baseline still being measured) or damaged ones, which their reader names: nothing to check
+        recorded = read_record(self.eval_settings).get("files")
         if isinstance(recorded, dict) and path.name in recorded and sha256_file(path) != recorded[path.name]:
             raise ValueError(f"{path} is not the file the baseline wrote (its SHA-256 differs from the one "
                              f"{self.eval_settings.name} records: it was edited or replaced), so no table reads it: "
@@ -410,27 +405,25 @@ class RunFolder:
             A one-line reason that ends with what to run, or ``None``.
         """
         again = f"run python -m grpo_kit eval --run-dir {shlex.quote(str(self.path))} again"
-        if not self.evaluated.is_file():
+        if "step" not in (record := read_record(self.evaluated)):  # missing or damaged
             return (f"{self.path}'s evaluation after training does not record the step and model it measured (no "
-                    f"{self.evaluated.name}): {again}")
+                    f"readable {self.evaluated.name}): {again}")
         try:
-            record = json.loads(self.evaluated.read_text(encoding="utf-8"))
-            step = self.finished_step()
-            digest = self.check_model()
+            step, digest = self.finished_step(), self.check_model()
         except (OSError, ValueError) as e:
-            return f"{e}"
-        if not isinstance(record, dict) or record.get("step") != step:
-            was = record.get("step") if isinstance(record, dict) else None
-            return (f"{self.path}'s evaluation after training is of step {was}, and the model is now at step {step} "
-                    f"(the run was trained further): {again}")
+            return str(e)
+        if record.get("step") != step:
+            return (f"{self.path}'s evaluation after training is of step {record.get('step')}, and the model is now at "
+                    f"step {step} (the run was trained further): {again}")
         if record.get("model_digest") != digest:
             return f"{self.path}'s evaluation after training measured other weights than model/ holds now: {again}"
-        for name, recorded in (record.get("files") or {}).items():
+        files = record.get("files") or {}
+        for name, recorded in files.items():
             path = self.path / name
             if not path.is_file() or sha256_file(path) != recorded:
                 return (f"{path} is not the file the evaluation after training wrote (it was replaced or edited): "
                         f"{again}")
-        if "files" not in record or self.trained.name not in record["files"]:
+        if self.trained.name not in files:
             return f"{self.path}'s evaluation after training does not record its {self.trained.name}: {again}"
         for key, value in (settings or {}).items():
             if key in record and record[key] != value:
@@ -450,9 +443,8 @@ class RunFolder:
 
     def heldout_records(self) -> list[tuple[int, Path]]:
         """The held-out evaluations kept, as ``(step, path)``, oldest step first."""
-        if not self.heldout.is_dir():
-            return []
-        return sorted((int(p.stem.removeprefix("step-")), p) for p in self.heldout.glob("step-*.jsonl"))
+        steps = ((p.stem.removeprefix("step-"), p) for p in self.heldout.glob("step-*.jsonl"))  # none: no folder
+        return sorted((int(step), p) for step, p in steps if step.isdigit())
 
     def append_alarm(self, alarm: dict[str, Any]) -> None:
         """Add one alarm (a JSON object with its ``kind`` and ``step``) to ``alarms.jsonl``."""

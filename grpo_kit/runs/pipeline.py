@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.report import report_markdown
+from grpo_kit.policy.loading import load_policy
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import TinyPolicy, WarmStart, completion_budget, ship, warm_started_tiny_policy
 from grpo_kit.runs.folder import RunFolder
@@ -64,20 +65,19 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
         ValueError: whatever :class:`EvalPlan` refuses; a slice out of the test split's range.
     """
     task = get_task(task, trust_remote_code=trust_remote_code)
-    settings = {k: v for k, v in settings.items() if v is not None}
+    settings = {k: v for k, v in {**settings, "max_new_tokens": max_new_tokens}.items() if v is not None}
     if eval_size or eval_fraction:
         settings["slice"] = {"n": eval_size} if eval_size else {"fraction": eval_fraction}
     if warm_steps:
         settings["warm"] = WarmStart(steps=warm_steps)
-    tiny = settings.get("model") is None and preset.model is None
-    said = max_new_tokens is None and tiny and task.file is not None and task.trains
+    said = max_new_tokens is None and settings.get("model") is None and preset.model is None \
+        and task.file is not None and task.trains  # a task file on the tiny policy
     if said:
-        max_new_tokens = completion_budget(task)
-    plan = EvalPlan(task=task, preset=preset, **settings,
-                    **({"max_new_tokens": max_new_tokens} if max_new_tokens is not None else {}))
+        settings["max_new_tokens"] = completion_budget(task)
+    plan = EvalPlan(task=task, preset=preset, **settings)
     log.info(f"baseline: {plan.describe()}")  # a slice out of range is refused here, before anything else is said
     if said:
-        log.info(f"completions of up to {max_new_tokens} new tokens, from the longest answer the tiny policy is "
+        log.info(f"completions of up to {plan.max_new_tokens} new tokens, from the longest answer the tiny policy is "
                  "warm-started on (--max-new-tokens changes it)")
     return plan
 
@@ -111,8 +111,7 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
     from grpo_kit.runs.export import push_to_hub as upload
     from grpo_kit.system.hub import upload_token
 
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
+    if unknown := [f for f in formats if f not in FORMATS]:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {unknown[0]!r}")
     typed = [f for f in formats if FORMATS[f].quantizes]
     if quant is not None and not typed:
@@ -155,8 +154,22 @@ def _one_folder_name(name: str, runs_dir: str, what: str) -> None:
                          "'/', '..' or absolute path; choose e.g. --name demo-2")
 
 
+@dataclass(frozen=True, kw_only=True)  # keyword-only: each demo's own fields keep their places (name first)
+class _DemoSettings:
+    """The settings both demos share: where they write, the sampled evaluation's temperature, the tiny policy's
+    shape, the seed, the progress bars and whether a task file's own Python may run."""
+
+    runs_dir: str = "runs"
+    cache_dir: str = DEFAULT_CACHE_DIR
+    sample_temperature: float = EvalPlan.temperature
+    spec: TinyPolicySpec = TinyPolicySpec()
+    seed: int = 0
+    progress: bool = True
+    trust_remote_code: bool = False  # a task file may import and run Python of its own (tasks.task_file)
+
+
 @dataclass(frozen=True)
-class DemoConfig:
+class DemoConfig(_DemoSettings):
     """Settings of one demo run. Sizes count questions of ``task``; ``grpo_steps`` are optimiser steps.
 
     Raises:
@@ -165,29 +178,22 @@ class DemoConfig:
 
     name: str = "demo"
     task: str = DEFAULT_TASK  # or another of demo_tasks() ("countdown"), or a task file with solutions
-    runs_dir: str = "runs"
-    cache_dir: str = DEFAULT_CACHE_DIR
     eval_size: int = 200
     train_size: int | None = None  # None: every train question whose prompt fits
     grpo_steps: int = 40  # greedy answers take the format by step 40 (docs/get-started/cpu-demo.md)
     eval_max_new_tokens: int = 64
     samples: int = 2  # sampled completions per question for avg@k / pass@k / maj@k (0: greedy only)
-    sample_temperature: float = EvalPlan.temperature
     eval_batch_size: int = 64
     warm: WarmStart = WarmStart()
-    spec: TinyPolicySpec = TinyPolicySpec()
     preset_overrides: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    progress: bool = True
     resume: bool = False  # continue a killed demo from its newest checkpoint (else start the training afresh)
-    trust_remote_code: bool = False  # a task file may import and run Python of its own (tasks.task_file)
 
     def __post_init__(self) -> None:
         _one_folder_name(self.name, self.runs_dir, "the demo")
 
 
 @dataclass(frozen=True)
-class CompareDemoConfig:
+class CompareDemoConfig(_DemoSettings):
     """Settings of the compare demo: several reward sets trained from one warm start, against one baseline.
 
     Defaults are the experiment in docs/tutorials/compare-runs.md ("a reward that changes what is learned"): the task's
@@ -200,8 +206,6 @@ class CompareDemoConfig:
 
     name: str | None = None  # default compare-<task>
     task: str | None = None  # a task with compare_rewards (None: the first, compare_tasks()[0])
-    runs_dir: str = "runs"
-    cache_dir: str = DEFAULT_CACHE_DIR
     eval_size: int = 300
     grpo_steps: int = 60
     learning_rate: float = 1e-4
@@ -211,14 +215,9 @@ class CompareDemoConfig:
     temperature: float = 1.0  # of GRPO's sampled groups
     eval_max_new_tokens: int = 40
     samples: int = 8
-    sample_temperature: float = EvalPlan.temperature
     eval_batch_size: int = 100
     warm: WarmStart = WarmStart(steps=1000, batch_size=32)
-    spec: TinyPolicySpec = TinyPolicySpec()
     variants: tuple[str, ...] | None = None  # which of the task's compare_rewards (None: all, in order)
-    seed: int = 0
-    progress: bool = True
-    trust_remote_code: bool = False  # a task file may import and run Python of its own (tasks.task_file)
 
     def __post_init__(self) -> None:
         _one_folder_name(self.folder_name, self.runs_dir, "the compare demo")
@@ -298,6 +297,8 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
             train split or warm-start solutions.
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
+    import torch
+
     total_start, wall = time.perf_counter(), {}
     task = get_task(config.task, trust_remote_code=config.trust_remote_code)
     if not task.trains:
@@ -306,9 +307,32 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
     preset = get_preset("cpu-tiny", max_steps=config.grpo_steps, seed=config.seed, **config.preset_overrides)
     plan = _tiny_plan(config, task, preset)
     with RunFolder(Path(config.runs_dir) / config.name).lock("demo") as run:
-        measured, trained, cached, rewards = _run_demo(config, task, preset, plan, run, wall)
+        if not config.resume and any(p.exists() for p in (run.checkpoints, run.model, run.finished)):
+            _fresh(run)  # the demo starts afresh: what an earlier demo trained here goes
+        spec = RunSpec.resolve(preset, task, run_dir=run.path, resume=config.resume, train_size=config.train_size,
+                               seed=config.seed, warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir,
+                               progress="bar" if config.progress else "none")  # every setting, before any model loads
+        plan.questions()
+        torch.manual_seed(config.seed)
+        with _timed(wall, "warm start"):
+            model, tokenizer, cached = warm_started_tiny_policy(spec.policy.tiny, progress=config.progress)
+        samples = f"greedy + {config.samples} samples each" if config.samples else "greedy"
+        log.info(f"baseline evaluation on {config.eval_size} {task.name} test questions ({samples})")
+        with _timed(wall, "baseline evaluation"):  # the demo starts afresh: an earlier demo's baseline is replaced
+            before = measure_before(plan, run, _backend(model, tokenizer, config), replace=True)
+        print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
+        with _timed(wall, "GRPO training"):
+            trained = train(spec, policy=(model, tokenizer))
+        log.info(f"evaluation after GRPO on the same {config.eval_size} questions ({samples})")
+        with _timed(wall, "evaluation after GRPO"):
+            if trained.trainer is not None:
+                model = trained.trainer.model
+            else:  # a resumed demo that had finished: its saved model
+                model = load_policy(str(trained.model_dir))[0]
+            measured = measure_after(run, backend=_backend(model, tokenizer, config),
+                                     trust_remote_code=config.trust_remote_code)
         wall["total"] = time.perf_counter() - total_start
-        return _demo_report(config, task, preset, run, measured, trained, cached, rewards, wall)
+        return _demo_report(config, task, preset, run, measured, trained, cached, ", ".join(spec.rewards.names), wall)
 
 
 def _demo_report(config: DemoConfig, task: Task, preset: Recipe, run: RunFolder, measured: Any, trained: Any,
@@ -333,56 +357,16 @@ def _demo_report(config: DemoConfig, task: Task, preset: Recipe, run: RunFolder,
     }
     report = report_markdown(measured, f"grpo_kit demo: {config.name}", notes=task.extras.get("notes", ""),
                              settings=settings, wall=wall, versions=package_versions(), algorithm=measured.algorithm)
-    report += "\n".join(["## Files", "",
-                         "- `baseline.jsonl`, `trained.jsonl`: one record per question, greedy (completion, "
-                         "extracted answers, rewards)",
-                         "- `baseline_sampled.jsonl`, `trained_sampled.jsonl`: the same for the sampled completions",
-                         "- `comparison.csv`: the greedy before/after table with intervals and paired tests",
-                         "- `before_after.png`: that table as a chart with 95% intervals",
-                         "- `log_history.json`, `training_curves.png`: the GRPO trainer's log and every reward's curve",
-                         "- `checkpoints/`, `model/`: checkpoints every save_steps (resume with --resume) and the "
-                         "trained policy",
-                         "- `eval_settings.json`, `train_settings.json`: what was measured and what was trained",
-                         "- `generations.jsonl`: the generation cache (a rerun regenerates nothing it holds)", ""])
+    files = ("baseline", "trained", "baseline_sampled", "trained_sampled", "comparison", "before_after", "log_history",
+             "curves", "checkpoints", "model", "eval_settings", "train_settings", "generations")  # RunFolder's paths
+    report += "\n".join(["## Files", "", *[f"- `{getattr(run, name).name}`: {getattr(RunFolder, name).__doc__}"
+                                          for name in files], ""])
     write_text(run.report, report)
     print("\n" + report.split("## Diagnostics")[0].strip() + "\n", flush=True)
     log.info(f"wrote {run.path}/ (report.md, records, comparison.csv, charts, log history) in {wall['total']:.0f} s")
     return {"run_dir": run.path, "table": measured.table, "before": measured.before, "after": measured.after,
             "before_sampled": measured.before_sampled, "after_sampled": measured.after_sampled,
             "log_history": trained.log_history, "wall": wall}
-
-
-def _run_demo(config: DemoConfig, task: Task, preset: Recipe, plan: EvalPlan, run: RunFolder,
-              wall: dict[str, float]) -> tuple[Any, Any, bool, str]:
-    import torch
-
-    if not config.resume and any(p.exists() for p in (run.checkpoints, run.model, run.finished)):
-        _fresh(run)  # the demo starts afresh: what an earlier demo trained here goes
-    spec = RunSpec.resolve(preset, task, run_dir=run.path, resume=config.resume, train_size=config.train_size,
-                           seed=config.seed, warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir,
-                           progress="bar" if config.progress else "none")  # every setting, before any model is built
-    plan.questions()
-    torch.manual_seed(config.seed)
-    with _timed(wall, "warm start"):
-        model, tokenizer, cached = warm_started_tiny_policy(spec.policy.tiny, progress=config.progress)
-    samples = f"greedy + {config.samples} samples each" if config.samples else "greedy"
-    log.info(f"baseline evaluation on {config.eval_size} {task.name} test questions ({samples})")
-    with _timed(wall, "baseline evaluation"):
-        before = measure_before(plan, run, _backend(model, tokenizer, config), replace=True)  # the demo starts afresh
-    print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
-    with _timed(wall, "GRPO training"):
-        trained = train(spec, policy=(model, tokenizer))
-    log.info(f"evaluation after GRPO on the same {config.eval_size} questions ({samples})")
-    with _timed(wall, "evaluation after GRPO"):
-        if trained.trainer is not None:
-            model = trained.trainer.model
-        else:
-            from grpo_kit.policy.loading import load_policy
-
-            model = load_policy(str(trained.model_dir))[0]
-        measured = measure_after(run, backend=_backend(model, tokenizer, config),
-                                 trust_remote_code=config.trust_remote_code)
-    return measured, trained, cached, ", ".join(spec.rewards.names)
 
 
 def _variants(config: CompareDemoConfig, task: Task) -> dict[str, Any]:
@@ -392,8 +376,7 @@ def _variants(config: CompareDemoConfig, task: Task) -> dict[str, Any]:
         raise ValueError(f"task {task.name!r} names no reward sets to compare, or cannot warm-start the tiny policy: "
                          "choose one of " + ", ".join(compare_tasks()))
     chosen = list(sets) if config.variants is None else list(config.variants)
-    unknown = [v for v in chosen if v not in sets]
-    if unknown or len(chosen) != len(set(chosen)) or not chosen:
+    if not chosen or not set(chosen) <= sets.keys() or len(chosen) != len(set(chosen)):
         raise ValueError(f"variants {chosen} of task {task.name!r}: give distinct names among {', '.join(sets)}")
     return {v: sets[v] for v in chosen}
 
@@ -423,11 +406,9 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
 
     from grpo_kit.evaluation.compare import intervals_markdown
     from grpo_kit.evaluation.summary import sampled_metrics
-    from grpo_kit.policy.loading import load_policy
     from grpo_kit.runs.compare import check_comparison_out, compare_runs, share_baseline
 
-    wall: dict[str, float] = {}
-    total_start = time.perf_counter()
+    total_start, wall = time.perf_counter(), {}
     task = get_task(config.task_name, trust_remote_code=config.trust_remote_code)
     variants = _variants(config, task)
     preset = get_preset("cpu-tiny", **config.preset_fields())
@@ -483,8 +464,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
         "task": task.name,
         "variants (reward sets)": "; ".join(f"{name}: {spec.rewards}" for name, spec in specs.items()),
         "GRPO steps (each variant)": preset.max_steps,
-        "prompts x completions per step": f"{preset.prompts_per_step} x "
-                                          f"{preset.num_generations}",
+        "prompts x completions per step": f"{preset.prompts_per_step} x {preset.num_generations}",
         "learning rate": preset.learning_rate,
         "temperature (training)": preset.temperature,
         "max completion length (tokens)": preset.max_completion_length,

@@ -9,7 +9,6 @@ once, here, and kept on the spec.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
@@ -24,7 +23,7 @@ from grpo_kit.policy.routes import usable_loading
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import RunFolder, read_record
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.data import carve_validation
@@ -66,10 +65,9 @@ def _with_wandb(preset: Recipe, project: str | None) -> Recipe:
 
     reports = [preset.report_to] if isinstance(preset.report_to, str) else list(preset.report_to or [])
     reports = [r.strip() for item in reports for r in str(item).split(",")]
-    if "wandb" not in reports and not ("all" in reports and importlib.util.find_spec("wandb")):
-        return preset
-    if setup_wandb(project or os.environ.get("WANDB_PROJECT") or "grpo-kit") == "wandb":
-        return preset
+    wanted = "wandb" in reports or ("all" in reports and importlib.util.find_spec("wandb"))
+    if not wanted or setup_wandb(project or os.environ.get("WANDB_PROJECT") or "grpo-kit") == "wandb":
+        return preset  # not asked for, or set up
     kept = [r for r in reports if r not in ("wandb", "all")]
     return get_preset(preset, report_to=",".join(kept) or "none")
 
@@ -93,8 +91,7 @@ def recipe_task(preset: Recipe, cache_dir: str = DEFAULT_CACHE_DIR) -> str | Non
 
     from grpo_kit.system.files import write_text
 
-    data = preset.data_task()
-    if data is None:
+    if (data := preset.data_task()) is None:
         return None
     text = (f"# The data keys of recipe {preset.name!r} as a task file: python -m grpo_kit train --task THIS_FILE\n"
             + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110))
@@ -122,10 +119,9 @@ def recipe_rewards(preset: Recipe, task: Task, trusted: bool) -> RewardSet:
     if preset.reward_model_name_or_path:
         raise ValueError(f"reward_model_name_or_path = {preset.reward_model_name_or_path!r}: the kit trains with "
                          "reward functions, not a reward model; name them with reward_funcs or --rewards")
-    names = list(preset.reward_funcs or ())
     try:
-        if names:
-            return RewardSet([_recipe_reward(name, trusted) for name in names], preset.reward_weights)
+        if preset.reward_funcs:
+            return RewardSet([_recipe_reward(name, trusted) for name in preset.reward_funcs], preset.reward_weights)
         own = task.reward_set()
         return RewardSet(own.rewards, preset.reward_weights or own.weights)
     except ValueError as e:
@@ -149,48 +145,26 @@ def _recipe_reward(name: str, trusted: bool) -> Any:
         if not trusted:
             raise ValueError(f"{name!r} is Python the recipe file would import and run: name it on the command line "
                              "(--reward_funcs ...), or add --trust_remote_code true there if you trust the file")
-        module, _, function = name.partition(":") if ":" in name else name.rpartition(".")
-        return import_reward(f"{module}:{function}", "reward_funcs")
+        return import_reward(name if ":" in name else ":".join(name.rsplit(".", 1)), "reward_funcs")
     raise ValueError(f"unknown reward {name!r}: choose the kit's ({', '.join(BUILTIN_REWARDS)}), TRL's "
                      f"({', '.join(_TRL_REWARDS)}), open-r1's ({', '.join(_OPEN_R1_REWARDS)}), or module.function")
 
 
-def _whole_or_none(name: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError(f"{name} must be a whole number >= 1 (or None), got {value!r}")
-
-
 def _check_recorded_data(folder: RunFolder, task: Task, resume: bool) -> None:
     """Refuse a task file whose data changed since the folder's baseline (or, resuming, its training) recorded it."""
-    for path, written_by in ((folder.eval_settings, "eval --before"), (folder.train_settings, "train")):
-        if path.is_file() and (resume or path == folder.eval_settings):
-            try:
-                recorded = folder.read_json(path, written_by)
-            except ValueError:  # damaged: the step that reads it says so, with what to do
-                continue
-            if isinstance(recorded, dict) and recorded.get("task") == task.ref:
-                check_digest(task, recorded.get("task_digest"), folder.path)
+    for path in (folder.eval_settings, folder.train_settings) if resume else (folder.eval_settings,):
+        if (recorded := read_record(path)).get("task") == task.ref:
+            check_digest(task, recorded.get("task_digest"), folder.path)
 
 
 def _recorded_task(run_dir: str | Path | None) -> tuple[str, dict[str, str] | None]:
     """The task a run folder recorded (its training, else its baseline) and the digest of its files; the kit's default
     task for a new folder."""
-    for name in ("train_settings.json", "eval_settings.json"):
-        path = Path(run_dir) / name if run_dir is not None else None
-        if path is not None and path.is_file():
-            try:
-                recorded = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue  # the step that reads it reports a damaged file, with what to do
-            if isinstance(recorded, dict) and isinstance(recorded.get("task"), str):
-                digest = recorded.get("task_digest")
-                return recorded["task"], digest if isinstance(digest, dict) else None
+    for name in ("train_settings.json", "eval_settings.json") if run_dir is not None else ():
+        if isinstance((recorded := read_record(Path(run_dir) / name)).get("task"), str):
+            digest = recorded.get("task_digest")
+            return recorded["task"], digest if isinstance(digest, dict) else None
     return DEFAULT_TASK, None
-
-
-def _same_policy(a: str, b: str) -> bool:
-    """Whether two recorded policy names are one policy (a folder given by two paths is)."""
-    return a == b or (Path(a).is_dir() and Path(b).is_dir() and Path(a).resolve() == Path(b).resolve())
 
 
 def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int, chosen: bool) -> PolicySource:
@@ -202,17 +176,16 @@ def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int,
         ValueError: ``policy`` is not what the baseline measured (a before/after table would pair two policies, and
             only ``eval`` after training would say so); the message names both and what to pass.
     """
-    try:
-        measured = json.loads((run_dir / "eval_settings.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return policy  # no baseline yet (or a damaged one, which eval reports)
-    base = measured.get("base_model") if isinstance(measured, dict) else None
-    if not isinstance(base, str) or _same_policy(policy.name, base):
+    measured = read_record(run_dir / "eval_settings.json")  # {}: no baseline yet (or a damaged one, which eval reports)
+    base = measured.get("base_model")
+    if not isinstance(base, str) or policy.name == base or (  # a folder given by two paths is one policy
+            Path(base).is_dir() and Path(policy.name).is_dir() and Path(base).resolve() == Path(policy.name).resolve()):
         return policy
-    if not chosen and isinstance(measured.get("warm"), dict):
+    warm = measured.get("warm") if isinstance(measured.get("warm"), dict) else None
+    if not chosen and warm is not None:
         try:
             shape = TinyPolicySpec(**measured["tiny_spec"]) if measured.get("tiny_spec") else None
-            theirs = PolicySource.of(None, task, seed=seed, warm=WarmStart(**measured["warm"]), spec=shape,
+            theirs = PolicySource.of(None, task, seed=seed, warm=WarmStart(**warm), spec=shape,
                                      cache_dir=measured.get("cache_dir") or DEFAULT_CACHE_DIR)
         except (TypeError, ValueError):
             theirs = None
@@ -220,7 +193,6 @@ def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int,
             logger.info(f"training the tiny policy the baseline in {run_dir} measured ({base}: warm start of "
                         f"{theirs.tiny.warm.steps} steps)")
             return theirs
-    warm = measured.get("warm") if isinstance(measured.get("warm"), dict) else None
     how = (f"--warm-steps {warm.get('steps')} (and the baseline's cache folder, {measured.get('cache_dir')})" if warm
            else f"--model_name_or_path {base}")
     raise ValueError(f"the baseline in {run_dir} measured {base}, and this would train {policy.name}: the before/after "
@@ -228,10 +200,12 @@ def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int,
                      "options out), or measure this policy's baseline in a new run folder (eval --before)")
 
 
-def _as_recorded(recorded: dict[str, Any], run_dir: Path, **given: Any) -> dict[str, Any]:
+def _as_recorded(recorded: dict[str, Any], run_dir: Path, given: Mapping[str, Any], reward_funcs: Any
+                 ) -> dict[str, Any]:
     """What a resume takes from the run's record (``train_settings.json``) for each of ``given`` left ``None``: the
-    rewards (your own imported again), the training questions and their seed, and the held-out evaluation's size,
-    cadence and budget (a folder written before the cadence was recorded: read from its ``heldout/`` files).
+    rewards (your own imported again; not where the recipe names ``reward_funcs``), the training questions and their
+    seed, and the held-out evaluation's size, cadence and budget (a folder written before the cadence was recorded:
+    read from its ``heldout/`` files).
 
     Raises:
         ValueError: a recorded reward of your own cannot be imported again (:meth:`RewardSet.from_record`).
@@ -239,22 +213,21 @@ def _as_recorded(recorded: dict[str, Any], run_dir: Path, **given: Any) -> dict[
     identity = recorded["identity"] if isinstance(recorded["identity"], dict) else {}
     heldout = recorded.get("heldout") if isinstance(recorded.get("heldout"), dict) else {}
     found: dict[str, Any] = {}
-    if given["rewards"] is None and isinstance(recorded.get("rewards"), dict):
+    if given["rewards"] is None and not reward_funcs and isinstance(recorded.get("rewards"), dict):
         found["rewards"] = RewardSet.from_record(recorded, what=f"resuming {run_dir}: its reward")
     for key, value in (("train_size", identity.get("train_size")), ("seed", identity.get("seed")),
                        ("eval_size", heldout.get("questions")),
-                       ("eval_steps", heldout.get("eval_steps", _cadence(run_dir / "heldout") if heldout else None)),
+                       ("eval_steps", heldout.get("eval_steps", _cadence(run_dir) if heldout else None)),
                        ("eval_max_new_tokens", heldout.get("max_new_tokens"))):
         if given[key] is None and isinstance(value, int) and not isinstance(value, bool):
             found[key] = value
     return found
 
 
-def _cadence(folder: Path) -> int | None:
-    """The steps between a run's held-out evaluations, from the ``step-<N>.jsonl`` files it wrote (``None``: fewer
-    than two)."""
-    steps = sorted(int(p.stem.removeprefix("step-")) for p in folder.glob("step-*.jsonl")
-                   if p.stem.removeprefix("step-").isdigit())
+def _cadence(run_dir: Path) -> int | None:
+    """The steps between a run's held-out evaluations, from the ``heldout/step-<N>.jsonl`` files it wrote (``None``:
+    fewer than two)."""
+    steps = [step for step, _ in RunFolder(run_dir, write=False).heldout_records()]
     gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
     return min(gaps) if gaps else None
 
@@ -398,11 +371,10 @@ class RunSpec:
                 recorded_plan = get_preset(recorded_recipe)
                 kept = {k: getattr(recorded_plan, k) for k in PLAN_FIELDS
                         if k not in given and getattr(recorded_plan, k) is not None}
-            overrides = {**kept, **overrides}
+                overrides |= kept  # never a key of the overrides: those are in given
         preset = _with_wandb(get_preset(preset, argv=argv, **overrides), wandb_project)
         taken = preset.taken()
-        from_recipe = recipe_task(preset, cache_dir) if task is None else None
-        if from_recipe is not None:
+        if task is None and (from_recipe := recipe_task(preset, cache_dir)) is not None:
             task = from_recipe
             taken.append(f"task file: {task} (the recipe's data keys; --task THIS_FILE reads it again)")
         else:
@@ -429,18 +401,12 @@ class RunSpec:
         recorded = record.read_settings(record.train_settings, "train", ("identity",)) \
             if resume and record.train_settings.is_file() else None
         if recorded is not None:  # the run as recorded, unless this command says otherwise
-            as_recorded = _as_recorded(recorded, Path(run_dir), rewards=rewards if rewards is not None else
-                                       (preset.reward_funcs or None), train_size=train_size, eval_steps=eval_steps,
-                                       eval_size=eval_size, eval_max_new_tokens=eval_max_new_tokens, seed=seed)
-            kept.update(as_recorded)
-            rewards = as_recorded.get("rewards", rewards)
-            train_size = as_recorded.get("train_size", train_size)
-            eval_steps = as_recorded.get("eval_steps", eval_steps)
-            eval_size = as_recorded.get("eval_size", eval_size)
-            eval_max_new_tokens = as_recorded.get("eval_max_new_tokens", eval_max_new_tokens)
-            seed = as_recorded.get("seed", seed)
+            asked = {"rewards": rewards, "train_size": train_size, "eval_steps": eval_steps, "eval_size": eval_size,
+                     "eval_max_new_tokens": eval_max_new_tokens, "seed": seed}
+            kept |= (found := _as_recorded(recorded, Path(run_dir), asked, preset.reward_funcs))
+            # found's keys are asked's: the merged dict keeps asked's order
+            rewards, train_size, eval_steps, eval_size, eval_max_new_tokens, seed = {**asked, **found}.values()
         seed = 0 if seed is None else seed
-        trusted = trust_remote_code or "reward_funcs" in given
         if rewards is not None:
             reward_set = RewardSet(rewards)
             taken += [f"{key} set aside: {'the run recorded' if 'rewards' in kept else '--rewards gives'} the rewards"
@@ -448,19 +414,19 @@ class RunSpec:
             if preset.reward_funcs or preset.reward_weights:
                 preset = get_preset(preset, reward_funcs=None, reward_weights=None)
         else:
-            reward_set = recipe_rewards(preset, task, trusted)
+            reward_set = recipe_rewards(preset, task, trusted=trust_remote_code or "reward_funcs" in given)
         launch = launch or Launch.from_env()
         if progress not in PROGRESS:
             raise ValueError(f"progress must be one of {', '.join(PROGRESS)}, got {progress!r}")
         for name, value in (("eval_steps", eval_steps), ("train_size", train_size),
-                            ("eval_max_new_tokens", eval_max_new_tokens)):
-            _whole_or_none(name, value)
-        if eval_steps is not None:
-            _whole_or_none("eval_size", eval_size)
-            if launch.sharded:
-                raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a "
-                                 "full copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop "
-                                 "eval_steps and evaluate the saved model afterwards (python -m grpo_kit eval)")
+                            ("eval_max_new_tokens", eval_max_new_tokens),
+                            ("eval_size", eval_size if eval_steps is not None else None)):  # eval_size: with eval_steps
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a whole number >= 1 (or None), got {value!r}")
+        if eval_steps is not None and launch.sharded:
+            raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a full "
+                             "copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop eval_steps and "
+                             "evaluate the saved model afterwards (python -m grpo_kit eval)")
         if launch.fsdp and (preset.use_cpu or not cuda_available()):
             # accelerate 1.15 engages FSDP only for accelerator device types, not MULTI_CPU (accelerate/state.py): the
             # run would silently replicate the whole model on every process, which FSDP was chosen to avoid.
@@ -507,14 +473,12 @@ class RunSpec:
         policy = _baseline_policy(folder.path, policy, task, preset.seed,
                                   chosen=model is not None or preset.model is not None or warm is not None
                                   or warm_steps is not None or tiny_spec is not None)
-        found = latest_complete(folder.checkpoints)
         if not resume and (folder.finished.is_file() or folder.model.exists()):
-            finished = folder.finished_step()
-            at = f", finished at step {finished}" if finished is not None else ""
+            at = f", finished at step {folder.finished_step()}" if folder.finished.is_file() else ""
             raise ValueError(f"{folder.path} holds a trained model ({folder.model.name}/{at}), which training again "
                              "would replace: pass --resume (notebook 03: resume = True) with a larger --max_steps to "
                              "train it further, or choose a new run folder")
-        if found is not None and not resume:
+        if not resume and (found := latest_complete(folder.checkpoints)) is not None:
             raise ValueError(f"{folder.path} already holds checkpoints (newest complete: {found.name}): pass --resume "
                              "(notebook 03: resume = True) to continue that run, or choose a new run folder")
         if resume:
@@ -543,15 +507,14 @@ class RunSpec:
         """The run in a few lines, as ``train`` logs them and notebook 03 prints them: the recipe, task, rewards and
         algorithm; the steps, checkpoints and held-out evaluation; what the kit made of the recipe's script keys."""
         p = self.preset
-        prompts = p.prompts_per_step
         held_out = (f"; validation accuracy every {self.eval_steps} steps on {self.eval_size} questions held out of "
                     "the train split" + (f" ({self.eval_size_default})" if self.eval_size_default else "")
                     if self.eval_steps else "")
         return [f"{p.name} on {self.task.name} with {self.rewards}; algorithm {p.algorithm}: loss_type {p.loss_type}, "
                 f"beta {p.beta}, scale_rewards {p.scale_rewards}, importance_sampling_level "
                 f"{p.importance_sampling_level}, epsilon {p.epsilon}/{p.epsilon_high}",
-                f"{p.max_steps} steps of {prompts} prompts x {p.num_generations} completions; checkpoints every "
-                f"{p.save_steps} steps in {self.folder.checkpoints}{held_out}", *self.taken]
+                f"{p.max_steps} steps of {p.prompts_per_step} prompts x {p.num_generations} completions; checkpoints "
+                f"every {p.save_steps} steps in {self.folder.checkpoints}{held_out}", *self.taken]
 
     def heldout(self) -> dict[str, Any] | None:
         """What ``train_settings.json`` records of the held-out evaluation during training (``None``: none): the

