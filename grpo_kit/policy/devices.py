@@ -95,7 +95,7 @@ def gpus() -> list[Gpu]:
     """Every CUDA device of this machine as torch reports it (empty without CUDA)."""
     import torch
 
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available():  # not device_count(): NVML counts GPUs a too-old driver cannot run
         return []
     # bfloat16 in hardware from compute capability 8.0 (Ampere). Not torch.cuda.is_bf16_supported(): it also
     # answers yes where bfloat16 is only emulated (a T4, 7.5: torch/cuda/__init__.py, including_emulation=True)
@@ -105,8 +105,7 @@ def gpus() -> list[Gpu]:
 
 def first_gpu() -> Gpu | None:
     """The first CUDA device of this machine, or ``None`` without one."""
-    found = gpus()
-    return found[0] if found else None
+    return next(iter(gpus()), None)
 
 
 @dataclass(frozen=True)
@@ -196,11 +195,8 @@ def placement(trains_all_weights: bool = False, launch: Launch | None = None,
         return {"dtype": "float32", "device_map": None}
     launch = Launch.from_env() if launch is None else launch
     dtype = "float32" if trains_all_weights else ("bfloat16" if gpu.bf16 else "float16")
-    if launch.world_size == 1:
-        return {"dtype": dtype, "device_map": "auto"}
-    if launch.sharded:
-        return {"dtype": dtype, "device_map": None}
-    return {"dtype": dtype, "device_map": {"": launch.local_rank}}
+    device_map = "auto" if launch.world_size == 1 else None if launch.sharded else {"": launch.local_rank}
+    return {"dtype": dtype, "device_map": device_map}
 
 
 def zero3_loading(launch: Launch | None = None) -> Any:

@@ -201,10 +201,7 @@ class TransformersBackend:
         # Similar lengths in one batch waste less compute on padding.
         order = sorted(range(len(texts)), key=lambda i: lengths[i])
         results: list[list[Generation]] = [[] for _ in texts]
-        pad = self.tokenizer.pad_token_id
-        eos = self.tokenizer.eos_token_id
-        previous_side = self.tokenizer.padding_side
-        self.tokenizer.padding_side = "left"
+        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         was_training = self.model.training
         self.model.eval()
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -218,7 +215,7 @@ class TransformersBackend:
                     bar.set_postfix_str(f"batch {batch_no + 1}/{len(batches)}, {len(batch)} questions", refresh=False)
                     start = bar.n
                     enc = self.tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
-                                         add_special_tokens=False).to(self.model.device)
+                                         padding_side="left", add_special_tokens=False).to(self.model.device)
                     kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
                                                   eos_token_id=eos, num_return_sequences=sampling.n,
                                                   stopping_criteria=_counting(bar))
@@ -235,13 +232,11 @@ class TransformersBackend:
                         ended = eos in ids
                         ids = ids[:ids.index(eos) + 1] if ended else [t for t in ids if t != pad]
                         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                        results[batch[row // sampling.n]].append(
-                            Generation(text=text, num_tokens=len(ids),
-                                       truncated=not ended and len(ids) >= sampling.max_new_tokens))
+                        truncated = not ended and len(ids) >= sampling.max_new_tokens
+                        results[batch[row // sampling.n]].append(Generation(text, len(ids), truncated))
                     if on_result is not None:
                         for i in batch:
                             on_result(i, results[i])
         finally:
-            self.tokenizer.padding_side = previous_side
             self.model.train(was_training)
         return results

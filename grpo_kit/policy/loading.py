@@ -7,22 +7,19 @@ wing needs to know what a preset is.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import require_cuda
+from grpo_kit.system.files import new_beside
 
-__all__ = [
-    "LORA_TARGETS",
-    "UNSLOTH_PATCHES",
-    "Loading",
-    "check_adapter_trained",
-    "import_unsloth",
-    "load_policy",
-    "load_unsloth_policy",
-    "save_merged",
-]
+__all__ = ["LORA_TARGETS", "UNSLOTH_PATCHES", "Loading", "check_adapter_trained", "import_unsloth", "load_policy",
+           "load_unsloth_policy", "save_merged", "saved_whole"]
 
 #: LoRA on every attention and MLP projection (the Unsloth notebook's choice, kept by the blog post).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -209,3 +206,31 @@ def save_merged(model: Any, tokenizer: Any, path: str | Path) -> Path:
     model.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
     return path
+
+
+@contextlib.contextmanager
+def saved_whole(folder: Path, marker: str) -> Iterator[Path]:
+    """Write a model folder whole or not at all: the block fills a new folder beside ``folder`` (made with the user's
+    umask, :func:`grpo_kit.system.files.new_beside`), which then takes the place of ``folder`` (removing an incomplete
+    one left by a killed build or an older kit). On an error or Ctrl-C nothing half-written is left behind.
+
+    Args:
+        folder: where the model goes (its parent folder is created).
+        marker: the file the block writes into the folder last. A folder holding it is complete: where another process
+            put its own copy in place first (a build of the same inputs: the same files), that copy is kept.
+
+    Raises:
+        OSError: the folder could not be written (e.g. a full disk) and no complete copy is in place.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = new_beside(folder, "building-", folder=True)
+    try:
+        yield building
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.replace(building, folder)
+        except OSError:  # another process put the same folder in place between the two lines above
+            if not (folder / marker).is_file():
+                raise  # a full disk, not a race
+    finally:
+        shutil.rmtree(building, ignore_errors=True)

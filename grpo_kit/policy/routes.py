@@ -1,7 +1,7 @@
 """Which code path a policy takes on this machine: the GPU stack's import order, and the one choice of
 generation backend for evaluation.
 
-Evaluation routes (:data:`EVAL_ROUTES`), the same before training and after it, so that a
+Evaluation routes (:data:`EVAL_ROUTES`, described here), the same before training and after it, so that a
 difference between the two is the training's and not the backend's:
 
 - ``unsloth-vllm``: Unsloth with ``fast_inference`` (``a100``, ``colab-t4``) where vLLM is usable: the
@@ -19,28 +19,22 @@ difference between the two is the training's and not the backend's:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import cuda_available
 from grpo_kit.policy.loading import Loading
 from grpo_kit.policy.source import PolicySource
-from grpo_kit.policy.vllm import vllm_usable
-from grpo_kit.system.files import json_or_none, sha256_file, write_json
+from grpo_kit.policy.vllm import folder_digest, vllm_usable
+from grpo_kit.system.files import json_or_none, write_json
 
 __all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "usable_loading", "vllm_memory_share"]
 
 log = logging.getLogger(__name__)
 
-EVAL_ROUTES = {
-    "unsloth-vllm": "Unsloth's colocated vLLM engine: base weights before, the saved adapter as a LoRA request after",
-    "unsloth": "Unsloth's loader with transformers generation: base before, base + saved adapter after",
-    "vllm": "vllm.LLM in a subprocess: the model before, the trained checkpoint after (an adapter merged first)",
-    "transformers": "batched transformers: the model before, the trained model (or base + adapter) after",
-}
+#: The evaluation routes, each described in this module's docstring.
+EVAL_ROUTES = ("unsloth-vllm", "unsloth", "vllm", "transformers")
 
 
 def prepare_stack(loading: Loading) -> None:
@@ -213,26 +207,13 @@ def _checkpoint_for_vllm(source: PolicySource, trained: Path | None, adapter: bo
     if not adapter:
         return str(trained)
     from grpo_kit.policy.devices import placement
-    from grpo_kit.policy.loading import load_policy, save_merged
+    from grpo_kit.policy.loading import load_policy, save_merged, saved_whole
 
-    merged = trained.parent / f"{trained.name}-merged"
-    made_from = merged / "merged-from.json"
-    digest = _files_digest(trained)
-    recorded = json_or_none(made_from)  # missing, half-written or of another adapter (trained on since): merge again
-    if isinstance(recorded, dict) and recorded.get("adapter_digest") == digest:
-        return str(merged)
-    partial = merged.with_name(merged.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    save_merged(*load_policy(trained, **placement()), partial)
-    write_json(partial / made_from.name, {"adapter": str(trained), "adapter_digest": digest})
-    shutil.rmtree(merged, ignore_errors=True)
-    partial.rename(merged)
+    merged, made_from = trained.parent / f"{trained.name}-merged", "merged-from.json"
+    digest = folder_digest(trained, most=None)  # every byte: an adapter is a few MB to a few hundred
+    recorded = json_or_none(merged / made_from)  # missing, half-written or of another adapter (trained on since)
+    if not (isinstance(recorded, dict) and recorded.get("adapter_digest") == digest):
+        with saved_whole(merged, made_from) as partial:
+            save_merged(*load_policy(trained, **placement()), partial)
+            write_json(partial / made_from, {"adapter": str(trained), "adapter_digest": digest})
     return str(merged)
-
-
-def _files_digest(folder: Path) -> str:
-    """SHA-256 over the names and bytes of the files in ``folder`` (an adapter: a few MB to a few hundred)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(folder)}:{sha256_file(path)}\n".encode())
-    return digest.hexdigest()

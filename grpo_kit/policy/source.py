@@ -25,7 +25,7 @@ from grpo_kit.tasks import Task
 
 __all__ = ["PolicySource"]
 
-# A Hub id: "name" or "owner/name", each part letters, digits, '-', '_', '.' (huggingface_hub's repo-id rule).
+
 @dataclass(frozen=True)
 class PolicySource:
     """A policy to start from: ``model`` (a Hub id or a local folder), or ``tiny`` (the kit's tiny policy).
@@ -98,10 +98,8 @@ class PolicySource:
             return load_unsloth_policy(self.model, loading)
         from grpo_kit.policy.devices import placement, zero3_loading
 
-        sharding = zero3_loading()  # ZeRO-3: each process loads its shard only; kept alive while loading
-        model_and_tokenizer = load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
-        del sharding
-        return model_and_tokenizer
+        sharding = zero3_loading()  # noqa: F841 - ZeRO-3: each process loads its shard only; kept alive while loading
+        return load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
 
     def build(self, in_own_process: bool = False) -> None:
         """Make sure the tiny policy's cache exists (nothing to do for a model); ``in_own_process`` builds it
