@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CARDS", "Gpu", "Launch", "card", "cuda_available", "first_gpu", "gpus", "placement", "require_cuda",
-           "unsloth_problem", "zero3_loading"]
+__all__ = ["CARDS", "Gpu", "Launch", "card", "cuda_available", "first_gpu", "gpus", "placement", "unsloth_problem",
+           "zero3_loading"]
 
 
 def cuda_available() -> bool:
@@ -21,18 +21,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def require_cuda(what: str) -> None:
-    """Raise a clear error when ``what`` (an Unsloth or vLLM feature) is asked for without a CUDA GPU.
-
-    Raises:
-        RuntimeError: no CUDA device; the message names the CPU alternative.
-    """
-    if not cuda_available():
-        raise RuntimeError(f"{what} needs an NVIDIA GPU with CUDA, and none is visible here. On a CPU use the "
-                           "transformers + peft path: preset 'cpu-tiny', or any preset with use_unsloth=False, "
-                           "and grpo_kit.policy.generation.TransformersBackend for evaluation.")
 
 
 def unsloth_problem(tiny_policy: bool) -> str | None:
@@ -138,9 +126,8 @@ class Launch:
         env = os.environ if env is None else env
         stage = env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
         return cls(world_size=int(env.get("WORLD_SIZE", "1")), rank=int(env.get("RANK", "0")),
-                   local_rank=int(env.get("LOCAL_RANK", "0")),
-                   fsdp=env.get("ACCELERATE_USE_FSDP", "false").lower() == "true",
-                   zero_stage=int(stage) if stage else None)
+                   local_rank=int(env.get("LOCAL_RANK", "0")), zero_stage=int(stage) if stage else None,
+                   fsdp=env.get("ACCELERATE_USE_FSDP", "false").lower() == "true")
 
     @property
     def is_main(self) -> bool:

@@ -66,11 +66,9 @@ class Backend(Protocol):
                  on_result: OnResult | None = None) -> list[list[Generation]]:
         """Return ``sampling.n`` generations for each prompt, in prompt order; call ``on_result``
         for each prompt as soon as its generations exist."""
-        ...
 
     def identity(self) -> str:
         """What the outputs depend on besides prompt and sampling: model and template (cache keys)."""
-        ...
 
 
 def _digest(params: dict[str, Any], strip_peft: bool = False) -> str:
@@ -82,8 +80,7 @@ def _digest(params: dict[str, Any], strip_peft: bool = False) -> str:
     of the launch hashes, as ``train`` does), so a sharded model digests as the same model unsharded.
     """
     digest = hashlib.sha256()
-    for name in sorted(params):
-        param = params[name]
+    for name, param in sorted(params.items()):
         key = name.removeprefix("base_model.model.").replace(".base_layer", "") if strip_peft else name
         digest.update(f"{key}{tuple(getattr(param, 'ds_shape', param.shape))}{param.dtype}".encode())
         digest.update(_sample(param))
@@ -150,15 +147,11 @@ class TransformersBackend:
         name: what generates, before that label ("the trained policy", "the export").
     """
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True,
-                 name: str = "") -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True, name: str = "") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.model = model
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.progress = progress
-        self.name = name
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size, self.progress, self.name = batch_size, progress, name
 
     def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling) -> float:
         """The line before a generation long enough to wait for (:func:`grpo_kit.system.progress.announce`); returns

@@ -1,4 +1,5 @@
-"""Loading a policy: with transformers (+ peft for a saved adapter) or through Unsloth, and saving it merged.
+"""Loading a policy: with transformers (+ peft for a saved adapter) or through Unsloth; saving it merged, and any
+model folder whole or not at all (:func:`saved_whole`).
 
 :class:`Loading` is how a recipe wants its policy loaded (Unsloth or not, 4-bit, LoRA, colocated vLLM);
 the presets build it (:attr:`grpo_kit.training.presets.Recipe.loading`), so nothing below the training
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.devices import require_cuda
+from grpo_kit.policy.devices import unsloth_problem
 from grpo_kit.system.files import new_beside
 
 __all__ = ["LORA_TARGETS", "UNSLOTH_PATCHES", "Loading", "check_adapter_trained", "import_unsloth", "load_policy",
@@ -72,14 +73,10 @@ def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str |
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = Path(name_or_path)
-    adapter = path.is_dir() and (path / "adapter_config.json").is_file()
-    if adapter:
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=dtype, device_map=device_map)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype, device_map=device_map)
+    auto: Any = AutoModelForCausalLM
+    if (Path(name_or_path) / "adapter_config.json").is_file():  # peft only where needed: it takes seconds to import
+        from peft import AutoPeftModelForCausalLM as auto
+    model = auto.from_pretrained(str(name_or_path), dtype=dtype, device_map=device_map)
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -105,8 +102,7 @@ def import_unsloth() -> Any:
     import sys
 
     if "unsloth" not in sys.modules:
-        early = [name for name in UNSLOTH_PATCHES if name in sys.modules]
-        if early:
+        if early := [name for name in UNSLOTH_PATCHES if name in sys.modules]:
             raise RuntimeError(f"{', '.join(early)} was imported before unsloth in this process, so Unsloth's "
                                "patches would not apply to it (the GPU route's memory savings and its trainer). "
                                "Restart the Python process or notebook kernel and run the kit's cells in order; "
@@ -141,12 +137,13 @@ def load_unsloth_policy(model_name: str, loading: Loading = Loading(use_unsloth=
         ``(model, tokenizer)``.
 
     Raises:
-        RuntimeError: no CUDA GPU.
+        RuntimeError: no CUDA GPU (:func:`grpo_kit.policy.devices.unsloth_problem`).
         ValueError: full fine-tuning with ``fast_inference`` (Unsloth cannot do it).
     """
     if loading.lora_rank is None and loading.fast_inference:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference: pass fast_inference=False")
-    require_cuda("Unsloth")
+    if problem := unsloth_problem(tiny_policy=False):
+        raise RuntimeError(problem)
     import_unsloth()  # first: it patches transformers, TRL and peft
     from unsloth import FastLanguageModel
 
@@ -183,8 +180,7 @@ def check_adapter_trained(path: str | Path) -> None:
     file = Path(path) / "adapter_model.safetensors"
     if not file.is_file():
         raise FileNotFoundError(f"no LoRA adapter at {file}")
-    weights = load_file(str(file))
-    lora_b = [t for name, t in weights.items() if "lora_B" in name]
+    lora_b = [t for name, t in load_file(str(file)).items() if "lora_B" in name]
     if not lora_b or all(not t.any() for t in lora_b):
         raise ValueError(f"the adapter in {path} is all zeros (lora_B never moved): it would evaluate the base "
                          "model. Train for at least one step with a non-zero advantage, or check the learning rate.")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.loading import Loading, load_policy
-from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec, train_tiny_tokenizer
 from grpo_kit.policy.warm_start import (
     TinyPolicy,
     WarmStart,
@@ -67,8 +67,7 @@ class PolicySource:
             raise ValueError(f"the kit's tiny policy is warm-started on a task's train split with demonstrations, and "
                              f"task {task.name!r} has none: give a model (--model_name_or_path, or a preset with one), "
                              "or evaluate on a task the tiny policy can learn")
-        if warm is None:
-            warm = WarmStart(steps=warm_steps if warm_steps is not None else warm_steps_for(task))
+        warm = warm or WarmStart(steps=warm_steps if warm_steps is not None else warm_steps_for(task))
         return cls(tiny=TinyPolicy(task, warm, spec or TinyPolicySpec(), seed, str(cache_dir)))
 
     @property
@@ -118,8 +117,6 @@ class PolicySource:
         deterministic tokenizer trained on the task's train split (a few seconds).
         """
         if self.tiny is not None and not self.tiny.cached:
-            from grpo_kit.policy.tiny import train_tiny_tokenizer
-
             task = self.tiny.task
             return train_tiny_tokenizer(task.extras["tokenizer_texts"](task.load("train")), self.tiny.spec.vocab_size)
         from transformers import AutoTokenizer

