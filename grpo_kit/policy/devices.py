@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CARDS", "Gpu", "Launch", "card", "cuda_available", "first_gpu", "gpus", "placement", "unsloth_problem",
-           "zero3_loading"]
+__all__ = ["CARDS", "Gpu", "Launch", "card", "cuda_available", "first_gpu", "gpus", "placement", "require_cuda",
+           "unsloth_problem", "zero3_loading"]
 
 
 def cuda_available() -> bool:
@@ -21,6 +21,20 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def require_cuda(what: str) -> None:
+    """Raise a clear error when ``what`` (an Unsloth or vLLM feature) is asked for without a CUDA GPU. Unlike
+    :func:`unsloth_problem` it does not let ``UNSLOTH_ALLOW_CPU=1`` through: that switch lets Unsloth import on a CPU,
+    but its loader still reads the GPU (unsloth ``models/loader.py``).
+
+    Raises:
+        RuntimeError: no CUDA device; the message names the CPU alternative.
+    """
+    if not cuda_available():
+        raise RuntimeError(f"{what} needs an NVIDIA GPU with CUDA, and none is visible here. On a CPU use the "
+                           "transformers + peft path: preset 'cpu-tiny', or any preset with use_unsloth=False, "
+                           "and grpo_kit.policy.generation.TransformersBackend for evaluation.")
 
 
 def unsloth_problem(tiny_policy: bool) -> str | None:

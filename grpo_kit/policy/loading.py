@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.devices import unsloth_problem
+from grpo_kit.policy.devices import require_cuda
 from grpo_kit.system.files import new_beside
 
 __all__ = ["LORA_TARGETS", "UNSLOTH_PATCHES", "Loading", "check_adapter_trained", "import_unsloth", "load_policy",
@@ -137,13 +137,12 @@ def load_unsloth_policy(model_name: str, loading: Loading = Loading(use_unsloth=
         ``(model, tokenizer)``.
 
     Raises:
-        RuntimeError: no CUDA GPU (:func:`grpo_kit.policy.devices.unsloth_problem`).
+        RuntimeError: no CUDA GPU.
         ValueError: full fine-tuning with ``fast_inference`` (Unsloth cannot do it).
     """
     if loading.lora_rank is None and loading.fast_inference:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference: pass fast_inference=False")
-    if problem := unsloth_problem(tiny_policy=False):
-        raise RuntimeError(problem)
+    require_cuda("Unsloth")
     import_unsloth()  # first: it patches transformers, TRL and peft
     from unsloth import FastLanguageModel
 
