@@ -9,6 +9,7 @@ generated twice; change the model, the prompt or a sampling setting and the keys
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -31,12 +32,9 @@ class GenerationCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._entries: dict[str, Generation] = {}
-        rows = read_jsonl(self.path) if self.path.is_file() else []
-        for row in rows:
-            try:
+        for row in read_jsonl(self.path) if self.path.is_file() else []:
+            with contextlib.suppress(KeyError, TypeError):  # a line of another shape is no completion: skipped
                 self._entries[row["key"]] = Generation(row["text"], row["num_tokens"], row["truncated"])
-            except (KeyError, TypeError):
-                continue
 
     @staticmethod
     def key(model_id: str, prompt: Any, sampling: Sampling, sample_index: int) -> str:
@@ -54,8 +52,7 @@ class GenerationCache:
     def add(self, key: str, generation: Generation) -> None:
         """Store one completion and append it to the file at once (a crash loses at most the line being written)."""
         self._entries[key] = generation
-        append_jsonl(self.path, {"key": key, "text": generation.text, "num_tokens": generation.num_tokens,
-                                 "truncated": generation.truncated}, sync=False)
+        append_jsonl(self.path, {"key": key, **vars(generation)}, sync=False)
 
     def __len__(self) -> int:
         return len(self._entries)

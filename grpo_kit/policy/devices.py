@@ -24,7 +24,9 @@ def cuda_available() -> bool:
 
 
 def require_cuda(what: str) -> None:
-    """Raise a clear error when ``what`` (an Unsloth or vLLM feature) is asked for without a CUDA GPU.
+    """Raise a clear error when ``what`` (an Unsloth or vLLM feature) is asked for without a CUDA GPU. Unlike
+    :func:`unsloth_problem` it does not let ``UNSLOTH_ALLOW_CPU=1`` through: that switch lets Unsloth import on a CPU,
+    but its loader still reads the GPU (unsloth ``models/loader.py``).
 
     Raises:
         RuntimeError: no CUDA device; the message names the CPU alternative.
@@ -95,7 +97,7 @@ def gpus() -> list[Gpu]:
     """Every CUDA device of this machine as torch reports it (empty without CUDA)."""
     import torch
 
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available():  # not device_count(): NVML counts GPUs a too-old driver cannot run
         return []
     # bfloat16 in hardware from compute capability 8.0 (Ampere). Not torch.cuda.is_bf16_supported(): it also
     # answers yes where bfloat16 is only emulated (a T4, 7.5: torch/cuda/__init__.py, including_emulation=True)
@@ -105,8 +107,7 @@ def gpus() -> list[Gpu]:
 
 def first_gpu() -> Gpu | None:
     """The first CUDA device of this machine, or ``None`` without one."""
-    found = gpus()
-    return found[0] if found else None
+    return next(iter(gpus()), None)
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,8 @@ class Launch:
         env = os.environ if env is None else env
         stage = env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
         return cls(world_size=int(env.get("WORLD_SIZE", "1")), rank=int(env.get("RANK", "0")),
-                   local_rank=int(env.get("LOCAL_RANK", "0")),
-                   fsdp=env.get("ACCELERATE_USE_FSDP", "false").lower() == "true",
-                   zero_stage=int(stage) if stage else None)
+                   local_rank=int(env.get("LOCAL_RANK", "0")), zero_stage=int(stage) if stage else None,
+                   fsdp=env.get("ACCELERATE_USE_FSDP", "false").lower() == "true")
 
     @property
     def is_main(self) -> bool:
@@ -196,11 +196,8 @@ def placement(trains_all_weights: bool = False, launch: Launch | None = None,
         return {"dtype": "float32", "device_map": None}
     launch = Launch.from_env() if launch is None else launch
     dtype = "float32" if trains_all_weights else ("bfloat16" if gpu.bf16 else "float16")
-    if launch.world_size == 1:
-        return {"dtype": dtype, "device_map": "auto"}
-    if launch.sharded:
-        return {"dtype": dtype, "device_map": None}
-    return {"dtype": dtype, "device_map": {"": launch.local_rank}}
+    device_map = "auto" if launch.world_size == 1 else None if launch.sharded else {"": launch.local_rank}
+    return {"dtype": dtype, "device_map": device_map}
 
 
 def zero3_loading(launch: Launch | None = None) -> Any:

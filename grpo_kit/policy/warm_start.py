@@ -36,24 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import cuda_available
-from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
+from grpo_kit.policy.loading import load_policy, saved_whole
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec, build_tiny_policy
 from grpo_kit.system.workers import Worker
 from grpo_kit.tasks import DEFAULT_TASK, Task, get_task
 from grpo_kit.tasks.answer_format import render
 
-__all__ = [
-    "WARM_EPOCHS",
-    "WARM_STEPS_RANGE",
-    "TinyPolicy",
-    "WarmStart",
-    "SHIPPED_DIR",
-    "ship",
-    "warm_start",
-    "completion_budget",
-    "warm_start_dataset",
-    "warm_steps_for",
-    "warm_started_tiny_policy",
-]
+__all__ = ["SHIPPED_DIR", "WARM_EPOCHS", "WARM_STEPS_RANGE", "TinyPolicy", "WarmStart", "completion_budget", "ship",
+           "warm_start", "warm_start_dataset", "warm_started_tiny_policy", "warm_steps_for"]
 
 #: A cache folder is trusted only when this file is in it: it is written last, after the weights and tokenizer.
 _COMPLETE = "warm-start.json"
@@ -119,9 +109,8 @@ def warm_steps_for(task: Task, batch_size: int = WarmStart.batch_size) -> int:
     """
     if task.file is None or not task.trains:
         return WarmStart.steps
-    rows = len(task.load("train"))
     low, high = WARM_STEPS_RANGE
-    return max(low, min(high, -(-WARM_EPOCHS * rows // batch_size)))
+    return max(low, min(high, -(-WARM_EPOCHS * len(task.load("train")) // batch_size)))
 
 
 def completion_budget(task: Task, settings: WarmStart = WarmStart(), most: int = 256) -> int:
@@ -133,15 +122,18 @@ def completion_budget(task: Task, settings: WarmStart = WarmStart(), most: int =
     Raises:
         ValueError: the task has no demonstrations (:func:`warm_start_dataset`).
     """
-    demonstrate = task.extras.get("demonstration")
-    if demonstrate is None:
-        raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
-    longest = 0
-    for row in task.load("train"):
-        demo = demonstrate(row, settings.reasoning)
-        if demo is not None:
-            longest = max(longest, len(render(*demo).encode()), len(_plain(*demo, settings.plain_lead).encode()))
+    demonstrate = _demonstration(task)
+    demos = filter(None, (demonstrate(row, settings.reasoning) for row in task.load("train")))
+    longest = max((len(text.encode()) for d in demos for text in (render(*d), _plain(*d, settings.plain_lead))),
+                  default=0)
     return max(16, min(most, -(-(longest + 8) // 8) * 8))
+
+
+def _demonstration(task: Task) -> Any:
+    """The task's ``demonstration`` (:attr:`grpo_kit.tasks.Task.extras`); raises ``ValueError`` without one."""
+    if (demonstrate := task.extras.get("demonstration")) is None:
+        raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
+    return demonstrate
 
 
 def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: str | Task = DEFAULT_TASK) -> Any:
@@ -164,9 +156,7 @@ def warm_start_dataset(dataset: Any, settings: WarmStart = WarmStart(), task: st
     from datasets import Dataset
 
     task = get_task(task)
-    demonstrate = task.extras.get("demonstration")
-    if demonstrate is None:
-        raise ValueError(f"task {task.name!r} has no worked solutions to warm-start from")
+    demonstrate = _demonstration(task)
     rng = random.Random(settings.seed)
     share = task.extras.get("warm_xml_share", settings.xml_share)
     rows = []
@@ -221,31 +211,18 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
                  expected_seconds("warm start", sum(p.numel() for p in model.parameters()), steps=settings.steps,
                                   batch=settings.batch_size, tokens=tokens),
                  "--warm-steps shortens it; it is cached, once per task and settings")
-    config = SFTConfig(
-        output_dir=str(output_dir),
-        max_steps=settings.steps,
-        per_device_train_batch_size=settings.batch_size,
-        learning_rate=settings.learning_rate,
-        lr_scheduler_type="cosine",
-        warmup_steps=min(10, settings.steps // 10),
-        weight_decay=0.0,
-        max_length=settings.max_length,
-        logging_steps=max(1, settings.steps // 10),
-        save_strategy="no",
-        report_to="none",
-        use_cpu=not cuda_available(),
-        bf16=False,
-        gradient_checkpointing=False,
-        seed=settings.seed,
-        disable_tqdm=True,
-    )
+    config = SFTConfig(output_dir=str(output_dir), max_steps=settings.steps,
+                       per_device_train_batch_size=settings.batch_size, learning_rate=settings.learning_rate,
+                       lr_scheduler_type="cosine", warmup_steps=min(10, settings.steps // 10), weight_decay=0.0,
+                       max_length=settings.max_length, logging_steps=max(1, settings.steps // 10), save_strategy="no",
+                       report_to="none", use_cpu=not cuda_available(), bf16=False, gradient_checkpointing=False,
+                       seed=settings.seed, disable_tqdm=True)
     trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer)
     bar = step_bar(trainer, "warm start", "loss", enabled=progress, expected=expected)
     try:
         trainer.train()
     finally:
         bar.close()
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
     return trainer.state.log_history
@@ -292,18 +269,8 @@ class TinyPolicy:
             return True
         if self.shipped is None:
             return False
-        self.folder.parent.mkdir(parents=True, exist_ok=True)
-        building = self.folder.with_name(f".{self.folder.name}.restoring-{os.getpid()}")
-        shutil.rmtree(building, ignore_errors=True)
-        try:
-            shutil.copytree(self.shipped, building)
-            shutil.rmtree(self.folder, ignore_errors=True)  # an incomplete folder of a killed build
-            os.replace(building, self.folder)
-        except OSError:  # another process restored it first: the same files
-            if not (self.folder / _COMPLETE).is_file():
-                raise  # a full disk, not a race
-        finally:  # also on Ctrl-C or a full disk: nothing half-copied is left
-            shutil.rmtree(building, ignore_errors=True)
+        with saved_whole(self.folder, _COMPLETE) as building:  # another process restoring it too: the same files
+            shutil.copytree(self.shipped, building, dirs_exist_ok=True)
         return True
 
     def request(self) -> dict[str, Any]:
@@ -336,37 +303,23 @@ def warm_started_tiny_policy(tiny: TinyPolicy, train: Any = None, progress: bool
     Returns:
         ``(model, tokenizer, cached)``, ``cached`` telling whether it came from the cache.
     """
-    from grpo_kit.policy.loading import load_policy
-
     shipped = not (tiny.folder / _COMPLETE).is_file() and tiny.shipped is not None
     if tiny.cached:
         model, tokenizer = load_policy(tiny.folder, dtype="float32")
         log.info(f"tiny policy for {tiny.task.name}: " + ("the copy shipped with the kit" if shipped else
                                                          "warm-started earlier") + f", loaded from {tiny.folder}")
         return model, tokenizer, True
-    model, tokenizer = _build_cache(tiny, train, progress)
-    return model, tokenizer, False
+    return (*_build_cache(tiny, train, progress), False)
 
 
 def _build_cache(tiny: TinyPolicy, train: Any = None, progress: bool = True) -> tuple[Any, Any]:
     """Train ``tiny`` and write its cache folder whole (a temporary folder renamed into place)."""
-    from grpo_kit.policy.tiny import build_tiny_policy
-
-    folder = tiny.folder
     train = tiny.task.load("train") if train is None else train
     model, tokenizer = build_tiny_policy(tiny.task.extras["tokenizer_texts"](train), seed=tiny.seed, spec=tiny.spec)
-    building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
-    shutil.rmtree(building, ignore_errors=True)
-    try:
+    # another process building the same cache writes the same files (deterministic); on Ctrl-C nothing is left
+    with saved_whole(tiny.folder, _COMPLETE) as building:
         warm_start(model, tokenizer, train, building, tiny.warm, progress=progress, task=tiny.task)
         (building / _COMPLETE).write_text(json.dumps(tiny.request(), indent=1), encoding="utf-8")
-        shutil.rmtree(folder, ignore_errors=True)  # an incomplete folder of an older kit or a killed build
-        os.replace(building, folder)
-    except OSError:  # another process finished the same cache first: theirs is identical (deterministic)
-        if not (folder / _COMPLETE).is_file():
-            raise  # a full disk, not a race
-    finally:  # also on Ctrl-C: an interrupted warm start leaves no half-built folder behind
-        shutil.rmtree(building, ignore_errors=True)
     return model, tokenizer
 
 
@@ -419,12 +372,9 @@ def ship(tiny: TinyPolicy, shipped_dir: str | Path = SHIPPED_DIR) -> Path:
     finally:
         torch.set_num_threads(threads)
     out = Path(shipped_dir) / tiny.folder.name
-    staging = out.with_name(f".{out.name}.shipping")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(tiny.folder, staging)
-    marker = staging / _COMPLETE  # what built it, without the build's scratch folder
-    marker.write_text(json.dumps({**tiny.request(), "cache_dir": DEFAULT_CACHE_DIR}, indent=1), encoding="utf-8")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
+    with saved_whole(out, _COMPLETE) as staging:
+        shutil.copytree(tiny.folder, staging, dirs_exist_ok=True)
+        marker = staging / _COMPLETE  # what built it, without the build's scratch folder
+        marker.write_text(json.dumps({**tiny.request(), "cache_dir": DEFAULT_CACHE_DIR}, indent=1), encoding="utf-8")
     return out
 

@@ -152,7 +152,7 @@ def test_the_eval_backend_asks_vllm_for_the_free_share(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (30 * 2**30, 80 * 2**30))
     monkeypatch.setattr(grpo_kit.policy.routes, "vllm_usable", lambda: True)
-    monkeypatch.setattr(grpo_kit.policy.vllm, "SubprocessVLLMBackend", Recorder)
+    monkeypatch.setattr(grpo_kit.policy.routes, "SubprocessVLLMBackend", Recorder)
     full = get_preset("full-80gb")
     backend = load_eval_backend(_source(full), full.loading)
     assert backend.route == "vllm" and seen["gpu_memory_utilization"] == pytest.approx(0.325)
@@ -307,11 +307,12 @@ def test_the_step_benchmark_batch_is_completions_per_optimiser_step():
 def test_an_unsloth_preset_without_vllm_evaluates_both_sides_through_unsloth(tmp_path, monkeypatch):
     loads = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(grpo_kit.policy.loading, "load_unsloth_policy",
-                        lambda name, loading: loads.append((name, loading)) or (None, None))
-    for module in (grpo_kit.policy.loading, grpo_kit.policy.source):
+    for module in (grpo_kit.policy.loading, grpo_kit.policy.routes):  # where source and routes find it
+        monkeypatch.setattr(module, "load_unsloth_policy",
+                            lambda name, loading: loads.append((name, loading)) or (None, None))
+    for module in (grpo_kit.policy.routes, grpo_kit.policy.source):
         monkeypatch.setattr(module, "load_policy", lambda *a, **k: pytest.fail("plain peft on a 4-bit base"))
-    monkeypatch.setattr(grpo_kit.policy.loading, "check_adapter_trained", lambda path: None)
+    monkeypatch.setattr(grpo_kit.policy.routes, "check_adapter_trained", lambda path: None)
     (tmp_path / "adapter").mkdir()
     (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
     preset = get_preset("a100", fast_inference=False)
@@ -333,9 +334,9 @@ def test_a_fast_inference_preset_without_vllm_evaluates_through_unsloth_as_train
     loads = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(grpo_kit.policy.routes, "vllm_usable", lambda: False)
-    monkeypatch.setattr(grpo_kit.policy.loading, "load_unsloth_policy",
-                        lambda name, loading: loads.append(loading) or (None, None))
-    monkeypatch.setattr(grpo_kit.policy.loading, "check_adapter_trained", lambda path: None)
+    for module in (grpo_kit.policy.loading, grpo_kit.policy.routes):  # where source and routes find it
+        monkeypatch.setattr(module, "load_unsloth_policy", lambda name, loading: loads.append(loading) or (None, None))
+    monkeypatch.setattr(grpo_kit.policy.routes, "check_adapter_trained", lambda path: None)
     preset = get_preset("a100")
     assert preset.fast_inference and eval_route(preset.loading) == "unsloth"
     (tmp_path / "adapter").mkdir()
@@ -408,7 +409,7 @@ def test_the_vllm_route_merges_again_when_the_adapter_changed(tiny_policy_files,
     model.save_pretrained(trained)  # the run trained on
     second = load_file(Path(_checkpoint_for_vllm(source, trained, adapter=True)) / "model.safetensors")
     assert any(not torch.equal(first[k], second[k]) for k in first)
-    assert not (tmp_path / "model-merged.partial").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-merged folder left
 
 
 def test_the_base_weights_digest_gathers_zero3_shards_instead_of_hashing_empty_ones(monkeypatch):

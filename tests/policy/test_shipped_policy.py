@@ -71,7 +71,6 @@ def test_a_rebuild_of_the_shipped_policy_evaluates_the_same(tmp_path):
 
 def test_an_interrupted_warm_start_leaves_no_half_built_folder(tmp_path, monkeypatch):
     """Each interrupted warm start left .tiny-policy-*.building-<pid>/ in the cache."""
-    import grpo_kit.policy.tiny as tiny_module
     import grpo_kit.policy.warm_start as warm_start_module
     from grpo_kit.policy.warm_start import TinyPolicy, _build_cache
     from grpo_kit.tasks import get_task
@@ -80,7 +79,7 @@ def test_an_interrupted_warm_start_leaves_no_half_built_folder(tmp_path, monkeyp
         (folder / "half").mkdir(parents=True)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tiny_module, "build_tiny_policy", lambda *a, **k: (None, None))
+    monkeypatch.setattr(warm_start_module, "build_tiny_policy", lambda *a, **k: (None, None))
     monkeypatch.setattr(warm_start_module, "warm_start", interrupted)
     tiny = TinyPolicy(get_task("sum3"), cache_dir=str(tmp_path))
     with pytest.raises(KeyboardInterrupt):
