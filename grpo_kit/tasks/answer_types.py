@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly, visible
 from grpo_kit.tasks.numbers import exact_number, last_number, normalize_number
-from grpo_kit.tasks.rewards import describe, golds, texts
+from grpo_kit.tasks.rewards import describe, per_answer
 
 __all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "answer_type",
-           "choice_correctness_reward_func", "choice_letter", "gold_number", "last_boxed", "normalize_text",
+           "choice_correctness_reward_func", "choice_letter", "last_boxed", "normalize_text",
            "text_answer", "text_correctness_reward_func"]
 
 #: Characters that join words ("thirty-eight", "well_known", "either/or"): read as a space, so "thirty-eight" and
@@ -81,9 +81,7 @@ def text_answer(text: str | None) -> str | None:
     >>> [text_answer(s) for s in ["-5", "5", "3.14", "314", "1,200", " Paris. ", "3.14 metres"]]
     ['-5', '5', '3.14', '314', '1200', 'paris', '314 metres']
     """
-    if text is None:
-        return None
-    return exact_number(text) or normalize_text(text)
+    return None if text is None else exact_number(text) or normalize_text(text)
 
 
 def last_boxed(text: str) -> str | None:
@@ -130,16 +128,6 @@ def choice_letter(text: str | None) -> str | None:
     return match.group(1).upper() if match else None
 
 
-def gold_number(gold: str) -> str | None:
-    """A gold answer of type ``number`` in canonical form (``"$1,200.0"`` gives ``"1200"``, ``"2e3"`` ``"2000"``);
-    ``None`` when the text is not exactly one number as written (:func:`grpo_kit.tasks.numbers.exact_number`).
-
-    >>> gold_number("$1,200.0"), gold_number("\u22123"), gold_number("1,5"), gold_number("12 apples")
-    ('1200', '-3', None, None)
-    """
-    return exact_number(gold)
-
-
 @describe("Text correctness", 1.0, columns=("answer",))
 def text_correctness_reward_func(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
     """Text correctness: 1.0 when the text inside ``<answer>`` equals the gold answer once both are normalised
@@ -151,10 +139,8 @@ def text_correctness_reward_func(prompts=None, completions=None, answer=None, **
     >>> text_correctness_reward_func(completions=["<answer>5</answer>", "<answer>314</answer>"], answer=["-5", "3.14"])
     [0.0, 0.0]
     """
-    found = texts(completions)
-    return [1.0 if gold is not None and text_answer(gold) is not None and
-            text_answer(extract_xml_answer(t)) == text_answer(gold) else 0.0
-            for t, gold in zip(found, golds(answer, len(found)))]
+    return per_answer(completions, answer,
+                      lambda t, gold: float(text_answer(extract_xml_answer(t)) == text_answer(gold) is not None))
 
 
 @describe("Choice correctness", 1.0, columns=("answer",))
@@ -164,9 +150,8 @@ def choice_correctness_reward_func(prompts=None, completions=None, answer=None, 
     >>> choice_correctness_reward_func(completions=["<answer>(B)</answer>", "<answer>C</answer>"], answer=["B", "B"])
     [1.0, 0.0]
     """
-    found = texts(completions)
-    return [1.0 if gold is not None and choice_letter(extract_xml_answer(t)) == choice_letter(gold) is not None
-            else 0.0 for t, gold in zip(found, golds(answer, len(found)))]
+    return per_answer(completions, answer,
+                      lambda t, gold: float(choice_letter(extract_xml_answer(t)) == choice_letter(gold) is not None))
 
 
 def _text_flexible(text: str) -> str | None:
@@ -245,7 +230,7 @@ def answer_type(name: str, choices: str = "ABCD") -> AnswerType:
     """
     if name == "number":
         return AnswerType("number", strictly(lambda t: normalize_number(extract_final_answer(t))), last_number,
-                          lambda a, g: a == normalize_number(g), "soft_correctness_reward_func", gold_number,
+                          lambda a, g: a == normalize_number(g), "soft_correctness_reward_func", exact_number,
                           "a number as written (a point for decimals and commas only between thousands, as in "
                           "1,234.5; 2e3 is read too)")
     if name == "text":
