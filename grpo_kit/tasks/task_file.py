@@ -162,12 +162,8 @@ def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Iterator[Lo
             raise ValueError(f"{path}: field 'hub' must be a mapping with path: owner/name and optionally "
                              f"{', '.join(_HUB_KEYS[1:])}, got {hub!r}")
         splits = {"train": hub.get("train_split"), "test": hub.get("test_split", "test")}
-        rows = {}
-        for split, name in splits.items():
-            if name is not None:
-                origin = f"{hub['path']}[{name}]"
-                rows[split] = numbered(map(dict, _hub_split(path, hub, name)), origin)
-        return rows, {}
+        return {split: numbered(map(dict, _hub_split(path, hub, name)), f"{hub['path']}[{name}]")
+                for split, name in splits.items() if name is not None}, {}
     rows, read = {}, {}
     for split, name in files.items():
         if not isinstance(name, str) or not name.strip():
@@ -218,9 +214,7 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
     question, answer, solution = data["question"], data["answer"], data.get("solution")
     need = (f"{path} names {question!r} as the question field and {answer!r} as the answer field"
             + (f" and {solution!r} as the solution field" if solution else ""))
-    fields: dict[str, tuple[type, ...]] = {question: (str,), answer: (str, int, float)}
-    if solution:
-        fields[solution] = (str,)
+    fields = {question: (str,), answer: (str, int, float), **({solution: (str,)} if solution else {})}
     own = (question, answer, solution, "prompt", "question", "answer", "solution")
     chunks, batch = [], []
     kinds: dict[str, tuple[str, str]] = {}  # each other field's first kind of value, and where it was seen
@@ -265,21 +259,19 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
 
 
 def _questions(table: Any) -> Iterator[str]:
-    """A table's questions with their whitespace runs made one space, a chunk of the column at a time."""
-    for chunk in table.column("question").chunks:
+    """A table's questions with their whitespace runs made one space, a chunk of the column at a time (none without a
+    table)."""
+    for chunk in table.column("question").chunks if table is not None else ():
         for question in chunk.to_pylist():
             yield " ".join(question.split())
 
 
-def _warn_overlap(path: Path, examples: dict[str, Any]) -> int:
-    if "train" not in examples:
-        return 0
-    train = {hash(q) for q in _questions(examples["train"])}  # hashes: a set of the questions would copy them all
-    both = sum(1 for q in _questions(examples["test"]) if hash(q) in train)
+def _warn_overlap(path: Path, examples: dict[str, Any]) -> None:
+    train = {hash(q) for q in _questions(examples.get("train"))}  # hashes: a set of the questions would copy them all
+    both = sum(1 for q in _questions(examples["test"]) if hash(q) in train) if train else 0
     if both:
         log.warning(f"{path}: {both} of {examples['test'].num_rows} test questions are also in the train split: "
                     "accuracy on them measures memory, not solving; remove them from one of the files")
-    return both
 
 
 def _signature(path: Path) -> tuple[Any, ...]:
@@ -340,10 +332,7 @@ def _named(path: Path, data: dict[str, Any], key: str) -> Any:
     """The Python object a key names as ``module:name`` (``None`` when the key is absent), imported
     (:func:`grpo_kit.tasks.user_code.import_named`: whatever its import raises is one line naming the file and line).
     """
-    ref = data.get(key)
-    if ref is None:
-        return None
-    return import_named(str(ref), f"{path}: {key}:")
+    return None if data.get(key) is None else import_named(str(data[key]), f"{path}: {key}:")
 
 
 def _reward_names(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
