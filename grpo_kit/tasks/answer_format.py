@@ -19,23 +19,9 @@ from typing import Any
 
 from grpo_kit.tasks.numbers import parse_number
 
-__all__ = [
-    "ANSWER",
-    "REASONING",
-    "SYSTEM_PROMPT",
-    "TAGS",
-    "Example",
-    "ExtractionRule",
-    "completion_text",
-    "extract_final_answer",
-    "extract_xml_answer",
-    "is_soft_format",
-    "is_strict_format",
-    "render",
-    "strictly",
-    "visible",
-    "xml_count",
-]
+__all__ = ["ANSWER", "REASONING", "SYSTEM_PROMPT", "TAGS", "Example", "ExtractionRule", "completion_text",
+           "extract_final_answer", "extract_xml_answer", "is_soft_format", "is_strict_format", "render", "strictly",
+           "visible", "xml_count"]
 
 def visible(text: str) -> str:
     """``text`` without the characters that show nothing: Unicode's format characters (category Cf: zero-width spaces

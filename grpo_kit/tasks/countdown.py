@@ -34,24 +34,9 @@ from grpo_kit.tasks.rewards import RewardFunc, column, describe, texts
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = [
-    "MAX_DEPTH",
-    "MAX_LENGTH",
-    "RULES",
-    "CountdownSolution",
-    "countdown_answer",
-    "countdown_question",
-    "countdown_reward",
-    "countdown_reward_func",
-    "countdown_score",
-    "demonstration",
-    "load_countdown",
-    "make_puzzles",
-    "numbers_in",
-    "safe_eval",
-    "solve",
-    "tokenizer_texts",
-]
+__all__ = ["MAX_DEPTH", "MAX_LENGTH", "RULES", "CountdownSolution", "countdown_answer", "countdown_question",
+           "countdown_reward", "countdown_reward_func", "countdown_score", "demonstration", "load_countdown",
+           "make_puzzles", "numbers_in", "safe_eval", "solve", "tokenizer_texts"]
 
 #: Longest expression :func:`safe_eval` reads, in characters (a 4-number answer needs about 20).
 MAX_LENGTH = 200

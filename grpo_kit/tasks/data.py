@@ -19,20 +19,8 @@ from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, visible
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = [
-    "ROW_BATCH",
-    "Located",
-    "build_prompt",
-    "carve_validation",
-    "check_row",
-    "check_rows",
-    "drop_long_prompts",
-    "iter_rows",
-    "numbered",
-    "system_prompt_of",
-    "take_slice",
-    "task_rows",
-]
+__all__ = ["ROW_BATCH", "Located", "build_prompt", "carve_validation", "check_row", "check_rows", "drop_long_prompts",
+           "iter_rows", "numbered", "system_prompt_of", "take_slice", "task_rows"]
 
 
 def build_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:

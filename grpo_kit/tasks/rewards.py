@@ -49,31 +49,11 @@ from grpo_kit.tasks.answer_format import (
 )
 from grpo_kit.tasks.numbers import is_integer_literal, numbers_equal
 
-__all__ = [
-    "COLUMN_KINDS",
-    "LARGEST_REWARD",
-    "SEED_REWARDS",
-    "Reward",
-    "RewardCalls",
-    "RewardFunc",
-    "column",
-    "column_problem",
-    "correctness_reward_func",
-    "describe",
-    "gold_text",
-    "golds",
-    "as_values",
-    "per_answer",
-    "guarded",
-    "int_reward_func",
-    "r1_format_reward_func",
-    "r1_tag_count_reward_func",
-    "soft_correctness_reward_func",
-    "soft_format_reward_func",
-    "strict_format_reward_func",
-    "texts",
-    "xmlcount_reward_func",
-]
+__all__ = ["COLUMN_KINDS", "LARGEST_REWARD", "SEED_REWARDS", "Reward", "RewardCalls", "RewardFunc", "column",
+           "column_problem", "correctness_reward_func", "describe", "gold_text", "golds", "as_values", "per_answer",
+           "guarded", "int_reward_func", "r1_format_reward_func", "r1_tag_count_reward_func",
+           "soft_correctness_reward_func", "soft_format_reward_func", "strict_format_reward_func", "texts",
+           "xmlcount_reward_func"]
 
 RewardFunc = Callable[..., list[float | None]]
 
