@@ -69,8 +69,7 @@ def normalize_text(text: str | None) -> str | None:
     """
     if text is None:
         return None
-    out = _SPACES.sub(" ", visible(text).lower().translate(_PUNCTUATION)).strip()
-    return out or None
+    return _SPACES.sub(" ", visible(text).lower().translate(_PUNCTUATION)).strip() or None
 
 
 def text_answer(text: str | None) -> str | None:
@@ -106,13 +105,13 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _after_hashes(text: str) -> str | None:
-    """The first line after the last ``####`` (the warm start's plain style), or ``None``."""
+def _stated(text: str) -> str | None:
+    """What a completion states as its answer however it is written: the ``<answer>``'s content, else the first line
+    after the last ``####`` (the warm start's plain style), else ``None``."""
+    if "<answer>" in text:
+        return extract_xml_answer(text)
     at = text.rfind("####")
-    if at < 0:
-        return None
-    rest = text[at + 4:].strip()
-    return rest.split("\n", 1)[0].strip() or None
+    return None if at < 0 else text[at + 4:].strip().split("\n", 1)[0].strip() or None
 
 
 def choice_letter(text: str | None) -> str | None:
@@ -122,9 +121,7 @@ def choice_letter(text: str | None) -> str | None:
     >>> [choice_letter(s) for s in ["B", "(c)", "D. Paris", "A: yes", "Paris", "A and B", None]]
     ['B', 'C', 'D', 'A', None, None, None]
     """
-    if not text:
-        return None
-    match = _LETTER.match(text.strip())
+    match = _LETTER.match(text.strip()) if text else None
     return match.group(1).upper() if match else None
 
 
@@ -155,17 +152,13 @@ def choice_correctness_reward_func(prompts=None, completions=None, answer=None, 
 
 
 def _text_flexible(text: str) -> str | None:
-    if "<answer>" in text:
-        return text_answer(extract_xml_answer(text))
-    hashed = _after_hashes(text)
-    if hashed is not None:
-        return text_answer(hashed)
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    stated = _stated(text)
+    lines = [line for line in text.strip().splitlines() if line.strip()] if stated is None else [stated]
     return text_answer(lines[-1]) if lines else None
 
 
 def _math_flexible(text: str) -> str | None:
-    return last_boxed(text) or (extract_xml_answer(text) if "<answer>" in text else _after_hashes(text)) or None
+    return last_boxed(text) or _stated(text) or None
 
 
 def _among(letter: str | None, letters: str) -> str | None:
@@ -174,10 +167,8 @@ def _among(letter: str | None, letters: str) -> str | None:
 
 def _choice_flexible(choices: str) -> Callable[[str], str | None]:
     def read(text: str) -> str | None:
-        if "<answer>" in text:
-            letter = choice_letter(extract_xml_answer(text))
-        elif (hashed := _after_hashes(text)) is not None:
-            letter = choice_letter(hashed)
+        if (stated := _stated(text)) is not None:
+            letter = choice_letter(stated)
         else:
             found = [m.group(1) for m in _PAREN_LETTER.finditer(text) if m.group(1) in choices] or \
                     [m.group(1) for m in _LONE_LETTER.finditer(text) if m.group(1) in choices]

@@ -87,7 +87,6 @@ def _read_jsonl(path: Path) -> Iterator[Located]:
                 yield f"{path}:{line_no}", row
     if not rows:
         raise ValueError(f"{path} holds no rows: give a JSONL file with one JSON object per line")
-    return rows
 
 
 def _read_csv(path: Path) -> Iterator[Located]:
@@ -122,7 +121,6 @@ def _read_csv(path: Path) -> Iterator[Located]:
         raise ValueError(f"{path} is not a CSV file: {e}") from None
     if not rows:
         raise ValueError(f"{path} holds no rows: give a CSV file with a header line and one row per line")
-    return rows
 
 
 def _read_parquet(path: Path) -> Iterator[Located]:
@@ -299,10 +297,8 @@ def carve_validation(dataset: Dataset, n: int, seed: int = 0, what: str = "valid
 
     column = "question" if "question" in dataset.column_names else "prompt"
     keys = [json.dumps(q, sort_keys=True) if not isinstance(q, str) else q for q in dataset[column]]
-    first: dict[str, int] = {}
-    for i, key in enumerate(keys):
-        first.setdefault(key, i)
-    distinct = list(first)
+    first = {key: i for i, key in reversed(list(enumerate(keys)))}  # each question's first row
+    distinct = list(dict.fromkeys(keys))  # in the order they first appear
     if isinstance(n, bool) or not isinstance(n, int) or not 0 < n < len(distinct):
         raise ValueError(f"{what} must be between 1 and {len(distinct) - 1} (the train split's distinct "
                          f"questions less one), got {n!r}")

@@ -48,9 +48,7 @@ def extract_hash_answer(solution: str) -> str | None:
     >>> extract_hash_answer("no marker") is None
     True
     """
-    if "####" not in solution:
-        return None
-    return solution.split("####")[-1].strip().replace(",", "")
+    return solution.split("####")[-1].strip().replace(",", "") if "####" in solution else None
 
 
 def load_gsm8k(split: str = "test", source: str = "bundled", system_prompt: str = SYSTEM_PROMPT) -> Dataset:

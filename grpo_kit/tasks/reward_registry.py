@@ -54,13 +54,9 @@ def reward_path(func: RewardFunc) -> str | None:
     >>> reward_path(texts), reward_path(correctness_reward_func) is None
     ('grpo_kit.tasks.rewards:texts', True)
     """
-    name = getattr(func, "__name__", None)
-    if BUILTIN_REWARDS.get(name) is func:
-        return None
     module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname:
-        return None
-    return f"{module}:{qualname}"
+    builtin = BUILTIN_REWARDS.get(getattr(func, "__name__", None)) is func
+    return None if builtin or not module or module == "__main__" or "<" in qualname else f"{module}:{qualname}"
 
 
 def import_reward(path: str, what: str = "--rewards") -> RewardFunc:
@@ -121,9 +117,8 @@ class RewardSet:
         weights = [1.0] * len(rewards) if weights is None else list(weights)
         if len(weights) != len(rewards):
             raise ValueError(f"{len(weights)} weights for {len(rewards)} rewards: give one weight per reward")
-        for w in weights:
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
-                raise ValueError(f"reward weights must be finite numbers, got {weights}")
+        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) for w in weights):
+            raise ValueError(f"reward weights must be finite numbers, got {weights}")
         unknown = [r for r in rewards if isinstance(r, str) and r not in BUILTIN_REWARDS]
         if unknown:
             raise ValueError(f"unknown reward {unknown[0]!r}: choose from {', '.join(BUILTIN_REWARDS)} or pass "
@@ -173,8 +168,7 @@ class RewardSet:
                 weight: float | None = None) -> RewardSet:
         """A copy with ``old`` swapped for ``new`` (same weight unless ``weight`` is given)."""
         i = self._index(old)
-        rewards: list[Any] = list(self.rewards)
-        weights = list(self.weights)
+        rewards, weights = list(self.rewards), list(self.weights)
         rewards[i], weights[i] = new, weights[i] if weight is None else weight
         return RewardSet(rewards, weights)
 

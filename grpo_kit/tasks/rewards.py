@@ -205,14 +205,13 @@ class Reward:
         except (TypeError, ValueError):  # a builtin or C function: nothing to check
             parameters = None
         if parameters is not None:
-            named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+            named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
             if "completions" not in named and not any(p.kind is p.VAR_KEYWORD for p in parameters):
                 raise ValueError(f"reward {name} cannot take completions=...: TRL calls it as "
                                  f"{name}(prompts=..., completions=..., <dataset columns>..., **kwargs); give it "
                                  "those keyword parameters and **kwargs")
             if columns is None:
-                columns = tuple(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                                and p.name not in _TRL_ARGUMENTS)
+                columns = tuple(p for p in named if p not in _TRL_ARGUMENTS)
         return cls(func, str(getattr(func, "label", name)), float(getattr(func, "max_value", math.nan)),
                    bool(getattr(func, "binary", False)), tuple(columns or ()))
 

@@ -445,8 +445,7 @@ def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool =
     if not isinstance(system_prompt, str) or not system_prompt.strip():
         raise ValueError(f"{path}: field 'system_prompt' must be text, got {system_prompt!r}")
     validation_size = data.get("validation_size")
-    if validation_size is not None and (isinstance(validation_size, bool) or not isinstance(validation_size, int)
-                                        or validation_size < 1):
+    if validation_size is not None and (type(validation_size) is not int or validation_size < 1):  # bool is no size
         raise ValueError(f"{path}: field 'validation_size' must be a whole number >= 1, got {validation_size!r}")
     name = data.get("name", path.stem)  # as task_name reads it
     if not isinstance(name, str) or not name.strip() or "/" in name:
@@ -459,30 +458,29 @@ def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool =
                      rewards, weights, validation_size, None if builtin else {str(path): sha256_file(path)}, gold)
     rows, files = _split_rows(path, data)
     key = (_signature(path), *(_signature(Path(f)) for f in files.values()))
-    if not files or key not in _CACHE:
-        examples = {split: _examples(path, split, split_rows, data, kind, system_prompt)
-                    for split, split_rows in rows.items()}
-        _warn_overlap(path, examples)
-        for table in examples.values():  # a template naming a field the rows lack is refused now, not at a table
-            if table.num_rows:
-                gold(table.slice(0, 1).to_pylist()[0])
-        digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
+    if files and key in _CACHE:  # a Hub dataset is not cached here: datasets caches it
+        return _CACHE[key]
+    examples = {split: _examples(path, split, split_rows, data, kind, system_prompt)
+                for split, split_rows in rows.items()}
+    _warn_overlap(path, examples)
+    for table in examples.values():  # a template naming a field the rows lack is refused now, not at a table
+        gold(table.slice(0, 1).to_pylist()[0])
+    digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
 
-        def load(split: str = "test", **kwargs: Any) -> Any:
-            from datasets import Dataset
-            from datasets.table import InMemoryTable
+    def load(split: str = "test", **kwargs: Any) -> Any:
+        from datasets import Dataset
+        from datasets.table import InMemoryTable
 
-            # the kept table itself, not a copy; fingerprinted by the data's SHA-256 (datasets would otherwise hash
-            # the whole table on every load: seconds, and a transient copy of it in memory)
-            fingerprint = hashlib.sha256(json.dumps([sorted(digest.items()), split, kind.name]).encode()).hexdigest()
-            return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
+        # the kept table itself, not a copy; fingerprinted by the data's SHA-256 (datasets would otherwise hash
+        # the whole table on every load: seconds, and a transient copy of it in memory)
+        fingerprint = hashlib.sha256(json.dumps([sorted(digest.items()), split, kind.name]).encode()).hexdigest()
+        return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
 
-        task = _task(path, data, name, kind, load, tuple(s for s in ("train", "test") if s in examples), rewards,
-                     weights, validation_size, None if builtin else digest, gold)
-        if not files:
-            return task
+    task = _task(path, data, name, kind, load, tuple(s for s in ("train", "test") if s in examples), rewards,
+                 weights, validation_size, None if builtin else digest, gold)
+    if files:
         _CACHE[key] = task
-    return _CACHE[key]
+    return task
 
 
 def _gold(path: Path, data: dict[str, Any]) -> Callable[[Example], str]:
@@ -568,25 +566,15 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, loader: Any, s
     metrics = _reward_names(path, data, "metrics") if "metrics" in data else \
         ((kind.reward,) if kind else ()) + _FORMAT_METRICS
     extras = _extras(path, data, dict(zip(rewards, weights)), kind.reward if kind else None, "train" in splits)
-    if kind is not None and kind.name == "number":
+    number = kind is not None and kind.name == "number"
+    if number:
         extras.setdefault("answer_value", "answer")
-    return Task(
-        name=name,
-        description=data.get("description") or f"{name}: {kind.name if kind else 'its own'} answers, from {path.name}",
-        loader=loader,
-        splits=splits,
-        rewards=rewards,
-        weights=weights,
-        metrics=tuple(metrics),
-        rules=rules,
-        headline=data.get("headline", kind.reward if kind else "strict_correct"),
-        gold=gold,
-        fields=_number_fields if kind is not None and kind.name == "number" else Task.fields,
-        validation_size=validation_size,
-        file=None if digest is None else str(path),
-        digest=digest,
-        extras=extras,
-    )
+    description = data.get("description") or f"{name}: {kind.name if kind else 'its own'} answers, from {path.name}"
+    return Task(name=name, description=description, loader=loader, splits=splits, rewards=rewards, weights=weights,
+                metrics=tuple(metrics), rules=rules, gold=gold, fields=_number_fields if number else Task.fields,
+                headline=data.get("headline", kind.reward if kind else "strict_correct"),
+                validation_size=validation_size, file=None if digest is None else str(path), digest=digest,
+                extras=extras)
 
 
 def _number_fields(text: str) -> dict[str, Any]:
@@ -609,12 +597,10 @@ def check_digest(task: Task, recorded: Mapping[str, str] | None, folder: str | P
     if not recorded or task.digest is None:
         return
     now = dict(task.digest)
-    changed = [f for f in recorded if f in now and now[f] != recorded[f]]
-    missing = [f for f in recorded if f not in now]
-    added = [f for f in now if f not in recorded]
-    if changed or missing or added:
-        what = "; ".join([*(f"{f} changed" for f in changed), *(f"{f} is no longer used" for f in missing),
-                          *(f"{f} is new" for f in added)])
+    what = "; ".join([*(f"{f} changed" for f in recorded if f in now and now[f] != recorded[f]),
+                      *(f"{f} is no longer used" for f in recorded if f not in now),
+                      *(f"{f} is new" for f in now if f not in recorded)])
+    if what:
         where = f"{folder} was measured on" if folder is not None else "this run recorded"
         raise ValueError(f"the data of task {task.name} differs from what {where}: {what}. Restore the files, or "
                          "start a new run folder for the new data")
