@@ -219,13 +219,15 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
     chunks, batch = [], []
     kinds: dict[str, tuple[str, str]] = {}  # each other field's first kind of value, and where it was seen
 
-    def flush() -> None:
+    def table(rows: list[dict[str, Any]], *tables: Any) -> Any:
+        """``rows`` as a table, after ``tables`` ("permissive": whole numbers in one batch, decimals in another are
+        decimals); a field whose values differ in type is one line naming the file."""
         try:
-            chunks.append(pa.Table.from_pylist(batch))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a field with values of different types in different rows
+            tables += (pa.Table.from_pylist(rows),) if rows else ()
+            return pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values "
                              "of one type in every row") from None
-        batch.clear()
 
     for where, row in rows:
         check_row(where, row, fields, need)
@@ -248,14 +250,9 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
             example["solution"] = row[solution]
         batch.append(example)
         if len(batch) == ROW_BATCH:
-            flush()
-    if batch:
-        flush()
-    try:  # "permissive": a field of whole numbers in one batch and decimals in another is one of decimals
-        return pa.concat_tables(chunks, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values of "
-                         "one type in every row") from None
+            chunks.append(table(batch))
+            batch = []
+    return table(batch, *chunks)
 
 
 def _questions(table: Any) -> Iterator[str]:
