@@ -45,7 +45,7 @@ __all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "ans
 WORD_JOINERS = "-_/\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
 _PUNCTUATION = str.maketrans({**dict.fromkeys(string.punctuation), **dict.fromkeys(WORD_JOINERS, " ")})
 _SPACES = re.compile(r"\s+")
-_BOXED_OPEN = re.compile(r"\s*\{")
+_BOXED_OPEN = re.compile(r"\\boxed\s*\{")
 #: Longest ``\\boxed{...}`` content read, in characters.
 MAX_BOXED_CHARS = 4096
 # A letter answer: "B", "(B)", "B.", "B)", "B: text", "B. text"; not "A and B" or "a cat" (words, not one option).
@@ -89,15 +89,10 @@ def last_boxed(text: str) -> str | None:
     >>> last_boxed("so \\\\boxed{1} then \\\\boxed{\\\\frac{1}{2}}")
     '\\\\frac{1}{2}'
     """
-    end = len(text)
-    while (at := text.rfind("\\boxed", 0, end)) >= 0:
-        brace = _BOXED_OPEN.match(text, at + len("\\boxed"))
-        if brace is not None:
-            break
-        end = at
-    else:
+    found = list(_BOXED_OPEN.finditer(text))  # a literal start: one pass
+    if not found:
         return None
-    depth, start = 1, brace.end()
+    depth, start = 1, found[-1].end()
     for i in range(start, min(len(text), start + MAX_BOXED_CHARS)):
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:

@@ -94,13 +94,10 @@ def solution_reasoning(solution: str, style: str = "equations") -> str:
     '48/2=24'
     """
     body = solution.split("####")[0].strip()
-    if style == "equations":
-        # The solution's calculator annotations (`<<48/2=24>>`), one per line: the steps
-        # without prose, short enough for a 1M-parameter model to learn in minutes.
-        equations = _CALCULATOR.findall(body)
-        if equations:
-            return "\n".join(equations)
-    return _CALCULATOR.sub("", body)
+    # The solution's calculator annotations (`<<48/2=24>>`), one per line: the steps
+    # without prose, short enough for a 1M-parameter model to learn in minutes.
+    equations = _CALCULATOR.findall(body) if style == "equations" else []
+    return "\n".join(equations) if equations else _CALCULATOR.sub("", body)
 
 
 def tokenizer_texts(dataset: Dataset, system_copies: int = 50) -> list[str]:
