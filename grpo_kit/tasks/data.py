@@ -9,6 +9,7 @@ loader is asked for ``source="hub"``. Each task's own module loads its rows (:mo
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -133,10 +134,12 @@ def _read_parquet(path: Path) -> Iterator[Located]:
     import pyarrow.parquet as pq
 
     try:
-        batches = pq.ParquetFile(path).iter_batches(batch_size=ROW_BATCH)  # reads the footer: a Parquet file?
+        batches = pq.ParquetFile(path).iter_batches(batch_size=ROW_BATCH)
+        first = next(batches, None)
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not Parquet
         raise ValueError(f"{path} is not a Parquet file ({type(e).__name__}: {e})") from None
-    yield from numbered((row for batch in batches for row in batch.to_pylist()), str(path))
+    rows = (row for batch in ([first] if first is not None else []) for row in batch.to_pylist())
+    yield from numbered(itertools.chain(rows, (row for batch in batches for row in batch.to_pylist())), str(path))
 
 
 #: Rows read and converted at a time (Parquet batches, the Arrow chunks a task file's rows are kept in).
