@@ -19,23 +19,9 @@ from typing import Any
 
 from grpo_kit.tasks.numbers import parse_number
 
-__all__ = [
-    "ANSWER",
-    "REASONING",
-    "SYSTEM_PROMPT",
-    "TAGS",
-    "Example",
-    "ExtractionRule",
-    "completion_text",
-    "extract_final_answer",
-    "extract_xml_answer",
-    "is_soft_format",
-    "is_strict_format",
-    "render",
-    "strictly",
-    "visible",
-    "xml_count",
-]
+__all__ = ["ANSWER", "REASONING", "SYSTEM_PROMPT", "TAGS", "Example", "ExtractionRule", "completion_text",
+           "extract_final_answer", "extract_xml_answer", "is_soft_format", "is_strict_format", "render", "strictly",
+           "visible", "xml_count"]
 
 def visible(text: str) -> str:
     """``text`` without the characters that show nothing: Unicode's format characters (category Cf: zero-width spaces
@@ -105,8 +91,7 @@ def completion_text(completion: str | Sequence[Mapping[str, Any]] | Any) -> str:
     if not isinstance(completion, Sequence) or not completion:
         return ""
     messages = [m for m in completion if isinstance(m, Mapping)]
-    assistant = [m for m in messages if m.get("role") == "assistant"]
-    chosen = assistant or messages
+    chosen = [m for m in messages if m.get("role") == "assistant"] or messages
     content = chosen[-1].get("content") if chosen else None
     return content if isinstance(content, str) else ""
 
@@ -162,10 +147,8 @@ def is_strict_format(text: str) -> bool:
     >>> is_strict_format("<reasoning>a</reasoning><answer>4</answer>")
     False
     """
-    if not text.startswith(_STRICT_OPEN):
-        return False
     body = text.rstrip("\n")
-    if not body.endswith(_STRICT_CLOSE):
+    if not text.startswith(_STRICT_OPEN) or not body.endswith(_STRICT_CLOSE):
         return False
     # The first `.*?` may be empty, so the middle may start right after the opening; the earliest middle
     # leaves the most room for the answer, which may be empty too.
@@ -182,10 +165,8 @@ def is_soft_format(text: str) -> bool:
     >>> is_soft_format("<reasoning>a\\nb</reasoning> <answer>4</answer> more"), is_soft_format("4")
     (True, False)
     """
-    if not text.startswith(_OPEN_R):
-        return False
     last_close = text.rfind(_CLOSE_A)
-    if last_close < 0:
+    if not text.startswith(_OPEN_R) or last_close < 0:
         return False
     # The earliest closer followed by an answer opener leaves the most room for the answer.
     join = _SOFT_JOIN.search(text, len(_OPEN_R))

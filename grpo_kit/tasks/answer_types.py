@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 from grpo_kit.tasks.answer_format import extract_final_answer, extract_xml_answer, strictly, visible
 from grpo_kit.tasks.numbers import exact_number, last_number, normalize_number
-from grpo_kit.tasks.rewards import describe, golds, texts
+from grpo_kit.tasks.rewards import describe, per_answer
 
 __all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "answer_type",
-           "choice_correctness_reward_func", "choice_letter", "gold_number", "last_boxed", "normalize_text",
+           "choice_correctness_reward_func", "choice_letter", "last_boxed", "normalize_text",
            "text_answer", "text_correctness_reward_func"]
 
 #: Characters that join words ("thirty-eight", "well_known", "either/or"): read as a space, so "thirty-eight" and
@@ -45,7 +45,7 @@ __all__ = ["ANSWER_TYPES", "MAX_BOXED_CHARS", "WORD_JOINERS", "AnswerType", "ans
 WORD_JOINERS = "-_/\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
 _PUNCTUATION = str.maketrans({**dict.fromkeys(string.punctuation), **dict.fromkeys(WORD_JOINERS, " ")})
 _SPACES = re.compile(r"\s+")
-_BOXED_OPEN = re.compile(r"\s*\{")
+_BOXED_OPEN = re.compile(r"\\boxed\s*\{")
 #: Longest ``\\boxed{...}`` content read, in characters.
 MAX_BOXED_CHARS = 4096
 # A letter answer: "B", "(B)", "B.", "B)", "B: text", "B. text"; not "A and B" or "a cat" (words, not one option).
@@ -69,8 +69,7 @@ def normalize_text(text: str | None) -> str | None:
     """
     if text is None:
         return None
-    out = _SPACES.sub(" ", visible(text).lower().translate(_PUNCTUATION)).strip()
-    return out or None
+    return _SPACES.sub(" ", visible(text).lower().translate(_PUNCTUATION)).strip() or None
 
 
 def text_answer(text: str | None) -> str | None:
@@ -81,9 +80,7 @@ def text_answer(text: str | None) -> str | None:
     >>> [text_answer(s) for s in ["-5", "5", "3.14", "314", "1,200", " Paris. ", "3.14 metres"]]
     ['-5', '5', '3.14', '314', '1200', 'paris', '314 metres']
     """
-    if text is None:
-        return None
-    return exact_number(text) or normalize_text(text)
+    return None if text is None else exact_number(text) or normalize_text(text)
 
 
 def last_boxed(text: str) -> str | None:
@@ -92,15 +89,10 @@ def last_boxed(text: str) -> str | None:
     >>> last_boxed("so \\\\boxed{1} then \\\\boxed{\\\\frac{1}{2}}")
     '\\\\frac{1}{2}'
     """
-    end = len(text)
-    while (at := text.rfind("\\boxed", 0, end)) >= 0:
-        brace = _BOXED_OPEN.match(text, at + len("\\boxed"))
-        if brace is not None:
-            break
-        end = at
-    else:
+    found = list(_BOXED_OPEN.finditer(text))  # a literal start: one pass
+    if not found:
         return None
-    depth, start = 1, brace.end()
+    depth, start = 1, found[-1].end()
     for i in range(start, min(len(text), start + MAX_BOXED_CHARS)):
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
@@ -108,13 +100,13 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _after_hashes(text: str) -> str | None:
-    """The first line after the last ``####`` (the warm start's plain style), or ``None``."""
+def _stated(text: str) -> str | None:
+    """What a completion states as its answer however it is written: the ``<answer>``'s content, else the first line
+    after the last ``####`` (the warm start's plain style), else ``None``."""
+    if "<answer>" in text:
+        return extract_xml_answer(text)
     at = text.rfind("####")
-    if at < 0:
-        return None
-    rest = text[at + 4:].strip()
-    return rest.split("\n", 1)[0].strip() or None
+    return None if at < 0 else text[at + 4:].strip().split("\n", 1)[0].strip() or None
 
 
 def choice_letter(text: str | None) -> str | None:
@@ -124,20 +116,8 @@ def choice_letter(text: str | None) -> str | None:
     >>> [choice_letter(s) for s in ["B", "(c)", "D. Paris", "A: yes", "Paris", "A and B", None]]
     ['B', 'C', 'D', 'A', None, None, None]
     """
-    if not text:
-        return None
-    match = _LETTER.match(text.strip())
+    match = _LETTER.match(text.strip()) if text else None
     return match.group(1).upper() if match else None
-
-
-def gold_number(gold: str) -> str | None:
-    """A gold answer of type ``number`` in canonical form (``"$1,200.0"`` gives ``"1200"``, ``"2e3"`` ``"2000"``);
-    ``None`` when the text is not exactly one number as written (:func:`grpo_kit.tasks.numbers.exact_number`).
-
-    >>> gold_number("$1,200.0"), gold_number("\u22123"), gold_number("1,5"), gold_number("12 apples")
-    ('1200', '-3', None, None)
-    """
-    return exact_number(gold)
 
 
 @describe("Text correctness", 1.0, columns=("answer",))
@@ -151,10 +131,8 @@ def text_correctness_reward_func(prompts=None, completions=None, answer=None, **
     >>> text_correctness_reward_func(completions=["<answer>5</answer>", "<answer>314</answer>"], answer=["-5", "3.14"])
     [0.0, 0.0]
     """
-    found = texts(completions)
-    return [1.0 if gold is not None and text_answer(gold) is not None and
-            text_answer(extract_xml_answer(t)) == text_answer(gold) else 0.0
-            for t, gold in zip(found, golds(answer, len(found)))]
+    return per_answer(completions, answer,
+                      lambda t, gold: float(text_answer(extract_xml_answer(t)) == text_answer(gold) is not None))
 
 
 @describe("Choice correctness", 1.0, columns=("answer",))
@@ -164,23 +142,18 @@ def choice_correctness_reward_func(prompts=None, completions=None, answer=None, 
     >>> choice_correctness_reward_func(completions=["<answer>(B)</answer>", "<answer>C</answer>"], answer=["B", "B"])
     [1.0, 0.0]
     """
-    found = texts(completions)
-    return [1.0 if gold is not None and choice_letter(extract_xml_answer(t)) == choice_letter(gold) is not None
-            else 0.0 for t, gold in zip(found, golds(answer, len(found)))]
+    return per_answer(completions, answer,
+                      lambda t, gold: float(choice_letter(extract_xml_answer(t)) == choice_letter(gold) is not None))
 
 
 def _text_flexible(text: str) -> str | None:
-    if "<answer>" in text:
-        return text_answer(extract_xml_answer(text))
-    hashed = _after_hashes(text)
-    if hashed is not None:
-        return text_answer(hashed)
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    stated = _stated(text)
+    lines = [line for line in text.strip().splitlines() if line.strip()] if stated is None else [stated]
     return text_answer(lines[-1]) if lines else None
 
 
 def _math_flexible(text: str) -> str | None:
-    return last_boxed(text) or (extract_xml_answer(text) if "<answer>" in text else _after_hashes(text)) or None
+    return last_boxed(text) or _stated(text) or None
 
 
 def _among(letter: str | None, letters: str) -> str | None:
@@ -189,10 +162,8 @@ def _among(letter: str | None, letters: str) -> str | None:
 
 def _choice_flexible(choices: str) -> Callable[[str], str | None]:
     def read(text: str) -> str | None:
-        if "<answer>" in text:
-            letter = choice_letter(extract_xml_answer(text))
-        elif (hashed := _after_hashes(text)) is not None:
-            letter = choice_letter(hashed)
+        if (stated := _stated(text)) is not None:
+            letter = choice_letter(stated)
         else:
             found = [m.group(1) for m in _PAREN_LETTER.finditer(text) if m.group(1) in choices] or \
                     [m.group(1) for m in _LONE_LETTER.finditer(text) if m.group(1) in choices]
@@ -245,7 +216,7 @@ def answer_type(name: str, choices: str = "ABCD") -> AnswerType:
     """
     if name == "number":
         return AnswerType("number", strictly(lambda t: normalize_number(extract_final_answer(t))), last_number,
-                          lambda a, g: a == normalize_number(g), "soft_correctness_reward_func", gold_number,
+                          lambda a, g: a == normalize_number(g), "soft_correctness_reward_func", exact_number,
                           "a number as written (a point for decimals and commas only between thousands, as in "
                           "1,234.5; 2e3 is read too)")
     if name == "text":

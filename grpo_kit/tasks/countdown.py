@@ -28,30 +28,15 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, Example, ExtractionRule, completion_text, strictly
-from grpo_kit.tasks.data import Located, build_prompt, check_rows, local_rows, numbered
+from grpo_kit.tasks.data import build_prompt, check_rows, numbered, task_rows
 from grpo_kit.tasks.rewards import RewardFunc, column, describe, texts
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = [
-    "MAX_DEPTH",
-    "MAX_LENGTH",
-    "RULES",
-    "CountdownSolution",
-    "countdown_answer",
-    "countdown_question",
-    "countdown_reward",
-    "countdown_reward_func",
-    "countdown_score",
-    "demonstration",
-    "load_countdown",
-    "make_puzzles",
-    "numbers_in",
-    "safe_eval",
-    "solve",
-    "tokenizer_texts",
-]
+__all__ = ["MAX_DEPTH", "MAX_LENGTH", "RULES", "CountdownSolution", "countdown_answer", "countdown_question",
+           "countdown_reward", "countdown_reward_func", "countdown_score", "demonstration", "load_countdown",
+           "make_puzzles", "numbers_in", "safe_eval", "solve", "tokenizer_texts"]
 
 #: Longest expression :func:`safe_eval` reads, in characters (a 4-number answer needs about 20).
 MAX_LENGTH = 200
@@ -80,9 +65,8 @@ def _parse(expression: Any) -> ast.expr:
 def _exact(node: ast.expr, depth: int = 0) -> Fraction:
     if depth > MAX_DEPTH:
         raise ValueError(f"expression nested deeper than {MAX_DEPTH}")
+    # _PLAIN admits plain decimals only, and MAX_LENGTH keeps them below 1e200: every number is finite
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        if node.value != node.value or node.value in (float("inf"), float("-inf")):
-            raise ValueError("numbers must be finite")
         return Fraction(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _exact(node.left, depth + 1), _exact(node.right, depth + 1)
@@ -228,7 +212,8 @@ def solve(nums: Sequence[int], target: int) -> CountdownSolution | None:
     def search(items: list[tuple[Fraction, str, tuple[str, ...]]]) -> CountdownSolution | None:
         if len(items) == 1:
             value, text, steps = items[0]
-            return CountdownSolution(_strip_outer(text), steps) if value == target_value else None
+            # an expression the search built is wrapped in one pair of parentheses, its last operation's
+            return CountdownSolution(text[1:-1] if steps else text, steps) if value == target_value else None
         key = tuple(sorted(v for v, _, _ in items))
         if key in seen:  # the same multiset of values was already searched
             return None
@@ -250,19 +235,6 @@ def solve(nums: Sequence[int], target: int) -> CountdownSolution | None:
 
 
 _OPERATIONS = (("+", operator.add), ("-", operator.sub), ("*", operator.mul), ("/", operator.truediv))
-
-
-def _strip_outer(text: str) -> str:
-    return text[1:-1] if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]) else text
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for char in text:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def make_puzzles(n: int, seed: int = 0, sizes: Sequence[int] = (3, 4), low: int = 1, high: int = 99,
@@ -381,17 +353,15 @@ def load_countdown(split: str = "test", source: str = "bundled", n: int = 1000, 
         ValueError: unknown split, missing or empty file, or a row without ``nums``/``target`` or
             with a number that is not whole (``1.5``; the message names the file and line).
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"unknown Countdown split {split!r}: choose 'train' or 'test'")
     from datasets import Dataset
 
-    rows: list[Located]
-    if source == "generated":
-        rows = numbered(make_puzzles(n, seed=seed + (0 if split == "train" else 1_000_003)), "generated")
+    fields = {"nums": (list,), "target": (int, float)}
+    need = "Countdown rows need 'nums' (a list of whole numbers) and 'target' (a whole number)"
+    if source == "generated" and split in ("train", "test"):
+        puzzles = make_puzzles(n, seed=seed + (0 if split == "train" else 1_000_003))
+        rows = check_rows(numbered(puzzles, "generated"), fields, need)
     else:
-        rows = local_rows(source, split, "countdown", "Countdown")
-    rows = check_rows(rows, {"nums": (list,), "target": (int, float)},
-               "Countdown rows need 'nums' (a list of whole numbers) and 'target' (a whole number)")
+        rows = task_rows("countdown", "Countdown", split, source, fields, need)
     examples = []
     for where, row in rows:
         nums = [_whole(x, where, "nums") for x in row["nums"]]

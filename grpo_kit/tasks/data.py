@@ -20,20 +20,8 @@ from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, visible
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = [
-    "ROW_BATCH",
-    "Located",
-    "build_prompt",
-    "carve_validation",
-    "check_row",
-    "check_rows",
-    "drop_long_prompts",
-    "iter_rows",
-    "local_rows",
-    "numbered",
-    "system_prompt_of",
-    "take_slice",
-]
+__all__ = ["ROW_BATCH", "Located", "build_prompt", "carve_validation", "check_row", "check_rows", "drop_long_prompts",
+           "iter_rows", "numbered", "system_prompt_of", "take_slice", "task_rows"]
 
 
 def build_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
@@ -100,7 +88,6 @@ def _read_jsonl(path: Path) -> Iterator[Located]:
                 yield f"{path}:{line_no}", row
     if not rows:
         raise ValueError(f"{path} holds no rows: give a JSONL file with one JSON object per line")
-    return rows
 
 
 def _read_csv(path: Path) -> Iterator[Located]:
@@ -135,7 +122,6 @@ def _read_csv(path: Path) -> Iterator[Located]:
         raise ValueError(f"{path} is not a CSV file: {e}") from None
     if not rows:
         raise ValueError(f"{path} holds no rows: give a CSV file with a header line and one row per line")
-    return rows
 
 
 def _read_parquet(path: Path) -> Iterator[Located]:
@@ -217,20 +203,29 @@ def check_rows(rows: Iterable[Located], fields: dict[str, tuple[type, ...]], nee
     return out
 
 
-def local_rows(source: str | Path, split: str, task: str, display: str) -> list[Located]:
-    """The rows of a task's bundled split (``source="bundled"``), or of a JSONL file / a folder holding
-    ``<split>.jsonl``.
+def task_rows(task: str, display: str, split: str, source: str | Path, fields: dict[str, tuple[type, ...]],
+              need: str, splits: tuple[str, ...] = ("train", "test"), hub: tuple[str, ...] = ()) -> list[Located]:
+    """The rows of a split of one of the kit's own tasks, each checked (:func:`check_row`): its bundled copy
+    (``source="bundled"``), the Hub (``source="hub"``: ``datasets.load_dataset(*hub, split=split)``, for a task that
+    names ``hub``), or a JSONL file / a folder holding ``<split>.jsonl``.
 
     Raises:
-        ValueError: no such file (the message says what to pass); a line that is not JSON; no rows.
+        ValueError: a split the task does not have; no such file (the message says what to pass); a line that is not
+            JSON; no rows; a row without one of ``fields`` (the message names the file and line, and ``need``).
     """
+    if split not in splits:
+        raise ValueError(f"unknown {display} split {split!r}: choose {' or '.join(map(repr, splits))}")
+    if source == "hub" and hub:
+        from datasets import load_dataset
+
+        return check_rows(numbered(list(load_dataset(*hub, split=split)), f"{hub[0]}[{split}]"), fields, need)
     path = Path(__file__).parent / "data_files" / task / f"{split}.jsonl" if source == "bundled" else Path(source)
     if path.is_dir():
         path = path / f"{split}.jsonl"
     if not path.is_file():
         raise ValueError(f"no {display} file at {path}: pass source='bundled' or a JSONL file / a folder holding "
                          f"{split}.jsonl")
-    return list(_read_jsonl(path))
+    return check_rows(_read_jsonl(path), fields, need)
 
 
 def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = None, seed: int = 0) -> Dataset:
@@ -259,18 +254,15 @@ def take_slice(dataset: Dataset, n: int | None = None, fraction: float | None = 
     """
     if n is not None and fraction is not None:
         raise ValueError("give either n or fraction, not both")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
-        raise ValueError(f"n must be a whole number of rows, got {n!r}")
-    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))):
-        raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
-    if n is None and fraction is None:
-        return dataset
     if fraction is not None:
-        if not 0 < fraction <= 1:
-            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
         n = max(1, int(len(dataset) * fraction))
-    if not 0 < n <= len(dataset):
-        raise ValueError(f"n must be between 1 and {len(dataset)} (the dataset's size), got {n}")
+    if n is None:
+        return dataset
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= len(dataset):
+        raise ValueError(f"n must be a whole number of rows between 1 and {len(dataset)} (the dataset's size), got "
+                         f"{n!r}")
     import numpy as np
 
     order = np.random.default_rng(seed).permutation(len(dataset))[:n]
@@ -308,10 +300,8 @@ def carve_validation(dataset: Dataset, n: int, seed: int = 0, what: str = "valid
 
     column = "question" if "question" in dataset.column_names else "prompt"
     keys = [json.dumps(q, sort_keys=True) if not isinstance(q, str) else q for q in dataset[column]]
-    first: dict[str, int] = {}
-    for i, key in enumerate(keys):
-        first.setdefault(key, i)
-    distinct = list(first)
+    first = {key: i for i, key in reversed(list(enumerate(keys)))}  # each question's first row
+    distinct = list(dict.fromkeys(keys))  # in the order they first appear
     if isinstance(n, bool) or not isinstance(n, int) or not 0 < n < len(distinct):
         raise ValueError(f"{what} must be between 1 and {len(distinct) - 1} (the train split's distinct "
                          f"questions less one), got {n!r}")

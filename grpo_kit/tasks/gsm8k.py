@@ -19,10 +19,10 @@ how the tiny policy is shown and taught its solutions.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, Example
-from grpo_kit.tasks.data import Located, build_prompt, check_rows, local_rows, numbered
+from grpo_kit.tasks.data import build_prompt, task_rows
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["demonstration", "extract_hash_answer", "load_gsm8k", "solution_reasoning", "tokenizer_texts"]
 
 HUB_ID = "openai/gsm8k"
-SPLITS = ("train", "test")
 _CALCULATOR = re.compile(r"<<(.*?)>>")
 
 
@@ -49,26 +48,7 @@ def extract_hash_answer(solution: str) -> str | None:
     >>> extract_hash_answer("no marker") is None
     True
     """
-    if "####" not in solution:
-        return None
-    return solution.split("####")[-1].strip().replace(",", "")
-
-
-def _to_examples(rows: list[Located], system_prompt: str) -> list[dict[str, Any]]:
-    rows = check_rows(rows, {"question": (str,), "answer": (str,)},
-               "GSM8K rows need a 'question' and an 'answer' (the worked solution ending '#### N'), both text")
-    examples = []
-    for where, row in rows:
-        gold = extract_hash_answer(row["answer"])
-        if gold is None:
-            raise ValueError(f"{where}: its 'answer' has no '#### N' final line")
-        examples.append({
-            "question": row["question"],
-            "solution": row["answer"],
-            "answer": gold,
-            "prompt": build_prompt(row["question"], system_prompt),
-        })
-    return examples
+    return solution.split("####")[-1].strip().replace(",", "") if "####" in solution else None
 
 
 def load_gsm8k(split: str = "test", source: str = "bundled", system_prompt: str = SYSTEM_PROMPT) -> Dataset:
@@ -91,17 +71,19 @@ def load_gsm8k(split: str = "test", source: str = "bundled", system_prompt: str 
             JSON object, or whose ``question``/``answer`` is missing, null, empty or not text, or whose
             answer has no ``#### N`` final line (the message names the file and line).
     """
-    if split not in SPLITS:
-        raise ValueError(f"unknown GSM8K split {split!r}: choose 'train' or 'test'")
     from datasets import Dataset
 
-    if source == "hub":
-        from datasets import load_dataset
-
-        rows = numbered(list(load_dataset(HUB_ID, "main", split=split)), f"{HUB_ID}[{split}]")
-    else:
-        rows = local_rows(source, split, "gsm8k", "GSM8K")
-    return Dataset.from_list(_to_examples(rows, system_prompt))
+    need = "GSM8K rows need a 'question' and an 'answer' (the worked solution ending '#### N'), both text"
+    rows = task_rows("gsm8k", "GSM8K", split, source, {"question": (str,), "answer": (str,)}, need, ("train", "test"),
+                     (HUB_ID, "main"))
+    examples = []
+    for where, row in rows:
+        gold = extract_hash_answer(row["answer"])
+        if gold is None:
+            raise ValueError(f"{where}: its 'answer' has no '#### N' final line")
+        examples.append({"question": row["question"], "solution": row["answer"], "answer": gold,
+                         "prompt": build_prompt(row["question"], system_prompt)})
+    return Dataset.from_list(examples)
 
 
 def solution_reasoning(solution: str, style: str = "equations") -> str:
@@ -112,13 +94,10 @@ def solution_reasoning(solution: str, style: str = "equations") -> str:
     '48/2=24'
     """
     body = solution.split("####")[0].strip()
-    if style == "equations":
-        # The solution's calculator annotations (`<<48/2=24>>`), one per line: the steps
-        # without prose, short enough for a 1M-parameter model to learn in minutes.
-        equations = _CALCULATOR.findall(body)
-        if equations:
-            return "\n".join(equations)
-    return _CALCULATOR.sub("", body)
+    # The solution's calculator annotations (`<<48/2=24>>`), one per line: the steps
+    # without prose, short enough for a 1M-parameter model to learn in minutes.
+    equations = _CALCULATOR.findall(body) if style == "equations" else []
+    return "\n".join(equations) if equations else _CALCULATOR.sub("", body)
 
 
 def tokenizer_texts(dataset: Dataset, system_copies: int = 50) -> list[str]:

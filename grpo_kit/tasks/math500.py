@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from grpo_kit.tasks.answer_format import SYSTEM_PROMPT, Example, ExtractionRule, extract_xml_answer, strictly
 from grpo_kit.tasks.answer_types import MAX_BOXED_CHARS, last_boxed
-from grpo_kit.tasks.data import build_prompt, check_rows, local_rows, numbered
+from grpo_kit.tasks.data import build_prompt, task_rows
 from grpo_kit.tasks.math_verify import math_verifier
 
 if TYPE_CHECKING:
@@ -43,25 +43,16 @@ def load_math500(split: str = "test", source: str = "bundled", system_prompt: st
         ValueError: a split other than ``"test"``, a missing or empty file, or rows without
             ``problem``/``answer`` (the message names the file and line).
     """
-    if split != "test":
-        raise ValueError(f"MATH-500 has only a 'test' split, got {split!r}")
     from datasets import Dataset
 
-    if source == "hub":
-        from datasets import load_dataset
-
-        rows = numbered(list(load_dataset(HUB_ID, split="test")), HUB_ID)
-    else:
-        rows = local_rows(source, split, "math500", "MATH-500")
-    rows = check_rows(rows, {"problem": (str,), "answer": (str, int, float)},
-               "MATH-500 rows need a 'problem' (text) and an 'answer' (LaTeX text or a number)")
-    examples = []
-    for i, (_, row) in enumerate(rows):
-        examples.append({"question": row["problem"], "solution": row.get("solution", ""), "answer": str(row["answer"]),
-                         "subject": row.get("subject", ""), "level": int(row.get("level", 0)),
-                         "unique_id": row.get("unique_id", str(i)),
-                         "prompt": build_prompt(row["problem"], system_prompt)})
-    return Dataset.from_list(examples)
+    rows = task_rows("math500", "MATH-500", split, source, {"problem": (str,), "answer": (str, int, float)},
+                     "MATH-500 rows need a 'problem' (text) and an 'answer' (LaTeX text or a number)", ("test",),
+                     (HUB_ID,))
+    return Dataset.from_list([{"question": row["problem"], "solution": row.get("solution", ""),
+                               "answer": str(row["answer"]), "subject": row.get("subject", ""),
+                               "level": int(row.get("level", 0)), "unique_id": row.get("unique_id", str(i)),
+                               "prompt": build_prompt(row["problem"], system_prompt)}
+                              for i, (_, row) in enumerate(rows)])
 
 
 def _correct(answer: str, example: Example) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grpo_kit.tasks.answer_format import extract_xml_answer
-from grpo_kit.tasks.rewards import RewardFunc, describe, golds, texts
+from grpo_kit.tasks.rewards import RewardFunc, describe, per_answer
 
 __all__ = ["DEFAULT_TIMEOUT_S", "WARN_TIMEOUT_SHARE", "MathVerifier", "math_equal", "math_verifier",
            "math_verify_reward", "math_verify_reward_func"]
@@ -108,18 +108,14 @@ class MathVerifier:
             result = False
         except Exception:  # noqa: BLE001 - sympy raises many kinds: wrong, not a crash
             result = False
-        self._warn_if_mostly_timeouts()
+        if not self._warned and self.checks >= _WARN_AFTER_CHECKS and self.timeouts / self.checks > WARN_TIMEOUT_SHARE:
+            self._warned = True
+            message = (f"math-verify: {self.timeouts} of {self.checks} checks timed out (timeout_s={self.timeout_s:g}):"
+                       " those completions score 0.0, so the run is training on zeros. Raise the timeout "
+                       "(math_verify_reward(timeout_s=...)) or check the answers the policy writes.")
+            log.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
         return result
-
-    def _warn_if_mostly_timeouts(self) -> None:
-        if self._warned or self.checks < _WARN_AFTER_CHECKS or self.timeouts / self.checks <= WARN_TIMEOUT_SHARE:
-            return
-        self._warned = True
-        message = (f"math-verify: {self.timeouts} of {self.checks} checks timed out (timeout_s={self.timeout_s:g}): "
-                   "those completions score 0.0, so the run is training on zeros. Raise the timeout "
-                   "(math_verify_reward(timeout_s=...)) or check the answers the policy writes.")
-        log.warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 _VERIFIERS: dict[float, MathVerifier] = {}
@@ -133,9 +129,8 @@ def math_verifier(timeout_s: float = DEFAULT_TIMEOUT_S) -> MathVerifier:
 
 
 def _verdicts(completions: Any, answer: Any, timeout_s: float) -> list[float | None]:
-    found = texts(completions)
-    verdicts = [None if gold is None else math_verifier(timeout_s)(gold, extract_xml_answer(text))
-                for text, gold in zip(found, golds(answer, len(found)))]
+    check = math_verifier(timeout_s)
+    verdicts = per_answer(completions, answer, lambda text, gold: check(gold, extract_xml_answer(text)), unread=None)
     return [None if verdict is None else float(verdict) for verdict in verdicts]
 
 

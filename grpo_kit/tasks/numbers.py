@@ -98,8 +98,7 @@ def exact_number(text: str) -> str | None:
     [None, None, None, None, None]
     """
     match = _NUMBER.fullmatch(text.strip())
-    number = _number_text(match) if match is not None else None
-    return normalize_number(number) if number is not None else None
+    return normalize_number(_number_text(match) if match is not None else None)
 
 
 def is_integer_literal(text: str) -> bool:
@@ -120,9 +119,7 @@ def numbers_equal(a: str | None, b: str | None) -> bool:
     >>> numbers_equal("1200.0", "1200"), numbers_equal("3", "-3"), numbers_equal(None, "1")
     (True, False, False)
     """
-    if a is None or b is None:
-        return False
-    if not (a.isascii() and b.isascii()):  # float() reads '٣' as 3; no rule reads it as a number
+    if a is None or b is None or not (a.isascii() and b.isascii()):  # float() reads '٣' as 3; no rule reads it so
         return False
     try:
         return float(a) == float(b)
@@ -179,5 +176,4 @@ def last_number(text: str) -> str | None:
         return None
     start = max(0, last_digit - MAX_NUMBER_CHARS)
     matches = list(_NUMBER.finditer(text, start, last_digit + 2))  # a "%" may follow the last digit
-    number = _number_text(matches[-1]) if matches else None
-    return normalize_number(number) if number is not None else None
+    return normalize_number(_number_text(matches[-1]) if matches else None)

@@ -54,13 +54,9 @@ def reward_path(func: RewardFunc) -> str | None:
     >>> reward_path(texts), reward_path(correctness_reward_func) is None
     ('grpo_kit.tasks.rewards:texts', True)
     """
-    name = getattr(func, "__name__", None)
-    if BUILTIN_REWARDS.get(name) is func:
-        return None
     module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname:
-        return None
-    return f"{module}:{qualname}"
+    builtin = BUILTIN_REWARDS.get(getattr(func, "__name__", None)) is func
+    return None if builtin or not module or module == "__main__" or "<" in qualname else f"{module}:{qualname}"
 
 
 def import_reward(path: str, what: str = "--rewards") -> RewardFunc:
@@ -121,10 +117,13 @@ class RewardSet:
         weights = [1.0] * len(rewards) if weights is None else list(weights)
         if len(weights) != len(rewards):
             raise ValueError(f"{len(weights)} weights for {len(rewards)} rewards: give one weight per reward")
-        for w in weights:
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
-                raise ValueError(f"reward weights must be finite numbers, got {weights}")
-        self.rewards: list[Reward] = [self._resolve(r) for r in rewards]
+        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) for w in weights):
+            raise ValueError(f"reward weights must be finite numbers, got {weights}")
+        unknown = [r for r in rewards if isinstance(r, str) and r not in BUILTIN_REWARDS]
+        if unknown:
+            raise ValueError(f"unknown reward {unknown[0]!r}: choose from {', '.join(BUILTIN_REWARDS)} or pass "
+                             "your own function")
+        self.rewards: list[Reward] = [Reward.of(BUILTIN_REWARDS[r] if isinstance(r, str) else r) for r in rewards]
         self.weights: list[float] = [float(w) for w in weights]
         names = self.names
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -133,15 +132,6 @@ class RewardSet:
         if not any(self.weights):
             raise ValueError(f"every reward weight is 0 ({self}): nothing would be trained on; give at least one "
                              "reward a non-zero weight")
-
-    @staticmethod
-    def _resolve(reward: str | RewardFunc | Reward) -> Reward:
-        if isinstance(reward, str):
-            if reward not in BUILTIN_REWARDS:
-                raise ValueError(f"unknown reward {reward!r}: choose from {', '.join(BUILTIN_REWARDS)} or pass "
-                                 "your own function")
-            return Reward.of(BUILTIN_REWARDS[reward])
-        return Reward.of(reward)
 
     @property
     def funcs(self) -> list[RewardFunc]:
@@ -178,17 +168,13 @@ class RewardSet:
                 weight: float | None = None) -> RewardSet:
         """A copy with ``old`` swapped for ``new`` (same weight unless ``weight`` is given)."""
         i = self._index(old)
-        rewards: list[Any] = list(self.rewards)
-        weights = list(self.weights)
-        rewards[i] = new
-        weights[i] = weights[i] if weight is None else weight
+        rewards, weights = list(self.rewards), list(self.weights)
+        rewards[i], weights[i] = new, weights[i] if weight is None else weight
         return RewardSet(rewards, weights)
 
     def with_weight(self, reward: str | RewardFunc | Reward, weight: float) -> RewardSet:
         """A copy with ``reward``'s weight set (0: log it without training on it)."""
-        weights = list(self.weights)
-        weights[self._index(reward)] = weight
-        return RewardSet(list(self.rewards), weights)
+        return self.replace(reward, self.rewards[self._index(reward)], weight)
 
     def to_record(self) -> dict[str, Any]:
         """What a run folder records of the set (``train_settings.json``), read back by :meth:`from_record`:

@@ -33,6 +33,7 @@ import inspect
 import logging
 import math
 import numbers
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,30 +49,11 @@ from grpo_kit.tasks.answer_format import (
 )
 from grpo_kit.tasks.numbers import is_integer_literal, numbers_equal
 
-__all__ = [
-    "COLUMN_KINDS",
-    "LARGEST_REWARD",
-    "SEED_REWARDS",
-    "Reward",
-    "RewardCalls",
-    "RewardFunc",
-    "column",
-    "column_problem",
-    "correctness_reward_func",
-    "describe",
-    "gold_text",
-    "golds",
-    "as_values",
-    "guarded",
-    "int_reward_func",
-    "r1_format_reward_func",
-    "r1_tag_count_reward_func",
-    "soft_correctness_reward_func",
-    "soft_format_reward_func",
-    "strict_format_reward_func",
-    "texts",
-    "xmlcount_reward_func",
-]
+__all__ = ["COLUMN_KINDS", "LARGEST_REWARD", "SEED_REWARDS", "Reward", "RewardCalls", "RewardFunc", "column",
+           "column_problem", "correctness_reward_func", "describe", "gold_text", "golds", "as_values", "per_answer",
+           "guarded", "int_reward_func", "r1_format_reward_func", "r1_tag_count_reward_func",
+           "soft_correctness_reward_func", "soft_format_reward_func", "strict_format_reward_func", "texts",
+           "xmlcount_reward_func"]
 
 RewardFunc = Callable[..., list[float | None]]
 
@@ -127,6 +109,14 @@ def column(values: Any, n: int, name: str) -> list[Any]:
 def golds(answer: Any, n: int) -> list[str | None]:
     """The ``answer`` column as text (:func:`gold_text`), one per completion."""
     return [gold_text(a) for a in column(answer, n, "answer")]
+
+
+def per_answer(completions: Sequence[Any] | None, answer: Any, judge: Callable[[str, str], float | None],
+               unread: float | None = 0.0) -> list[float | None]:
+    """``judge(text, gold)`` of each completion's text and its gold answer (:func:`golds`); ``unread`` where the gold
+    cannot be read: the loop of every reward that compares a completion with the ``answer`` column."""
+    found = texts(completions)
+    return [unread if gold is None else judge(t, gold) for t, gold in zip(found, golds(answer, len(found)))]
 
 
 #: What the dataset columns the built-in rewards read may hold, checked before training (:func:`column_problem`).
@@ -215,14 +205,13 @@ class Reward:
         except (TypeError, ValueError):  # a builtin or C function: nothing to check
             parameters = None
         if parameters is not None:
-            named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+            named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
             if "completions" not in named and not any(p.kind is p.VAR_KEYWORD for p in parameters):
                 raise ValueError(f"reward {name} cannot take completions=...: TRL calls it as "
                                  f"{name}(prompts=..., completions=..., <dataset columns>..., **kwargs); give it "
                                  "those keyword parameters and **kwargs")
             if columns is None:
-                columns = tuple(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                                and p.name not in _TRL_ARGUMENTS)
+                columns = tuple(p for p in named if p not in _TRL_ARGUMENTS)
         return cls(func, str(getattr(func, "label", name)), float(getattr(func, "max_value", math.nan)),
                    bool(getattr(func, "binary", False)), tuple(columns or ()))
 
@@ -248,9 +237,7 @@ def correctness_reward_func(prompts=None, completions=None, answer=None, **kwarg
     ...                         answer=["72", "72"])
     [1.0, 0.0]
     """
-    found = texts(completions)
-    return [1.0 if gold is not None and extract_xml_answer(t) == gold else 0.0
-            for t, gold in zip(found, golds(answer, len(found)))]
+    return per_answer(completions, answer, lambda t, gold: float(extract_xml_answer(t) == gold))
 
 
 @describe("Soft correctness", 1.0, columns=("answer",))
@@ -273,9 +260,7 @@ def soft_correctness_reward_func(prompts=None, completions=None, answer=None, **
     ...     answer=["1200", "-3"])
     [1.0, 0.0]
     """
-    found = texts(completions)
-    return [1.0 if numbers_equal(extract_final_answer(t), gold) else 0.0
-            for t, gold in zip(found, golds(answer, len(found)))]
+    return per_answer(completions, answer, lambda t, gold: float(numbers_equal(extract_final_answer(t), gold)))
 
 
 @describe("Integer", 0.5)
@@ -353,20 +338,19 @@ def xmlcount_reward_func(completions=None, **kwargs) -> list[float]:
     return [xml_count(t) for t in texts(completions)]
 
 
+# an </answer> line that ends the text or a line (MULTILINE's `$`): a literal start, so the search is linear
+_R1_CLOSE = re.compile(r"\n</answer>(?:\n|\Z)")
+
+
 def _r1_format(text: str) -> bool:
     """open-r1's layout, ``re.match(r"^<think>\\n.*?\\n</think>\\n<answer>\\n.*?\\n</answer>$", text,
-    re.DOTALL | re.MULTILINE)``, decided by string search in linear time (the expression backtracks on crafted text):
+    re.DOTALL | re.MULTILINE)``, decided in linear time by a string search and :data:`_R1_CLOSE` (the expression
+    backtracks on crafted text):
     the text opens with ``<think>``; the first think-to-answer joint comes after; an ``</answer>`` line ends a line
     after it."""
     joint = "\n</think>\n<answer>\n"
     start = text.find(joint, 8) if text.startswith("<think>\n") else -1
-    at = start + len(joint) if start >= 0 else -1
-    while at >= 0:
-        at = text.find("\n</answer>", at)
-        if at >= 0 and text[at + 10:at + 11] in ("", "\n"):
-            return True
-        at = at + 1 if at >= 0 else -1
-    return False
+    return start >= 0 and _R1_CLOSE.search(text, start + len(joint)) is not None
 
 
 @describe("open-r1 format", 1.0)
@@ -505,16 +489,11 @@ def guarded(func: RewardFunc) -> RewardFunc:
             warn(f"returned {size} for {n} completions (it must return a list of one number or None per "
                  "completion): treated as 'cannot judge' for all of them")
             return [None] * n
-        values: list[float | None] = []
+        values = [float(value) if _usable(value) else None for value in out]
         for i, value in enumerate(out):
-            if value is None:
-                values.append(None)
-            elif _usable(value):
-                values.append(float(value))
-            else:
+            if value is not None and values[i] is None:
                 warn(f"returned {value!r} for completion {i}, which is not a finite number within "
                      f"{LARGEST_REWARD:g}: treated as 'cannot judge' (return None for that on purpose)")
-                values.append(None)
         calls.judged += sum(v is not None for v in values)
         return values
 

@@ -162,12 +162,8 @@ def _split_rows(path: Path, data: dict[str, Any]) -> tuple[dict[str, Iterator[Lo
             raise ValueError(f"{path}: field 'hub' must be a mapping with path: owner/name and optionally "
                              f"{', '.join(_HUB_KEYS[1:])}, got {hub!r}")
         splits = {"train": hub.get("train_split"), "test": hub.get("test_split", "test")}
-        rows = {}
-        for split, name in splits.items():
-            if name is not None:
-                origin = f"{hub['path']}[{name}]"
-                rows[split] = numbered(map(dict, _hub_split(path, hub, name)), origin)
-        return rows, {}
+        return {split: numbered(map(dict, _hub_split(path, hub, name)), f"{hub['path']}[{name}]")
+                for split, name in splits.items() if name is not None}, {}
     rows, read = {}, {}
     for split, name in files.items():
         if not isinstance(name, str) or not name.strip():
@@ -218,20 +214,20 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
     question, answer, solution = data["question"], data["answer"], data.get("solution")
     need = (f"{path} names {question!r} as the question field and {answer!r} as the answer field"
             + (f" and {solution!r} as the solution field" if solution else ""))
-    fields: dict[str, tuple[type, ...]] = {question: (str,), answer: (str, int, float)}
-    if solution:
-        fields[solution] = (str,)
+    fields = {question: (str,), answer: (str, int, float), **({solution: (str,)} if solution else {})}
     own = (question, answer, solution, "prompt", "question", "answer", "solution")
     chunks, batch = [], []
     kinds: dict[str, tuple[str, str]] = {}  # each other field's first kind of value, and where it was seen
 
-    def flush() -> None:
+    def table(rows: list[dict[str, Any]], *tables: Any) -> Any:
+        """``rows`` as a table, after ``tables`` ("permissive": whole numbers in one batch, decimals in another are
+        decimals); a field whose values differ in type is one line naming the file."""
         try:
-            chunks.append(pa.Table.from_pylist(batch))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a field with values of different types in different rows
+            tables += (pa.Table.from_pylist(rows),) if rows else ()
+            return pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values "
                              "of one type in every row") from None
-        batch.clear()
 
     for where, row in rows:
         check_row(where, row, fields, need)
@@ -254,32 +250,25 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
             example["solution"] = row[solution]
         batch.append(example)
         if len(batch) == ROW_BATCH:
-            flush()
-    if batch:
-        flush()
-    try:  # "permissive": a field of whole numbers in one batch and decimals in another is one of decimals
-        return pa.concat_tables(chunks, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise ValueError(f"{path}: the {split} rows' fields cannot form one table ({e}): give each field values of "
-                         "one type in every row") from None
+            chunks.append(table(batch))
+            batch = []
+    return table(batch, *chunks)
 
 
 def _questions(table: Any) -> Iterator[str]:
-    """A table's questions with their whitespace runs made one space, a chunk of the column at a time."""
-    for chunk in table.column("question").chunks:
+    """A table's questions with their whitespace runs made one space, a chunk of the column at a time (none without a
+    table)."""
+    for chunk in table.column("question").chunks if table is not None else ():
         for question in chunk.to_pylist():
             yield " ".join(question.split())
 
 
-def _warn_overlap(path: Path, examples: dict[str, Any]) -> int:
-    if "train" not in examples:
-        return 0
-    train = {hash(q) for q in _questions(examples["train"])}  # hashes: a set of the questions would copy them all
-    both = sum(1 for q in _questions(examples["test"]) if hash(q) in train)
+def _warn_overlap(path: Path, examples: dict[str, Any]) -> None:
+    train = {hash(q) for q in _questions(examples.get("train"))}  # hashes: a set of the questions would copy them all
+    both = sum(1 for q in _questions(examples["test"]) if hash(q) in train) if train else 0
     if both:
         log.warning(f"{path}: {both} of {examples['test'].num_rows} test questions are also in the train split: "
                     "accuracy on them measures memory, not solving; remove them from one of the files")
-    return both
 
 
 def _signature(path: Path) -> tuple[Any, ...]:
@@ -340,10 +329,7 @@ def _named(path: Path, data: dict[str, Any], key: str) -> Any:
     """The Python object a key names as ``module:name`` (``None`` when the key is absent), imported
     (:func:`grpo_kit.tasks.user_code.import_named`: whatever its import raises is one line naming the file and line).
     """
-    ref = data.get(key)
-    if ref is None:
-        return None
-    return import_named(str(ref), f"{path}: {key}:")
+    return None if data.get(key) is None else import_named(str(data[key]), f"{path}: {key}:")
 
 
 def _reward_names(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -456,8 +442,7 @@ def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool =
     if not isinstance(system_prompt, str) or not system_prompt.strip():
         raise ValueError(f"{path}: field 'system_prompt' must be text, got {system_prompt!r}")
     validation_size = data.get("validation_size")
-    if validation_size is not None and (isinstance(validation_size, bool) or not isinstance(validation_size, int)
-                                        or validation_size < 1):
+    if validation_size is not None and (type(validation_size) is not int or validation_size < 1):  # bool is no size
         raise ValueError(f"{path}: field 'validation_size' must be a whole number >= 1, got {validation_size!r}")
     name = data.get("name", path.stem)  # as task_name reads it
     if not isinstance(name, str) or not name.strip() or "/" in name:
@@ -470,30 +455,29 @@ def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool =
                      rewards, weights, validation_size, None if builtin else {str(path): sha256_file(path)}, gold)
     rows, files = _split_rows(path, data)
     key = (_signature(path), *(_signature(Path(f)) for f in files.values()))
-    if not files or key not in _CACHE:
-        examples = {split: _examples(path, split, split_rows, data, kind, system_prompt)
-                    for split, split_rows in rows.items()}
-        _warn_overlap(path, examples)
-        for table in examples.values():  # a template naming a field the rows lack is refused now, not at a table
-            if table.num_rows:
-                gold(table.slice(0, 1).to_pylist()[0])
-        digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
+    if files and key in _CACHE:  # a Hub dataset is not cached here: datasets caches it
+        return _CACHE[key]
+    examples = {split: _examples(path, split, split_rows, data, kind, system_prompt)
+                for split, split_rows in rows.items()}
+    _warn_overlap(path, examples)
+    for table in examples.values():  # a template naming a field the rows lack is refused now, not at a table
+        gold(table.slice(0, 1).to_pylist()[0])
+    digest = {str(path): sha256_file(path), **{f: sha256_file(Path(f)) for f in files.values()}}
 
-        def load(split: str = "test", **kwargs: Any) -> Any:
-            from datasets import Dataset
-            from datasets.table import InMemoryTable
+    def load(split: str = "test", **kwargs: Any) -> Any:
+        from datasets import Dataset
+        from datasets.table import InMemoryTable
 
-            # the kept table itself, not a copy; fingerprinted by the data's SHA-256 (datasets would otherwise hash
-            # the whole table on every load: seconds, and a transient copy of it in memory)
-            fingerprint = hashlib.sha256(json.dumps([sorted(digest.items()), split, kind.name]).encode()).hexdigest()
-            return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
+        # the kept table itself, not a copy; fingerprinted by the data's SHA-256 (datasets would otherwise hash
+        # the whole table on every load: seconds, and a transient copy of it in memory)
+        fingerprint = hashlib.sha256(json.dumps([sorted(digest.items()), split, kind.name]).encode()).hexdigest()
+        return Dataset(InMemoryTable(examples[split]), fingerprint=fingerprint[:32])
 
-        task = _task(path, data, name, kind, load, tuple(s for s in ("train", "test") if s in examples), rewards,
-                     weights, validation_size, None if builtin else digest, gold)
-        if not files:
-            return task
+    task = _task(path, data, name, kind, load, tuple(s for s in ("train", "test") if s in examples), rewards,
+                 weights, validation_size, None if builtin else digest, gold)
+    if files:
         _CACHE[key] = task
-    return _CACHE[key]
+    return task
 
 
 def _gold(path: Path, data: dict[str, Any]) -> Callable[[Example], str]:
@@ -579,25 +563,15 @@ def _task(path: Path, data: dict[str, Any], name: str, kind: Any, loader: Any, s
     metrics = _reward_names(path, data, "metrics") if "metrics" in data else \
         ((kind.reward,) if kind else ()) + _FORMAT_METRICS
     extras = _extras(path, data, dict(zip(rewards, weights)), kind.reward if kind else None, "train" in splits)
-    if kind is not None and kind.name == "number":
+    number = kind is not None and kind.name == "number"
+    if number:
         extras.setdefault("answer_value", "answer")
-    return Task(
-        name=name,
-        description=data.get("description") or f"{name}: {kind.name if kind else 'its own'} answers, from {path.name}",
-        loader=loader,
-        splits=splits,
-        rewards=rewards,
-        weights=weights,
-        metrics=tuple(metrics),
-        rules=rules,
-        headline=data.get("headline", kind.reward if kind else "strict_correct"),
-        gold=gold,
-        fields=_number_fields if kind is not None and kind.name == "number" else Task.fields,
-        validation_size=validation_size,
-        file=None if digest is None else str(path),
-        digest=digest,
-        extras=extras,
-    )
+    description = data.get("description") or f"{name}: {kind.name if kind else 'its own'} answers, from {path.name}"
+    return Task(name=name, description=description, loader=loader, splits=splits, rewards=rewards, weights=weights,
+                metrics=tuple(metrics), rules=rules, gold=gold, fields=_number_fields if number else Task.fields,
+                headline=data.get("headline", kind.reward if kind else "strict_correct"),
+                validation_size=validation_size, file=None if digest is None else str(path), digest=digest,
+                extras=extras)
 
 
 def _number_fields(text: str) -> dict[str, Any]:
@@ -620,12 +594,10 @@ def check_digest(task: Task, recorded: Mapping[str, str] | None, folder: str | P
     if not recorded or task.digest is None:
         return
     now = dict(task.digest)
-    changed = [f for f in recorded if f in now and now[f] != recorded[f]]
-    missing = [f for f in recorded if f not in now]
-    added = [f for f in now if f not in recorded]
-    if changed or missing or added:
-        what = "; ".join([*(f"{f} changed" for f in changed), *(f"{f} is no longer used" for f in missing),
-                          *(f"{f} is new" for f in added)])
+    what = "; ".join([*(f"{f} changed" for f in recorded if f in now and now[f] != recorded[f]),
+                      *(f"{f} is no longer used" for f in recorded if f not in now),
+                      *(f"{f} is new" for f in now if f not in recorded)])
+    if what:
         where = f"{folder} was measured on" if folder is not None else "this run recorded"
         raise ValueError(f"the data of task {task.name} differs from what {where}: {what}. Restore the files, or "
                          "start a new run folder for the new data")
