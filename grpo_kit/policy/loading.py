@@ -206,8 +206,10 @@ def save_merged(model: Any, tokenizer: Any, path: str | Path) -> Path:
 @contextlib.contextmanager
 def saved_whole(folder: Path, marker: str) -> Iterator[Path]:
     """Write a model folder whole or not at all: the block fills a new folder beside ``folder`` (made with the user's
-    umask, :func:`grpo_kit.system.files.new_beside`), which then takes the place of ``folder`` (removing an incomplete
-    one left by a killed build or an older kit). On an error or Ctrl-C nothing half-written is left behind.
+    umask, :func:`grpo_kit.system.files.new_beside`), which then takes the place of ``folder`` (what was there, e.g. an
+    incomplete one left by a killed build or an older kit, is first moved aside whole, then removed: ``folder`` is at
+    every moment the old one whole, absent, or the new one whole). On an error or Ctrl-C in the block nothing
+    half-written is left behind.
 
     Args:
         folder: where the model goes (its parent folder is created).
@@ -221,11 +223,14 @@ def saved_whole(folder: Path, marker: str) -> Iterator[Path]:
     building = new_beside(folder, "building-", folder=True)
     try:
         yield building
-        shutil.rmtree(folder, ignore_errors=True)
+        aside = new_beside(folder, "old-", folder=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(folder, aside / folder.name)
         try:
             os.replace(building, folder)
         except OSError:  # another process put the same folder in place between the two lines above
             if not (folder / marker).is_file():
-                raise  # a full disk, not a race
+                raise  # a full disk, not a race (what was there stays in the folder aside)
+        shutil.rmtree(aside, ignore_errors=True)
     finally:
         shutil.rmtree(building, ignore_errors=True)

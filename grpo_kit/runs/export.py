@@ -29,19 +29,18 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpo_kit.runs.folder import RunFolder, enclosing_run
-from grpo_kit.system.files import follow_umask, json_or_none, new_beside, sha256_file, write_json, write_text
+from grpo_kit.system.files import follow_umask, json_or_none, sha256_file, write_json, write_text
 from grpo_kit.system.hub import hub_offline, is_repo_id, upload_token
 from grpo_kit.system.progress import phase_bar
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportFormat", "ExportRefused",
-           "Gguf", "Merged", "Verification", "check_out", "check_record", "export", "merge_base", "model_card",
-           "push_to_hub", "verification_record", "verify_export"]
+           "Gguf", "Merged", "Verification", "check_formats", "check_out", "check_record", "export", "merge_base",
+           "model_card", "push_to_hub", "verification_record", "verify_export"]
 
 log = logging.getLogger(__name__)
 
@@ -526,31 +525,39 @@ def _on_hub(name: Any) -> bool:
     return isinstance(name, str) and is_repo_id(name) and not Path(name).expanduser().exists()
 
 
-def model_card(run_dir: str | Path, verification: Verification) -> str:
-    """The export's ``README.md``, a Hugging Face model card (``huggingface_hub.ModelCard``); :func:`export` writes it
-    into every passed export.
+def model_card(run_dir: str | Path, verification: Verification | None = None) -> str:
+    """A run's model card (``README.md``), a Hugging Face model card (``huggingface_hub.ModelCard``): training writes it
+    into ``model/`` (no ``verification``), :func:`export` into every passed export.
 
-    Its metadata: the base model (when it is a Hub repository), licence, tags and the before/after results as
-    ``model-index`` evaluation results (``huggingface_hub.EvalResult``: task, dataset, metric, value), which the Hub
-    shows beside the model. Its text: base model and licence, task, rewards and weights, the algorithm as the run
-    recorded it (:func:`grpo_kit.training.algorithms.algorithm_markdown`: the variant, its paper and ``loss_type``),
-    the training settings and steps, the run's greedy before/after table (verbatim from ``report.md``), the
-    verification, the versions training ran with and the kit's. Nothing in it is of this machine: a local base model
-    or task file is named by its folder's or file's name.
+    Its metadata: the base model (when it is a Hub repository), licence, tags and, for an export, the before/after
+    results as ``model-index`` evaluation results (``huggingface_hub.EvalResult``: task, dataset, metric, value), which
+    the Hub shows beside the model. Its text: base model and licence, task, rewards and weights, the training settings
+    (the recipe's values, else TRL's defaults: :class:`grpo_kit.training.presets.Recipe`), steps and train questions,
+    the algorithm as the run recorded it (:func:`grpo_kit.training.algorithms.algorithm_markdown`: the variant, its
+    paper and ``loss_type``), for an export the run's greedy before/after table (verbatim from ``report.md``) and the
+    verification, and the versions training ran with and the kit's. Nothing in it is of this machine: a local base
+    model or task file is named by its folder's or file's name.
 
     TRL's ``create_model_card`` is not used: it links any base model to the Hub (a local folder too), names the
     method GRPO after DeepSeekMath whatever ``loss_type`` ran, and lists the versions of the machine writing the card
     rather than those training ran with.
+
+    Raises:
+        FileNotFoundError / ValueError: no readable ``train_settings.json`` in ``run_dir`` (the message says what to
+            rerun).
     """
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
     from grpo_kit.system.install import installed_version
     from grpo_kit.tasks.task_file import task_name
     from grpo_kit.training.algorithms import algorithm_markdown
+    from grpo_kit.training.presets import Recipe
 
-    run, settings = _run(run_dir)
+    run = RunFolder(run_dir, write=False)
+    settings = run.read_settings(run.train_settings, "python -m grpo_kit train (or notebook 03)", ("identity",))
     identity = settings.get("identity", {})
     preset = identity.get("preset", {})
+    recipe = Recipe(str(preset.get("name")), {k: v for k, v in preset.items() if k not in ("name", "lora_rank")})
     base = str(settings.get("base_model", identity.get("model", "unknown")))
     on_hub = _on_hub(base)
     shown = base if on_hub or base.startswith("tiny:") else Path(base).name  # a local folder by its name
@@ -560,10 +567,13 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
     task = hub_data or task_name(settings.get("task"))  # a task file by its task's name, never its path
     algorithm = settings.get("algorithm") if isinstance(settings.get("algorithm"), dict) else None
     named = f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" if algorithm else "GRPO"
-    keys = ("name", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
-            "gradient_accumulation_steps", "max_completion_length", "temperature", "lora_r", "lora_alpha", "optim",
+    keys = ("learning_rate", "lr_scheduler_type", "optim", "num_generations", "per_device_train_batch_size",
+            "gradient_accumulation_steps", "max_completion_length", "temperature", "generation_kwargs",
             "max_grad_norm", "seed")
-    table, rows = _results(run)
+    trained = ", ".join(f"{k}={getattr(recipe, k, None)}" for k in keys if getattr(recipe, k, None) is not None)
+    lora = preset.get("lora_rank")
+    steps = run.finished_step() or settings.get("max_steps")  # training writes its card before finished.json
+    table, rows = _results(run) if verification is not None else ("", [])
     try:  # a damaged comparison.csv leaves the metadata without results, not the export without its card
         # this model's results only: the Hub shows model-index as the model's own, so the base model's stay in the
         # text's before/after table
@@ -574,22 +584,25 @@ def model_card(run_dir: str | Path, verification: Verification) -> str:
                               metric_name=row["metric"], metric_value=float(row["after"])) for row in rows]
     except (KeyError, TypeError, ValueError, AttributeError):
         results = []
+    kind = verification.kind if verification is not None else "peft" if lora is not None else "merged"
     data = ModelCardData(base_model=base if on_hub else None, license=licence if re.fullmatch(r"[\w.-]+", licence)
-                         else "other", library_name="transformers" if verification.kind == "merged" else None,
+                         else "other", library_name={"merged": "transformers", "peft": "peft"}.get(kind),
                          tags=["trl", "grpo", "grpo_kit", *([algorithm["name"]] if algorithm else []),
-                               *(["gguf"] if verification.kind == "gguf" else [])],
+                               *(["gguf"] if kind == "gguf" else [])],
                          datasets=hub_data, model_name=run.path.name, eval_results=results or None)
     rewards = identity.get("rewards", {})
     versions = ", ".join(f"{k} {v}" for k, v in (settings.get("versions") or {}).items()) or "not recorded"
     lines = [f"# {run.path.name}: {shown} trained with {named} on {task}", "",
              f"- base model: `{shown}`{'' if on_hub else ' (not on the Hub)'} (licence: {licence})", f"- task: {task}",
              f"- rewards (weight): {', '.join(f'{k} ({v})' for k, v in rewards.items()) or 'not recorded'}",
-             f"- trained with TRL's GRPOTrainer, {run.finished_step()} steps; "
-             + ", ".join(f"{k}={preset[k]}" for k in keys if preset.get(k) is not None), "",
-             "## Algorithm", "", algorithm_markdown(algorithm) if algorithm else "Not recorded by this run.", "",
-             "## Before and after training (from the run's report.md)", "", table, "",
-             "## Verification of this export", "", verification.summary(), "",
-             f"Made by grpo_kit {installed_version('grpo_kit') or '(run from a clone)'}; trained with {versions}.", ""]
+             f"- trained with TRL's GRPOTrainer, recipe `{recipe.name}`, {steps} steps on "
+             f"{settings.get('train_questions', 'an unrecorded number of')} train questions; {trained}",
+             f"- LoRA rank {lora} (lora_alpha {recipe.lora_alpha})" if lora is not None else "- full fine-tuning", "",
+             "## Algorithm", "", algorithm_markdown(algorithm) if algorithm else "Not recorded by this run.", ""]
+    if verification is not None:
+        lines += ["## Before and after training (from the run's report.md)", "", table, "",
+                  "## Verification of this export", "", verification.summary(), ""]
+    lines += [f"Made by grpo_kit {installed_version('grpo_kit') or '(run from a clone)'}; trained with {versions}.", ""]
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
 
 
@@ -702,7 +715,8 @@ class ExportFormat:
             ValueError: a type this format does not take.
         """
         if quant is not None:
-            raise ValueError(f"a {self.name} export keeps the base model's dtype: --quant is for --format gguf")
+            raise ValueError(f"--quant {quant!r} sets a GGUF's type: add --format gguf (a {self.name} export keeps the "
+                             "base model's dtype)")
         return None
 
     def check_tools(self, verifying: bool = False) -> None:
@@ -811,24 +825,24 @@ class Merged(ExportFormat):
 FORMATS: dict[str, ExportFormat] = {f.name: f for f in (Merged(), Gguf())}
 
 
-def _finish(folder: Path, out: Path, verification: Verification, run_dir: str | Path) -> Path:
-    """Move a checked export to ``out`` (passed: with its card) or ``<out>.refused``, replacing a previous export
-    there whole; raise when refused."""
-    target = out if verification.passed else out.with_name(out.name + ".refused")
-    follow_umask(folder)  # safetensors writes its weights 0600
-    verification.export = target.name
-    if verification.passed:
-        write_text(folder / "README.md", model_card(run_dir, verification))
-    write_json(folder / "verification.json", asdict(verification))
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    if target.exists():  # a previous export of this kind (check_out) or an empty folder: moved aside, then removed
-        target.rename(old / target.name)
-    folder.rename(target)
-    shutil.rmtree(old)
-    if not verification.passed:
-        raise ExportRefused(f"refused: {verification.summary()}\n{verification.side_by_side()}\n(the export is kept "
-                            f"in {target} for inspection)", verification)
-    return target
+def check_formats(formats: list[str] | tuple[str, ...], quant: str | None = None) -> dict[str, str | None]:
+    """Check a request for ``formats`` exported together, before any work: their names, ``quant`` (it goes to the
+    formats that quantize; with none of them it is refused) and the tools each needs (:meth:`ExportFormat.check_tools`).
+
+    Returns:
+        Each format's type to build (:meth:`ExportFormat.check`: ``None`` where it keeps the base model's dtype).
+
+    Raises:
+        ValueError: an unknown format, or a ``quant`` no format takes; ImportError / FileNotFoundError: a format's
+            tools are missing. Each message is one line saying what to change.
+    """
+    if unknown := [f for f in formats if f not in FORMATS]:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {unknown[0]!r}")
+    typed = any(FORMATS[f].quantizes for f in formats)
+    checked = {f: FORMATS[f].check(quant if FORMATS[f].quantizes or not typed else None) for f in formats}
+    for format in formats:  # a missing llama.cpp is said before a merged export is built
+        FORMATS[format].check_tools()
+    return checked
 
 
 def export(run_dir: str | Path, format: str = "merged", quant: str | None = None, out: str | Path | None = None,
@@ -863,12 +877,10 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         FileNotFoundError: no run folder or trained model; llama.cpp not built (GGUF).
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder (training it).
     """
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-    fmt = FORMATS[format]
-    quant = fmt.check(quant)
+    from grpo_kit.policy.loading import saved_whole
+
+    quant, fmt = check_formats([format], quant)[format], FORMATS[format]
     _check_numbers(questions, threshold)
-    fmt.check_tools()
     run, settings = _run(run_dir)
     merge_from = merge_base(run.path, base)
     out = check_out(out if out is not None else run.path / "export" / "-".join(filter(None, (format, quant))), format)
@@ -876,19 +888,26 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     with _export_lock(out), run.lock("export", reading=True):
         check_out(out, format)  # again, now that no other export can be writing it
         run.check_model()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        folder = new_beside(out, "partial-", folder=True)  # this export's own, with the user's umask
-        try:
+        with saved_whole(out, "verification.json") as folder:  # takes the place of out only when it passed
             reference = _reference(run, settings, questions, trust_remote_code)
             reference["base"] = merge_from
             _check_disk(folder, fmt.needed(reference["parameters"], quant, reference["dtype"] == "float32"), format)
             fmt.build(reference, folder, f"{run.path.name}-{quant}", quant)
             verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold,
                                          trust_remote_code=trust_remote_code)
-            done = _finish(folder, out, verification, run.path)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)  # gone already when it was moved to out (or .refused)
-    return done, verification
+            target = out if verification.passed else out.with_name(out.name + ".refused")
+            verification.export = target.name
+            follow_umask(folder)  # safetensors writes its weights 0600
+            if verification.passed:
+                write_text(folder / "README.md", model_card(run.path, verification))
+            write_json(folder / "verification.json", asdict(verification))
+            if not verification.passed:  # kept for inspection, in place of an earlier refused export
+                with saved_whole(target, "verification.json") as kept:
+                    for path in folder.iterdir():
+                        path.rename(kept / path.name)
+                raise ExportRefused(f"refused: {verification.summary()}\n{verification.side_by_side()}\n(the export "
+                                    f"is kept in {target} for inspection)", verification)
+    return out, verification
 
 
 def push_to_hub(export_dir: str | Path, repo_id: str, private: bool = True, token: str | None = None) -> str:

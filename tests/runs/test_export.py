@@ -177,6 +177,12 @@ def test_the_model_card_carries_the_runs_report_table(full_run, capsys, kit_log_
     algorithm = settings["algorithm"]  # named as the recipe ran it (case 8 of issue 46: not just "GRPO")
     assert f"{algorithm['name']} (loss_type={algorithm['fields']['loss_type']})" in card
     assert model_card(full_run, verification) == card
+    # The trained model's own card (model/README.md) comes from the same builder, without the export's sections.
+    trained = (full_run / "model" / "README.md").read_text()
+    assert trained == model_card(full_run)
+    heads = [text[text.index("\n# "):text.index("\n## Algorithm")] for text in (trained, card)]
+    assert heads[0] == heads[1]  # the same title, base model, rewards and settings
+    assert "16 train questions" in card and "full fine-tuning" in card and "## Verification" not in trained
     # The Hub's metadata: YAML front matter with this model's numbers as model-index evaluation results (the Hub shows
     # them as the model's own: the base model's before-training numbers stay in the text's table).
     data = ModelCard(card).data
@@ -213,7 +219,7 @@ def _local_paths(folder: Path, root: Path) -> list[str]:
 def test_bad_export_requests_fail_before_any_model_loads(full_run, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="format must be one of"):
         export(full_run, "onnx")
-    with pytest.raises(ValueError, match="--quant is for --format gguf"):
+    with pytest.raises(ValueError, match="sets a GGUF's type: add --format gguf"):
         export(full_run, "merged", quant="q8_0")
     with pytest.raises(ValueError, match="quant must be one of"):
         export(full_run, "gguf", quant="q3_z")
@@ -341,6 +347,7 @@ def test_an_export_that_fails_its_check_is_refused_and_kept_apart(full_run, tmp_
     assert refused.value.verification.weights["differing"] == ["model.norm.weight"]
     assert not (tmp_path / "ship").exists() and (tmp_path / "ship.refused" / "verification.json").is_file()
     assert not (tmp_path / "ship.refused" / "README.md").exists()  # no model card for a refused export
+    assert not [p.name for p in tmp_path.iterdir() if ".building-" in p.name or ".old-" in p.name]  # none left
 
 
 def _as_unsloth_4bit_run(lora_run: Path, folder: Path) -> Path:
@@ -540,7 +547,7 @@ def test_verification_generates_on_the_gpu_after_the_reference_is_freed(lora_run
     monkeypatch.setattr(grpo_kit.policy.loading, "load_policy", load_policy)
     out, verification = export(lora_run, "merged", questions=QUESTIONS, out=tmp_path / "merged")
     assert verification.passed and [where for _, where, _ in loaded] == [("auto", {"": 0})] * 2
-    assert loaded[0][0] == lora_run / "model" and loaded[1][0].name.startswith(".merged.partial")
+    assert loaded[0][0] == lora_run / "model" and loaded[1][0].name.startswith(".merged.building-")
     monkeypatch.setattr(grpo_kit.policy.devices, "first_gpu", lambda: None)
     assert _generation_placement("bfloat16") == {"dtype": "auto"}  # a CPU: as today
 
@@ -553,7 +560,7 @@ def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_
     with pytest.raises(ValueError, match=r"this merged export needs about [\d.]+(kB|MB) of free space under .*, "
                                          r"which has 1.00kB: free some space"):
         export(full_run, "merged", questions=QUESTIONS, out=tmp_path / "x")
-    assert not list((tmp_path / "x.partial").glob("*")) if (tmp_path / "x.partial").exists() else True
+    assert not list(tmp_path.glob(".x.building-*"))  # the folder it was to be built in is gone
     assert not (tmp_path / "x").exists()
 
 
