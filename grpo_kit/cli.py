@@ -338,10 +338,12 @@ def _rewards_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _trust_option(parser: argparse.ArgumentParser) -> None:
-    """``--trust-task-code``: the commands that read a task file (given, or recorded by a run folder)."""
-    parser.add_argument("--trust-task-code", action="store_true", help="let a task file import and run the Python "
-                        "it names outside grpo_kit (loader, rules, demonstration, tokenizer_texts as module:name); "
-                        "without it such a file is refused, naming the modules, before anything is imported")
+    """``--trust-task-code``: the commands that read a task file (given, or recorded by a run folder) or the rewards
+    of your own a run folder records."""
+    parser.add_argument("--trust-task-code", action="store_true", help="let a task file (loader, rules, "
+                        "demonstration, tokenizer_texts) or a run folder's train_settings.json (your own rewards) "
+                        "import and run the Python it names outside grpo_kit as module:name; without it such a file "
+                        "is refused, naming the modules, before anything is imported")
 
 
 def _demo_options(parser: argparse.ArgumentParser, config: Any, folder: str) -> None:

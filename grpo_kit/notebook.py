@@ -503,8 +503,8 @@ def view_runs(run_dirs: Any, out: str | Path | None = None, names: Any = None, h
             first).
         names: the runs' names (default the folders' names).
         height: the inline frame's height in pixels.
-        trust_remote_code: the runs' task file may import and run Python of its own
-            (:func:`grpo_kit.tasks.task_file.check_task_code`).
+        trust_remote_code: the runs' task file, and the rewards of your own they record, may import and run
+            Python of their own (:func:`grpo_kit.tasks.user_code.check_trusted`).
 
     Returns:
         :class:`RunView` (the notebook shows it; ``.path`` is the file).

@@ -225,8 +225,8 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
             ``runs_comparison.png`` (nothing written when ``None``).
         names: the runs' names in the tables (default the folders' names).
         seed: the bootstrap's seed.
-        trust_remote_code: the runs' task file may import and run Python of its own
-            (:func:`grpo_kit.tasks.task_file.check_task_code`).
+        trust_remote_code: the runs' task file, and the rewards of your own they record, may import and run
+            Python of their own (:func:`grpo_kit.tasks.user_code.check_trusted`).
 
     Returns:
         :class:`RunsReport`.
@@ -285,7 +285,8 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
                              "training repeated exactly), so their results are the same: compare different runs")
         digests[digest] = n
     afters = {n: EvalResult.from_jsonl(f.trained, task=task) for n, f in zip(names, folders)}
-    own = {getattr(f, "__name__", ""): f for n in names for f in run_rewards(trained[n])}
+    own = {getattr(f, "__name__", ""): f for n, folder in zip(names, folders)
+           for f in run_rewards(trained[n], source=folder.train_settings, trust_remote_code=trust_remote_code)}
     baseline = baselines[first]
     if own:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
         questions = plan_from_settings(evaluated[first], trust_remote_code=trust_remote_code).questions()

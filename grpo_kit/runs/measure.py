@@ -335,10 +335,10 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
             :func:`grpo_kit.policy.routes.load_eval_backend` with ``trained=run.model`` through the baseline's route.
         rewards: reward functions of your own to show beside the task's metrics, before and after (scored on the
             recorded completions). Every reward the run trained with (:func:`run_rewards`: built in, or your own
-            that ``train_settings.json`` records as ``module:function``) is added without asking; one defined in a
-            notebook is passed here.
-        trust_remote_code: the run's task file may import and run Python of its own
-            (:func:`grpo_kit.tasks.task_file.check_task_code`).
+            that ``train_settings.json`` records as ``module:function``) is added; one defined in a notebook is
+            passed here.
+        trust_remote_code: the run's task file, and the rewards of your own its ``train_settings.json`` records, may
+            import and run Python of their own (:func:`grpo_kit.tasks.user_code.check_trusted`).
 
     Returns:
         :class:`Measured`; ``trained.jsonl`` (and ``trained_sampled.jsonl``), ``comparison.csv``,
@@ -349,22 +349,31 @@ def measure_after(run: RunFolder, batch_size: int | None = None, backend: Any = 
     Raises:
         FileNotFoundError: a file of an earlier step is missing (the message names the step).
         ValueError: the trained model's base, task or prompt differs from the baseline's
-            (:func:`check_pairing`); the route changed since the baseline (e.g. vLLM no longer installed); a file of
-            ``model/`` no longer matches what training wrote (``finished.json``).
+            (:func:`check_pairing`); the task file or the recorded rewards name Python of their own and
+            ``trust_remote_code`` is off; the route changed since the baseline (e.g. vLLM no longer installed); a file
+            of ``model/`` no longer matches what training wrote (``finished.json``).
     """
     with run.lock("eval"):
         return _measure_after(run, batch_size, backend, rewards, trust_remote_code)
 
 
-def run_rewards(trained: dict[str, Any], given: Sequence[Any] = ()) -> list[Any]:
+def run_rewards(trained: dict[str, Any], given: Sequence[Any] = (), source: Any = "train_settings.json",
+                trust_remote_code: bool = False) -> list[Any]:
     """Every reward a run was trained with, to score before and after beside the task's metrics: ``given`` (functions
-    defined in a notebook), then those ``train_settings.json`` records, built in by name and your own imported again
-    as ``module:function``; one that cannot be imported is named in a warning and left out. Rewards the records
-    already hold are skipped when scored (:func:`grpo_kit.evaluation.scoring.with_rewards`)."""
-    from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, import_reward
+    defined in a notebook), then those ``trained`` (``train_settings.json``, read from ``source``) records, built in
+    by name and your own imported again as ``module:function`` only with ``trust_remote_code``
+    (:func:`grpo_kit.tasks.reward_registry.recorded_paths`); one that cannot be imported is named in a warning and
+    left out. Rewards the records already hold are skipped when scored
+    (:func:`grpo_kit.evaluation.scoring.with_rewards`).
+
+    Raises:
+        ValueError: the record names rewards of your own outside ``grpo_kit`` and ``trust_remote_code`` is off (one
+            line naming each, its module and ``source``, before anything is imported).
+    """
+    from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, import_reward, recorded_paths
 
     found = {getattr(f, "__name__", str(f)): f for f in given}
-    paths = trained.get("reward_functions") or {}
+    paths = recorded_paths(trained, source, trust_remote_code, given=list(found))
     for name in [*(trained.get("rewards") or {}), *paths]:
         if name in found:
             continue
@@ -391,6 +400,7 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards
                          f"half-written): run {TRAIN_STEP} with --resume to finish it, then evaluate")
     # changed data is refused, naming the file
     get_task(evaluated["task"], digest=evaluated.get("task_digest"), trust_remote_code=trust_remote_code)
+    own = run_rewards(trained, rewards, run.train_settings, trust_remote_code)  # untrusted: refused before any work
     step, digest = run.finished_step(), run.check_model()  # model/ as training wrote it, else the file is named
     try:
         plan = plan_from_settings(evaluated, batch_size, trust_remote_code)
@@ -398,7 +408,6 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards
         raise ValueError(f"{run.eval_settings} is damaged or was edited ({type(e).__name__}: {e}): delete it and run "
                          f"{BASELINE_STEP} again") from None
     questions = plan.questions()
-    own = run_rewards(trained, rewards)
     examples = list(questions)
     before = with_rewards(_records(run, run.baseline, plan, len(questions)), examples, own)
     before_sampled = with_rewards(_records(run, run.baseline_sampled, plan, len(questions)), examples, own) \

@@ -200,21 +200,25 @@ def _baseline_policy(run_dir: Path, policy: PolicySource, task: Task, seed: int,
                      "options out), or measure this policy's baseline in a new run folder (eval --before)")
 
 
-def _as_recorded(recorded: dict[str, Any], run_dir: Path, given: Mapping[str, Any], reward_funcs: Any
-                 ) -> dict[str, Any]:
+def _as_recorded(recorded: dict[str, Any], run_dir: Path, given: Mapping[str, Any], reward_funcs: Any,
+                 trust_remote_code: bool) -> dict[str, Any]:
     """What a resume takes from the run's record (``train_settings.json``) for each of ``given`` left ``None``: the
     rewards (your own imported again; not where the recipe names ``reward_funcs``), the training questions and their
     seed, and the held-out evaluation's size, cadence and budget (a folder written before the cadence was recorded:
     read from its ``heldout/`` files).
 
     Raises:
-        ValueError: a recorded reward of your own cannot be imported again (:meth:`RewardSet.from_record`).
+        ValueError: a recorded reward of your own is not trusted, or cannot be imported again
+            (:meth:`RewardSet.from_record`).
     """
     identity = recorded["identity"] if isinstance(recorded["identity"], dict) else {}
     heldout = recorded.get("heldout") if isinstance(recorded.get("heldout"), dict) else {}
     found: dict[str, Any] = {}
     if given["rewards"] is None and not reward_funcs and isinstance(recorded.get("rewards"), dict):
-        found["rewards"] = RewardSet.from_record(recorded, what=f"resuming {run_dir}: its reward")
+        # a resumed folder may have been copied from anyone, and the record (not this command) names the modules: so
+        # its own rewards need the trust its task file needs, unless this command gives the rewards (--rewards)
+        found["rewards"] = RewardSet.from_record(recorded, f"resuming {run_dir}: its reward",
+                                                 RunFolder(run_dir, write=False).train_settings, trust_remote_code)
     for key, value in (("train_size", identity.get("train_size")), ("seed", identity.get("seed")),
                        ("eval_size", heldout.get("questions")),
                        ("eval_steps", heldout.get("eval_steps", _cadence(run_dir) if heldout else None)),
@@ -344,8 +348,9 @@ class RunSpec:
                 that reports to wandb logs to ``WANDB_PROJECT``, default ``grpo-kit``). Either way wandb is set up
                 by :func:`grpo_kit.training.tracking.setup_wandb`: it never prompts or blocks.
             trust_remote_code: a task file may import and run Python of its own
-                (:func:`grpo_kit.tasks.task_file.check_task_code`), and a recipe file's ``reward_funcs`` may name
-                Python; ``trust_remote_code`` given in ``overrides`` or ``argv`` says the same.
+                (:func:`grpo_kit.tasks.task_file.check_task_code`), and so may the rewards of your own a resumed run
+                records and a recipe file's ``reward_funcs``; ``trust_remote_code`` given in ``overrides`` or
+                ``argv`` says the same.
 
         Raises:
             ValueError: an unknown algorithm; a bad preset setting or algorithm combination, reward or model
@@ -403,7 +408,7 @@ class RunSpec:
         if recorded is not None:  # the run as recorded, unless this command says otherwise
             asked = {"rewards": rewards, "train_size": train_size, "eval_steps": eval_steps, "eval_size": eval_size,
                      "eval_max_new_tokens": eval_max_new_tokens, "seed": seed}
-            kept |= (found := _as_recorded(recorded, Path(run_dir), asked, preset.reward_funcs))
+            kept |= (found := _as_recorded(recorded, Path(run_dir), asked, preset.reward_funcs, trust_remote_code))
             # found's keys are asked's: the merged dict keeps asked's order
             rewards, train_size, eval_steps, eval_size, eval_max_new_tokens, seed = {**asked, **found}.values()
         seed = 0 if seed is None else seed

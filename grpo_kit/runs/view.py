@@ -108,8 +108,8 @@ def _reward_check(run: RunFolder, trained: dict[str, Any] | None, trust_remote_c
     from grpo_kit.tasks import RewardSet
 
     try:
-        rewards = RewardSet.from_record(trained, what="the trained reward") if trained and trained.get("rewards") \
-            else None
+        rewards = RewardSet.from_record(trained, "the trained reward", run.train_settings, trust_remote_code) \
+            if trained and trained.get("rewards") else None
         check = reward_check(run, rewards, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         return {"error": str(e)}
@@ -131,8 +131,8 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         run_dirs: one or more run folders; several must share one baseline (``compare``'s rule).
         names: the runs' names (default the folders' names).
         seed: the bootstrap's seed for the intervals.
-        trust_remote_code: the runs' task file may import and run Python of its own
-            (:func:`grpo_kit.tasks.task_file.check_task_code`).
+        trust_remote_code: the runs' task file, and the rewards of your own they record, may import and run
+            Python of their own (:func:`grpo_kit.tasks.user_code.check_trusted`).
 
     Returns:
         ``{"runs": [...], "questions": [...], "metrics": [...], "headline": str, "compare": ... | None}``: per
@@ -156,8 +156,9 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
     trained = [run.read_settings(run.train_settings, "train", ("identity",)) if run.train_settings.is_file() else None
                for run in folders]  # None: not trained yet
-    rewards = list({getattr(f, "__name__", ""): f for record in trained if record is not None
-                    for f in run_rewards(record)}.values())  # every reward a run trained with, as eval scores them
+    rewards = list({getattr(f, "__name__", ""): f for run, record in zip(folders, trained) if record is not None
+                    for f in run_rewards(record, source=run.train_settings, trust_remote_code=trust_remote_code)
+                    }.values())  # every reward a run trained with, as eval scores them
     before = _evaluation(folders[0], folders[0].check_baseline(folders[0].baseline), trust_remote_code, rewards)
     metrics = before.metrics()
     keys = [m.key for m in metrics]

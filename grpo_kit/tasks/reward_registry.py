@@ -34,9 +34,9 @@ from grpo_kit.tasks.rewards import (
     strict_format_reward_func,
     xmlcount_reward_func,
 )
-from grpo_kit.tasks.user_code import import_named
+from grpo_kit.tasks.user_code import check_trusted, import_named
 
-__all__ = ["BUILTIN_REWARDS", "RewardSet", "import_reward", "probe", "reward_path"]
+__all__ = ["BUILTIN_REWARDS", "RewardSet", "import_reward", "probe", "recorded_paths", "reward_path"]
 
 #: Every built-in reward by name (``--rewards NAME``, a task file's ``rewards:``, notebook parameters), as open-r1's
 #: ``REWARD_FUNCS_REGISTRY``. Read-only: a user's own function is passed as an object, never added here.
@@ -189,13 +189,16 @@ class RewardSet:
                                      if r.name not in BUILTIN_REWARDS}}
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any], what: str = "the run's reward") -> RewardSet:
+    def from_record(cls, record: Mapping[str, Any], what: str = "the run's reward", source: Any = "the record",
+                    trust_remote_code: bool = False) -> RewardSet:
         """The set :meth:`to_record` recorded: built-in rewards by name, your own imported again by
-        ``module:function`` (from the current folder too).
+        ``module:function`` (from the current folder too) only with ``trust_remote_code`` (:func:`recorded_paths`).
 
         Raises:
-            ValueError: the record names no rewards; a reward of your own was defined where it cannot be imported
-                again (a notebook), or its module no longer imports; the message names it and starts with ``what``.
+            ValueError: the record names no rewards; it names rewards of your own and ``trust_remote_code`` is off
+                (one line naming them, their modules and ``source``, before anything is imported); a reward of your
+                own was defined where it cannot be imported again (a notebook), or its module no longer imports; the
+                message names it and starts with ``what``.
 
         >>> RewardSet.from_record({"rewards": {"xmlcount_reward_func": 0.5}})
         RewardSet({'xmlcount_reward_func': 0.5})
@@ -203,7 +206,7 @@ class RewardSet:
         weights = record.get("rewards")
         if not isinstance(weights, Mapping) or not weights:
             raise ValueError(f"{what}s are not recorded: give them (--rewards NAME=WEIGHT ...)")
-        paths = record.get("reward_functions") or {}
+        paths = recorded_paths(record, source, trust_remote_code)
         rewards: list[Any] = []
         for name in weights:
             if name in BUILTIN_REWARDS and name not in paths:
@@ -224,6 +227,27 @@ class RewardSet:
 
     def __str__(self) -> str:  # as --rewards takes them, as the log lines say them
         return " ".join(f"{n}={w:g}" for n, w in zip(self.names, self.weights))
+
+
+def recorded_paths(record: Mapping[str, Any], source: Any, trust_remote_code: bool = False, given: Sequence[str] = ()
+                   ) -> Mapping[str, str | None]:
+    """``{name: "module:function" or None}`` of the rewards of your own a run's record names
+    (:meth:`RewardSet.to_record`), less those named in ``given`` (the caller holds them): a record arrives with a run
+    folder, which may come from anywhere, so a module outside ``grpo_kit`` it names is imported only with
+    ``trust_remote_code``, as a task file's (:func:`grpo_kit.tasks.user_code.check_trusted`).
+
+    Raises:
+        ValueError: ``reward_functions`` is not a mapping (the record was edited), or names a module outside
+            ``grpo_kit`` without ``trust_remote_code``: one line naming each reward, its module and ``source``.
+    """
+    paths = record.get("reward_functions") or {}
+    if not isinstance(paths, Mapping):
+        raise ValueError(f"{source}: reward_functions must map reward names to module:function, got {paths!r:.80}: "
+                         "the file was edited")
+    paths = {name: path for name, path in paths.items() if name not in given}
+    check_trusted(source, {f"reward {name}": path for name, path in paths.items()}, "reading its rewards",
+                  trust_remote_code)
+    return paths
 
 
 def probe(rewards: RewardSet, rows: Sequence[Mapping[str, Any]], completions: Sequence[str]) -> None:

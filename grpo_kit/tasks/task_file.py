@@ -57,7 +57,7 @@ from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, ite
 from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, RewardSet
 from grpo_kit.tasks.rewards import gold_text
 from grpo_kit.tasks.task import Task
-from grpo_kit.tasks.user_code import import_named
+from grpo_kit.tasks.user_code import TRUST, check_trusted, import_named
 
 __all__ = ["CODE_KEYS", "EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "check_task_code", "is_task_file",
            "load_task", "task_name"]
@@ -72,8 +72,6 @@ EXTRAS = ("demonstration", "tokenizer_texts", "notes", "warm_xml_share", "compar
 _HUB_KEYS = ("path", "name", "train_split", "test_split")
 #: The keys that name Python as ``module:name``, imported when the file is loaded.
 CODE_KEYS = ("loader", "rules", "demonstration", "tokenizer_texts")
-#: How a caller says that a task file's own Python may run, as a message names it.
-TRUST = "--trust-task-code (in Python and the notebooks: trust_remote_code=True)"
 #: Suffixes that mark a task file where a task name is expected.
 TASK_FILE_SUFFIXES = (".yaml", ".yml")
 #: Format rewards every answer type is measured with, after its correctness reward.
@@ -277,35 +275,9 @@ def _signature(path: Path) -> tuple[Any, ...]:
     return str(path), stat.st_size, stat.st_mtime_ns
 
 
-def _outside_kit(ref: Any) -> bool:
-    """Whether a ``module:name`` names a module outside the ``grpo_kit`` package."""
-    module = str(ref).partition(":")[0].strip()
-    return module != "grpo_kit" and not module.startswith("grpo_kit.")
-
-
-def _module_origin(ref: Any) -> str:
-    """Where ``module:name``'s top-level module would be imported from, found without running it
-    (``importlib.util.find_spec`` of a top-level name executes nothing)."""
-    import importlib.util
-
-    top = str(ref).partition(":")[0].strip().split(".")[0]
-    try:
-        spec = importlib.util.find_spec(top) if top else None
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
-        return f"{top or ref!r}: not found from here"
-    return f"{top}: {spec.origin if spec.origin not in (None, 'built-in', 'frozen') else 'built into Python'}"
-
-
 def check_task_code(path: str | Path, data: Mapping[str, Any], trust_remote_code: bool = False) -> None:
-    """Refuse a task file that names Python outside ``grpo_kit`` (:data:`CODE_KEYS`) unless the caller trusts it.
-
-    A task file arrives with data, often downloaded; importing a module it names runs that module's code. As
-    ``datasets.load_dataset`` and ``transformers``' ``from_pretrained`` run code that came with a dataset or a model
-    only with ``trust_remote_code=True``, the kit imports a task file's own modules only when told so by whoever runs
-    it, never by the file itself. The kit's own modules (``grpo_kit.*``, which its built-in task files name) need
-    nothing.
+    """Refuse a task file that names Python outside ``grpo_kit`` (:data:`CODE_KEYS`) unless the caller trusts it
+    (:func:`grpo_kit.tasks.user_code.check_trusted`: a task file arrives with data, often downloaded).
 
     Args:
         path: the task file (for the message).
@@ -316,13 +288,7 @@ def check_task_code(path: str | Path, data: Mapping[str, Any], trust_remote_code
         ValueError: untrusted code; one line naming each key, its ``module:name`` and where the module would be
             imported from, said before anything is imported.
     """
-    foreign = {key: data[key] for key in CODE_KEYS if data.get(key) is not None and _outside_kit(data[key])}
-    if not foreign or trust_remote_code:
-        return
-    names = ", ".join(f"{key}: {ref}" for key, ref in foreign.items())
-    origins = "; ".join(dict.fromkeys(_module_origin(ref) for ref in foreign.values()))
-    raise ValueError(f"{path} names Python that loading it would import and run ({names}; {origins}), and nothing "
-                     f"was imported: read that code, and if you trust it pass {TRUST}")
+    check_trusted(path, {key: data.get(key) for key in CODE_KEYS}, "loading it", trust_remote_code)
 
 
 def _named(path: Path, data: dict[str, Any], key: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import math
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def test_a_users_reward_from_the_command_line_shows_in_the_before_after_table(tm
                  "--per_device_train_batch_size", "4", "--max_completion_length", "8",
                  "--rewards", "my_rewards:short_answer", "my_rewards:polite=0.5", "text_correctness_reward_func=2",
                  *tiny]) == 0
-    assert main(["eval", "--run-dir", str(run)]) == 0
+    assert main(["eval", "--run-dir", str(run), "--trust-task-code"]) == 0  # the run records my_rewards
     rows = {r["metric"]: r for r in csv.DictReader((run / "comparison.csv").open())}
     assert float(rows["polite"]["max"]) == 0.5
     assert "short_answer" in rows and float(rows["short_answer"]["max"]) in (0.0, 0.3)
@@ -80,5 +81,75 @@ def test_a_users_reward_from_the_command_line_shows_in_the_before_after_table(tm
     assert "short_answer" in report and "polite" in report
     assert "short_answer" not in BUILTIN_REWARDS
     # the runs' table scores the shared baseline with the run's own rewards too
-    assert main(["compare", str(run), "--out", str(tmp_path / "cmp")]) == 0
+    assert main(["compare", str(run), "--out", str(tmp_path / "cmp"), "--trust-task-code"]) == 0
     assert "polite" in (tmp_path / "cmp" / "runs_comparison.md").read_text()
+
+
+class _Echo:
+    """A generation backend without a model: every prompt's completions are one fixed text."""
+
+    route = "transformers"
+
+    def generate(self, prompts, sampling, on_result=None):
+        from grpo_kit.policy.generation import Generation
+
+        out = [[Generation("<reasoning>\nr\n</reasoning>\n<answer>\n7\n</answer>", 9, False)] * sampling.n
+               for _ in prompts]
+        for i, generations in enumerate(out):
+            if on_result:
+                on_result(i, generations)
+        return out
+
+    def identity(self):
+        return "echo"
+
+
+def test_a_reward_module_a_run_folder_records_runs_only_when_trusted(tmp_path, monkeypatch, capsys):
+    """A run folder's train_settings.json names its own rewards as module:function; a downloaded folder could name a
+    module that runs as it is imported. eval, compare, view and a resume import it only with --trust-task-code
+    (trust_remote_code=True), as a task file's Python; without it each says so in one line, before anything runs."""
+    import json
+
+    from grpo_kit.runs.folder import RunFolder
+    from grpo_kit.runs.measure import measure_after
+    from grpo_kit.runs.spec import RunSpec
+    from tests.viewer_run import write_run
+
+    run = write_run(tmp_path / "run", n=8, steps=1, samples=2)
+    (tmp_path / "marking_rewards.py").write_text(textwrap.dedent("""
+        from pathlib import Path
+
+        Path("imported.marker").write_text("ran")  # what any module may do as it is imported
+
+        def answer_length(completions=None, **kwargs):
+            return [min(1.0, len(c[-1]["content"]) / 100) for c in completions]
+        """))
+    settings = json.loads((run / "train_settings.json").read_text())
+    settings.update(reward_functions={"answer_length": "marking_rewards:answer_length"}, base_model="tiny",
+                    task="gsm8k", system_prompt="S")  # trained from what the baseline measured
+    (run / "train_settings.json").write_text(json.dumps(settings))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "marking_rewards", raising=False)  # imported again by the next test, if any
+    marker = tmp_path / "imported.marker"
+    for args in (["eval", "--run-dir", str(run)], ["compare", str(run), "--out", str(tmp_path / "cmp")],
+                 ["view", str(run)], ["train", "--run-dir", str(run), "--resume", "--preset", "cpu-tiny"]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert (f"{run / 'train_settings.json'} names Python that reading its rewards would import and run (reward "
+                f"answer_length: marking_rewards:answer_length; marking_rewards: {tmp_path / 'marking_rewards.py'}), "
+                "and nothing was imported: read that code, and if you trust it pass --trust-task-code (in Python and "
+                "the notebooks: trust_remote_code=True)") in err, (args, err)
+        assert not marker.exists(), args
+    assert not (tmp_path / "cmp").exists() and not (run / "view.html").exists()
+    with pytest.raises(ValueError, match="marking_rewards:answer_length"):
+        RunSpec.resolve("cpu-tiny", None, run_dir=run, resume=True)
+    # the rewards given again by this command name their modules themselves: nothing recorded is imported
+    with pytest.raises(ValueError) as given:
+        RunSpec.resolve("cpu-tiny", None, run_dir=run, resume=True, rewards=["strict_format_reward_func"])
+    assert "marking_rewards" not in str(given.value) and not marker.exists()
+    measured = measure_after(RunFolder(run), backend=_Echo(), trust_remote_code=True)
+    assert marker.read_text() == "ran"
+    assert "answer_length" in set(measured.table["metric"]) and "answer_length" in (run / "report.md").read_text()
+    assert main(["compare", str(run), "--out", str(tmp_path / "cmp"), "--trust-task-code"]) == 0
+    assert main(["view", str(run), "--trust-task-code"]) == 0

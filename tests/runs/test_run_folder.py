@@ -305,8 +305,8 @@ def test_an_edited_baseline_record_is_refused_by_every_reader_naming_the_file(tm
 
     run = write_run(tmp_path / "run", n=12, steps=1, samples=2)
     (tmp_path / "out").mkdir()
-    readers = {"view": ["view", str(run), "--out", str(tmp_path / "out" / "v.html")],
-               "compare": ["compare", str(run), "--out", str(tmp_path / "out" / "cmp")],
+    readers = {"view": ["view", "--trust-task-code", str(run), "--out", str(tmp_path / "out" / "v.html")],
+               "compare": ["compare", "--trust-task-code", str(run), "--out", str(tmp_path / "out" / "cmp")],
                "reward-check": ["reward-check", str(run)]}
     for args in readers.values():
         assert main(args) == 0
@@ -363,12 +363,12 @@ def test_commands_that_only_read_a_run_folder_work_on_a_read_only_one():
         root.chmod(0o755)
         (root / "out").mkdir(mode=0o777)
         (root / "out").chmod(0o1777)
-        for args in (["reward-check", "run"], ["view", "run", "--out", "out/view.html"],
-                     ["compare", "run", "--out", "out/cmp"]):
+        for args in (["reward-check", "run"], ["view", "run", "--out", "out/view.html", "--trust-task-code"],
+                     ["compare", "run", "--out", "out/cmp", "--trust-task-code"]):
             done = _as_another_user(args, root)
             assert done.returncode == 0, (args, done.stderr)
         assert (root / "out" / "view.html").is_file() and (root / "out" / "cmp" / "runs_comparison.md").is_file()
-        done = _as_another_user(["view", "run"], root)
+        done = _as_another_user(["view", "run", "--trust-task-code"], root)
         assert done.returncode == 2 and done.stderr == (f"error: cannot write run/view.html ({run} is read-only to "
                                                         "you): give --out a file where you can write, e.g. --out "
                                                         "view.html\n")

@@ -27,7 +27,9 @@ from tests.viewer_run import NEEDLE, SCRIPT, TRAINED, write_run
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("view")
     a, b = write_run(root / "a"), write_run(root / "b", seed=7, right=0.4)
-    return a, b, write_view([a]), write_view([a, b], out=root / "both.html")
+    # the folders record a reward of the tests' own (tests.viewer_run:answer_length): its module is trusted here
+    return a, b, write_view([a], trust_remote_code=True), write_view([a, b], trust_remote_code=True,
+                                                                     out=root / "both.html")
 
 
 def _result(path):
@@ -44,7 +46,7 @@ def test_the_page_is_one_file_that_needs_no_network(runs):
 
 def test_the_data_pairs_questions_and_keeps_the_groups(runs):
     a, b, _, _ = runs
-    data = view_data([a, b])
+    data = view_data([a, b], trust_remote_code=True)
     assert len(data["questions"]) == 40 and all(len(q["after"]) == 2 for q in data["questions"])
     assert [r["name"] for r in data["runs"]] == ["a", "b"] and data["compare"]["pairs"]
     groups = data["runs"][0]["groups"]
@@ -59,7 +61,7 @@ def test_the_page_shows_every_reward_the_run_trained_with_and_checks_that_set(ru
     """Issue 46: a reward of the user's was missing from the before/after table though report.md had it, and the
     Reward check tab showed the task's default set, not the one trained."""
     a, _, _, _ = runs
-    data = view_data([a])
+    data = view_data([a], trust_remote_code=True)
     metrics = {m["key"]: m for m in data["metrics"]}
     assert "answer_length" in metrics and "answer_length" in [r["metric"] for r in data["runs"][0]["table"]]
     assert all(q["before"]["values"]["answer_length"] is not None for q in data["questions"])
@@ -77,23 +79,24 @@ def test_view_refuses_a_file_it_did_not_write_and_a_missing_folder(runs, tmp_pat
     a, _, _, _ = runs
     mine = tmp_path / "notes.html"
     mine.write_text("my notes")
-    assert main(["view", str(a), "--out", str(mine)]) == 2
+    assert main(["view", "--trust-task-code", str(a), "--out", str(mine)]) == 2
     assert "was not written by python -m grpo_kit view" in capsys.readouterr().err and mine.read_text() == "my notes"
-    assert main(["view", str(tmp_path / "nowhere")]) == 2
+    assert main(["view", "--trust-task-code", str(tmp_path / "nowhere")]) == 2
     assert "no run folder at" in capsys.readouterr().err
     out = tmp_path / "again.html"
-    assert main(["view", str(a), "--out", str(out)]) == 0 and main(["view", str(a), "--out", str(out)]) == 0
+    for _ in range(2):
+        assert main(["view", "--trust-task-code", str(a), "--out", str(out)]) == 0
 
 
 def test_a_notebook_shows_the_page_inline_in_one_call(runs, tmp_path):
     from grpo_kit.notebook import view_runs
     from grpo_kit.runs.folder import RunFolder
 
-    shown = view_runs(RunFolder(runs[0]), out=tmp_path / "v.html")
+    shown = view_runs(RunFolder(runs[0]), trust_remote_code=True, out=tmp_path / "v.html")
     inline = shown._repr_html_()
     assert shown.path == tmp_path / "v.html" and inline.startswith("<iframe srcdoc=")
     assert "<script" not in inline.split("</iframe>")[0].removeprefix("<iframe")  # the page is an escaped attribute
-    assert view_runs([runs[0], runs[1]]).path == runs[0].parent / "comparison" / "view.html"
+    assert view_runs([runs[0], runs[1]], trust_remote_code=True).path == runs[0].parent / "comparison" / "view.html"
 
 
 # --- in the browser ----------------------------------------------------------------------------------------------
@@ -217,7 +220,8 @@ def test_the_notebooks_inline_frame_draws_the_page(runs, driver, tmp_path):
     from grpo_kit.notebook import view_runs
 
     cell = tmp_path / "cell.html"  # a notebook's output area holding what view_runs shows
-    cell.write_text(f"<html><body>{view_runs(runs[0], out=tmp_path / 'v.html')._repr_html_()}</body></html>")
+    shown = view_runs(runs[0], out=tmp_path / "v.html", trust_remote_code=True)
+    cell.write_text(f"<html><body>{shown._repr_html_()}</body></html>")
     driver.get(cell.as_uri())
     driver.switch_to.frame(driver.find_element("tag name", "iframe"))
     try:
@@ -233,7 +237,7 @@ def test_out_inside_a_run_folders_own_folders_is_refused(tmp_path, capsys):
     run = write_run(tmp_path / "run", n=8, steps=1, samples=2)
     for inside in ("model", "groups"):
         out = run / inside / "view.html"
-        assert main(["view", str(run), "--out", str(out)]) == 2
+        assert main(["view", "--trust-task-code", str(run), "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: --out {out} lies inside the run folder {run.resolve()}'s own {inside}/") \
             and err.count("\n") == 1
@@ -241,8 +245,8 @@ def test_out_inside_a_run_folders_own_folders_is_refused(tmp_path, capsys):
     from grpo_kit.runs.folder import RunFolder
 
     assert RunFolder(run).check_model() is not None  # model/ as training wrote it
-    assert main(["view", str(run), "--out", str(run / "view.html")]) == 0
-    assert main(["view", str(run), "--out", str(tmp_path / "elsewhere.html")]) == 0
+    assert main(["view", "--trust-task-code", str(run), "--out", str(run / "view.html")]) == 0
+    assert main(["view", "--trust-task-code", str(run), "--out", str(tmp_path / "elsewhere.html")]) == 0
 
 
 def test_a_torn_groups_file_leaves_that_step_out_and_names_it(tmp_path):
@@ -250,11 +254,11 @@ def test_a_torn_groups_file_leaves_that_step_out_and_names_it(tmp_path):
     run = write_run(tmp_path / "run", n=8, steps=3, samples=2)
     torn = run / "groups" / "step-000002.parquet"
     torn.write_bytes(torn.read_bytes()[:100])
-    data = view_data([run])
+    data = view_data([run], trust_remote_code=True)
     groups = data["runs"][0]["groups"]
     assert groups["steps"] == [1, 3] and len(groups["damaged"]) == 1
     assert groups["damaged"][0].startswith(f"{torn} is damaged (") and "delete it" in groups["damaged"][0]
-    assert write_view([run], out=tmp_path / "page.html").is_file()
+    assert write_view([run], trust_remote_code=True, out=tmp_path / "page.html").is_file()
 
 
 def test_from_inside_a_run_folder_the_comparison_goes_beside_it_and_bad_names_are_refused(tmp_path, monkeypatch,
@@ -264,16 +268,17 @@ def test_from_inside_a_run_folder_the_comparison_goes_beside_it_and_bad_names_ar
     a, b = write_run(tmp_path / "cap1", n=8, steps=1, samples=2), write_run(tmp_path / "cap2", n=8, steps=1,
                                                                            samples=2, seed=7)
     monkeypatch.chdir(a)
-    assert main(["compare", ".", "../cap2"]) == 0
+    assert main(["compare", "--trust-task-code", ".", "../cap2"]) == 0
     assert (tmp_path / "comparison" / "runs_comparison.md").is_file() and not (a / "comparison").exists()
     assert "cap1" in (tmp_path / "comparison" / "runs_comparison.md").read_text()  # ".": named as its folder
-    assert main(["view", ".", "../cap2"]) == 0 and (tmp_path / "comparison" / "view.html").is_file()
+    assert main(["view", "--trust-task-code", ".", "../cap2"]) == 0
+    assert (tmp_path / "comparison" / "view.html").is_file()
     capsys.readouterr()
     for command in ("view", "compare"):
-        assert main([command, ".", "../cap2", "--names", "only-one"]) == 2
+        assert main([command, "--trust-task-code", ".", "../cap2", "--names", "only-one"]) == 2
         assert capsys.readouterr().err == ("error: give one distinct name per run folder: 2 folders, names "
                                            "['only-one']\n"), command
-    assert main(["view", str(b), "--names", "x|y", "--out", str(tmp_path / "b.html")]) == 2
+    assert main(["view", "--trust-task-code", str(b), "--names", "x|y", "--out", str(tmp_path / "b.html")]) == 2
     assert "give names without '|'" in capsys.readouterr().err
 
 
@@ -282,7 +287,8 @@ def test_mcnemar_p_is_shown_as_the_report_prints_it(runs, driver):
     a, _, page, _ = runs
     browser.open_page(driver, page)
     shown = driver.find_element("tag name", "body").text
-    numbers = [p for p in view_data([a])["runs"][0]["table"] if isinstance(p.get("mcnemar_p"), float)]
+    numbers = [p for p in view_data([a], trust_remote_code=True)["runs"][0]["table"]
+               if isinstance(p.get("mcnemar_p"), float)]
     assert numbers and min(p["mcnemar_p"] for p in numbers) > 0, numbers  # a small p kept, not rounded to 0
     for row in numbers:
         mantissa, exponent = f"{row['mcnemar_p']:.2e}".split("e")  # JavaScript's toExponential(2): 1.05e-5
