@@ -27,8 +27,8 @@ from grpo_kit.policy.devices import cuda_available, placement
 from grpo_kit.policy.generation import TransformersBackend
 from grpo_kit.policy.loading import Loading, check_adapter_trained, load_policy, load_unsloth_policy, save_merged
 from grpo_kit.policy.source import PolicySource
-from grpo_kit.policy.vllm import SubprocessVLLMBackend, UnslothVLLMBackend, folder_digest, vllm_usable
-from grpo_kit.system.files import json_or_none, write_json
+from grpo_kit.policy.vllm import SubprocessVLLMBackend, UnslothVLLMBackend, vllm_usable
+from grpo_kit.system.files import files_digest, json_or_none, model_files, write_json
 
 __all__ = ["EVAL_ROUTES", "eval_route", "load_eval_backend", "prepare_stack", "usable_loading", "vllm_memory_share"]
 
@@ -197,7 +197,7 @@ def _checkpoint_for_vllm(source: PolicySource, trained: Path | None, adapter: bo
     from grpo_kit.policy.loading import saved_whole
 
     merged, made_from = trained.parent / f"{trained.name}-merged", "merged-from.json"
-    digest = folder_digest(trained, most=None)  # every byte: an adapter is a few MB to a few hundred
+    digest = files_digest(model_files(trained))  # every byte: an adapter is a few MB to a few hundred
     recorded = json_or_none(merged / made_from)  # missing, half-written or of another adapter (trained on since)
     if not (isinstance(recorded, dict) and recorded.get("adapter_digest") == digest):
         with saved_whole(merged, made_from) as partial:

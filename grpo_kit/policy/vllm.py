@@ -26,7 +26,6 @@ different prompts. ``vllm`` is imported only here, lazily.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.util
 import os
 from collections.abc import Iterator, Sequence
@@ -34,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
-from grpo_kit.system.files import sha256_file
+from grpo_kit.system.files import files_digest, model_files
 from grpo_kit.system.install import installed_version
 from grpo_kit.system.workers import Worker, WorkerError
 
-__all__ = ["SubprocessVLLMBackend", "UnslothVLLMBackend", "check_vllm_server", "folder_digest", "generations_of",
+__all__ = ["SubprocessVLLMBackend", "UnslothVLLMBackend", "check_vllm_server", "generations_of",
            "sampling_params", "server_command", "token_prompts", "vllm_usable"]
 
 
@@ -81,18 +80,6 @@ def token_prompts(tokenizer: Any, prompts: Sequence[Prompt]) -> list[dict[str, l
     return [{"prompt_token_ids": ids} for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def folder_digest(folder: Path, most: int | None = 1 << 20) -> str:
-    """16 hex digits of a SHA-256 over a saved model folder: each file's name and size and its first ``most`` bytes
-    (``None``: all of them, :func:`grpo_kit.system.files.sha256_file`). The first MiB tells a model's weights apart
-    without reading gigabytes."""
-    digest = hashlib.sha256()
-    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(f"{file.relative_to(folder)}:{file.stat().st_size}".encode())
-        with file.open("rb") as f:
-            digest.update(f.read(most) if most else sha256_file(file).encode())
-    return digest.hexdigest()[:16]
-
-
 class UnslothVLLMBackend:
     """Generation through an Unsloth policy's colocated vLLM engine (``fast_inference=True``).
 
@@ -119,7 +106,7 @@ class UnslothVLLMBackend:
     def identity(self) -> str:
         """Base model name plus the adapter file's digest (or ``base`` without one)."""
         name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or "unsloth-model"
-        adapter = folder_digest(self.lora_path) if self.lora_path else "base"
+        adapter = files_digest(model_files(self.lora_path, most=1 << 20))[:16] if self.lora_path else "base"
         return f"vllm:{name}@{adapter}"
 
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling,
@@ -179,7 +166,7 @@ class SubprocessVLLMBackend:
         """The checkpoint's path and file digest (a Hub id: the id)."""
         if not self.model_path.exists():
             return f"vllm:{self.model_path}"
-        return f"vllm:{self.model_path.resolve()}@{folder_digest(self.model_path)}"
+        return f"vllm:{self.model_path.resolve()}@{files_digest(model_files(self.model_path, most=1 << 20))[:16]}"
 
     def _engine_args(self, seed: int) -> dict[str, Any]:
         import torch

@@ -26,13 +26,18 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from grpo_kit.system.files import append_jsonl, read_jsonl, sha256_file, write_json, write_jsonl
+from grpo_kit.system.files import (
+    append_jsonl,
+    files_digest,
+    model_files,
+    read_jsonl,
+    sha256_file,
+    write_json,
+    write_jsonl,
+)
 
 __all__ = ["AFTER_STEP", "BASELINE_STEP", "COLAB_DRIVE", "TRAIN_STEP", "RunFolder", "RunFolderBusy", "enclosing_run",
-           "files_digest", "hold_lock", "in_colab", "model_files", "read_record", "resolve_run_dir"]
-
-_HASHED: dict[tuple[str, int, int, int], str] = {}
-
+           "hold_lock", "in_colab", "read_record", "resolve_run_dir"]
 
 class RunFolderBusy(ValueError):
     """Another process is writing this run folder (the message names it: PID, host, command, since when)."""
@@ -83,19 +88,6 @@ def resolve_run_dir(run_dir: str | Path, use_drive: bool | None = None, drive_ro
     return run_dir if run_dir.is_absolute() else Path(drive_root) / run_dir
 
 
-def model_files(folder: Path) -> dict[str, str]:
-    """The SHA-256 of each file of a trained model folder (path relative to it -> hex), its ``README.md`` card
-    excepted; empty when there is no folder. Config, tokenizer and adapter files count: each changes what loads."""
-    out = {}
-    for path in sorted(folder.rglob("*")):  # none where there is no folder
-        name = path.relative_to(folder).as_posix()
-        if path.is_file() and name != "README.md":
-            stat = path.stat()  # a file hashed before in this process and not touched since is not read again
-            key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-            out[name] = _HASHED[key] if key in _HASHED else _HASHED.setdefault(key, sha256_file(path))
-    return out
-
-
 #: Files only a run folder holds: a folder with one of them is a run folder.
 _RUN_MARKERS = ("train_settings.json", "eval_settings.json", "finished.json")
 
@@ -114,16 +106,6 @@ def enclosing_run(path: str | Path) -> tuple[Path, str] | None:
             inside = target.relative_to(folder).parts
             return folder, inside[0] if inside else ""
     return None
-
-
-def files_digest(files: dict[str, str]) -> str:
-    """One SHA-256 over :func:`model_files`' names and hashes: the trained weights' digest.
-
-    >>> files_digest({"a": "00"}) == files_digest({"a": "00"}) != files_digest({"a": "01"})
-    True
-    """
-    return hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in sorted(files.items()))
-                          .encode()).hexdigest()
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -321,9 +303,9 @@ class RunFolder:
 
     def mark_finished(self, step: int, alarms: list[dict[str, Any]] | None = None) -> None:
         """Record that training saved its model at ``step`` (written last, after ``model/`` and the log history),
-        with the SHA-256 of each file of ``model/`` (:func:`model_files`) and their digest, which :meth:`check_model`
-        holds ``model/`` to later, and the alarms training raised (``alarms.jsonl``'s, e.g. a reward that never
-        judged anything)."""
+        with the SHA-256 of each file of ``model/`` (:func:`grpo_kit.system.files.model_files`) and their digest, which
+        :meth:`check_model` holds ``model/`` to later, and the alarms training raised (``alarms.jsonl``'s, e.g. a
+        reward that never judged anything)."""
         files = model_files(self.model)
         digest = files_digest(files)
         write_json(self.finished, {"step": step, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -334,8 +316,8 @@ class RunFolder:
         """Check that ``model/`` still holds what training wrote (``finished.json``'s SHA-256 of each file).
 
         Returns:
-            The trained weights' digest (:func:`files_digest`), or ``None`` for a run that finished before the kit
-            recorded one (nothing to check against).
+            The trained weights' digest (:func:`grpo_kit.system.files.files_digest`), or ``None`` for a run that
+            finished before the kit recorded one (nothing to check against).
 
         Raises:
             ValueError: training has not finished, or a file of ``model/`` was changed, removed or added since; the

@@ -395,7 +395,7 @@ class RunSpec:
             raise ValueError(f"task {task.name!r} has no train split (it is for evaluation only): choose a task "
                              "with one")
         seed = preset.data_seed if preset.data_seed is not None else seed
-        if eval_steps is None and str(getattr(preset.eval_strategy, "value", preset.eval_strategy)) == "steps":
+        if eval_steps is None and preset.eval_strategy_name == "steps":
             eval_steps = preset.eval_steps or preset.logging_steps
         if run_dir is not None and preset.settings.get("output_dir"):
             taken = [line if not line.startswith("run folder:") else f"output_dir set aside: --run-dir {run_dir}"

@@ -6,7 +6,8 @@ renamed over the target (``os.replace`` is atomic on POSIX and Windows): a reade
 or the new one, never half of one, whatever kills the writer. Temporary files and folders are created with the
 user's umask (:func:`new_beside`), as a plain ``open`` would, so a run folder shared by a team stays readable to it.
 Records that grow one at a time (generation caches, alarms) are appended a line at a time; a line cut short by a kill
-is skipped when read and never glued to the next one.
+is skipped when read and never glued to the next one. A saved model folder is hashed one way (:func:`model_files`):
+a run records it, a merge and a generation cache are kept by it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "follow_umask", "json_or_none", "new_beside", "read_jsonl", "read_yaml", "replaced",
-           "sha256_file", "write_json", "write_jsonl", "write_text"]
+__all__ = ["append_jsonl", "files_digest", "follow_umask", "json_or_none", "model_files", "new_beside", "read_jsonl",
+           "read_yaml", "replaced", "sha256_file", "write_json", "write_jsonl", "write_text"]
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -188,6 +189,53 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+#: Full-file SHA-256s this process computed, by resolved path, size, mtime and inode: a file not touched since is not
+#: read again (a run's weights are checked at each step that reads them).
+_HASHED: dict[tuple[str, int, int, int], str] = {}
+
+
+def model_files(folder: Path, most: int | None = None) -> dict[str, str]:
+    """The SHA-256 of each file of a saved model folder (path relative to it -> hex), its ``README.md`` card
+    excepted; empty when there is no folder. Config, tokenizer and adapter files count: each changes what loads.
+
+    Args:
+        folder: the model folder.
+        most: hash each file's size and only its first ``most`` bytes (a cache key: the first MiB tells a model's
+            weights apart without reading gigabytes); ``None``: every byte (a record checked file by file).
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "README.md").write_text("card"), (folder / "w").write_bytes(b"ab")
+    >>> list(model_files(folder)), model_files(folder)["w"] == sha256_file(folder / "w") != model_files(folder, 1)["w"]
+    (['w'], True)
+    >>> model_files(folder, most=1)["w"] == hashlib.sha256(b"2:a").hexdigest()  # the size, then the first byte
+    True
+    """
+    out = {}
+    for path in sorted(folder.rglob("*")):  # none where there is no folder
+        name = path.relative_to(folder).as_posix()
+        if not path.is_file() or name == "README.md":
+            continue
+        stat = path.stat()
+        if most is not None:
+            with path.open("rb") as f:
+                out[name] = hashlib.sha256(f"{stat.st_size}:".encode() + f.read(most)).hexdigest()
+        else:
+            key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+            out[name] = _HASHED[key] if key in _HASHED else _HASHED.setdefault(key, sha256_file(path))
+    return out
+
+
+def files_digest(files: dict[str, str]) -> str:
+    """One SHA-256 over :func:`model_files`' names and hashes: a model folder's digest (a run's ``model_digest``).
+
+    >>> files_digest({"a": "00"}) == files_digest({"a": "00"}) != files_digest({"a": "01"})
+    True
+    """
+    return hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in sorted(files.items()))
+                          .encode()).hexdigest()
 
 
 def read_yaml(path: str | Path, what: str) -> Any:

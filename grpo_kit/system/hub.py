@@ -1,11 +1,28 @@
 """The Hugging Face Hub as the kit meets it before anything downloads or uploads: offline mode, the token, whether the
 Hub answers, and repository names, each read with huggingface_hub's own helpers, so that a step that needs the Hub
-says in one line what is missing instead of failing in a library's retries.
+says in one line what is missing instead of failing in a library's retries. :func:`unreachable` asks the same of any
+server (wandb's too).
 """
 
 from __future__ import annotations
 
-__all__ = ["hub_offline", "hub_problem", "is_repo_id", "upload_token"]
+__all__ = ["hub_offline", "hub_problem", "is_repo_id", "unreachable", "upload_token"]
+
+
+def unreachable(url: str, timeout_s: float) -> str | None:
+    """Why ``url``'s host does not accept a TCP connection within ``timeout_s`` seconds (the system's words, e.g.
+    ``"Name or service not known"``), or ``None`` when it does. The port is the URL's, else 443 for ``https`` and 80
+    otherwise; nothing is sent. A library's own client would retry for half a minute or more instead."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    address = (parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80))
+    try:
+        socket.create_connection(address, timeout_s).close()
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def hub_offline() -> bool:
@@ -28,20 +45,14 @@ def hub_problem(what: str, token: bool = True, timeout_s: float = 5.0) -> str | 
         token: a token is needed too (an upload).
         timeout_s: how long the Hub's host may take to accept a connection.
     """
-    import socket
-    from urllib.parse import urlparse
-
     from huggingface_hub import constants, get_token
 
     if hub_offline():
         return f"{what}, and HF_HUB_OFFLINE is set"
     if token and not get_token():
         return f"{what}, and there is no Hugging Face token here (set HF_TOKEN or run `hf auth login`)"
-    url = urlparse(constants.ENDPOINT)
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout_s).close()
-    except OSError as e:
-        return f"{what}, and the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached ({e.strerror or e})"
+    if (why := unreachable(constants.ENDPOINT, timeout_s)) is not None:
+        return f"{what}, and the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached ({why})"
     return None
 
 

@@ -167,7 +167,7 @@ def _trl_checks(preset: Recipe) -> None:
 def _check_evaluation(preset: Recipe) -> None:
     """``eval_strategy`` and ``eval_steps`` as the kit reads them (:meth:`grpo_kit.runs.spec.RunSpec.resolve`):
     ``steps`` measures held-out accuracy every ``eval_steps`` steps; anything else would be ignored."""
-    strategy = str(getattr(preset.eval_strategy, "value", preset.eval_strategy))
+    strategy = preset.eval_strategy_name
     if strategy not in ("no", "steps"):
         raise ValueError(f"eval_strategy = {strategy!r}: the kit measures held-out accuracy every eval_steps steps "
                          "(eval_strategy steps), not by epoch: set eval_strategy steps and eval_steps N, or no")

@@ -165,6 +165,12 @@ class Recipe:
         return float((self.generation_kwargs or {}).get("temperature", self.temperature))
 
     @property
+    def eval_strategy_name(self) -> str:
+        """``eval_strategy`` as text (``"no"``, ``"steps"`` or ``"epoch"``): TRL's parser types it as transformers'
+        ``IntervalStrategy`` enum, a value set in Python may be the string."""
+        return str(getattr(self.eval_strategy, "value", self.eval_strategy))
+
+    @property
     def model(self) -> str | None:
         """``model_name_or_path``: a Hub id or folder; ``None`` is the kit's tiny offline policy."""
         return self.settings.get("model_name_or_path")
@@ -243,7 +249,7 @@ class Recipe:
             lines.append(f"reward_weights {weights} weigh the task's rewards")
         if self.settings.get("output_dir"):
             lines.append(f"run folder: output_dir {self.output_dir} (unless --run-dir names one)")
-        if str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "steps":
+        if self.eval_strategy_name == "steps":
             lines.append(f"held-out accuracy every {self.eval_steps or self.logging_steps} steps (eval_strategy steps) "
                          "on validation questions from the train split; the test split is kept for the before/after "
                          "table")

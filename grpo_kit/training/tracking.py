@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-from urllib.parse import urlparse
+
+from grpo_kit.system.hub import unreachable
 
 __all__ = ["WANDB_MODES", "setup_wandb"]
 
@@ -47,12 +47,9 @@ def setup_wandb(project: str | None, mode: str | None = None, timeout_s: float =
     if chosen is None:
         chosen = "online" if os.environ.get("WANDB_API_KEY") else "offline"
     if chosen == "online":
-        server = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
-        try:  # a TCP connection to the server's host and port
-            socket.create_connection((server.hostname or "", server.port or (443 if server.scheme == "https" else 80)),
-                                     timeout_s).close()
-        except OSError:
-            log.warning(f"wandb: {server.geturl()} is not reachable within {timeout_s:g} s; logging offline instead "
+        server = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+        if unreachable(server, timeout_s) is not None:
+            log.warning(f"wandb: {server} is not reachable within {timeout_s:g} s; logging offline instead "
                         "(upload later with `wandb sync`)")
             chosen = "offline"
     os.environ["WANDB_PROJECT"] = project
