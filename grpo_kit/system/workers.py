@@ -3,7 +3,7 @@
 Two parts of the kit run code in a process of its own: vLLM (its memory goes back to the GPU when
 the process ends) and the tiny policy's warm start under ``accelerate launch`` (its trainer must not
 join the launch's process group). math-verify's checks need none: the kit calls rewards in the main
-thread, where math-verify's own ``signal.alarm`` timeout works (:mod:`grpo_kit.tasks.math_verify`).
+thread, where the kit's ``SIGALRM`` timeout around a check works (:mod:`grpo_kit.tasks.math_verify`).
 Each names a handler ``module:function``; :class:`Worker` starts the child, waits until it is ready,
 and sends it requests:
 

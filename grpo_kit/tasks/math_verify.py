@@ -1,11 +1,14 @@
 """Math answers checked with math-verify (Hugging Face's ``math_verify``) under a per-call timeout, and the
 reward built on it.
 
-sympy can take unbounded time on hostile or unlucky input, so every check runs under math-verify's own timeout
-(``math_verify.utils.timeout``: ``signal.alarm``, whole seconds) around the whole check, and math-verify's ``parse``
+sympy can take unbounded time on hostile or unlucky input, so every check runs under a timeout around the whole
+check (a ``SIGALRM`` timer raising math-verify's own ``TimeoutException``), and math-verify's ``parse``
 and ``verify`` are called with ``raise_on_error=True``: without it they catch the timeout themselves, return "no
 answer" and let the check go on, unbounded, with the next parse (a 1 s check then took 8 s on a 200,000-character
-sum). ``signal.alarm`` works in a process's main thread, which is where TRL calls a plain reward function (trl
+sum). The timer fires again every :data:`_REFIRE_S` until the check ends: Python ignores an exception raised in
+a finalizer or a ``gc`` callback, so math-verify's one-shot ``signal.alarm`` (``math_verify.utils.timeout``) is lost
+when it lands in one (hypothesis's ``gc`` callback did, and a 1 s check ran 66 s). A timer works in a process's
+main thread, which is where TRL calls a plain reward function (trl
 1.16.0, ``GRPOTrainer._calculate_rewards``) and where the kit's evaluation checks answers; a check called from
 another thread runs without it, as TRL's own ``accuracy_reward`` does. A check that times out counts as wrong;
 peers check under a timeout too (oat 1 s, verifiers 5 s). math-verify and sympy are imported, and a first answer
@@ -15,8 +18,9 @@ than :data:`WARN_TIMEOUT_SHARE` of the checks time out warns loudly, since it is
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import math
+import signal
 import threading
 import warnings
 from collections.abc import Callable
@@ -35,6 +39,8 @@ DEFAULT_TIMEOUT_S = 5.0
 #: Share of timed-out checks (after at least 20 checks) from which a verifier warns.
 WARN_TIMEOUT_SHARE = 0.2
 _WARN_AFTER_CHECKS = 20
+#: Seconds between the timer's later firings, once a check is past its timeout.
+_REFIRE_S = 0.05
 
 
 def _latex(text: str) -> str:
@@ -71,8 +77,7 @@ class MathVerifier:
     """Checks answers with ``check`` (default :func:`math_equal`), each under a timeout.
 
     Args:
-        timeout_s: seconds per check (rounded up to whole seconds, as ``signal.alarm`` counts); a check that takes
-            longer returns ``False``.
+        timeout_s: seconds per check; a check that takes longer returns ``False``.
         check: a ``(gold, prediction) -> bool | None`` function.
 
     Attributes:
@@ -92,16 +97,16 @@ class MathVerifier:
         """Check one answer: ``True``/``False``, ``None`` when the gold cannot be parsed, ``False`` on timeout or
         when the check raised."""
         from math_verify.errors import TimeoutException
-        from math_verify.utils import timeout
 
         if not self.checks:  # imports sympy and math-verify (whose every timed call warns: quieted) untimed
             logging.getLogger("math_verify").setLevel(logging.ERROR)
             math_equal("1", "1")
         self.checks += 1
-        timed = timeout(math.ceil(self.timeout_s))(self.check) \
-            if threading.current_thread() is threading.main_thread() else self.check
+        timed = _timer(self.timeout_s, TimeoutException) if threading.current_thread() is threading.main_thread() \
+            else contextlib.nullcontext()
         try:
-            result = timed(gold, prediction)
+            with timed:
+                result = self.check(gold, prediction)
             result = None if result is None else bool(result)
         except TimeoutException:
             self.timeouts += 1
@@ -116,6 +121,27 @@ class MathVerifier:
             log.warning(message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
         return result
+
+
+@contextlib.contextmanager
+def _timer(timeout_s: float, error: type[BaseException]) -> Any:
+    """Raise ``error`` in the main thread after ``timeout_s`` seconds, and every :data:`_REFIRE_S` after that until
+    the block ends (one firing may land in a finalizer, where Python ignores it); the previous handler is restored."""
+    def expire(signum: int, frame: Any) -> None:
+        raise error(f"check took longer than {timeout_s:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s, _REFIRE_S)
+    try:
+        yield
+    finally:
+        while True:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                break
+            except error:  # a firing that landed as the timer stopped: stop it again
+                continue
+        signal.signal(signal.SIGALRM, previous)
 
 
 _VERIFIERS: dict[float, MathVerifier] = {}
