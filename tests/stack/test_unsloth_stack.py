@@ -283,5 +283,5 @@ def test_eval_before_and_after_of_an_unsloth_preset_without_vllm_take_unsloths_r
                  "--per_device_train_batch_size", "4", "--num_generations", "4", "--gradient_accumulation_steps", "1",
                  "--learning_rate", "0.05", "--optim", "adamw_torch", "--warmup_steps", "0", "--lr_scheduler_type",
                  "constant", *common]) == 0
-    assert main(["eval", *common]) == 0
+    assert main(["eval", "--trust-task-code", *common]) == 0  # the run records its own reward, length_reward
     assert (run / "report.md").is_file() and asked and not any(asked)  # never fast_inference
