@@ -217,7 +217,8 @@ def saved_whole(folder: Path, marker: str) -> Iterator[Path]:
             put its own copy in place first (a build of the same inputs: the same files), that copy is kept.
 
     Raises:
-        OSError: the folder could not be written (e.g. a full disk) and no complete copy is in place.
+        OSError: the folder could not be written (e.g. a full disk) and no complete copy is in place; what was at
+            ``folder`` before is put back.
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = new_beside(folder, "building-", folder=True)
@@ -229,8 +230,12 @@ def saved_whole(folder: Path, marker: str) -> Iterator[Path]:
         try:
             os.replace(building, folder)
         except OSError:  # another process put the same folder in place between the two lines above
-            if not (folder / marker).is_file():
-                raise  # a full disk, not a race (what was there stays in the folder aside)
+            if not (folder / marker).is_file():  # a full disk, not a race: what was there goes back
+                with contextlib.suppress(OSError):
+                    os.replace(aside / folder.name, folder)
+                with contextlib.suppress(OSError):
+                    aside.rmdir()  # empty unless what was there could not go back
+                raise
         shutil.rmtree(aside, ignore_errors=True)
     finally:
         shutil.rmtree(building, ignore_errors=True)

@@ -85,3 +85,27 @@ def test_an_interrupted_warm_start_leaves_no_half_built_folder(tmp_path, monkeyp
     with pytest.raises(KeyboardInterrupt):
         _build_cache(tiny, train=tiny.task.load("train").select(range(2)))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_folder_that_cannot_take_its_place_leaves_the_old_one_where_it_was(tmp_path, monkeypatch):
+    """saved_whole moves the old folder aside before renaming the new one in: when that rename fails (a full disk),
+    the old folder goes back, and nothing half-built or set aside is left beside it."""
+    import os
+
+    from grpo_kit.policy import loading
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "done.json").write_text("old")
+    real = os.replace
+
+    def full_disk(src, dst):
+        if ".building-" in str(src):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(loading.os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space"), loading.saved_whole(folder, "done.json") as building:
+        (building / "done.json").write_text("new")
+    assert (folder / "done.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
