@@ -22,6 +22,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 __all__ = ["append_jsonl", "files_digest", "follow_umask", "json_or_none", "model_files", "new_beside", "read_jsonl",
            "read_yaml", "replaced", "sha256_file", "write_json", "write_jsonl", "write_text"]
 
@@ -251,8 +253,6 @@ def read_yaml(path: str | Path, what: str) -> Any:
     Raises:
         ValueError: no such file (or a folder), not UTF-8 (the byte), not YAML or a key given twice (the line).
     """
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'not there'}: give the path of {what} "
@@ -272,8 +272,6 @@ def read_yaml(path: str | Path, what: str) -> Any:
 @functools.cache
 def _unique_key_loader() -> type:
     """A ``yaml.SafeLoader`` that refuses a mapping naming one key twice (a merge key's keys excepted)."""
-    import yaml
-
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
