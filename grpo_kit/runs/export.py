@@ -33,7 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.runs.folder import RunFolder, enclosing_run
+from grpo_kit.evaluation.scoring import evaluate
+from grpo_kit.policy import llama_cpp
+from grpo_kit.policy.generation import Sampling, TransformersBackend
+from grpo_kit.runs.folder import RunFolder, enclosing_run, hold_lock
 from grpo_kit.system.files import follow_umask, json_or_none, sha256_file, write_json, write_text
 from grpo_kit.system.hub import hub_offline, is_repo_id, upload_token
 from grpo_kit.system.progress import phase_bar
@@ -158,8 +161,6 @@ def _reference(run: RunFolder, settings: dict[str, Any], questions: int, trust_r
     """The trained policy's greedy answers to the held-out questions (the first ``questions`` of the baseline's seeded
     test slice, with its completion budget), its merged weights and tokenizer; ``trust_remote_code``: the run's task
     file may import and run Python of its own (:func:`grpo_kit.tasks.task_file.check_task_code`)."""
-    from grpo_kit.evaluation.scoring import evaluate
-    from grpo_kit.policy.generation import Sampling, TransformersBackend
     from grpo_kit.tasks import get_task
     from grpo_kit.tasks.data import take_slice
 
@@ -433,7 +434,6 @@ def verify_export(export: str | Path, against: str | Path, questions: int = 32,
     ref = reference or _reference(run, settings, questions, trust_remote_code)
     digest = run.check_model()
     from grpo_kit.evaluation.compare import flips
-    from grpo_kit.evaluation.scoring import evaluate
     from grpo_kit.evaluation.stats import mcnemar_exact
 
     backend, dtype, weights = fmt.open(fmt.found(export), ref)
@@ -689,8 +689,6 @@ def check_out(out: str | Path, kind: str) -> Path:
 
 def _export_lock(out: Path) -> Any:
     """The export folder's write lock (``.<name>.lock`` beside it): two exports into one folder cannot both run."""
-    from grpo_kit.runs.folder import hold_lock
-
     return hold_lock(out.with_name(f".{out.name}.lock"), out.with_name(f".{out.name}.lock-holder.json"), out,
                      "export")
 
@@ -738,7 +736,6 @@ class ExportFormat:
     def open(self, found: Path, reference: dict[str, Any]) -> tuple[Any, str, dict[str, Any] | None]:
         """``(a generation backend on it, its dtype, its weights against the trained policy's merge or None)``;
         the trained policy's models are freed first (an 8B reference and its export do not both fit on one card)."""
-        from grpo_kit.policy.generation import TransformersBackend
         from grpo_kit.policy.loading import load_policy
 
         saved = _saved_dtype(found)
@@ -757,19 +754,15 @@ class Gguf(ExportFormat):
     quantizes = True
 
     def check(self, quant: str | None) -> str | None:
-        from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, QUANT_TYPES
-
         quant = "q8_0" if quant is None else str(quant).lower()  # Unsloth's notebooks' first choice
-        if quant not in CONVERTER_TYPES + QUANT_TYPES:
-            raise ValueError(f"quant must be one of {', '.join(CONVERTER_TYPES + QUANT_TYPES)}, got {quant!r}")
+        if quant not in (types := llama_cpp.CONVERTER_TYPES + llama_cpp.QUANT_TYPES):
+            raise ValueError(f"quant must be one of {', '.join(types)}, got {quant!r}")
         return quant
 
     def check_tools(self, verifying: bool = False) -> None:
-        from grpo_kit.policy.llama_cpp import _converter, import_llama_cpp
-
         if not verifying:
-            _converter()
-        import_llama_cpp()
+            llama_cpp._converter()
+        llama_cpp.import_llama_cpp()
 
     def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
         """The merged model, the converter's output and, when quantized, the quantizer's (each at most the 16-bit or
@@ -778,20 +771,18 @@ class Gguf(ExportFormat):
         return super().needed(parameters, quant, float32) + between * (1 if quant in ("f32", "f16", "bf16") else 2)
 
     def build(self, reference: dict[str, Any], folder: Path, name: str, quant: str | None) -> None:
-        from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
-
         super().build(reference, folder / "merged", name, quant)
         gguf = folder / f"{name}.gguf"
         # a type the converter writes directly; else through float32 only for a small model (an 8B model's float32
         # GGUF is 32 GB of disk), then the quantizer
-        between = quant if quant in CONVERTER_TYPES else "f32" if reference["parameters"] <= F32_GGUF_LIMIT else (
-            "bf16" if reference["dtype"] in (None, "bfloat16") else "f16")
+        between = quant if quant in llama_cpp.CONVERTER_TYPES else "f32" if reference["parameters"] <= F32_GGUF_LIMIT \
+            else "bf16" if reference["dtype"] in (None, "bfloat16") else "f16"
         with phase_bar(f"converting to GGUF {between} (llama.cpp's convert_hf_to_gguf.py)", None):
-            full = convert_to_gguf(folder / "merged", gguf if between == quant else folder / f"full-{between}.gguf.tmp",
-                                   between)
+            full = llama_cpp.convert_to_gguf(
+                folder / "merged", gguf if between == quant else folder / f"full-{between}.gguf.tmp", between)
         if full != gguf:
             with phase_bar(f"quantizing to {quant} (llama.cpp's llama_model_quantize)", None):
-                quantize_gguf(full, gguf, quant)
+                llama_cpp.quantize_gguf(full, gguf, quant)
             full.unlink()
         shutil.rmtree(folder / "merged")
 
@@ -802,11 +793,9 @@ class Gguf(ExportFormat):
         return files[0] if len(files) == 1 else None
 
     def open(self, found: Path, reference: dict[str, Any]) -> tuple[Any, str, dict[str, Any] | None]:
-        from grpo_kit.policy.llama_cpp import LlamaCppBackend
-
         tokenizer = reference["tokenizer"]
         _free_reference(reference)
-        backend = LlamaCppBackend(found, lambda prompt: tokenizer.apply_chat_template(
+        backend = llama_cpp.LlamaCppBackend(found, lambda prompt: tokenizer.apply_chat_template(
             prompt, add_generation_prompt=True, tokenize=False))
         # the type as the file's name says it (model-<type>.gguf)
         match = re.search(r"-(f32|f16|bf16|q\d\w*)\.gguf$", found.name, re.IGNORECASE)

@@ -27,7 +27,7 @@ from grpo_kit.runs.folder import RunFolder, read_record
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.data import carve_validation
-from grpo_kit.tasks.reward_registry import probe
+from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, import_reward, probe
 from grpo_kit.tasks.task_file import check_digest, is_task_file
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
 from grpo_kit.training.checks import check_settings
@@ -130,8 +130,6 @@ def recipe_rewards(preset: Recipe, task: Task, trusted: bool) -> RewardSet:
 
 def _recipe_reward(name: str, trusted: bool) -> Any:
     """One ``reward_funcs`` name as a reward (:func:`recipe_rewards`)."""
-    from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, import_reward
-
     name = _OPEN_R1_REWARDS.get(name, name)
     if name in BUILTIN_REWARDS:
         return name

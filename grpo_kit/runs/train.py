@@ -35,6 +35,7 @@ from grpo_kit.runs.export import model_card
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
+from grpo_kit.system.progress import announce, expected_seconds, phase_bar, step_bar
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import (
     TiedKeysLoaded,
@@ -88,8 +89,6 @@ def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
 def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, done: int) -> float:
     """The line before GRPO training: its steps and completions, the time expected here (returned, s), what shortens
     it."""
-    from grpo_kit.system.progress import announce, expected_seconds
-
     preset = spec.preset
     prompts = [train_set[i]["prompt"] for i in range(min(32, len(train_set)))]
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
@@ -186,7 +185,6 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     prepare_stack(preset.loading)  # Unsloth before transformers, TRL and peft
     from grpo_kit.policy.generation import base_weights_digest
-    from grpo_kit.system.progress import phase_bar, step_bar
     from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
     from grpo_kit.training.callbacks import HeldOutEval, RewardWatch, StaleWeightsAlarm, StepPrinter
     from grpo_kit.training.groups import keep_groups, trl_completions_settings

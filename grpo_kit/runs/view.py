@@ -24,10 +24,11 @@ from typing import Any
 from grpo_kit.evaluation.compare import compare
 from grpo_kit.evaluation.scoring import EvalResult, with_rewards
 from grpo_kit.evaluation.viewer import viewer_html, written_by_view
+from grpo_kit.runs.compare import check_run_names, compare_runs, comparison_folder, existing_runs
 from grpo_kit.runs.folder import BASELINE_STEP, RunFolder, enclosing_run
 from grpo_kit.runs.measure import plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
-from grpo_kit.tasks import get_task
+from grpo_kit.tasks import RewardSet, get_task
 from grpo_kit.training.groups import read_groups
 
 __all__ = ["view_data", "write_view"]
@@ -105,7 +106,6 @@ def _reward_check(run: RunFolder, trained: dict[str, Any] | None, trust_remote_c
     if not run.baseline_sampled.is_file():
         return None
     from grpo_kit.runs.reward_check import reward_check
-    from grpo_kit.tasks import RewardSet
 
     try:
         rewards = RewardSet.from_record(trained, "the trained reward", run.train_settings, trust_remote_code) \
@@ -143,14 +143,10 @@ def view_data(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         FileNotFoundError: a run folder is missing, or has no baseline (the message names the step that writes it).
         ValueError: several runs that do not share a baseline (the message names what differs).
     """
-    from grpo_kit.runs.compare import check_run_names, existing_runs
-
     folders = existing_runs(run_dirs, "view")
     names = check_run_names(names, folders)  # refused as compare refuses them, not replaced silently
     comparison = None
     if len(folders) > 1:
-        from grpo_kit.runs.compare import compare_runs
-
         report = compare_runs([f.path for f in folders], names=names, seed=seed, trust_remote_code=trust_remote_code)
         comparison = {"metrics": _table(report.comparison.metrics), "pairs": _table(report.comparison.pairs),
                       "differences": {k: {n: str(v) for n, v in d.items()} for k, d in report.differences.items()}}
@@ -204,8 +200,6 @@ def write_view(run_dirs: Sequence[str | Path], out: str | Path | None = None, na
             ...: a run folder holds only what its steps write, and a file added to ``model/`` makes ``eval`` and
             ``export`` refuse the run; ``export --out`` and ``compare --out`` follow the same rule).
     """
-    from grpo_kit.runs.compare import comparison_folder, existing_runs
-
     existing_runs(run_dirs, "view")
     if out is None:  # several runs: beside compare's tables (its default --out)
         out = RunFolder(run_dirs[0], write=False).view if len(run_dirs) == 1 else \
