@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.system.files import json_or_none
+from grpo_kit.system.files import follow_umask, json_or_none, sha256_file, write_json
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
@@ -182,8 +182,6 @@ FINGERPRINT = "weights_sha256.json"
 def weights_fingerprint(checkpoint: str | Path) -> dict[str, str]:
     """The SHA-256 of a checkpoint's weight files (model or adapter, and the shards an index names), by file name;
     empty for a DeepSpeed or FSDP checkpoint, whose weights live in folders of their own."""
-    from grpo_kit.system.files import sha256_file
-
     checkpoint = Path(checkpoint)
     names = {name for name in WEIGHT_FILES if (checkpoint / name).is_file()}
     for index in [name for name in names if name.endswith(".index.json")]:
@@ -312,8 +310,6 @@ def checkpoint_callback() -> Any:
     once transformers saved one it writes its :data:`FINGERPRINT` (main process), so that a resume can tell the
     weights are the ones training wrote (:func:`check_fingerprint`)."""
     from transformers import TrainerCallback
-
-    from grpo_kit.system.files import follow_umask, write_json
 
     class CheckpointCallback(TrainerCallback):
         def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):

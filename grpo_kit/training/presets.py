@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.devices import Gpu, first_gpu
-from grpo_kit.policy.loading import LORA_TARGETS, Loading
+from grpo_kit.policy.devices import Gpu, cuda_available, first_gpu
+from grpo_kit.policy.loading import LORA_TARGETS, Loading, import_unsloth
 from grpo_kit.system.files import read_yaml
 from grpo_kit.system.install import installed_version
 from grpo_kit.training.algorithms import get_algorithm
@@ -448,11 +448,7 @@ def _unsloth_first() -> None:
     an Unsloth recipe imports TRL's parser. Without a GPU or without Unsloth there is nothing to patch."""
     import importlib.util
 
-    from grpo_kit.policy.devices import cuda_available
-
     if importlib.util.find_spec("unsloth") is not None and cuda_available():
-        from grpo_kit.policy.loading import import_unsloth
-
         import_unsloth()  # once imported, it returns the module
 
 
