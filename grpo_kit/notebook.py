@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -242,8 +242,6 @@ CHEAP_SAMPLES = 8
 def _default_samples(plan: Any, tiny: bool) -> Any:
     """``plan`` with :data:`CHEAP_SAMPLES` samples where generating them costs little (vLLM, or the tiny policy on a
     CPU), else none; one line says which and why."""
-    import dataclasses
-
     from grpo_kit.policy.routes import eval_route
 
     route = eval_route(plan.preset.loading, plan.backend)
@@ -251,7 +249,7 @@ def _default_samples(plan: Any, tiny: bool) -> Any:
     if tiny or route in ("vllm", "unsloth-vllm"):
         print(f"samples = None: {CHEAP_SAMPLES} sampled completions per question ({why} generates them quickly), "
               "for pass@k, maj@k and the reward check")
-        return dataclasses.replace(plan, samples=CHEAP_SAMPLES)
+        return replace(plan, samples=CHEAP_SAMPLES)
     print(f"samples = None: greedy only, since without vLLM ({why}) {CHEAP_SAMPLES} samples a question would "
           f"generate {CHEAP_SAMPLES} times the greedy pass's tokens; set samples = {CHEAP_SAMPLES} for pass@k, maj@k "
           "and the reward check")
@@ -438,8 +436,6 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     Raises:
         ValueError: fewer than two variants, and whatever :meth:`grpo_kit.runs.spec.RunSpec.resolve` refuses.
     """
-    import dataclasses
-
     from grpo_kit.runs.folder import resolve_run_dir
     from grpo_kit.runs.pipeline import CompareDemoConfig, baseline_plan
     from grpo_kit.runs.spec import RunSpec
@@ -454,7 +450,7 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     fields_, warm, batch_size = {}, None, None
     if cpu is not None:
         fields_ = {k: v for k, v in demo.preset_fields().items() if k not in cpu.preset_overrides}
-        warm = dataclasses.replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
+        warm = replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
         model, max_new_tokens, batch_size = None, cpu.max_new_tokens, cpu.batch_size
     config = get_preset(config, **{**fields_, **({"max_steps": max_steps} if max_steps else {})})
     compare_rewards = get_task(task, trust_remote_code=trust_remote_code).extras.get("compare_rewards", {})
