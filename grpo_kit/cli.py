@@ -37,8 +37,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.runs import export, pipeline
+from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan, measure_after, measure_before
+from grpo_kit.runs.spec import RunSpec, recipe_task
 from grpo_kit.system.logs import configure_logging
 from grpo_kit.system.progress import quiet_library_bars_off_a_terminal
+from grpo_kit.tasks import DEFAULT_TASK, TASKS, RewardSet, get_task
+from grpo_kit.training.algorithms import ALGORITHMS, algorithm_settings
+from grpo_kit.training.groups import GroupsKept
+from grpo_kit.training.presets import PRESETS, command_line, get_preset
 
 __all__ = ["main", "parse_rewards"]
 
@@ -57,7 +65,6 @@ def parse_rewards(items: Sequence[str]) -> Any:
     >>> parse_rewards(["correctness_reward_func=2", "xmlcount_reward_func=0"])
     RewardSet({'correctness_reward_func': 2, 'xmlcount_reward_func': 0})
     """
-    from grpo_kit.tasks import RewardSet
     from grpo_kit.tasks.reward_registry import import_reward
 
     rewards, weights = [], []
@@ -101,25 +108,21 @@ def _quiet_library_bars() -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from grpo_kit.policy.warm_start import WarmStart
-    from grpo_kit.runs.pipeline import DemoConfig, run_demo
-    from grpo_kit.tasks import DEFAULT_TASK, get_task
 
     warm = WarmStart(steps=args.warm_steps, xml_share=args.xml_share)  # bad values raise here
     name = get_task(args.task, trust_remote_code=args.trust_task_code).name  # a task file is read and checked here
-    config = DemoConfig(
+    config = pipeline.DemoConfig(
         name=args.name if args.name is not None else ("demo" if args.task == DEFAULT_TASK else f"demo-{name}"),
         task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir, eval_size=args.eval_size,
         train_size=args.train_size, grpo_steps=args.steps, samples=args.samples, warm=warm, seed=args.seed,
         resume=args.resume, trust_remote_code=args.trust_task_code)
     _quiet_library_bars()
-    run_demo(config)
+    pipeline.run_demo(config)
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.spec import RunSpec
     from grpo_kit.runs.train import train
-    from grpo_kit.training.groups import GroupsKept
 
     spec = RunSpec.resolve(  # everything that can be checked before a model loads
         args.config or args.preset, args.task, rewards=parse_rewards(args.rewards) if args.rewards else None,
@@ -144,8 +147,6 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     import datasets
 
-    from grpo_kit.runs.folder import RunFolder
-
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
     if not args.before:
         return _eval_after(args)
@@ -167,20 +168,14 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _eval_before(args: argparse.Namespace, run: Any) -> int:
-    from grpo_kit.runs.measure import EvalPlan, measure_before
-    from grpo_kit.runs.pipeline import baseline_plan
-    from grpo_kit.runs.spec import recipe_task
-    from grpo_kit.tasks import DEFAULT_TASK
-    from grpo_kit.training.presets import command_line, get_preset
-
     preset = get_preset(args.config or args.preset, argv=args.trl)
     trusted = args.trust_task_code or bool(command_line(args.trl).get("trust_remote_code"))
     task = args.task or recipe_task(preset, args.cache_dir or EvalPlan.cache_dir) or DEFAULT_TASK
-    plan = baseline_plan(task, preset, eval_size=args.eval_size,
-                         eval_fraction=args.eval_fraction, max_new_tokens=args.max_new_tokens, samples=args.samples,
-                         temperature=args.temperature, batch_size=args.batch_size, backend=args.backend,
-                         seed=preset.data_seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir,
-                         trust_remote_code=trusted)
+    plan = pipeline.baseline_plan(task, preset, eval_size=args.eval_size, eval_fraction=args.eval_fraction,
+                                  max_new_tokens=args.max_new_tokens, samples=args.samples,
+                                  temperature=args.temperature, batch_size=args.batch_size, backend=args.backend,
+                                  seed=preset.data_seed, warm_steps=args.warm_steps, cache_dir=args.cache_dir,
+                                  trust_remote_code=trusted)
     results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
     print(results["greedy"].summary.round(3).to_markdown(), flush=True)
     # the next commands as they can be pasted: the folder quoted for a shell, and the trust the task file needed
@@ -193,9 +188,6 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
 
 
 def _eval_after(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.folder import RunFolder
-    from grpo_kit.runs.measure import measure_after
-
     ignored = [option for option, dest in args.before_only if getattr(args, dest) not in (None, False, [])]
     ignored += args.trl[:1]
     if ignored:
@@ -217,9 +209,6 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
     ``loss_type`` and ``beta``: ``grpo_kit.training.algorithms``), then each preset's description."""
     from tabulate import tabulate
 
-    from grpo_kit.training.algorithms import algorithm_settings
-    from grpo_kit.training.presets import PRESETS
-
     rows = [(preset.name, preset.model or "(tiny offline policy)", preset.algorithm, fields["loss_type"],
              f"{fields['beta']:g}") for preset in PRESETS.values() for fields in [algorithm_settings(preset)["fields"]]]
     print(tabulate(rows, ("preset", "model", "algorithm", "loss_type", "beta"), "plain", disable_numparse=True))
@@ -230,34 +219,30 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import ExportRefused, trained_through_unsloth
-    from grpo_kit.runs.pipeline import export_steps
-
-    if not trained_through_unsloth(args.run_dir):  # Unsloth must be imported before transformers
+    if not export.trained_through_unsloth(args.run_dir):  # Unsloth must be imported before transformers
         _quiet_library_bars()
     try:
-        for line in export_steps(args.run_dir, args.format, out=args.out, quant=args.quant,
-                                 push_to_hub=args.push_to_hub, private=args.private, questions=args.questions,
-                                 threshold=args.threshold, base=args.base, trust_remote_code=args.trust_task_code):
+        for line in pipeline.export_steps(args.run_dir, args.format, out=args.out, quant=args.quant,
+                                          push_to_hub=args.push_to_hub, private=args.private,
+                                          questions=args.questions, threshold=args.threshold, base=args.base,
+                                          trust_remote_code=args.trust_task_code):
             print(line, flush=True)
-    except (ExportRefused, PermissionError) as e:  # it does not answer like the trained policy (1); no Hub token (2)
+    except (export.ExportRefused, PermissionError) as e:  # unlike the trained policy (1); no Hub token (2)
         print(f"error: {e}", file=sys.stderr)
-        return 1 if isinstance(e, ExportRefused) else 2
+        return 1 if isinstance(e, export.ExportRefused) else 2
     return 0
 
 
 def _verify_export(args: argparse.Namespace) -> int:
-    from grpo_kit.runs.export import check_record, trained_through_unsloth, verification_record, verify_export
-
-    if not trained_through_unsloth(args.against):  # Unsloth must be imported before transformers
+    if not export.trained_through_unsloth(args.against):  # Unsloth must be imported before transformers
         _quiet_library_bars()
     if args.record:
-        check_record(args.export)  # before any model loads
-    verification = verify_export(args.export, args.against, questions=args.questions, threshold=args.threshold,
-                                 trust_remote_code=args.trust_task_code)
+        export.check_record(args.export)  # before any model loads
+    verification = export.verify_export(args.export, args.against, questions=args.questions,
+                                        threshold=args.threshold, trust_remote_code=args.trust_task_code)
     print(verification.summary(), flush=True)
     if args.record:
-        print(f"recorded in {verification_record(args.export, verification)}")
+        print(f"recorded in {export.verification_record(args.export, verification)}")
     if not verification.passed:
         print(verification.side_by_side(), file=sys.stderr)
         return 1
@@ -295,8 +280,6 @@ def _reward_check(args: argparse.Namespace) -> int:
 
 
 def _algorithms(args: argparse.Namespace) -> int:  # noqa: ARG001
-    from grpo_kit.training.algorithms import ALGORITHMS
-
     for a in ALGORITHMS.values():
         fields = ", ".join(f"{k}={v!r}" for k, v in a.fields.items())
         print(f"{a.name:13s} {a.paper}\n              {a.summary}\n              {fields}")
@@ -306,23 +289,19 @@ def _algorithms(args: argparse.Namespace) -> int:  # noqa: ARG001
 def _compare_demo(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from grpo_kit.runs.pipeline import CompareDemoConfig, run_compare_demo
-
-    config = CompareDemoConfig(name=args.name, task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir,
-                               eval_size=args.eval_size, samples=args.samples, grpo_steps=args.steps,
-                               learning_rate=args.learning_rate,
-                               warm=dataclasses.replace(CompareDemoConfig.warm, steps=args.warm_steps),
-                               variants=tuple(args.variants) if args.variants else None, seed=args.seed)
+    config = pipeline.CompareDemoConfig(
+        name=args.name, task=args.task, runs_dir=args.runs_dir, cache_dir=args.cache_dir, eval_size=args.eval_size,
+        samples=args.samples, grpo_steps=args.steps, learning_rate=args.learning_rate,
+        warm=dataclasses.replace(pipeline.CompareDemoConfig.warm, steps=args.warm_steps),
+        variants=tuple(args.variants) if args.variants else None, seed=args.seed)
     _quiet_library_bars()
-    run_compare_demo(config)
+    pipeline.run_compare_demo(config)
     return 0
 
 
 def _recipe_options(parser: Any, choices: bool = True) -> None:
     """``--config`` or ``--preset``: the recipe a command takes, one of them (neither: the shipped recipe that fits
     this machine); any recipe key after them, in TRL's form ``--KEY VALUE``, lands in ``trl``: see :func:`main`."""
-    from grpo_kit.training.presets import PRESETS
-
     parser = parser.add_mutually_exclusive_group()  # both name the recipe: argparse refuses the pair in one line
     parser.add_argument("--config", metavar="FILE.yaml", help="a recipe file: TRL's GRPOConfig and ModelConfig keys "
                         "and trl grpo's script keys (as trl grpo --config reads them) and grpo_kit's own; --KEY VALUE "
@@ -403,11 +382,6 @@ def _refuse_gone(rest: Sequence[str]) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
-    from grpo_kit.runs.export import FORMATS
-    from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan
-    from grpo_kit.runs.pipeline import CompareDemoConfig, DemoConfig, compare_tasks, demo_tasks
-    from grpo_kit.tasks import DEFAULT_TASK, TASKS
-    from grpo_kit.training.groups import GroupsKept
 
     base = EvalPlan  # the baseline's defaults (a dataclass's field defaults are its class attributes)
     parser = argparse.ArgumentParser(prog="python -m grpo_kit", description=__doc__.split("\n\n")[0])
@@ -420,23 +394,23 @@ def _parser() -> argparse.ArgumentParser:
         return found
 
     demo = command("demo", _demo, "warm start, evaluate, GRPO, evaluate, report (offline, CPU)")
-    demo.add_argument("--task", default=DemoConfig.task, metavar="NAME|PATH.yaml",
-                      help="the task to train and evaluate on: " + ", ".join(demo_tasks()) + ", or a task file")
-    _demo_options(demo, DemoConfig(), "demo, demo-<task>")
+    demo.add_argument("--task", default=pipeline.DemoConfig.task, metavar="NAME|PATH.yaml", help="the task to "
+                      "train and evaluate on: " + ", ".join(pipeline.demo_tasks()) + ", or a task file")
+    _demo_options(demo, pipeline.DemoConfig(), "demo, demo-<task>")
     demo.add_argument("--train-size", type=_positive, help="train questions for GRPO (default all)")
-    demo.add_argument("--xml-share", type=_share, default=DemoConfig.warm.xml_share, help="share of warm-start "
-                      "targets in the XML format")
+    demo.add_argument("--xml-share", type=_share, default=pipeline.DemoConfig.warm.xml_share,
+                      help="share of warm-start targets in the XML format")
     demo.add_argument("--resume", action="store_true", help="continue a killed demo from its newest checkpoint")
     _trust_option(demo)
 
     compare_demo = command("compare-demo", _compare_demo, "one warm start and baseline, one GRPO run per reward set, "
                            "one paired table (offline, CPU)")
-    compare_demo.add_argument("--task", default=CompareDemoConfig().task_name, choices=compare_tasks(),
-                              help="a task that names reward sets to compare")
+    compare_demo.add_argument("--task", default=pipeline.CompareDemoConfig().task_name,
+                              choices=pipeline.compare_tasks(), help="a task that names reward sets to compare")
     compare_demo.add_argument("--variants", nargs="+", metavar="NAME", help="which of the task's reward sets "
                               "(default all)")
-    _demo_options(compare_demo, CompareDemoConfig(), "compare-<task>")
-    compare_demo.add_argument("--learning-rate", type=float, default=CompareDemoConfig.learning_rate)
+    _demo_options(compare_demo, pipeline.CompareDemoConfig(), "compare-<task>")
+    compare_demo.add_argument("--learning-rate", type=float, default=pipeline.CompareDemoConfig.learning_rate)
 
     train = command("train", _train, "GRPO into a run folder, with checkpoints, --resume and held-out accuracy",
                     recipe=True)
@@ -515,7 +489,7 @@ def _parser() -> argparse.ArgumentParser:
     exp = command("export", _export, "the run's trained policy merged (safetensors) or as GGUF, verified against it "
                   "before it is called done, with a model card; optionally uploaded to the Hub")
     exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
-    exp.add_argument("--format", nargs="+", choices=list(FORMATS), default=[next(iter(FORMATS))])
+    exp.add_argument("--format", nargs="+", choices=list(export.FORMATS), default=[next(iter(export.FORMATS))])
     exp.add_argument("--quant", help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
     exp.add_argument("--out", help="export folder (default <run_dir>/export/<format>)")
     _verify_options(exp)
