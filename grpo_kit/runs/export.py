@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.evaluation.scoring import evaluate
-from grpo_kit.policy import llama_cpp
+from grpo_kit.policy import llama_cpp, loading
 from grpo_kit.policy.generation import Sampling, TransformersBackend
 from grpo_kit.runs.folder import RunFolder, enclosing_run, hold_lock
 from grpo_kit.system.files import follow_umask, json_or_none, sha256_file, write_json, write_text
@@ -335,15 +335,14 @@ def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, b
     others load as saved (an adapter on its base, or the full model), on the GPU where there is one
     (:func:`_generation_placement`).
     """
-    from grpo_kit.policy.loading import Loading, load_policy, load_unsloth_policy
-
     preset = settings.get("identity", {}).get("preset", {})
     if preset.get("use_unsloth"):
-        loading = Loading(use_unsloth=True, load_in_4bit=bool(preset.get("load_in_4bit")), fast_inference=False,
-                          lora_rank=preset.get("lora_rank"), max_seq_length=int(preset.get("max_seq_length", 512)))
-        return (*load_unsloth_policy(str(run.model), loading), True)
+        unsloth = loading.Loading(use_unsloth=True, load_in_4bit=bool(preset.get("load_in_4bit")),
+                                  fast_inference=False, lora_rank=preset.get("lora_rank"),
+                                  max_seq_length=int(preset.get("max_seq_length", 512)))
+        return (*loading.load_unsloth_policy(str(run.model), unsloth), True)
     try:
-        return (*load_policy(run.model, **_generation_placement(_saved_dtype(run.model))), False)
+        return (*loading.load_policy(run.model, **_generation_placement(_saved_dtype(run.model))), False)
     except OSError as e:  # an adapter's base model moved or deleted, a file transformers cannot read
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load the trained model in {run.model} ({first}): an adapter needs its base model "
@@ -614,8 +613,6 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
     ``*-bnb-4bit`` base was made from, where peft's ``merge_and_unload`` would re-quantize into 4-bit weights
     (peft ``tuners/lora/bnb.py``) that no GGUF converter reads (:func:`grpo_kit.policy.loading.save_merged`).
     """
-    from grpo_kit.policy.loading import save_merged
-
     model = reference["trained"] if reference["model"] is None else reference["model"]  # Unsloth merges its own
     named = model.config._name_or_path
     if (base := reference.get("base")) is not None:  # an Unsloth LoRA run's 16-bit base (:func:`merge_base`)
@@ -623,7 +620,7 @@ def _merged_to(reference: dict[str, Any], folder: Path) -> Path:
         # merge_and_overwrite_lora finds its base from the config's _name_or_path (a local folder first)
         model.config._name_or_path = str(base)
     try:
-        return save_merged(model, reference["tokenizer"], folder)
+        return loading.save_merged(model, reference["tokenizer"], folder)
     finally:
         model.config._name_or_path = named
 
@@ -736,13 +733,11 @@ class ExportFormat:
     def open(self, found: Path, reference: dict[str, Any]) -> tuple[Any, str, dict[str, Any] | None]:
         """``(a generation backend on it, its dtype, its weights against the trained policy's merge or None)``;
         the trained policy's models are freed first (an 8B reference and its export do not both fit on one card)."""
-        from grpo_kit.policy.loading import load_policy
-
         saved = _saved_dtype(found)
         weights = _compare_weights(found, reference["model"]) \
             if reference["model"] is not None and saved == reference["dtype"] else None
         _free_reference(reference)
-        model, tokenizer = load_policy(found, **_generation_placement(saved))
+        model, tokenizer = loading.load_policy(found, **_generation_placement(saved))
         return TransformersBackend(model, tokenizer, name="the export"), saved or _dtype_name(model), weights
 
 
@@ -866,8 +861,6 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         FileNotFoundError: no run folder or trained model; llama.cpp not built (GGUF).
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder (training it).
     """
-    from grpo_kit.policy.loading import saved_whole
-
     quant, fmt = check_formats([format], quant)[format], FORMATS[format]
     _check_numbers(questions, threshold)
     run, settings = _run(run_dir)
@@ -877,7 +870,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
     with _export_lock(out), run.lock("export", reading=True):
         check_out(out, format)  # again, now that no other export can be writing it
         run.check_model()
-        with saved_whole(out, "verification.json") as folder:  # takes the place of out only when it passed
+        with loading.saved_whole(out, "verification.json") as folder:  # takes the place of out only when it passed
             reference = _reference(run, settings, questions, trust_remote_code)
             reference["base"] = merge_from
             _check_disk(folder, fmt.needed(reference["parameters"], quant, reference["dtype"] == "float32"), format)
@@ -891,7 +884,7 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
                 write_text(folder / "README.md", model_card(run.path, verification))
             write_json(folder / "verification.json", asdict(verification))
             if not verification.passed:  # kept for inspection, in place of an earlier refused export
-                with saved_whole(target, "verification.json") as kept:
+                with loading.saved_whole(target, "verification.json") as kept:
                     for path in folder.iterdir():
                         path.rename(kept / path.name)
                 raise ExportRefused(f"refused: {verification.summary()}\n{verification.side_by_side()}\n(the export "
