@@ -26,6 +26,7 @@ import csv
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -353,6 +354,13 @@ def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, b
 #: Above this many parameters a quantized GGUF is converted through a 16-bit GGUF, not a float32 one (half the
 #: disk; llama.cpp's quantizer reads either). At or below it float32 keeps the tiny policy's conversion exact.
 F32_GGUF_LIMIT = 1_000_000_000
+
+
+def _tokenizer_bytes(model: Path) -> int:
+    """The bytes of a saved model folder's files other than its weights (tokenizer, configs): what a merged export
+    copies, and about what a GGUF stores of the vocabulary."""
+    weights = (".safetensors", ".bin", ".pt", ".pth")
+    return sum(p.stat().st_size for p in model.rglob("*") if p.is_file() and not p.name.endswith(weights))
 
 
 def _check_disk(where: Path, needed: int, format: str) -> None:
@@ -722,9 +730,10 @@ class ExportFormat:
     def check_tools(self, verifying: bool = False) -> None:
         """Refuse, before any work, when what building (or, ``verifying``, reading back) needs is not installed."""
 
-    def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
-        """Bytes of disk the build needs: the merged model (4 a parameter in float32, else 2)."""
-        return parameters * (4 if float32 else 2)
+    def needed(self, parameters: int, quant: str | None, float32: bool, tokenizer: int = 0) -> int:
+        """Bytes of disk the build needs: the merged model (4 a parameter in float32, else 2) and its ``tokenizer``
+        files (bytes: :func:`_tokenizer_bytes`)."""
+        return parameters * (4 if float32 else 2) + tokenizer
 
     def build(self, reference: dict[str, Any], folder: Path, name: str, quant: str | None) -> None:
         """Write the export into ``folder`` (``name``: the run's, for a file's name)."""
@@ -771,11 +780,19 @@ class Gguf(ExportFormat):
             _converter()
         import_llama_cpp()
 
-    def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
-        """The merged model, the converter's output and, when quantized, the quantizer's (each at most the 16-bit or
-        float32 size)."""
-        between = parameters * (4 if parameters <= F32_GGUF_LIMIT else 2)
-        return super().needed(parameters, quant, float32) + between * (1 if quant in ("f32", "f16", "bf16") else 2)
+    def needed(self, parameters: int, quant: str | None, float32: bool, tokenizer: int = 0) -> int:
+        """What :meth:`build` has on disk at once: the merged model and the converter's GGUF of ``quant`` (f32, f16,
+        bf16, q8_0: :data:`~grpo_kit.policy.llama_cpp.CONVERTER_TYPES`), or for a type only the quantizer writes, the
+        converter's float32 or 16-bit GGUF in between and the quantizer's, at most q8_0's size
+        (:data:`~grpo_kit.policy.llama_cpp.GGUF_BYTES_PER_WEIGHT`); each GGUF carries the vocabulary, counted as the
+        ``tokenizer`` files' bytes."""
+        from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, GGUF_BYTES_PER_WEIGHT
+
+        merged = super().needed(parameters, quant, float32, tokenizer)
+        if quant in CONVERTER_TYPES:
+            return merged + math.ceil(parameters * GGUF_BYTES_PER_WEIGHT[quant]) + tokenizer
+        between = GGUF_BYTES_PER_WEIGHT["f32" if parameters <= F32_GGUF_LIMIT else "f16"]
+        return merged + math.ceil(parameters * (between + GGUF_BYTES_PER_WEIGHT["q8_0"])) + 2 * tokenizer
 
     def build(self, reference: dict[str, Any], folder: Path, name: str, quant: str | None) -> None:
         from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
@@ -891,7 +908,8 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         with saved_whole(out, "verification.json") as folder:  # takes the place of out only when it passed
             reference = _reference(run, settings, questions, trust_remote_code)
             reference["base"] = merge_from
-            _check_disk(folder, fmt.needed(reference["parameters"], quant, reference["dtype"] == "float32"), format)
+            _check_disk(folder, fmt.needed(reference["parameters"], quant, reference["dtype"] == "float32",
+                                           _tokenizer_bytes(run.model)), format)
             fmt.build(reference, folder, f"{run.path.name}-{quant}", quant)
             verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold,
                                          trust_remote_code=trust_remote_code)
