@@ -330,7 +330,7 @@ def _without_vllm(preset: Recipe) -> str | None:
     """What a run of ``preset`` does on a runtime without vLLM (``None``: the recipe does not generate with it)."""
     if preset.use_unsloth and preset.fast_inference:
         return ("Unsloth trains and evaluates with fast_inference=False, generation through transformers (train and "
-                "eval say so in one line); the time below without vLLM applies")
+                "eval say so in one line); the time estimate without vLLM applies")
     if preset.use_vllm:
         return ("TRL refuses to start (use_vllm=True needs vLLM): install the vLLM doctor --install-plan names, or "
                 "set use_vllm false to generate through transformers")
