@@ -149,7 +149,7 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
         with run.lock("export", reading=True):  # a training still writing it is named (RunFolderBusy), else stopped
             pass
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be "
-                         "half-written): run python -m grpo_kit train with --resume to finish it, then export")
+                         f"half-written): run {run.command('train --resume')} to finish it, then export")
     run.check_model()  # model/ as training wrote it, or a ValueError naming the file
     return run, run.read_settings(run.train_settings, "python -m grpo_kit train (or notebook 03)", ("identity",))
 

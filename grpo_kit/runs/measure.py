@@ -397,7 +397,8 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards
     check_pairing(evaluated, trained, run.path)
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
-                         f"half-written): run {TRAIN_STEP} with --resume to finish it, then evaluate")
+                         f"half-written): run 03_train_grpo with resume = True (or {run.command('train --resume')}) "
+                         "to finish it, then evaluate")
     # changed data is refused, naming the file
     get_task(evaluated["task"], digest=evaluated.get("task_digest"), trust_remote_code=trust_remote_code)
     own = run_rewards(trained, rewards, run.train_settings, trust_remote_code)  # untrusted: refused before any work

@@ -239,14 +239,16 @@ def _cadence(run_dir: Path) -> int | None:
 def _resume_command(run_dir: Path, identity: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
     """The command that resumes ``run_dir`` as recorded: the run folder, the model where it is not the recipe's (a
     folder or Hub id given with ``--model_name_or_path``) and the length asked for, nothing else: the recipe, task,
-    rewards, questions and held-out evaluation are then the recorded ones."""
+    rewards, questions and held-out evaluation are then the recorded ones; and ``--trust-task-code`` where the run's
+    records name Python of your own (:meth:`RunFolder.needs_trust`)."""
     model, steps = identity.get("model"), overrides.get("max_steps")
     recipe = run_dir / "recipe.yaml"
     named = get_preset(recipe).model if recipe.is_file() else None
     return " ".join(["python -m grpo_kit train --run-dir", shlex.quote(str(run_dir)), "--resume",
                      *([f"--model_name_or_path {shlex.quote(model)}"] if isinstance(model, str)
                        and not model.startswith("tiny:") and model != named else []),
-                     *([f"--max_steps {steps}"] if steps is not None else [])])
+                     *([f"--max_steps {steps}"] if steps is not None else []),
+                     *(["--trust-task-code"] if RunFolder(run_dir, write=False).needs_trust() else [])])
 
 
 def _said(key: str, value: Any) -> str:
