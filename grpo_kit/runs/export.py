@@ -37,6 +37,7 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder, enclosing_run
 from grpo_kit.system.files import follow_umask, json_or_none, sha256_file, write_json, write_text
 from grpo_kit.system.hub import hub_offline, is_repo_id, upload_token
+from grpo_kit.system.logs import counted
 from grpo_kit.system.progress import phase_bar
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportFormat", "ExportRefused",
@@ -603,7 +604,7 @@ def model_card(run_dir: str | Path, verification: Verification | None = None) ->
     lines = [f"# {run.path.name}: {shown} trained with {named} on {task}", "",
              f"- base model: `{shown}`{'' if on_hub else ' (not on the Hub)'} (licence: {licence})", f"- task: {task}",
              f"- rewards (weight): {', '.join(f'{k} ({v})' for k, v in rewards.items()) or 'not recorded'}",
-             f"- trained with TRL's GRPOTrainer, recipe `{recipe.name}`, {steps} steps on "
+             f"- trained with TRL's GRPOTrainer, recipe `{recipe.name}`, {counted(steps, 'step')} on "
              f"{settings.get('train_questions', 'an unrecorded number of')} train questions; {trained}",
              f"- LoRA rank {lora} (lora_alpha {recipe.lora_alpha})" if lora is not None else "- full fine-tuning", "",
              "## Algorithm", "", algorithm_markdown(algorithm) if algorithm else "Not recorded by this run.", ""]

@@ -24,6 +24,7 @@ from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import RunFolder, read_record
+from grpo_kit.system.logs import counted
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.data import carve_validation
@@ -514,14 +515,16 @@ class RunSpec:
         """The run in a few lines, as ``train`` logs them and notebook 03 prints them: the recipe, task, rewards and
         algorithm; the steps, checkpoints and held-out evaluation; what the kit made of the recipe's script keys."""
         p = self.preset
-        held_out = (f"; validation accuracy every {self.eval_steps} steps on {self.eval_size} questions held out of "
+        held_out = (f"; validation accuracy every {counted(self.eval_steps, 'step')} on "
+                    f"{counted(self.eval_size, 'question')} held out of "
                     "the train split" + (f" ({self.eval_size_default})" if self.eval_size_default else "")
                     if self.eval_steps else "")
         return [f"{p.name} on {self.task.name} with {self.rewards}; algorithm {p.algorithm}: loss_type {p.loss_type}, "
                 f"beta {p.beta}, scale_rewards {p.scale_rewards}, importance_sampling_level "
                 f"{p.importance_sampling_level}, epsilon {p.epsilon}/{p.epsilon_high}",
-                f"{p.max_steps} steps of {p.prompts_per_step} prompts x {p.num_generations} completions; checkpoints "
-                f"every {p.save_steps} steps in {self.folder.checkpoints}{held_out}", *self.taken]
+                f"{counted(p.max_steps, 'step')} of {counted(p.prompts_per_step, 'prompt')} x "
+                f"{counted(p.num_generations, 'completion')}; checkpoints every {counted(p.save_steps, 'step')} in "
+                f"{self.folder.checkpoints}{held_out}", *self.taken]
 
     def heldout(self) -> dict[str, Any] | None:
         """What ``train_settings.json`` records of the held-out evaluation during training (``None``: none): the

@@ -314,7 +314,7 @@ def test_a_vllm_server_keeps_a_gpu_of_its_own(capsys):
     assert len(default["processes"]) == 7 and not any("vllm_mode='server'" in p for p in default["problems"])
     assert main(["plan", "--preset", "multi-gpu-full", "--launch", "zero3", "--device", "h100-80gb",
                  "--gpus", "8"]) == 2
-    assert "8 training process(es) take all 8 GPU(s): train on 7" in capsys.readouterr().out
+    assert "8 training processes take all 8 GPUs: train on 7" in capsys.readouterr().out
 
 
 def test_plan_says_which_temperature_applies_the_hours_download_and_disk_and_without_vllm():
@@ -353,3 +353,12 @@ def test_plans_json_gives_its_estimates_rounded_as_its_memory_figures_are(capsys
     numbers = [v for v in figures if isinstance(v, (int, float))]
     assert len(numbers) == 11 and all(round(v, 2) == v for v in numbers), numbers
     assert "below" not in plan["without_vllm"]
+
+
+def test_a_count_of_one_is_said_in_the_singular():
+    """plan said "1 process(es)" and "for 1 steps"; train "1 steps of 32 completions"."""
+    from grpo_kit.training.plan import format_plan, make_plan
+
+    text = format_plan(make_plan("colab-t4", overrides={"max_steps": 1}, device="t4-16gb"))
+    assert "launch single, 1 process\n" in text and "for 1 step:" in text, text
+    assert "process(es)" not in text and "1 steps" not in text
