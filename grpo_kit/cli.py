@@ -570,6 +570,19 @@ def _doctor(args: argparse.Namespace) -> int:
     return 2 if report["problems"] else 0
 
 
+def _resume(args: argparse.Namespace) -> str:
+    """The command that resumes an interrupted ``train``: its run folder with ``--resume`` (the recorded recipe, task
+    and rewards are taken again), and ``--trust-task-code`` where this command passed it or the run's records need it;
+    without ``--run-dir``, the command's own options again."""
+    from grpo_kit.runs.folder import RunFolder
+
+    if args.run_dir is None:
+        return "python -m grpo_kit train --resume with the same options"
+    command = RunFolder(args.run_dir, write=False).command("train --resume")
+    trust = " --trust-task-code"
+    return command + (trust if args.trust_task_code and not command.endswith(trust) else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m grpo_kit`` and ``grpo-kit``; returns the exit status (2: bad input; 1: the system
     refused, e.g. a full disk; 130: Ctrl-C), each problem said in one line on standard error."""
@@ -593,8 +606,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1 if isinstance(e, RuntimeError) else 2
     except KeyboardInterrupt:  # Ctrl-C: one line; the kit's files are written whole or not at all
-        again = ("python -m grpo_kit train --resume continues from the newest complete checkpoint"
-                 if args.command == "train" else "run it again to go on")
+        again = f"{_resume(args)} continues from the newest complete checkpoint" if args.command == "train" else \
+            "run it again to go on"
         print(f"interrupted: {args.command} stopped; what it finished is kept ({again})", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder that vanished: the system's words and the file, in one line

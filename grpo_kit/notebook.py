@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.system.logs import counted
 from grpo_kit.training.doctor import _disk_version, _live_version, doctor, format_doctor, nvidia_driver
 
 __all__ = ["CHEAP_SAMPLES", "Comparison", "CpuDemo", "RunView", "cpu_demo_settings", "doctor", "export_run",
@@ -308,7 +309,8 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
         plan = _default_samples(plan, tiny=cpu is not None)
     run = RunFolder(resolve_run_dir(run_dir, use_drive))
     print(f"greedy, up to {plan.max_new_tokens} new tokens"
-          + (f", and {plan.samples} samples each at temperature {plan.temperature}" if plan.samples else ""))
+          + (f", and {counted(plan.samples, 'sample')} each at temperature {plan.temperature}" if plan.samples
+             else ""))
     print(f"run folder: {run.path}")
     return plan, run
 
@@ -464,8 +466,8 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
              for name, kwargs in chosen.items()}
     plan = baseline_plan(task, config, model=model, seed=seed, max_new_tokens=max_new_tokens, eval_size=eval_size,
                          samples=samples, batch_size=batch_size, warm=warm, trust_remote_code=trust_remote_code)
-    print(f"{config.name}: {config.max_steps} steps, learning rate {config.learning_rate}, "
-          f"{config.prompts_per_step} prompts x {config.num_generations} completions")
+    print(f"{config.name}: {counted(config.max_steps, 'step')}, learning rate {config.learning_rate}, "
+          f"{counted(config.prompts_per_step, 'prompt')} x {counted(config.num_generations, 'completion')}")
     for name, spec in specs.items():
         print(f"{name}: {spec.rewards}; algorithm {spec.preset.algorithm}")
     return Comparison(specs=specs, plan=plan, root=root)

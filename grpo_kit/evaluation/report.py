@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_kit.evaluation.compare import compare_markdown, intervals_markdown
 from grpo_kit.evaluation.scoring import EvalResult
+from grpo_kit.system.logs import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,7 +52,7 @@ def alarms_markdown(alarms: list[dict[str, Any]]) -> str:
                          f"right->wrong, {a['wrong_to_right']} wrong->right, McNemar p = {a['mcnemar_p']:.2g})")
         elif a.get("kind") == "reward_never_judged":
             lines.append(f"- **Reward never judged**: {a['reward']} returned no number for any of the "
-                         f"{a['completions']} completions of training (None for every one"
+                         f"{counted(a['completions'], 'completion')} of training (None for every one"
                          + (f", or raised {a['raised']} times" if a.get("raised") else "") + "), up to step "
                          f"{a['step']}: it taught nothing")
         else:
@@ -71,8 +72,8 @@ def format_only_sentence(table: pd.DataFrame) -> str:
         return f" Strict accuracy did not rise ({a['strict_gain']:+.3f}), so none of it is format only."
     return (f" Of the strict-accuracy gain of {a['strict_gain']:+.3f}, {a['format_only_gain']:+.3f} is format only "
             f"(flexible accuracy, which reads the answer anywhere, changed {a['flexible_gain']:+.3f}); "
-            f"{a['format_only_questions']} of the {a['strict_wrong_to_right']} questions strict match turned "
-            "wrong->right were already right by flexible extract.")
+            f"{a['format_only_questions']} of the {counted(a['strict_wrong_to_right'], 'question')} strict match "
+            "turned wrong->right were already right by flexible extract.")
 
 
 def report_markdown(measured: BeforeAfter, title: str, notes: str = "", settings: dict[str, Any] | None = None,

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_kit.system.logs import counted
 from grpo_kit.tasks import RewardSet, Task
 
 __all__ = ["RewardCheck", "check_rewards", "pearson", "zero_variance_share"]
@@ -120,7 +121,8 @@ class RewardCheck:
                      f"**{number(t['zero_variance_share'])}** | {number(t['correlation'])} | {number(t['max'], 2)} | "
                      f"{t['at_max']} | {number(t['max_on_wrong_share'])} |")
         share = t["zero_variance_share"]
-        lines += ["", f"From {self.samples} sampled completions of each of {self.questions} questions ({self.source}): "
+        lines += ["", f"From {counted(self.samples, 'sampled completion')} of each of "
+                      f"{counted(self.questions, 'question')} ({self.source}): "
                       f"at step 0 GRPO would learn nothing from {share:.0%} of the prompts (every completion of "
                       "the group scored the same weighted total: each reward times its weight, summed, what GRPO's "
                       "advantage is computed from)."]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from grpo_kit.system.logs import counted
 from grpo_kit.system.progress import announce, expected_seconds, phase_bar
 
 __all__ = ["Backend", "Generation", "Sampling", "TransformersBackend", "base_weights_digest", "model_fingerprint"]
@@ -160,8 +161,8 @@ class TransformersBackend:
         seconds = sum(expected_seconds("generate", parameters, sequences=len(b) * sampling.n, batches=1,
                                        new_tokens=sampling.max_new_tokens) for b in batches)
         if seconds >= 10:
-            announce(f"{label} completions of {questions} questions (up to {sampling.max_new_tokens} new tokens each, "
-                     f"{len(batches)} batch{'es' if len(batches) > 1 else ''})", seconds,
+            announce(f"{label} completions of {counted(questions, 'question')} (up to {sampling.max_new_tokens} new "
+                     f"tokens each, {counted(len(batches), 'batch', 'batches')})", seconds,
                      "fewer questions, a smaller max_new_tokens or fewer samples shorten it")
         return seconds
 
@@ -205,7 +206,8 @@ class TransformersBackend:
             with phase_bar(label, len(batches) * sampling.max_new_tokens, "token", enabled=self.progress,
                            expected=expected) as bar:
                 for batch_no, batch in enumerate(batches):
-                    bar.set_postfix_str(f"batch {batch_no + 1}/{len(batches)}, {len(batch)} questions", refresh=False)
+                    bar.set_postfix_str(f"batch {batch_no + 1}/{len(batches)}, {counted(len(batch), 'question')}",
+                                        refresh=False)
                     start = bar.n
                     enc = self.tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
                                          padding_side="left", add_special_tokens=False).to(self.model.device)

@@ -20,13 +20,17 @@ from typing import Any
 from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
 from grpo_kit.system.files import replaced, sha256_file
 
-__all__ = ["CONVERTER_TYPES", "QUANT_TYPES", "LlamaCppBackend", "convert_to_gguf", "import_llama_cpp", "llama_dir",
-           "quantize_gguf"]
+__all__ = ["CONVERTER_TYPES", "GGUF_BYTES_PER_WEIGHT", "QUANT_TYPES", "LlamaCppBackend", "convert_to_gguf",
+           "import_llama_cpp", "llama_dir", "quantize_gguf"]
 
 #: The environment variable naming the folder ``make install-llama`` builds (default ``.llama``).
 LLAMA_ENV = "GRPO_KIT_LLAMA"
 #: Types the converter writes itself (``convert_hf_to_gguf.py --outtype``).
 CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")
+#: Bytes per weight of a GGUF of each type, for the disk an export needs: ggml's block layouts
+#: (ggml/src/ggml-common.h): q8_0 stores 32 weights as 32 int8 and a 16-bit scale, 34 bytes; every type the quantizer
+#: writes (QUANT_TYPES) stores fewer bits a weight, so q8_0's size bounds theirs.
+GGUF_BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}
 #: Types the quantizer writes from an f16 GGUF: name -> llama.cpp's ``LLAMA_FTYPE_MOSTLY_<NAME>`` constant.
 QUANT_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q6_k")
 _INSTALL = "run `make install-llama` (builds llama-cpp-python and llama.cpp's converter into .llama/)"

@@ -38,6 +38,7 @@ from typing import Any
 from grpo_kit.policy.devices import cuda_available
 from grpo_kit.policy.loading import load_policy, saved_whole
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec, build_tiny_policy
+from grpo_kit.system.logs import counted
 from grpo_kit.system.workers import Worker
 from grpo_kit.tasks import DEFAULT_TASK, Task, get_task
 from grpo_kit.tasks.answer_format import render
@@ -206,11 +207,12 @@ def warm_start(model: Any, tokenizer: Any, dataset: Any, output_dir: str | Path,
     expected = None
     if progress:
         tokens = _mean_tokens(tokenizer, rows)
-        expected = announce(f"warm start of the tiny policy on {get_task(task).name}: {settings.steps} steps of "
-                 f"{settings.batch_size} worked answers (about {tokens:.0f} tokens each)",
-                 expected_seconds("warm start", sum(p.numel() for p in model.parameters()), steps=settings.steps,
-                                  batch=settings.batch_size, tokens=tokens),
-                 "--warm-steps shortens it; it is cached, once per task and settings")
+        expected = announce(f"warm start of the tiny policy on {get_task(task).name}: "
+                            f"{counted(settings.steps, 'step')} of {counted(settings.batch_size, 'worked answer')} "
+                            f"(about {tokens:.0f} tokens each)",
+                            expected_seconds("warm start", sum(p.numel() for p in model.parameters()),
+                                             steps=settings.steps, batch=settings.batch_size, tokens=tokens),
+                            "--warm-steps shortens it; it is cached, once per task and settings")
     config = SFTConfig(output_dir=str(output_dir), max_steps=settings.steps,
                        per_device_train_batch_size=settings.batch_size, learning_rate=settings.learning_rate,
                        lr_scheduler_type="cosine", warmup_steps=min(10, settings.steps // 10), weight_decay=0.0,

@@ -25,6 +25,7 @@ from grpo_kit.evaluation.viewer import written_by_view
 from grpo_kit.runs.folder import AFTER_STEP, BASELINE_STEP, TRAIN_STEP, RunFolder, enclosing_run
 from grpo_kit.runs.measure import evaluated_with, plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
+from grpo_kit.system.logs import counted
 from grpo_kit.tasks import get_task
 
 __all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "check_run_names",
@@ -293,11 +294,12 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
         baseline = with_rewards(baseline, list(questions), list(own.values()))
     comparison = compare_runs_results(baseline, afters, seed=seed)
     differences = differing_settings(trained)
-    lines = [f"# {len(names)} runs against their shared baseline", "",
-             f"{task.name}: {comparison.questions} questions, greedy, paired by question id. Values with 95% bootstrap "
-             "intervals over questions; differences with paired intervals; exact McNemar tests on the flips, "
-             f"p-values adjusted by Holm over the {len(comparison.pairs) // max(1, comparison.pairs['key'].nunique())} "
-             "comparisons of each metric.", "", "## Settings that differ", ""]
+    holm = len(comparison.pairs) // max(1, comparison.pairs["key"].nunique())  # comparisons per metric
+    lines = [f"# {counted(len(names), 'run')} against their shared baseline", "",
+             f"{task.name}: {counted(comparison.questions, 'question')}, greedy, paired by question id. Values with "
+             "95% bootstrap intervals over questions; differences with paired intervals; exact McNemar tests on the "
+             f"flips, p-values adjusted by Holm over the {counted(holm, 'comparison')} of each metric.", "",
+             "## Settings that differ", ""]
     if differences:
         lines += ["| setting | " + " | ".join(names) + " |", "|:--|" + "--:|" * len(names)]
         lines += [f"| {key} | " + " | ".join(str(values[n]) for n in names) + " |"

@@ -26,6 +26,7 @@ import csv
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ from grpo_kit.policy.generation import Sampling, TransformersBackend
 from grpo_kit.runs.folder import RunFolder, enclosing_run, hold_lock
 from grpo_kit.system.files import follow_umask, json_or_none, sha256_file, write_json, write_text
 from grpo_kit.system.hub import hub_offline, is_repo_id, upload_token
+from grpo_kit.system.logs import counted
 from grpo_kit.system.progress import phase_bar
 
 __all__ = ["AGREEMENT_THRESHOLDS", "F32_GGUF_LIMIT", "FORMATS", "IDENTICAL_THRESHOLDS", "ExportFormat", "ExportRefused",
@@ -151,7 +153,7 @@ def _run(run_dir: str | Path) -> tuple[RunFolder, dict[str, Any]]:
         with run.lock("export", reading=True):  # a training still writing it is named (RunFolderBusy), else stopped
             pass
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be "
-                         "half-written): run python -m grpo_kit train with --resume to finish it, then export")
+                         f"half-written): run {run.command('train --resume')} to finish it, then export")
     run.check_model()  # model/ as training wrote it, or a ValueError naming the file
     return run, run.read_settings(run.train_settings, "python -m grpo_kit train (or notebook 03)", ("identity",))
 
@@ -353,6 +355,13 @@ def _load_trained(run: RunFolder, settings: dict[str, Any]) -> tuple[Any, Any, b
 #: Above this many parameters a quantized GGUF is converted through a 16-bit GGUF, not a float32 one (half the
 #: disk; llama.cpp's quantizer reads either). At or below it float32 keeps the tiny policy's conversion exact.
 F32_GGUF_LIMIT = 1_000_000_000
+
+
+def _tokenizer_bytes(model: Path) -> int:
+    """The bytes of a saved model folder's files other than its weights (tokenizer, configs): what a merged export
+    copies, and about what a GGUF stores of the vocabulary."""
+    weights = (".safetensors", ".bin", ".pt", ".pth")
+    return sum(p.stat().st_size for p in model.rglob("*") if p.is_file() and not p.name.endswith(weights))
 
 
 def _check_disk(where: Path, needed: int, format: str) -> None:
@@ -594,7 +603,7 @@ def model_card(run_dir: str | Path, verification: Verification | None = None) ->
     lines = [f"# {run.path.name}: {shown} trained with {named} on {task}", "",
              f"- base model: `{shown}`{'' if on_hub else ' (not on the Hub)'} (licence: {licence})", f"- task: {task}",
              f"- rewards (weight): {', '.join(f'{k} ({v})' for k, v in rewards.items()) or 'not recorded'}",
-             f"- trained with TRL's GRPOTrainer, recipe `{recipe.name}`, {steps} steps on "
+             f"- trained with TRL's GRPOTrainer, recipe `{recipe.name}`, {counted(steps, 'step')} on "
              f"{settings.get('train_questions', 'an unrecorded number of')} train questions; {trained}",
              f"- LoRA rank {lora} (lora_alpha {recipe.lora_alpha})" if lora is not None else "- full fine-tuning", "",
              "## Algorithm", "", algorithm_markdown(algorithm) if algorithm else "Not recorded by this run.", ""]
@@ -717,9 +726,10 @@ class ExportFormat:
     def check_tools(self, verifying: bool = False) -> None:
         """Refuse, before any work, when what building (or, ``verifying``, reading back) needs is not installed."""
 
-    def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
-        """Bytes of disk the build needs: the merged model (4 a parameter in float32, else 2)."""
-        return parameters * (4 if float32 else 2)
+    def needed(self, parameters: int, quant: str | None, float32: bool, tokenizer: int = 0) -> int:
+        """Bytes of disk the build needs: the merged model (4 a parameter in float32, else 2) and its ``tokenizer``
+        files (bytes: :func:`_tokenizer_bytes`)."""
+        return parameters * (4 if float32 else 2) + tokenizer
 
     def build(self, reference: dict[str, Any], folder: Path, name: str, quant: str | None) -> None:
         """Write the export into ``folder`` (``name``: the run's, for a file's name)."""
@@ -759,11 +769,19 @@ class Gguf(ExportFormat):
             llama_cpp._converter()
         llama_cpp.import_llama_cpp()
 
-    def needed(self, parameters: int, quant: str | None, float32: bool) -> int:
-        """The merged model, the converter's output and, when quantized, the quantizer's (each at most the 16-bit or
-        float32 size)."""
-        between = parameters * (4 if parameters <= F32_GGUF_LIMIT else 2)
-        return super().needed(parameters, quant, float32) + between * (1 if quant in ("f32", "f16", "bf16") else 2)
+    def needed(self, parameters: int, quant: str | None, float32: bool, tokenizer: int = 0) -> int:
+        """What :meth:`build` has on disk at once: the merged model and the converter's GGUF of ``quant`` (f32, f16,
+        bf16, q8_0: :data:`~grpo_kit.policy.llama_cpp.CONVERTER_TYPES`), or for a type only the quantizer writes, the
+        converter's float32 or 16-bit GGUF in between and the quantizer's, at most q8_0's size
+        (:data:`~grpo_kit.policy.llama_cpp.GGUF_BYTES_PER_WEIGHT`); each GGUF carries the vocabulary, counted as the
+        ``tokenizer`` files' bytes."""
+        from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, GGUF_BYTES_PER_WEIGHT
+
+        merged = super().needed(parameters, quant, float32, tokenizer)
+        if quant in CONVERTER_TYPES:
+            return merged + math.ceil(parameters * GGUF_BYTES_PER_WEIGHT[quant]) + tokenizer
+        between = GGUF_BYTES_PER_WEIGHT["f32" if parameters <= F32_GGUF_LIMIT else "f16"]
+        return merged + math.ceil(parameters * (between + GGUF_BYTES_PER_WEIGHT["q8_0"])) + 2 * tokenizer
 
     def build(self, reference: dict[str, Any], folder: Path, name: str, quant: str | None) -> None:
         super().build(reference, folder / "merged", name, quant)
@@ -873,7 +891,8 @@ def export(run_dir: str | Path, format: str = "merged", quant: str | None = None
         with loading.saved_whole(out, "verification.json") as folder:  # takes the place of out only when it passed
             reference = _reference(run, settings, questions, trust_remote_code)
             reference["base"] = merge_from
-            _check_disk(folder, fmt.needed(reference["parameters"], quant, reference["dtype"] == "float32"), format)
+            _check_disk(folder, fmt.needed(reference["parameters"], quant, reference["dtype"] == "float32",
+                                           _tokenizer_bytes(run.model)), format)
             fmt.build(reference, folder, f"{run.path.name}-{quant}", quant)
             verification = verify_export(folder, run.path, questions, reference=reference, threshold=threshold,
                                          trust_remote_code=trust_remote_code)

@@ -325,7 +325,7 @@ class RunFolder:
         """
         if self.finished_step() is None:
             raise ValueError(f"training in {self.path} has not finished (no {self.finished.name}; model/ may be "
-                             "missing or half-written): run python -m grpo_kit train with --resume to finish it")
+                             f"missing or half-written): run {self.command('train --resume')} to finish it")
         record = self.read_json(self.finished, "train --resume")
         recorded = record.get("model_files")
         if not isinstance(recorded, dict):
@@ -386,7 +386,7 @@ class RunFolder:
         Returns:
             A one-line reason that ends with what to run, or ``None``.
         """
-        again = f"run python -m grpo_kit eval --run-dir {shlex.quote(str(self.path))} again"
+        again = f"run {self.command('eval')} again"
         if "step" not in (record := read_record(self.evaluated)):  # missing or damaged
             return (f"{self.path}'s evaluation after training does not record the step and model it measured (no "
                     f"readable {self.evaluated.name}): {again}")
@@ -414,10 +414,33 @@ class RunFolder:
         return None
 
     def require(self, path: Path, written_by: str) -> Path:
-        """Return ``path``, or raise ``FileNotFoundError`` naming the step (``written_by``) that writes it."""
+        """Return ``path``, or raise ``FileNotFoundError`` naming the step (``written_by``) that writes it, and on the
+        command line ``--trust-task-code`` where the run needs it (:meth:`needs_trust`)."""
         if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: run {written_by} with run_dir={str(self.path)!r} first")
+            trust = " (on the command line with --trust-task-code)" if self.needs_trust() else ""
+            raise FileNotFoundError(f"{path} is missing: run {written_by} with run_dir={str(self.path)!r}{trust} "
+                                    "first")
         return path
+
+    def needs_trust(self) -> bool:
+        """Whether the commands that read this run must pass ``--trust-task-code``: its records name Python outside
+        ``grpo_kit`` (``train_settings.json``'s rewards of your own as ``module:function``, or a recorded task file's
+        code keys), which they import only with it (:func:`grpo_kit.tasks.user_code.check_trusted`). Read without
+        importing anything; a missing or damaged record names nothing."""
+        from grpo_kit.tasks.task_file import names_code
+        from grpo_kit.tasks.user_code import untrusted
+
+        trained, evaluated = read_record(self.train_settings), read_record(self.eval_settings)
+        rewards = trained.get("reward_functions")
+        return bool(isinstance(rewards, dict) and untrusted(rewards)) or any(
+            names_code(record.get("task")) for record in (trained, evaluated))
+
+    def command(self, action: str) -> str:
+        """The command that runs ``action`` (``"eval"``, ``"train --resume"``) on this run, as it can be pasted: the
+        folder quoted for a shell, and ``--trust-task-code`` where the run needs it (:meth:`needs_trust`)."""
+        name, _, options = action.partition(" ")
+        return " ".join(["python -m grpo_kit", name, "--run-dir", shlex.quote(str(self.path)), *options.split(),
+                         *(["--trust-task-code"] if self.needs_trust() else [])])
 
     def heldout_record(self, step: int) -> Path:
         """Where the held-out evaluation at ``step`` is kept (``heldout/step-<step>.jsonl``)."""

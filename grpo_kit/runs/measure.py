@@ -30,6 +30,7 @@ from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import BASELINE_STEP, TRAIN_STEP, RunFolder
 from grpo_kit.system.files import write_text
+from grpo_kit.system.logs import counted
 from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
 from grpo_kit.training.algorithms import algorithm_markdown
@@ -284,7 +285,7 @@ def _records(run: RunFolder, path: Path, plan: EvalPlan, expected: int) -> EvalR
         raise ValueError(f"{e}. Delete {path} and {run.eval_settings.name} and run {BASELINE_STEP} again") from None
     found = len({r["id"] for r in result.records})
     if found != expected:
-        raise ValueError(f"{path} holds {found} questions where "
+        raise ValueError(f"{path} holds {counted(found, 'question')} where "
                          f"{run.eval_settings.name} describes {expected}: the file was edited or cut short. Delete "
                          f"both and run {BASELINE_STEP} again")
     return result
@@ -397,7 +398,8 @@ def _measure_after(run: RunFolder, batch_size: int | None, backend: Any, rewards
     check_pairing(evaluated, trained, run.path)
     if run.finished_step() is None:
         raise ValueError(f"training in {run.path} has not finished (no {run.finished.name}; model/ may be missing or "
-                         f"half-written): run {TRAIN_STEP} with --resume to finish it, then evaluate")
+                         f"half-written): run 03_train_grpo with resume = True (or {run.command('train --resume')}) "
+                         "to finish it, then evaluate")
     # changed data is refused, naming the file
     get_task(evaluated["task"], digest=evaluated.get("task_digest"), trust_remote_code=trust_remote_code)
     own = run_rewards(trained, rewards, run.train_settings, trust_remote_code)  # untrusted: refused before any work

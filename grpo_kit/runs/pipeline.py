@@ -33,6 +33,7 @@ from grpo_kit.runs.measure import EvalPlan, measure_after, measure_before
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.runs.train import package_versions, train
 from grpo_kit.system.files import write_text
+from grpo_kit.system.logs import counted
 from grpo_kit.tasks import DEFAULT_TASK, TASKS, RewardSet, Task, get_task
 from grpo_kit.training.presets import Recipe, get_preset
 
@@ -309,14 +310,15 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
         torch.manual_seed(config.seed)
         with _timed(wall, "warm start"):
             model, tokenizer, cached = warm_started_tiny_policy(spec.policy.tiny, progress=config.progress)
-        samples = f"greedy + {config.samples} samples each" if config.samples else "greedy"
-        log.info(f"baseline evaluation on {config.eval_size} {task.name} test questions ({samples})")
+        samples = f"greedy + {counted(config.samples, 'sample')} each" if config.samples else "greedy"
+        log.info(f"baseline evaluation on {config.eval_size} {task.name} test "
+                 f"{'question' if config.eval_size == 1 else 'questions'} ({samples})")
         with _timed(wall, "baseline evaluation"):  # the demo starts afresh: an earlier demo's baseline is replaced
             before = measure_before(plan, run, _backend(model, tokenizer, config), replace=True)
         print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
         with _timed(wall, "GRPO training"):
             trained = train(spec, policy=(model, tokenizer))
-        log.info(f"evaluation after GRPO on the same {config.eval_size} questions ({samples})")
+        log.info(f"evaluation after GRPO on the same {counted(config.eval_size, 'question')} ({samples})")
         with _timed(wall, "evaluation after GRPO"):
             if trained.trainer is not None:
                 model = trained.trainer.model
@@ -340,7 +342,7 @@ def _demo_report(config: DemoConfig, task: Task, preset: Recipe, run: RunFolder,
         "learning rate": preset.learning_rate,
         "max completion length (tokens)": preset.max_completion_length,
         "temperature (training)": preset.temperature,
-        "evaluation decoding": (f"greedy, and {config.samples} samples per question at temperature "
+        "evaluation decoding": (f"greedy, and {counted(config.samples, 'sample')} per question at temperature "
                                 f"{config.sample_temperature}; at most {config.eval_max_new_tokens} new tokens"),
         "warm start": _warm_line(config.warm, cached, f"{config.warm.xml_share:.0%} of targets in XML, reasoning "
                                  f"'{config.warm.reasoning}'"),
@@ -425,14 +427,15 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     with _timed(wall, "warm start"):
         model, tokenizer, cached = warm_started_tiny_policy(plan.source.tiny, progress=config.progress)
     first = next(iter(folders.values()))
-    log.info(f"baseline on {config.eval_size} {task.name} test questions (greedy + {config.samples} samples each), "
+    log.info(f"baseline on {config.eval_size} {task.name} test {'question' if config.eval_size == 1 else 'questions'} "
+             f"(greedy + {counted(config.samples, 'sample')} each), "
              f"shared by {', '.join(folders)}")
     with _timed(wall, "baseline evaluation"):
         measure_before(plan, first, _backend(model, tokenizer, config))
         share_baseline(first, list(folders.values()))
     measured = {}
     for name, spec in specs.items():
-        log.info(f"{name}: GRPO for {preset.max_steps} steps with {spec.rewards}")
+        log.info(f"{name}: GRPO for {counted(preset.max_steps, 'step')} with {spec.rewards}")
         with _timed(wall, f"{name}: GRPO training"):
             torch.manual_seed(config.seed)
             fresh, _ = load_policy(str(plan.source.tiny.folder), dtype="float32")  # every variant starts from the cache
@@ -449,7 +452,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
         metrics = [f"avg@{config.samples} (flexible)", f"pass@{config.samples} (flexible)"]
         rows = {"baseline": next(iter(measured.values())).before_sampled,
                 **{name: m.after_sampled for name, m in measured.items()}}
-        sampled = ["## Sampled", "", f"{config.samples} samples per question at temperature "
+        sampled = ["## Sampled", "", f"{counted(config.samples, 'sample')} per question at temperature "
                    f"{config.sample_temperature}; 95% bootstrap intervals over questions.", "",
                    intervals_markdown({name: sampled_metrics(result.records, seed=config.seed).loc[metrics]
                                        for name, result in rows.items()}), ""]
@@ -463,7 +466,8 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
         "max completion length (tokens)": preset.max_completion_length,
         "algorithm": preset.algorithm,
         "warm start": _warm_line(config.warm, cached, f"learning rate {config.warm.learning_rate}"),
-        "evaluation": (f"{config.eval_size} held-out test questions; greedy, and {config.samples} samples at "
+        "evaluation": (f"{config.eval_size} held-out test {'question' if config.eval_size == 1 else 'questions'}; "
+                       f"greedy, and {counted(config.samples, 'sample')} at "
                        f"temperature {config.sample_temperature}; at most {config.eval_max_new_tokens} new tokens"),
         "seed": config.seed,
     }

@@ -24,6 +24,7 @@ from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import RunFolder, read_record
+from grpo_kit.system.logs import counted
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
 from grpo_kit.tasks.data import carve_validation
@@ -237,14 +238,16 @@ def _cadence(run_dir: Path) -> int | None:
 def _resume_command(run_dir: Path, identity: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
     """The command that resumes ``run_dir`` as recorded: the run folder, the model where it is not the recipe's (a
     folder or Hub id given with ``--model_name_or_path``) and the length asked for, nothing else: the recipe, task,
-    rewards, questions and held-out evaluation are then the recorded ones."""
+    rewards, questions and held-out evaluation are then the recorded ones; and ``--trust-task-code`` where the run's
+    records name Python of your own (:meth:`RunFolder.needs_trust`)."""
     model, steps = identity.get("model"), overrides.get("max_steps")
     recipe = run_dir / "recipe.yaml"
     named = get_preset(recipe).model if recipe.is_file() else None
     return " ".join(["python -m grpo_kit train --run-dir", shlex.quote(str(run_dir)), "--resume",
                      *([f"--model_name_or_path {shlex.quote(model)}"] if isinstance(model, str)
                        and not model.startswith("tiny:") and model != named else []),
-                     *([f"--max_steps {steps}"] if steps is not None else [])])
+                     *([f"--max_steps {steps}"] if steps is not None else []),
+                     *(["--trust-task-code"] if RunFolder(run_dir, write=False).needs_trust() else [])])
 
 
 def _said(key: str, value: Any) -> str:
@@ -510,14 +513,16 @@ class RunSpec:
         """The run in a few lines, as ``train`` logs them and notebook 03 prints them: the recipe, task, rewards and
         algorithm; the steps, checkpoints and held-out evaluation; what the kit made of the recipe's script keys."""
         p = self.preset
-        held_out = (f"; validation accuracy every {self.eval_steps} steps on {self.eval_size} questions held out of "
+        held_out = (f"; validation accuracy every {counted(self.eval_steps, 'step')} on "
+                    f"{counted(self.eval_size, 'question')} held out of "
                     "the train split" + (f" ({self.eval_size_default})" if self.eval_size_default else "")
                     if self.eval_steps else "")
         return [f"{p.name} on {self.task.name} with {self.rewards}; algorithm {p.algorithm}: loss_type {p.loss_type}, "
                 f"beta {p.beta}, scale_rewards {p.scale_rewards}, importance_sampling_level "
                 f"{p.importance_sampling_level}, epsilon {p.epsilon}/{p.epsilon_high}",
-                f"{p.max_steps} steps of {p.prompts_per_step} prompts x {p.num_generations} completions; checkpoints "
-                f"every {p.save_steps} steps in {self.folder.checkpoints}{held_out}", *self.taken]
+                f"{counted(p.max_steps, 'step')} of {counted(p.prompts_per_step, 'prompt')} x "
+                f"{counted(p.num_generations, 'completion')}; checkpoints every {counted(p.save_steps, 'step')} in "
+                f"{self.folder.checkpoints}{held_out}", *self.taken]
 
     def heldout(self) -> dict[str, Any] | None:
         """What ``train_settings.json`` records of the held-out evaluation during training (``None``: none): the

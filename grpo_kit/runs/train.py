@@ -35,6 +35,7 @@ from grpo_kit.runs.export import model_card
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
+from grpo_kit.system.logs import counted
 from grpo_kit.system.progress import announce, expected_seconds, phase_bar, step_bar
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import (
@@ -96,9 +97,10 @@ def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, do
     completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     per_step = expected_seconds("grpo step", sum(p.numel() for p in model.parameters()), completions=completions,
                                 new_tokens=preset.max_completion_length, prompt_tokens=prompt_tokens)
-    return announce(f"GRPO on {spec.task.name}: {preset.max_steps - done} steps of {completions} completions "
-                    f"({preset.prompts_per_step} prompts x {preset.num_generations}, up to "
-                    f"{preset.max_completion_length} new tokens each), a checkpoint every {preset.save_steps} steps",
+    return announce(f"GRPO on {spec.task.name}: {counted(preset.max_steps - done, 'step')} of "
+                    f"{counted(completions, 'completion')} ({counted(preset.prompts_per_step, 'prompt')} x "
+                    f"{preset.num_generations}, up to {preset.max_completion_length} new tokens each), a checkpoint "
+                    f"every {counted(preset.save_steps, 'step')}",
                     per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
 
 

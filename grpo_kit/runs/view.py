@@ -70,8 +70,12 @@ def _evaluation(run: RunFolder, path: Path, trust_remote_code: bool, rewards: Se
 
 
 def _answers(result: EvalResult, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The first sample of each question: its completion, extracted answer and each metric's value, by id."""
-    return {r["id"]: {"completion": r["completion"], "extracted": r.get("extracted"),
+    """The first sample of each question, by id: its completion, the answer each of the task's rules read from it
+    (``{"strict": ..., "flexible": ...}``, ``None`` where a rule found none: the record's ``<rule>_answer``, what the
+    accuracy rows judged) and each metric's value. Not the record's ``extracted``: the reward functions' rule
+    (``extract_xml_answer``) gives back the whole completion when it has no answer tags."""
+    rules = list(result.task.rules)
+    return {r["id"]: {"completion": r["completion"], "extracted": {rule: r.get(f"{rule}_answer") for rule in rules},
                       "values": {k: _number(r.get(k)) for k in keys}} for r in result.records if r["sample"] == 0}
 
 

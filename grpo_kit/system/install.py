@@ -145,7 +145,10 @@ class InstallPlan:
         return asdict(self)
 
     def describe(self) -> str:
-        """The plan as text, a line each."""
+        """The plan as text, a line each; a plan with no GPU route (``fatal``) is its problems alone: its torch,
+        vLLM and package lines would describe an install that does not happen."""
+        if self.fatal:
+            return "\n".join(f"problem: {p}" for p in self.problems)
         head = (f"torch {self.torch} (CUDA {self.cuda or 'none'}) is kept" if self.keep_torch
                 else f"torch is installed: {next((p for p in self.install if p.startswith('torch==')), 'none')}")
         lines = ([self.no_vllm] if self.no_vllm else []) + [f"{head}; NVIDIA driver: {self.driver or 'none'}",
@@ -237,8 +240,11 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
     supported = ", ".join(row["torch_minor"] for row in table["rows"])
     if driver is None:
         return InstallPlan(torch, None, None, keep_torch=torch is not None, fatal=True, problems=[
-            "no NVIDIA driver found (nvidia-smi): the GPU stack needs an NVIDIA GPU. On Colab choose Runtime > "
-            "Change runtime type > GPU; on a CPU use preset cpu-tiny (pip install -r requirements-cpu.txt)"])
+            "no NVIDIA driver found (nvidia-smi), so no GPU package set applies to this machine: the GPU stack needs "
+            "an NVIDIA GPU. On this CPU install the CPU route (pip install -r requirements-cpu.txt; the notebooks' "
+            "install_stack() does it) and use preset cpu-tiny; on Colab choose Runtime > Change runtime type > GPU; "
+            "for a GPU runtime's plan give its torch and driver (doctor --install-plan --torch VERSION --driver "
+            "VERSION)"])
     if torch is None:
         pinned = _row_for(table["pinned"], table)
         runnable = _runnable(table, driver)

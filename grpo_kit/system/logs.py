@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import TextIO
 
-__all__ = ["ROOT", "configure_logging"]
+__all__ = ["ROOT", "configure_logging", "counted"]
 
 #: The logger every module of the kit logs under.
 ROOT = "grpo_kit"
@@ -64,3 +64,17 @@ def configure_logging(level: int = logging.INFO, stream: TextIO | None = None,
     handler.setFormatter(_Format())
     logger.addHandler(handler)
     return logger
+
+
+def counted(n: int | float, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, singular for exactly 1, as the kit's messages say a count: "1 step", "2 steps".
+
+    Args:
+        n: the count.
+        noun: the singular noun.
+        plural: the plural where it is not ``noun + "s"`` ("processes").
+
+    >>> counted(1, "step"), counted(3, "question"), counted(2, "process", "processes"), counted(0, "run")
+    ('1 step', '3 questions', '2 processes', '0 runs')
+    """
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

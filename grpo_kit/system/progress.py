@@ -173,16 +173,20 @@ class _Lines:
     """What a tqdm bar writes to when standard error is not a terminal: each redraw as a whole line of its own, without
     the carriage returns and the blank-padding erasures that redraw a bar in place on a terminal (in a log file they
     glue every redraw, and the log lines written between them, into one line), at most one every ``every`` seconds
-    (the ticker's redraws and tqdm's own would each write one every 30 s). Writes to whatever ``sys.stderr`` is at the
-    time, as the kit's log handler does."""
+    (the ticker's redraws and tqdm's own would each write one every 30 s). A finished bar's redraws wait for its
+    closing line, which is written whatever the time (``every`` 0): its last line once, not again a second later with
+    another elapsed time. Writes to whatever ``sys.stderr`` is at the time, as the kit's log handler does."""
 
     def __init__(self, every: float) -> None:
         self.last, self.every, self.written = "", every, -math.inf
+        self.bar: Any = None  # the tqdm bar drawn here, once made
 
     def write(self, text: str) -> int:
         line = text.replace("\r", "").strip()
-        # tqdm's erasures (spaces) and an unchanged or too early redraw add nothing to a log
-        if line and line != self.last and time.monotonic() - self.written >= self.every:
+        finished = self.every > 0 and self.bar is not None and self.bar.total is not None and \
+            self.bar.n >= self.bar.total
+        # tqdm's erasures (spaces), an unchanged or too early redraw and a finished bar's before it closes add nothing
+        if line and not finished and line != self.last and time.monotonic() - self.written >= self.every:
             sys.stderr.write(line + "\n")
             self.last, self.written = line, time.monotonic()
         return len(text)
@@ -219,6 +223,8 @@ def phase_bar(label: str, total: float | None, unit: str = "it", enabled: bool =
     bar = tqdm(total=total, desc=label, unit=unit, disable=not enabled, dynamic_ncols=terminal, bar_format=layout,
                mininterval=0.5 if terminal else 30.0, delay=1.0 if total is None else 0.0, initial=initial,
                file=lines, ascii=not terminal)
+    if lines is not None:
+        lines.bar = bar
     stopped, said = threading.Event(), [expected]
 
     def tick() -> None:  # redraws the bar, so its elapsed time moves while one long unit runs, and corrects ``said``

@@ -57,10 +57,10 @@ from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, ite
 from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, RewardSet
 from grpo_kit.tasks.rewards import gold_text
 from grpo_kit.tasks.task import Task
-from grpo_kit.tasks.user_code import TRUST, check_trusted, import_named
+from grpo_kit.tasks.user_code import TRUST, check_trusted, import_named, untrusted
 
 __all__ = ["CODE_KEYS", "EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "check_task_code", "is_task_file",
-           "load_task", "task_name"]
+           "load_task", "names_code", "task_name"]
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +289,19 @@ def check_task_code(path: str | Path, data: Mapping[str, Any], trust_remote_code
             imported from, said before anything is imported.
     """
     check_trusted(path, {key: data.get(key) for key in CODE_KEYS}, "loading it", trust_remote_code)
+
+
+def names_code(task: Any) -> bool:
+    """Whether ``task`` is a task file that names Python outside ``grpo_kit`` (:data:`CODE_KEYS`), which loading it
+    needs ``trust_remote_code`` for (:func:`check_task_code`); read without importing anything. ``False`` for a task of
+    the kit's own and for a file that is gone or unreadable (loading it says why)."""
+    if not is_task_file(task):
+        return False
+    try:
+        data = read_yaml(task, "a task file")
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and bool(untrusted({key: data.get(key) for key in CODE_KEYS}))
 
 
 def _named(path: Path, data: dict[str, Any], key: str) -> Any:

@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["TRUST", "check_trusted", "import_named"]
+__all__ = ["TRUST", "check_trusted", "import_named", "untrusted"]
 
 #: How a caller says that Python arriving with data may run, as a message names it.
 TRUST = "--trust-task-code (in Python and the notebooks: trust_remote_code=True)"
@@ -88,6 +88,12 @@ def _module_origin(ref: Any) -> str:
     return f"{top}: {spec.origin if spec.origin not in (None, 'built-in', 'frozen') else 'built into Python'}"
 
 
+def untrusted(named: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``{label: "module:name" or None}`` that :func:`check_trusted` refuses without consent: those
+    naming a module outside ``grpo_kit``."""
+    return {label: ref for label, ref in named.items() if ref is not None and _outside_kit(ref)}
+
+
 def check_trusted(source: Any, named: Mapping[str, Any], action: str, trust_remote_code: bool = False) -> None:
     """Refuse Python that arrived with data unless the caller trusts it: importing a module runs its code, so as
     ``datasets.load_dataset`` and ``transformers``' ``from_pretrained`` run code that came with a dataset or a model
@@ -105,7 +111,7 @@ def check_trusted(source: Any, named: Mapping[str, Any], action: str, trust_remo
         ValueError: untrusted code; one line naming each label, its ``module:name`` and where the module would be
             imported from, said before anything is imported.
     """
-    foreign = {label: ref for label, ref in named.items() if ref is not None and _outside_kit(ref)}
+    foreign = untrusted(named)
     if not foreign or trust_remote_code:
         return
     names = ", ".join(f"{label}: {ref}" for label, ref in foreign.items())

@@ -29,6 +29,7 @@ from grpo_kit.evaluation.scoring import EvalResult, evaluate
 from grpo_kit.evaluation.stats import mcnemar_exact
 from grpo_kit.evaluation.summary import rule_label
 from grpo_kit.policy.generation import Sampling, TransformersBackend
+from grpo_kit.system.logs import counted
 from grpo_kit.training.presets import Recipe
 
 if TYPE_CHECKING:
@@ -350,7 +351,8 @@ class RewardWatch(TrainerCallback):
                 alarm = {"kind": "reward_never_judged", "step": state.global_step, "reward": name,
                          "completions": calls.completions, "raised": calls.raised}
                 self.alarms.append(alarm)
-                log.warning(f"ALARM: reward {name} judged none of the {calls.completions} completions of this training "
+                log.warning(f"ALARM: reward {name} judged none of the {counted(calls.completions, 'completion')} of "
+                            "this training "
                             f"({_unjudged(calls)}): it taught nothing; fix it and train again")
                 if self.records is not None:
                     self.records.append_alarm(alarm)

@@ -87,7 +87,8 @@ def estimate_hours(preset: Recipe, shape: ModelShape, gpu: Gpu, steps: int, vllm
             without vLLM does).
 
     Returns:
-        ``{"hours", "seconds_per_step", "basis"}``: the basis says which reference and which ratios.
+        ``{"hours", "seconds_per_step", "basis"}``: hours to 0.1 and whole seconds, as ``plan`` prints them (an
+        estimate has no more digits); the basis says which reference and which ratios.
 
     >>> from grpo_kit.policy.devices import card
     >>> from grpo_kit.training.presets import PRESETS
@@ -104,11 +105,12 @@ def estimate_hours(preset: Recipe, shape: ModelShape, gpu: Gpu, steps: int, vllm
                   f"{gpu.name}'s memory bandwidth unknown to the kit, so none")
     basis = (f"scaled from {ref.what} by completion tokens per step and process ({tokens:,} against {ref.tokens:,}), "
              f"parameters ({shape.parameters / 1e9:.2f}B against {ref.parameters / 1e9:.2f}B) and {card_words}")
-    return {"hours": seconds * steps / 3600, "seconds_per_step": seconds, "basis": basis}
+    return {"hours": round(seconds * steps / 3600, 1), "seconds_per_step": round(seconds), "basis": basis}
 
 
 def estimate_disk(preset: Recipe, shape: ModelShape) -> dict[str, Any]:
-    """What a run of ``preset`` downloads and writes, in GB (10**9 bytes), an estimate (see the module docstring).
+    """What a run of ``preset`` downloads and writes, in GB (10**9 bytes) to 0.1 (``checkpoint`` and ``model`` to
+    0.01), as ``plan`` prints them, an estimate (see the module docstring).
 
     Returns:
         ``{"download", "download_what", "checkpoint", "checkpoints", "model", "merged_export", "base_for_merge",
@@ -133,4 +135,6 @@ def estimate_disk(preset: Recipe, shape: ModelShape) -> dict[str, Any]:
     gb = {"download": download / _GB, "checkpoint": checkpoint / _GB,
           "checkpoints": checkpoint * (preset.save_total_limit or 1) / _GB, "model": trainable * 4 / _GB,
           "merged_export": half / _GB, "base_for_merge": half / _GB if four_bit else 0.0}
-    return {**gb, "download_what": what, "total": sum(gb.values()) - gb["checkpoint"]}
+    # to the digits plan prints: a tenth of a GB, a hundredth for the small checkpoint and model/
+    return {**{k: round(v, 2 if k in ("checkpoint", "model") else 1) for k, v in gb.items()}, "download_what": what,
+            "total": round(sum(gb.values()) - gb["checkpoint"], 1)}

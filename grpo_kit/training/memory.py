@@ -42,6 +42,7 @@ from typing import Any
 
 from grpo_kit.policy.devices import Gpu
 from grpo_kit.policy.shapes import ModelShape
+from grpo_kit.system.logs import counted
 from grpo_kit.training.presets import Recipe
 
 __all__ = ["LAUNCHES", "NF4_BYTES", "OVERHEAD_GIB", "estimate_memory"]
@@ -127,4 +128,4 @@ def estimate_memory(preset: Recipe, shape: ModelShape, gpu: Gpu, launch: str = "
             "fits": needed <= gpu.memory_gib and kv_fits, "kv_cache_needed": round(kv_needed / _GIB, 2),
             "kv_cache_room": None if room is None else round(room / _GIB, 2),
             "basis": f"arithmetic from {shape.name}'s config.json ({total / 1e9:.2f}B parameters), "
-                     f"{n} process(es), launch {launch}; see grpo_kit/training/memory.py"}
+                     f"{counted(n, 'process', 'processes')}, launch {launch}; see grpo_kit/training/memory.py"}

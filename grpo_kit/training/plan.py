@@ -21,6 +21,7 @@ from typing import Any
 from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus, placement
 from grpo_kit.policy.shapes import ModelShape, model_shape
 from grpo_kit.system.files import json_or_none
+from grpo_kit.system.logs import counted
 from grpo_kit.tasks import DEFAULT_TASK, get_task
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
@@ -330,7 +331,7 @@ def _without_vllm(preset: Recipe) -> str | None:
     """What a run of ``preset`` does on a runtime without vLLM (``None``: the recipe does not generate with it)."""
     if preset.use_unsloth and preset.fast_inference:
         return ("Unsloth trains and evaluates with fast_inference=False, generation through transformers (train and "
-                "eval say so in one line); the time below without vLLM applies")
+                "eval say so in one line); the time estimate without vLLM applies")
     if preset.use_vllm:
         return ("TRL refuses to start (use_vllm=True needs vLLM): install the vLLM doctor --install-plan names, or "
                 "set use_vllm false to generate through transformers")
@@ -430,8 +431,8 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
                                     "--gpu-memory-utilization (0.9 by default) applies there")
             if gpu is not None and n >= here:  # training takes every GPU: none is left for the server
                 problems.append(Problem(
-                    f"vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and {n} training process(es) "
-                    f"take all {here} GPU(s): train on {here - 1} (--gpus {here - 1}, CUDA_VISIBLE_DEVICES leaving one "
+                    f"vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and {n} training processes "
+                    f"take all {here} GPUs: train on {here - 1} (--gpus {here - 1}, CUDA_VISIBLE_DEVICES leaving one "
                     "out) and start the server on the one left" if here > 1 else
                     "vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and this machine's only GPU "
                     "trains: use a preset that colocates vLLM (vllm_mode='colocate') or a machine with two GPUs",
@@ -499,7 +500,7 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines = [f"preset {plan['preset']}: route {plan['route']}, model {plan['model']}",
              *(f"from the recipe: {line}" for line in plan["recipe_keys"]),
              f"algorithm: {plan['algorithm']['summary']}", f"sampling: {plan['sampling']}",
-             f"device: {where}; launch {plan['launch']}, {len(plan['processes'])} process(es)"]
+             f"device: {where}; launch {plan['launch']}, {counted(len(plan['processes']), 'process', 'processes')}"]
     lines += [f"  rank {p['rank']}: dtype {p['dtype']}, device_map {p['device_map']}" for p in plan["processes"][:2]]
     if len(plan["processes"]) > 2:
         lines.append(f"  ... and {len(plan['processes']) - 2} more, each on its own GPU")
@@ -532,7 +533,8 @@ def format_plan(plan: dict[str, Any]) -> str:
         said = [f"{name} about {e['hours']:.1f} h ({e['seconds_per_step']:.0f} s a step)"
                 for name, e in (("with vLLM generating", time["with_vllm"]), ("without vLLM", time["without_vllm"]))
                 if e is not None]
-        lines.append(f"time (estimate, not measured on this card) for {time['steps']} steps: " + "; ".join(said))
+        lines.append(f"time (estimate, not measured on this card) for {counted(time['steps'], 'step')}: "
+                     + "; ".join(said))
         lines += [f"  basis: {e['basis']}" for e in (time["with_vllm"], time["without_vllm"]) if e is not None]
     if disk is not None:
         lines.append(f"download (estimate): {disk['download']:.1f} GB, {disk['download_what']}")

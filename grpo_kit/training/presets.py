@@ -29,6 +29,7 @@ from grpo_kit.policy.devices import Gpu, cuda_available, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading, import_unsloth
 from grpo_kit.system.files import read_yaml
 from grpo_kit.system.install import installed_version
+from grpo_kit.system.logs import counted
 from grpo_kit.training.algorithms import get_algorithm
 
 __all__ = ["GONE", "PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "command_line",
@@ -250,7 +251,8 @@ class Recipe:
         if self.settings.get("output_dir"):
             lines.append(f"run folder: output_dir {self.output_dir} (unless --run-dir names one)")
         if self.eval_strategy_name == "steps":
-            lines.append(f"held-out accuracy every {self.eval_steps or self.logging_steps} steps (eval_strategy steps) "
+            lines.append(f"held-out accuracy every {counted(self.eval_steps or self.logging_steps, 'step')} "
+                         "(eval_strategy steps) "
                          "on validation questions from the train split; the test split is kept for the before/after "
                          "table")
         if self.max_steps == -1:

@@ -565,6 +565,37 @@ def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_
 
 
 @needs_llama
+@pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
+def test_the_disk_a_gguf_export_asks_for_is_what_it_writes(full_run, quant, tmp_path, monkeypatch):
+    """The free space checked before a GGUF export is what is on disk at once: the merged model and the converter's
+    GGUF (q8_0 written directly), or for a type only the quantizer writes, the converter's float32 GGUF and the
+    quantizer's; not twice a 16-bit copy on top of the merged model."""
+    import grpo_kit.policy.llama_cpp
+    import grpo_kit.runs.export
+
+    asked, written = [], []
+    real_check = grpo_kit.runs.export._check_disk
+    monkeypatch.setattr(grpo_kit.runs.export, "_check_disk", lambda where, needed, fmt: asked.append(needed) or
+                        real_check(where, needed, fmt))
+
+    def sizes(folder):
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+    def recording(real):
+        def step(source, out, *args):
+            result = real(source, out, *args)
+            written.append(sizes(Path(out).parent))  # the merged model and every GGUF there now
+            return result
+        return step
+
+    for name in ("convert_to_gguf", "quantize_gguf"):
+        monkeypatch.setattr(grpo_kit.policy.llama_cpp, name, recording(getattr(grpo_kit.policy.llama_cpp, name)))
+    export(full_run, "gguf", quant=quant, questions=QUESTIONS, out=tmp_path / "gguf")
+    assert len(written) == (1 if quant == "q8_0" else 2)
+    assert max(written) <= asked[0] <= 1.2 * max(written), (asked, written)
+
+
+@needs_llama
 def test_a_large_models_quantized_gguf_goes_through_16_bits_not_float32(lora_run, tmp_path, monkeypatch):
     """Above F32_GGUF_LIMIT parameters (1B) an 8B model's float32 GGUF would be 32 GB of disk in between."""
     import grpo_kit.policy.llama_cpp

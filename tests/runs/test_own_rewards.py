@@ -153,3 +153,46 @@ def test_a_reward_module_a_run_folder_records_runs_only_when_trusted(tmp_path, m
     assert "answer_length" in set(measured.table["metric"]) and "answer_length" in (run / "report.md").read_text()
     assert main(["compare", str(run), "--out", str(tmp_path / "cmp"), "--trust-task-code"]) == 0
     assert main(["view", str(run), "--trust-task-code"]) == 0
+
+
+def test_every_command_printed_for_a_run_with_its_own_rewards_passes_trust_task_code(tmp_path, monkeypatch, capsys):
+    """A run folder that records a reward of your own as module:function is read only with --trust-task-code: each
+    next command the kit prints for it (eval again, train --resume, the resume after Ctrl-C, the resume a changed
+    setting is refused with) carries the option, or the user pastes a command that is refused."""
+    import json
+
+    import grpo_kit.cli
+    from grpo_kit.runs.folder import RunFolder
+    from grpo_kit.runs.spec import _resume_command
+    from tests.viewer_run import write_run
+
+    run = write_run(tmp_path / "my run", n=8, steps=1, samples=2)  # records tests.viewer_run:answer_length
+    settings = json.loads((run / "train_settings.json").read_text())
+    settings.update(base_model="tiny", task="gsm8k", system_prompt="S")  # trained from what the baseline measured
+    (run / "train_settings.json").write_text(json.dumps(settings))
+    folder = RunFolder(run, write=False)
+    pasted = f"--run-dir '{run}'"
+    assert folder.needs_trust() and folder.command("train --resume") == \
+        f"python -m grpo_kit train {pasted} --resume --trust-task-code"
+    (run / "evaluated.json").unlink()
+    assert f"run python -m grpo_kit eval {pasted} --trust-task-code again" in folder.stale_results()
+    assert _resume_command(run, {"model": "tiny:x"}, {"max_steps": 3}).endswith(
+        f"{pasted} --resume --max_steps 3 --trust-task-code")
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(grpo_kit.cli, "_train", interrupted)
+    assert main(["train", "--run-dir", str(run), "--preset", "cpu-tiny"]) == 130
+    assert f"(python -m grpo_kit train {pasted} --resume --trust-task-code continues" in capsys.readouterr().err
+    (run / "finished.json").unlink()  # training did not finish: export and eval say how to resume it
+    for args in (["export", str(run)], ["eval", "--run-dir", str(run), "--trust-task-code"]):
+        assert main(args) == 2, args
+        assert f"python -m grpo_kit train {pasted} --resume --trust-task-code" in capsys.readouterr().err, args
+    (run / "train_settings.json").write_text(json.dumps({**settings, "reward_functions": {}}))  # built-ins only
+    assert not folder.needs_trust() and "--trust-task-code" not in folder.command("eval")
+    task = tmp_path / "rows.yaml"  # a task file whose loader is Python of its own: the same consent
+    task.write_text("loader: my_rows:load\nanswer_type: number\n")
+    evaluated = json.loads((run / "eval_settings.json").read_text())
+    (run / "eval_settings.json").write_text(json.dumps({**evaluated, "task": str(task)}))
+    assert folder.command("eval").endswith("--trust-task-code")

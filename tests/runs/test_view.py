@@ -75,6 +75,17 @@ def test_the_page_shows_every_reward_the_run_trained_with_and_checks_that_set(ru
     assert metrics["strict_format_reward_func"]["binary"] and not metrics["strict_format_reward_func"]["correctness"]
 
 
+def test_extracted_is_the_answer_each_rule_read_not_the_whole_completion(runs):
+    """The page's "extracted:" showed a whole completion that had no answer tags (the reward functions' rule gives
+    the text back); it shows what each accuracy rule read, none where it read nothing."""
+    a, _, _, _ = runs
+    data = view_data([a], trust_remote_code=True)
+    untagged = data["questions"][0]["before"]  # the <script> completion: no answer tags, no number
+    assert untagged["completion"] == SCRIPT and untagged["extracted"] == {"strict": None, "flexible": None}
+    tagged = data["questions"][3]["after"][0]
+    assert NEEDLE in tagged["completion"] and tagged["extracted"]["strict"] == data["questions"][3]["answer"]
+
+
 def test_view_refuses_a_file_it_did_not_write_and_a_missing_folder(runs, tmp_path, capsys):
     a, _, _, _ = runs
     mine = tmp_path / "notes.html"

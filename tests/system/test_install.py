@@ -141,3 +141,18 @@ def test_the_shipped_table_is_what_the_registry_says_now():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "install_table.py"), "--check"],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+def test_a_machine_without_a_gpu_is_told_the_cpu_install_not_a_gpu_plan(capsys, monkeypatch):
+    """doctor --install-plan on a CPU-only machine (or --torch of a CUDA build without --driver) names no torch to
+    keep, no vLLM and no packages, as if a GPU install applied: it says there is no GPU here and what the CPU route
+    installs."""
+    import grpo_kit.training.doctor
+
+    monkeypatch.setattr(grpo_kit.training.doctor, "nvidia_driver", lambda: None)
+    for args in ([], ["--torch", "2.13.0+cu130"]):
+        assert main(["doctor", "--install-plan", *args]) == 2
+        out = capsys.readouterr().out
+        assert out.count("\n") == 1 and out.startswith("problem: no NVIDIA driver found"), out
+        assert "pip install -r requirements-cpu.txt" in out and "preset cpu-tiny" in out
+        assert "is kept" not in out and "vLLM:" not in out and "install:" not in out

@@ -93,6 +93,25 @@ def test_off_a_terminal_a_bar_is_lines_and_a_log_line_is_never_glued_to_it(monke
     assert stream.getvalue().splitlines() == ["GRPO: 10%", "GRPO: 100%"]
 
 
+def test_off_a_terminal_a_finished_bar_writes_its_last_line_once(monkeypatch, kit_log_on_stderr):
+    """The warm start's log ended with its 100% line twice: a redraw of the finished bar (the 30 s ticker's, or
+    tqdm's own at the last step) and the bar's closing line, a second later and so with another elapsed time."""
+    import sys
+    import time
+    import types
+
+    clock = iter(range(0, 10**6, 100))  # every redraw passes the 25 s gate between lines
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    with phase_bar("warm start", 4, "step", enabled=True) as bar:
+        bar.update(4)
+        bar.refresh()  # what the ticker draws while the finished bar waits to close
+        time.sleep(1.1)  # the closing line shows another elapsed time
+    finished = [line for line in stream.getvalue().splitlines() if line.startswith("warm start: 100%")]
+    assert len(finished) == 1 and "[00:01<" in finished[0], stream.getvalue()
+
+
 def test_the_announced_time_is_corrected_from_the_measured_rate(monkeypatch, caplog):
     """Issue 46: "about 9 min" announced, 22 taken on a loaded machine, and nothing said meanwhile."""
     import sys
