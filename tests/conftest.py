@@ -112,13 +112,14 @@ def kit_log_on_stderr():
 
 
 # `make test` hands whole files to its two test processes in collection order (--dist loadfile
-# --no-loadscope-reorder), so the longest files (pytest --durations=0 on 2 cores, 2026-11-26) go first and the short
-# ones fill in at the end: a long file handed out last would run alone while the other process waited.
-LONGEST_FIRST = ["tests/test_notebooks.py", "tests/runs/test_scaling.py", "tests/runs/test_train_runs.py",
-                 "tests/training/test_reward_choice.py", "tests/test_notebooks_task_file.py",
-                 "tests/runs/test_export.py", "tests/training/test_learning.py", "tests/runs/test_spec.py",
-                 "tests/tasks/test_countdown.py", "tests/test_gpu_proof.py", "tests/runs/test_bad_input.py",
-                 "tests/test_demo.py"]
+# --no-loadscope-reorder), so the longest files (pytest --durations=0 on 2 busy cores, 2026-11-27, the warm starts
+# cached) go first and the short ones fill in at the end: a long file handed out last would run alone while the other
+# process waited (tests/system/test_install.py, 34 pip calls to the registry, was handed out among the last).
+LONGEST_FIRST = ["tests/test_notebooks.py", "tests/runs/test_train_runs.py", "tests/runs/test_scaling.py",
+                 "tests/training/test_reward_choice.py", "tests/system/test_install.py", "tests/runs/test_export.py",
+                 "tests/training/test_learning.py", "tests/test_notebooks_task_file.py",
+                 "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py", "tests/tasks/test_countdown.py",
+                 "tests/runs/test_spec.py", "tests/test_demo.py", "tests/runs/test_bad_input.py"]
 
 
 def pytest_collection_modifyitems(items):

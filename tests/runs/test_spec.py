@@ -32,21 +32,14 @@ def counted(monkeypatch):
     return counts
 
 
-def test_train_checks_its_settings_once_and_reads_the_train_split_once(counted, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    code = main(["train", "--preset", "cpu-tiny", "--run-dir", str(tmp_path / "run"), "--max-steps", "1",
-                 "--train-size", "16", "--warm-steps", "2", "--per_device_train_batch_size", "8",
-                 "--max_completion_length", "8"])
-    assert code == 0 and (tmp_path / "run" / "model").is_dir()
-    # The tiny policy's warm start reads the train split too, once, to build itself: the run reads it once more.
-    assert counted == {"check_settings": 1, "train_split": 2}
-
-
-def test_a_second_train_from_the_cache_reads_the_split_once(counted, tmp_path, monkeypatch):
+def test_train_checks_its_settings_once_and_reads_the_train_split_once_then_once_from_the_cache(counted, tmp_path,
+                                                                                              monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ["train", "--preset", "cpu-tiny", "--max-steps", "1", "--train-size", "16", "--warm-steps", "2",
             "--per_device_train_batch_size", "8", "--max_completion_length", "8"]
-    assert main([*args, "--run-dir", str(tmp_path / "a")]) == 0
+    assert main([*args, "--run-dir", str(tmp_path / "a")]) == 0 and (tmp_path / "a" / "model").is_dir()
+    # The tiny policy's warm start reads the train split too, once, to build itself: the run reads it once more.
+    assert counted == {"check_settings": 1, "train_split": 2}
     counted.update(check_settings=0, train_split=0)
     assert main([*args, "--run-dir", str(tmp_path / "b")]) == 0  # the tiny policy now comes from its cache
     assert counted == {"check_settings": 1, "train_split": 1}

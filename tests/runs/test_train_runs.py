@@ -36,19 +36,6 @@ def _train_args(model: Path, run_dir: Path, *extra: str) -> list[str]:
             "--eval_strategy", "steps", "--eval_steps", "2"]
 
 
-def _train_one_step_with(model: Path, tmp_path: Path, *rewards: str) -> subprocess.CompletedProcess:
-    """One training step of ``tmp_path/run`` with these rewards in place of ``_train_args``' two (``module:function``
-    names of modules written into ``tmp_path``), without held-out evaluation."""
-    args = _train_args(model, tmp_path / "run")
-    start = args.index("--rewards") + 1
-    args[start:start + 2] = rewards
-    args[args.index("--max-steps") + 1] = "1"
-    args = args[:args.index("--eval_strategy")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    return subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=600)
-
-
 def _train(args: list[str], kill_at: str | None = None) -> subprocess.CompletedProcess | str:
     """Run `python -m grpo_kit train ...`; with ``kill_at``, SIGKILL it as soon as that text is logged (the log goes
     to standard error, read here together with standard output)."""
@@ -338,18 +325,6 @@ def test_the_step_0_evaluation_survives_a_kill_before_the_first_checkpoint(unint
     assert rows[0]["eval/flexible_accuracy"] == step0["eval/flexible_accuracy"]
 
 
-def test_a_reward_returning_none_nan_or_inf_does_not_crash_a_run(tiny_policy_files, tmp_path):
-    (tmp_path / "odd_rewards.py").write_text(
-        "import math\n"
-        "def odd_reward(completions, **kwargs):\n"
-        "    return [[None, math.nan, math.inf, 1.0][i % 4] for i in range(len(completions))]\n")
-    result = _train_one_step_with(tiny_policy_files, tmp_path, "odd_rewards:odd_reward", "xmlcount_reward_func")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "reward odd_reward: returned nan for completion 1, which is not a finite number" in result.stderr
-    assert "returned inf for completion 2" in result.stderr
-    assert "[grpo_kit] step 1/1: reward" in result.stderr
-
-
 def _snapshot(run_dir: Path) -> dict[str, bytes]:
     names = ["finished.json", "train_settings.json", "log_history.json", "model/model.safetensors"]
     return {name: (run_dir / name).read_bytes() for name in names}
@@ -415,27 +390,6 @@ def test_a_resume_whose_checkpoint_does_not_load_changes_nothing_in_the_finished
     assert _snapshot(run_dir) == before and sorted(p.name for p in (run_dir / "heldout").iterdir()) == heldout
 
 
-def test_a_reward_judging_nothing_huge_or_numpy_trains_and_the_run_finishes(tiny_policy_files, tmp_path):
-    """A reward that returns None for every completion (its step mean is None), one returning 1e30 (finite for Python,
-    inf once TRL squares it in float32) and one returning numpy numbers: the run trains, draws its curves and
-    writes finished.json."""
-    (tmp_path / "odd_rewards.py").write_text(
-        "import numpy as np\n"
-        "def judges_nothing(completions, **kwargs):\n"
-        "    return [None] * len(completions)\n"
-        "def huge(completions, **kwargs):\n"
-        "    return [[1e30, 1e300, 1.0][i % 3] for i in range(len(completions))]\n"
-        "def numpy_reward(completions, **kwargs):\n"
-        "    return np.array([len(c[0]['content']) % 3 for c in completions], dtype=np.float32)\n")
-    result = _train_one_step_with(tiny_policy_files, tmp_path, "odd_rewards:judges_nothing", "odd_rewards:huge",
-                                  "odd_rewards:numpy_reward")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "reward huge: returned 1e+30 for completion 0, which is not a finite number within 1e+15" in result.stderr
-    assert "reward numpy_reward" not in result.stderr
-    assert json.loads((tmp_path / "run" / "finished.json").read_text())["step"] == 1
-    assert (tmp_path / "run" / "training_curves.png").is_file()
-
-
 def test_a_checkpoint_whose_weights_were_replaced_is_refused_naming_the_file(uninterrupted, tiny_policy_files,
                                                                               tmp_path, capsys):
     """Whole weights (header and size right) that are not the ones training saved: another checkpoint's."""
@@ -456,44 +410,101 @@ def test_a_checkpoint_whose_weights_were_replaced_is_refused_naming_the_file(uni
     assert _snapshot(run_dir) == before
 
 
-def test_a_reward_that_raises_edits_a_column_never_judges_or_is_slow_never_ends_training(tiny_policy_files, tmp_path):
-    """A KeyError at step 2 ended the run with a traceback; a reward clearing the 'answer'
-    column ended it blaming the data; a reward judging nothing trained to the end with no alarm; a slow one
-    slowed every step without a word."""
-    (tmp_path / "mine.py").write_text(
-        "import time\n"
-        "def raises_at_step_2(completions, trainer_state=None, **kwargs):\n"
-        "    if trainer_state is not None and trainer_state.global_step >= 1:\n"
-        "        return {}['missing']\n"
-        "    return [0.0] * len(completions)\n"
-        "def vandal(completions, answer, **kwargs):\n"
-        "    answer.clear()\n"
-        "    return [0.0] * len(completions)\n"
-        "def judges_nothing(completions, **kwargs):\n"
-        "    return [None] * len(completions)\n"
-        "def slow(completions, **kwargs):\n"
-        "    time.sleep(1.2)\n"
-        "    return [0.0] * len(completions)\n")
-    args = _train_args(tiny_policy_files, tmp_path / "run")
+# --- rewards that misbehave: none ends training ---------------------------------------------------------------------
+
+MISBEHAVING = """\
+import math
+import time
+
+import numpy as np
+
+
+def odd_reward(completions, **kwargs):
+    return [[None, math.nan, math.inf, 1.0][i % 4] for i in range(len(completions))]
+
+
+def judges_nothing(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def huge(completions, **kwargs):
+    return [[1e30, 1e300, 1.0][i % 3] for i in range(len(completions))]
+
+
+def numpy_reward(completions, **kwargs):
+    return np.array([len(c[0]['content']) % 3 for c in completions], dtype=np.float32)
+
+
+def raises_at_step_2(completions, trainer_state=None, **kwargs):
+    if trainer_state is not None and trainer_state.global_step >= 1:
+        return {}['missing']
+    return [0.0] * len(completions)
+
+
+def vandal(completions, answer, **kwargs):
+    answer.clear()
+    return [0.0] * len(completions)
+
+
+def slow(completions, **kwargs):
+    time.sleep(1.2)
+    return [0.0] * len(completions)
+"""
+
+
+@pytest.fixture(scope="module")
+def misbehaving_run(tiny_policy_files, tmp_path_factory):
+    """Two GRPO steps (no held-out evaluation) paid by every misbehaving reward above at once, beside the kit's
+    correctness reward, in one `python -m grpo_kit train` process: the tests below each check what one of them must
+    not do. Returns the run folder and the kit's log."""
+    folder = tmp_path_factory.mktemp("misbehaving")
+    (folder / "mine.py").write_text(MISBEHAVING)
+    args = _train_args(tiny_policy_files, folder / "run")
     start = args.index("--rewards") + 1
-    args[start:start + 2] = ["mine:raises_at_step_2", "mine:vandal", "correctness_reward_func", "mine:judges_nothing",
-                             "mine:slow"]
+    args[start:start + 2] = ["mine:odd_reward", "mine:judges_nothing", "mine:huge", "mine:numpy_reward",
+                             "mine:raises_at_step_2", "mine:vandal", "correctness_reward_func", "mine:slow"]
     args[args.index("--max-steps") + 1] = "2"
     args = args[:args.index("--eval_strategy")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)])}
     result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
                             env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    err = result.stderr
+    assert "Traceback" not in result.stderr and "[grpo_kit] step 2/2: reward" in result.stderr
+    return folder / "run", result.stderr
+
+
+def test_a_reward_returning_none_nan_or_inf_does_not_crash_a_run(misbehaving_run):
+    run_dir, err = misbehaving_run
+    assert "reward odd_reward: returned nan for completion 1, which is not a finite number" in err
+    assert "returned inf for completion 2" in err
+    assert "[grpo_kit] step 1/2: reward" in err and "[grpo_kit] step 2/2: reward" in err
+
+
+def test_a_reward_judging_nothing_huge_or_numpy_trains_and_the_run_finishes(misbehaving_run):
+    """A reward that returns None for every completion (its step mean is None), one returning 1e30 (finite for Python,
+    inf once TRL squares it in float32) and one returning numpy numbers: the run trains, draws its curves and
+    writes finished.json."""
+    run_dir, err = misbehaving_run
+    assert "reward huge: returned 1e+30 for completion 0, which is not a finite number within 1e+15" in err
+    assert "reward numpy_reward" not in err
+    assert json.loads((run_dir / "finished.json").read_text())["step"] == 2
+    assert (run_dir / "training_curves.png").is_file()
+
+
+def test_a_reward_that_raises_edits_a_column_never_judges_or_is_slow_never_ends_training(misbehaving_run):
+    """A KeyError at step 2 ended the run with a traceback; a reward clearing the 'answer'
+    column ended it blaming the data; a reward judging nothing trained to the end with no alarm; a slow one
+    slowed every step without a word."""
+    run_dir, err = misbehaving_run
     assert "Traceback" not in err
     assert "reward raises_at_step_2 raised KeyError: 'missing' at step 2: treated as 'cannot judge'" in err
     assert err.count("reward raises_at_step_2 raised") == 1
     assert "entries in the 'answer' column" not in err
     assert "step 1: reward slow took 1." in err and "step 2: reward slow took 1." in err
     assert "ALARM: reward judges_nothing judged none of the" in err
-    finished = json.loads((tmp_path / "run" / "finished.json").read_text())
+    finished = json.loads((run_dir / "finished.json").read_text())
     assert [a["reward"] for a in finished["alarms"]] == ["judges_nothing"]
-    assert [a["kind"] for a in map(json.loads, (tmp_path / "run" / "alarms.jsonl").read_text().splitlines())] == [
+    assert [a["kind"] for a in map(json.loads, (run_dir / "alarms.jsonl").read_text().splitlines())] == [
         "reward_never_judged"]
     from grpo_kit.evaluation.report import alarms_markdown
 
