@@ -33,7 +33,7 @@ __all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_
 
 #: What :func:`compare_runs` writes into its ``out_dir``; ``runs_comparison.md`` begins with this heading.
 COMPARISON_FILES = ("runs_comparison.md", "runs_metrics.csv", "runs_pairs.csv", "runs_comparison.png")
-_HEADING = re.compile(r"# \d+ runs against their shared baseline$")
+_HEADING = re.compile(r"# \d+ runs? against their shared baseline$")  # "1 run"; "1 runs" as earlier versions wrote
 
 #: What a shared baseline means: these ``eval_settings.json`` entries are equal in every run folder.
 BASELINE_KEYS = (("task", "task"), ("slice", "question slice"), ("seed", "slice seed"), ("questions", "questions"),
