@@ -123,20 +123,22 @@ def correction(said: float, meter: dict[str, Any]) -> tuple[float, str] | None:
 
     Args:
         said: the total announced last (s), for the work left when the bar started.
-        meter: the bar's ``tqdm.format_dict`` (``n``, ``initial``, ``total``, ``elapsed`` in s, ``rate``: tqdm's
-            smoothed units per second, the one its time left uses, or ``None``).
+        meter: the bar's ``tqdm.format_dict`` (``n``, ``initial``, ``total``, ``elapsed`` in s, ``unit``). The rate is
+            the phase's mean (units done since the bar started over ``elapsed``), not tqdm's smoothed ``rate``: that
+            one follows the last few units, so on a machine whose load comes and goes the total it gives swung past
+            the factor and back every half minute (a 1,000-step warm start said 3, 6, 20, 12, ... 88, 55 min).
 
     Returns:
         ``(total s, "<duration> in all ..., <duration> left (...)")``; ``None`` before two units and 10 seconds are
         measured, for a bar of unknown length, or while the measured total is within the factor.
 
-    >>> correction(540.0, {"n": 12, "initial": 0, "total": 100, "elapsed": 156.0, "rate": 1 / 13, "unit": "step"})
+    >>> correction(540.0, {"n": 12, "initial": 0, "total": 100, "elapsed": 156.0, "unit": "step"})
     (1300.0, 'about 22 min in all at 13 s per step measured, about 19 min left (was about 9 min)')
     """
     done, elapsed, total = meter["n"] - meter["initial"], meter["elapsed"], meter["total"]
     if total is None or done < 2 or elapsed < 10:
         return None
-    rate = meter["rate"] or done / elapsed
+    rate = done / elapsed
     left = (total - meter["n"]) / rate
     if 1 / CORRECT_BEYOND <= (elapsed + left) / max(said, 1e-9) <= CORRECT_BEYOND:
         return None

@@ -135,3 +135,17 @@ def test_a_correction_waits_for_a_measure_and_a_real_difference():
     assert correction(1000.0 * CORRECT_BEYOND * 1.1, meter)[0] == pytest.approx(1000.0)  # slower than measured too
     assert correction(100.0, {**meter, "n": 1}) is None and correction(100.0, {**meter, "elapsed": 5.0}) is None
     assert correction(100.0, {**meter, "total": None}) is None
+
+
+def test_a_load_that_comes_and_goes_does_not_swing_the_announced_time():
+    """A 1,000-step phase at 0.2 s a step on average, in bursts of fast and slow units: tqdm's smoothed rate
+    follows each burst (0.05 then 0.9 s a step), the mean does not; the time said is corrected once, not every
+    round."""
+    said, lines = 60.0, []
+    for n in range(20, 1000, 20):
+        burst = 0.9 if (n // 100) % 2 else 0.05  # the rate tqdm's smoothing would report in this round
+        meter = {"n": n, "initial": 0, "total": 1000, "elapsed": 0.2 * n, "rate": 1 / burst, "unit": "step"}
+        if (found := correction(said, meter)) is not None:
+            said = found[0]
+            lines.append(found[1])
+    assert len(lines) == 1 and said == pytest.approx(200.0), lines
