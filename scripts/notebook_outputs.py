@@ -10,7 +10,9 @@ a note naming the machine, its load and the date. ``tests/test_notebooks.py`` ch
 notebook's current code cells, each run: edit a notebook, then run this again (about 15 minutes on 2 quiet cores,
 most of it 05's warm start).
 
-Run: .venv/bin/python scripts/notebook_outputs.py [--work DIR]
+Run: .venv/bin/python scripts/notebook_outputs.py [--work DIR] [--only NAME ...]
+(``--only 05_compare_runs.ipynb`` renders that page again and leaves the others as they are; 02-04 read the run
+folder 02 writes, so they are rendered together.)
 """
 
 from __future__ import annotations
@@ -48,7 +50,11 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", help="run folders go here (default: a temporary folder)")
+    parser.add_argument("--only", nargs="+", choices=[*ORDER, COMPARE], help="render these pages only")
     args = parser.parse_args()
+    names = [n for n in [*ORDER, COMPARE] if n in (args.only or [*ORDER, COMPARE])]
+    if any(n in names for n in ORDER[1:]) and not set(ORDER[1:]) <= set(names):
+        parser.error(f"--only: {', '.join(ORDER[1:])} share one run folder: render them together")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="notebooks-"))
     run_dir, compare_dir = work / "gsm8k", work / "compare"
     parameters = {
@@ -61,7 +67,7 @@ def main() -> int:
     }
     staging = work / "executed"
     staging.mkdir(parents=True, exist_ok=True)
-    for name in [*ORDER, COMPARE]:
+    for name in names:
         start = time.perf_counter()
         out = staging / name
         papermill.execute_notebook(str(NOTEBOOKS / name), str(out), parameters=parameters[name], cwd=str(work),
@@ -81,9 +87,11 @@ def main() -> int:
         nb.metadata.pop("papermill", None)
         nbformat.write(nb, out)
         print(f"{name}: {wall:.0f} s", flush=True)
-    shutil.rmtree(DOCS, ignore_errors=True) if DOCS.is_dir() and not DOCS.is_symlink() else DOCS.unlink(missing_ok=True)
-    DOCS.mkdir()
-    for name in [*ORDER, COMPARE]:
+    if args.only is None:
+        shutil.rmtree(DOCS, ignore_errors=True) if DOCS.is_dir() and not DOCS.is_symlink() else \
+            DOCS.unlink(missing_ok=True)
+    DOCS.mkdir(exist_ok=True)
+    for name in names:
         shutil.copy(staging / name, DOCS / name)
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
