@@ -4,10 +4,10 @@ switch that runs a notebook on a CPU with the kit's tiny policy; and the doctor
 (:func:`grpo_kit.training.doctor.doctor`, also ``python -m grpo_kit doctor``): the installed stack, the driver and
 the GPU against a recipe.
 
-Importing this module imports no third-party package, so the install cell can call it right after
-installing the kit itself. It is one of the three front doors, beside the command line and the demo: its calls
-translate a notebook's parameters into the pipeline's steps (:mod:`grpo_kit.runs.pipeline`), whose defaults they
-keep, and it imports neither of the other doors.
+Importing this module imports no third-party package but PyYAML (a dependency the kit installs with itself), so
+the install cell can call it right after installing the kit itself. It is one of the three front doors, beside the
+command line and the demo: its calls translate a notebook's parameters into the pipeline's steps
+(:mod:`grpo_kit.runs.pipeline`), whose defaults they keep, and it imports neither of the other doors.
 """
 
 from __future__ import annotations
