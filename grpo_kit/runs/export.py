@@ -775,13 +775,12 @@ class Gguf(ExportFormat):
         converter's float32 or 16-bit GGUF in between and the quantizer's, at most q8_0's size
         (:data:`~grpo_kit.policy.llama_cpp.GGUF_BYTES_PER_WEIGHT`); each GGUF carries the vocabulary, counted as the
         ``tokenizer`` files' bytes."""
-        from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, GGUF_BYTES_PER_WEIGHT
-
+        size = llama_cpp.GGUF_BYTES_PER_WEIGHT
         merged = super().needed(parameters, quant, float32, tokenizer)
-        if quant in CONVERTER_TYPES:
-            return merged + math.ceil(parameters * GGUF_BYTES_PER_WEIGHT[quant]) + tokenizer
-        between = GGUF_BYTES_PER_WEIGHT["f32" if parameters <= F32_GGUF_LIMIT else "f16"]
-        return merged + math.ceil(parameters * (between + GGUF_BYTES_PER_WEIGHT["q8_0"])) + 2 * tokenizer
+        if quant in llama_cpp.CONVERTER_TYPES:
+            return merged + math.ceil(parameters * size[quant]) + tokenizer
+        between = size["f32" if parameters <= F32_GGUF_LIMIT else "f16"]
+        return merged + math.ceil(parameters * (between + size["q8_0"])) + 2 * tokenizer
 
     def build(self, reference: dict[str, Any], folder: Path, name: str, quant: str | None) -> None:
         super().build(reference, folder / "merged", name, quant)

@@ -311,8 +311,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
         with _timed(wall, "warm start"):
             model, tokenizer, cached = warm_started_tiny_policy(spec.policy.tiny, progress=config.progress)
         samples = f"greedy + {counted(config.samples, 'sample')} each" if config.samples else "greedy"
-        log.info(f"baseline evaluation on {config.eval_size} {task.name} test "
-                 f"{'question' if config.eval_size == 1 else 'questions'} ({samples})")
+        log.info(f"baseline evaluation on {counted(config.eval_size, f'{task.name} test question')} ({samples})")
         with _timed(wall, "baseline evaluation"):  # the demo starts afresh: an earlier demo's baseline is replaced
             before = measure_before(plan, run, _backend(model, tokenizer, config), replace=True)
         print(before["greedy"].summary.to_markdown(floatfmt=".3f"), flush=True)
@@ -427,7 +426,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     with _timed(wall, "warm start"):
         model, tokenizer, cached = warm_started_tiny_policy(plan.source.tiny, progress=config.progress)
     first = next(iter(folders.values()))
-    log.info(f"baseline on {config.eval_size} {task.name} test {'question' if config.eval_size == 1 else 'questions'} "
+    log.info(f"baseline on {counted(config.eval_size, f'{task.name} test question')} "
              f"(greedy + {counted(config.samples, 'sample')} each), "
              f"shared by {', '.join(folders)}")
     with _timed(wall, "baseline evaluation"):
@@ -466,7 +465,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
         "max completion length (tokens)": preset.max_completion_length,
         "algorithm": preset.algorithm,
         "warm start": _warm_line(config.warm, cached, f"learning rate {config.warm.learning_rate}"),
-        "evaluation": (f"{config.eval_size} held-out test {'question' if config.eval_size == 1 else 'questions'}; "
+        "evaluation": (f"{counted(config.eval_size, 'held-out test question')}; "
                        f"greedy, and {counted(config.samples, 'sample')} at "
                        f"temperature {config.sample_temperature}; at most {config.eval_max_new_tokens} new tokens"),
         "seed": config.seed,
