@@ -219,7 +219,7 @@ def solve(nums: Sequence[int], target: int) -> CountdownSolution | None:
             n, d, text, steps = items[0]
             if (n, d) != goal_pair:
                 return None
-            written = tuple(f"{_fraction_text(an, ad)}{symbol}{_fraction_text(bn, bd)}={_fraction_text(vn, vd)}"
+            written = tuple(f"{Fraction(an, ad)}{symbol}{Fraction(bn, bd)}={Fraction(vn, vd)}"
                             for an, ad, symbol, bn, bd, vn, vd in steps)
             # an expression the search built is wrapped in one pair of parentheses, its last operation's
             return CountdownSolution(text[1:-1] if steps else text, written)
@@ -252,11 +252,6 @@ def solve(nums: Sequence[int], target: int) -> CountdownSolution | None:
 
     start = [Fraction(n) for n in nums]
     return search([(value.numerator, value.denominator, str(n), ()) for value, n in zip(start, nums)])
-
-
-def _fraction_text(numerator: int, denominator: int) -> str:
-    """A reduced fraction as ``str(Fraction)`` writes it: ``"5"``, ``"-3/2"``."""
-    return str(numerator) if denominator == 1 else f"{numerator}/{denominator}"
 
 
 def make_puzzles(n: int, seed: int = 0, sizes: Sequence[int] = (3, 4), low: int = 1, high: int = 99,
