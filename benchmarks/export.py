@@ -5,7 +5,7 @@ demo's by default): the trained policy's answers and its merge (once), the merge
 check, then one GGUF per type (llama.cpp's converter, its quantizer for the k-quants) and its check in
 llama.cpp. Each row says what the check measured: identical greedy completions out of the questions, the share
 of questions whose flexible answer agrees, the flexible accuracy difference with its exact McNemar p, and
-whether the export passed. These numbers set the thresholds in ``grpo_kit/runs/export.py``.
+whether the export passed. These numbers set the thresholds in ``grpo_kit/runs/verification.py``.
 
 Run: make install-llama; GRPO_KIT_LLAMA=.llama .venv/bin/python benchmarks/export.py [--run-dir runs/demo]
      [--questions 32] [--types f32 f16 bf16 q8_0 q4_k_m]
@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 from grpo_kit.policy.llama_cpp import CONVERTER_TYPES, convert_to_gguf, quantize_gguf
-from grpo_kit.runs.export import _merged_to, _reference, _run, verify_export
+from grpo_kit.runs.export_formats import write_merged
+from grpo_kit.runs.export_reference import load_reference, open_trained_run
+from grpo_kit.runs.verification import verify_export
 
 
 def _size(path: Path) -> float:
@@ -36,17 +38,17 @@ def main() -> None:
     parser.add_argument("--types", nargs="+", default=["f32", "f16", "bf16", "q8_0", "q4_k_m"])
     args = parser.parse_args()
 
-    run, settings = _run(args.run_dir)
+    run, settings = open_trained_run(args.run_dir)
     start = time.perf_counter()
-    reference = _reference(run, settings, args.questions)
+    reference = load_reference(run, settings, args.questions)
     ref_s = time.perf_counter() - start
-    print(f"trained policy: {settings['base_model']} ({reference['dtype']}); its {args.questions} greedy answers and "
+    print(f"trained policy: {settings['base_model']} ({reference.dtype}); its {args.questions} greedy answers and "
           f"its merge: {ref_s:.1f} s")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         start = time.perf_counter()
-        merged = _merged_to(reference, work / "merged")
+        merged = write_merged(reference, work / "merged")
         merge_s = time.perf_counter() - start
         start = time.perf_counter()
         check = verify_export(merged, run.path, args.questions, reference=reference)

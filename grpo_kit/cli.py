@@ -38,9 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.runs import export, pipeline
+from grpo_kit.runs.export_formats import FORMATS
+from grpo_kit.runs.export_reference import trained_through_unsloth
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan, measure_after, measure_before
 from grpo_kit.runs.spec import RunSpec, recipe_task
+from grpo_kit.runs.verification import verify_export
 from grpo_kit.system.logs import configure_logging
 from grpo_kit.system.progress import quiet_library_bars_off_a_terminal
 from grpo_kit.tasks import DEFAULT_TASK, TASKS, RewardSet, get_task
@@ -219,7 +222,7 @@ def _presets(args: argparse.Namespace) -> int:  # noqa: ARG001
 
 
 def _export(args: argparse.Namespace) -> int:
-    if not export.trained_through_unsloth(args.run_dir):  # Unsloth must be imported before transformers
+    if not trained_through_unsloth(args.run_dir):  # Unsloth must be imported before transformers
         _quiet_library_bars()
     try:
         for line in pipeline.export_steps(args.run_dir, args.format, out=args.out, quant=args.quant,
@@ -234,11 +237,11 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _verify_export(args: argparse.Namespace) -> int:
-    if not export.trained_through_unsloth(args.against):  # Unsloth must be imported before transformers
+    if not trained_through_unsloth(args.against):  # Unsloth must be imported before transformers
         _quiet_library_bars()
     if args.record:
         export.check_record(args.export)  # before any model loads
-    verification = export.verify_export(args.export, args.against, questions=args.questions,
+    verification = verify_export(args.export, args.against, questions=args.questions,
                                         threshold=args.threshold, trust_remote_code=args.trust_task_code)
     print(verification.summary(), flush=True)
     if args.record:
@@ -489,7 +492,7 @@ def _parser() -> argparse.ArgumentParser:
     exp = command("export", _export, "the run's trained policy merged (safetensors) or as GGUF, verified against it "
                   "before it is called done, with a model card; optionally uploaded to the Hub")
     exp.add_argument("run_dir", help="the run folder (model/, train_settings.json)")
-    exp.add_argument("--format", nargs="+", choices=list(export.FORMATS), default=[next(iter(export.FORMATS))])
+    exp.add_argument("--format", nargs="+", choices=list(FORMATS), default=[next(iter(FORMATS))])
     exp.add_argument("--quant", help="GGUF type: f32, f16, bf16, q8_0 (default), q4_k_m, q5_k_m, ...")
     exp.add_argument("--out", help="export folder (default <run_dir>/export/<format>)")
     _verify_options(exp)

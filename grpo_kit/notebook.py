@@ -387,7 +387,7 @@ def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_re
     """Notebook 04's export (:func:`grpo_kit.runs.pipeline.export_steps`, as ``python -m grpo_kit export``): each
     format checked against the trained policy on ``questions`` held-out questions, and the export (the merged one of
     several) uploaded to ``hub_repo`` (private) when given. ``base``: a local folder holding the 16-bit base an Unsloth
-    LoRA run merges into (:func:`grpo_kit.runs.export.merge_base`). ``trust_remote_code``: the run's task file may
+    LoRA run merges into (:func:`grpo_kit.runs.unsloth_base.merge_base`). ``trust_remote_code``: the run's task file may
     import and run Python of its own (:func:`grpo_kit.tasks.task_file.check_task_code`).
 
     Returns:

@@ -10,7 +10,7 @@ a BPE tokenizer's pre-tokenizer by a hash of the token ids it gives on a fixed t
 pre-tokenizer was not recognized") even when it splits text exactly as Qwen2's does. Only when the hash is unknown
 and the saved ``tokenizer.json`` holds Qwen2's pre-tokenizer (its split pattern, then byte-level without a regex) is
 it named ``qwen2``; anything else is refused as before. The loaded-back check
-(:func:`grpo_kit.runs.export.verify_export`) proves the choice: llama.cpp then tokenizes the prompts itself.
+(:func:`grpo_kit.runs.verification.verify_export`) proves the choice: llama.cpp then tokenizes the prompts itself.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def convert_to_gguf(model_dir: str | Path, out_file: str | Path, outtype: str = 
     Raises:
         FileNotFoundError: the converter is not built (the message says how).
         RuntimeError: the converter failed, or refused ``outtype`` (its last lines of output are in the message;
-            :meth:`grpo_kit.runs.export.Gguf.check` checks the type before any work).
+            :meth:`grpo_kit.runs.export_formats.Gguf.check` checks the type before any work).
     """
     return _written_by_child([str(_converter()), str(model_dir), None, outtype], out_file,
                              f"llama.cpp's converter failed on {model_dir}")
@@ -126,7 +126,7 @@ def quantize_gguf(source: str | Path, out_file: str | Path, quant: str, threads:
 
     Raises:
         RuntimeError: llama.cpp returned an error, or has no such ``quant`` (its last lines of output are in the
-            message; :meth:`grpo_kit.runs.export.Gguf.check` checks the type before any work).
+            message; :meth:`grpo_kit.runs.export_formats.Gguf.check` checks the type before any work).
     """
     return _written_by_child(["--quantize", str(source), None, quant, str(threads)], out_file,
                              f"llama.cpp could not quantize {source} to {quant}")

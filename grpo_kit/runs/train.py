@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.runs.export import model_card
 from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.model_card import model_card
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.system.files import write_text
 from grpo_kit.system.logs import counted
@@ -151,7 +151,7 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
         :class:`TrainResult`. The run folder holds ``checkpoints/checkpoint-<step>/``, ``model/``
         (adapter or full model), ``log_history.json``, ``training_curves.png``,
         ``train_settings.json`` (with the algorithm: :func:`grpo_kit.training.algorithms.algorithm_settings`),
-        ``model/README.md`` (:func:`grpo_kit.runs.export.model_card`), ``groups/step-<N>.parquet`` (the training
+        ``model/README.md`` (:func:`grpo_kit.runs.model_card.model_card`), ``groups/step-<N>.parquet`` (the training
         groups kept: :mod:`grpo_kit.training.groups`), and with ``eval_steps`` ``heldout/step-<N>.jsonl`` and any
         ``alarms.jsonl``.
 

@@ -22,9 +22,11 @@ import pytest
 import torch
 
 from grpo_kit.cli import main
-from grpo_kit.runs.export import Verification, export, model_card, push_to_hub, verify_export
+from grpo_kit.runs.export import export, push_to_hub
 from grpo_kit.runs.folder import RunFolder, RunFolderBusy
+from grpo_kit.runs.model_card import model_card
 from grpo_kit.runs.pipeline import export_steps
+from grpo_kit.runs.verification import Verification, verify_export
 from tests.llama import needs_llama
 
 QUESTIONS = 8
@@ -330,19 +332,20 @@ def test_an_export_that_fails_its_check_is_refused_and_kept_apart(full_run, tmp_
     """A merge that goes wrong on the way to disk (one tensor scaled) is refused by export itself."""
     from safetensors.torch import load_file, save_file
 
-    import grpo_kit.runs.export as module
+    import grpo_kit.runs.export_formats as formats
+    from grpo_kit.runs.export import ExportRefused
 
-    saved = module._merged_to
+    saved = formats.write_merged
 
-    def broken_merge(reference, folder):
-        saved(reference, folder)
+    def broken_merge(reference, folder, base=None):
+        saved(reference, folder, base)
         weights = load_file(folder / "model.safetensors")
         weights["model.norm.weight"] = weights["model.norm.weight"] * 3
         save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
         return folder
 
-    monkeypatch.setattr(module, "_merged_to", broken_merge)
-    with pytest.raises(module.ExportRefused, match="REFUSED") as refused:
+    monkeypatch.setattr(formats, "write_merged", broken_merge)
+    with pytest.raises(ExportRefused, match="REFUSED") as refused:
         export(full_run, "merged", out=tmp_path / "ship", questions=QUESTIONS)
     assert refused.value.verification.weights["differing"] == ["model.norm.weight"]
     assert not (tmp_path / "ship").exists() and (tmp_path / "ship.refused" / "verification.json").is_file()
@@ -415,11 +418,11 @@ def test_an_unsloth_runs_export_offline_is_refused_in_one_line_before_anything_l
     unsloth_generic_save_pretrained_merged -> unsloth_zoo saving_utils.py merge_and_overwrite_lora,
     determine_base_model_source: the literal path and the working folder, never the Hugging Face cache), and offline
     it raised "could not reach the Hugging Face Hub" after the reference had loaded, as a traceback."""
-    import grpo_kit.runs.export
+    import grpo_kit.runs.unsloth_base
 
     run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
     _no_model_loads(monkeypatch)
-    monkeypatch.setattr(grpo_kit.runs.export, "_cached_snapshot", lambda repo: None)
+    monkeypatch.setattr(grpo_kit.runs.unsloth_base, "_cached_snapshot", lambda repo: None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["export", str(run), "--out", str(tmp_path / "merged")]) == 2
     err = capsys.readouterr().err.strip()
@@ -427,25 +430,25 @@ def test_an_unsloth_runs_export_offline_is_refused_in_one_line_before_anything_l
     assert "HF_HUB_OFFLINE is set" in err and "--base PATH" in err
     assert not (tmp_path / "merged").exists()
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(grpo_kit.runs.export, "hub_offline", lambda: False)
+    monkeypatch.setattr(grpo_kit.runs.unsloth_base, "hub_offline", lambda: False)
 
     def unreachable(repo):
         raise OSError("Name or service not known")
 
-    monkeypatch.setattr(grpo_kit.runs.export, "_hub_weights_bytes", unreachable)
+    monkeypatch.setattr(grpo_kit.runs.unsloth_base, "_hub_weights_bytes", unreachable)
     with pytest.raises(ConnectionError, match=r"the Hub does not answer for it \(OSError\): pass --base PATH"):
         export(run, "merged", questions=QUESTIONS, out=tmp_path / "merged")
 
 
 def test_an_unsloth_runs_export_says_how_much_it_downloads(lora_run, tmp_path, monkeypatch, caplog):
-    import grpo_kit.runs.export
-    from grpo_kit.runs.export import merge_base
+    import grpo_kit.runs.unsloth_base
+    from grpo_kit.runs.unsloth_base import merge_base
 
     run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
-    monkeypatch.setattr(grpo_kit.runs.export, "_cached_snapshot", lambda repo: None)
-    monkeypatch.setattr(grpo_kit.runs.export, "hub_offline", lambda: False)
-    monkeypatch.setattr(grpo_kit.runs.export, "_hub_weights_bytes", lambda repo: 16_060_522_496)
-    with caplog.at_level("WARNING", logger="grpo_kit.runs.export"):
+    monkeypatch.setattr(grpo_kit.runs.unsloth_base, "_cached_snapshot", lambda repo: None)
+    monkeypatch.setattr(grpo_kit.runs.unsloth_base, "hub_offline", lambda: False)
+    monkeypatch.setattr(grpo_kit.runs.unsloth_base, "_hub_weights_bytes", lambda repo: 16_060_522_496)
+    with caplog.at_level("WARNING", logger="grpo_kit.runs.unsloth_base"):
         assert merge_base(run) is None  # Unsloth downloads it
     assert "downloads the 16-bit base unsloth/Meta-Llama-3.1-8B-Instruct from the Hugging Face Hub (16.1 GB)" \
         in caplog.text
@@ -455,7 +458,7 @@ def test_an_unsloth_runs_base_is_taken_from_the_hugging_face_cache_offline(lora_
                                                                            monkeypatch):
     import huggingface_hub.constants
 
-    from grpo_kit.runs.export import merge_base
+    from grpo_kit.runs.unsloth_base import merge_base
 
     run = _as_unsloth_hub_run(lora_run, tmp_path / "qlora")
     repo = tmp_path / "hub" / "models--unsloth--Meta-Llama-3.1-8B-Instruct"
@@ -530,10 +533,10 @@ def test_verification_generates_on_the_gpu_after_the_reference_is_freed(lora_run
     import grpo_kit.policy.devices
     import grpo_kit.policy.loading
     from grpo_kit.policy.devices import Gpu
-    from grpo_kit.runs.export import _generation_placement
+    from grpo_kit.runs.export_reference import generation_placement
 
     monkeypatch.setattr(grpo_kit.policy.devices, "first_gpu", lambda: Gpu("Tesla T4", 14.7, False))
-    assert _generation_placement("bfloat16") == {"dtype": "float16", "device_map": {"": 0}}
+    assert generation_placement("bfloat16") == {"dtype": "float16", "device_map": {"": 0}}
     real, loaded = grpo_kit.policy.loading.load_policy, []
 
     def load_policy(path, dtype="auto", device_map=None):
@@ -549,7 +552,7 @@ def test_verification_generates_on_the_gpu_after_the_reference_is_freed(lora_run
     assert verification.passed and [where for _, where, _ in loaded] == [("auto", {"": 0})] * 2
     assert loaded[0][0] == lora_run / "model" and loaded[1][0].name.startswith(".merged.building-")
     monkeypatch.setattr(grpo_kit.policy.devices, "first_gpu", lambda: None)
-    assert _generation_placement("bfloat16") == {"dtype": "auto"}  # a CPU: as today
+    assert generation_placement("bfloat16") == {"dtype": "auto"}  # a CPU: as today
 
 
 def test_an_export_the_disk_cannot_hold_is_refused_before_writing(full_run, tmp_path, monkeypatch):
@@ -599,13 +602,13 @@ def test_the_disk_a_gguf_export_asks_for_is_what_it_writes(full_run, quant, tmp_
 def test_a_large_models_quantized_gguf_goes_through_16_bits_not_float32(lora_run, tmp_path, monkeypatch):
     """Above F32_GGUF_LIMIT parameters (1B) an 8B model's float32 GGUF would be 32 GB of disk in between."""
     import grpo_kit.policy.llama_cpp
-    import grpo_kit.runs.export
+    import grpo_kit.runs.export_formats
 
     real, outtypes = grpo_kit.policy.llama_cpp.convert_to_gguf, []
     monkeypatch.setattr(grpo_kit.policy.llama_cpp, "convert_to_gguf",
                         lambda model_dir, out_file, outtype="f16": outtypes.append(outtype) or real(
                             model_dir, out_file, outtype))
-    monkeypatch.setattr(grpo_kit.runs.export, "F32_GGUF_LIMIT", 0)
+    monkeypatch.setattr(grpo_kit.runs.export_formats, "F32_GGUF_LIMIT", 0)
     export(lora_run, "gguf", quant="q4_k_m", questions=QUESTIONS, out=tmp_path / "gguf")
     assert outtypes == ["f16"]  # the tiny policy is float32: a 16-bit GGUF, not f32, before the quantizer
 
@@ -641,12 +644,12 @@ def test_export_refuses_an_out_that_is_not_new_empty_or_an_export_and_replaces_i
 
 
 def test_a_failed_export_leaves_no_partial_folder(full_run, tmp_path, monkeypatch):
-    import grpo_kit.runs.export as module
+    import grpo_kit.runs.export_formats as formats
 
-    def broken(reference, folder):
+    def broken(reference, folder, base=None):
         raise OSError("disk full")
 
-    monkeypatch.setattr(module, "_merged_to", broken)
+    monkeypatch.setattr(formats, "write_merged", broken)
     with pytest.raises(OSError, match="disk full"):
         export(full_run, "merged", out=tmp_path / "ship", questions=2)
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".ship.lock")] == []
@@ -783,7 +786,7 @@ def test_export_merged_and_gguf_without_llama_cpp_says_so_before_building_anythi
     import grpo_kit.runs.export as export_module
 
     monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path / "no-llama"))
-    monkeypatch.setattr(export_module, "_run", lambda *a, **k: pytest.fail("an export began"))
+    monkeypatch.setattr(export_module, "open_trained_run", lambda *a, **k: pytest.fail("an export began"))
     assert main(["export", str(tmp_path / "run"), "--format", "merged", "gguf"]) == 2
     err = _no_traceback(capsys)
     assert "llama.cpp's converter is not in" in err
