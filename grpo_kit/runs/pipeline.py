@@ -91,7 +91,7 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
 
     Args:
         run_dir: the run folder.
-        formats: export formats (:data:`grpo_kit.runs.export.FORMATS`), in order.
+        formats: export formats (:data:`grpo_kit.runs.export_formats.FORMATS`), in order.
         out: the export folder (several formats: one folder per format under it); default ``<run_dir>/export/<fmt>``.
         quant: the GGUF type (a GGUF only).
         push_to_hub: ``owner/name``: upload the verified export (the only one, or the merged one of several).
@@ -104,13 +104,15 @@ def export_steps(run_dir: str | Path, formats: Sequence[str], *, out: str | Path
 
     Raises:
         ValueError: an unknown format, ``quant`` without a GGUF, a bad ``quant``
-            (:func:`grpo_kit.runs.export.check_formats`), a malformed ``push_to_hub``, or an upload with several formats
-            and none merged; ImportError / FileNotFoundError: a format's tools are missing (checked for every format
-            first); PermissionError / ConnectionError: an upload without a token or with ``HF_HUB_OFFLINE``; all before
-            any export. Whatever :func:`grpo_kit.runs.export.export` and ``push_to_hub`` raise.
+            (:func:`grpo_kit.runs.export_formats.check_formats`), a malformed ``push_to_hub``, or an upload with
+            several formats and none merged; ImportError / FileNotFoundError: a format's tools are missing (checked
+            for every format first); PermissionError / ConnectionError: an upload without a token or with
+            ``HF_HUB_OFFLINE``; all before any export. Whatever :func:`grpo_kit.runs.export.export` and
+            ``push_to_hub`` raise.
     """
-    from grpo_kit.runs.export import FORMATS, check_formats, export
+    from grpo_kit.runs.export import export
     from grpo_kit.runs.export import push_to_hub as upload
+    from grpo_kit.runs.export_formats import FORMATS, check_formats
     from grpo_kit.system.hub import upload_token
 
     quants = check_formats(formats, quant)  # names, --quant and each format's tools: before any export
@@ -396,11 +398,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
             an unknown variant, a bad preset value.
         grpo_kit.runs.folder.RunFolderBusy: another process is writing one of the run folders.
     """
-    import torch
-
-    from grpo_kit.evaluation.compare import intervals_markdown
-    from grpo_kit.evaluation.summary import sampled_metrics
-    from grpo_kit.runs.compare import check_comparison_out, compare_runs, share_baseline
+    from grpo_kit.runs.compare import compare_runs, share_baseline
 
     total_start, wall = time.perf_counter(), {}
     task = get_task(config.task_name, trust_remote_code=config.trust_remote_code)
@@ -408,16 +406,7 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     preset = get_preset("cpu-tiny", **config.preset_fields())
     plan = _tiny_plan(config, task, preset)
     root = Path(config.runs_dir) / config.folder_name
-    folders = {name: RunFolder(root / name) for name in variants}
-    previous = root / "report.md"  # an earlier demo's (rewritten at the end); anything else in root is refused
-    if previous.is_file() and previous.read_text(encoding="utf-8").startswith("# grpo_kit compare demo:"):
-        previous.unlink()
-    check_comparison_out(root, [f.path for f in folders.values()])
-    for folder in folders.values():  # a fresh experiment: what an earlier one trained or measured goes
-        with folder.lock("compare demo"):
-            _fresh(folder, folder.baseline, folder.baseline_sampled, folder.eval_settings, folder.trained,
-                   folder.trained_sampled, folder.generations, folder.report, folder.comparison,
-                   folder.before_after, folder.log_history, folder.curves)
+    folders = _fresh_variant_folders(root, variants)
     specs = {name: RunSpec.resolve(preset, task, rewards=rewards, run_dir=folders[name].path, seed=config.seed,
                                    warm=config.warm, tiny_spec=config.spec, cache_dir=config.cache_dir,
                                    progress="bar" if config.progress else "none")
@@ -432,30 +421,56 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     with _timed(wall, "baseline evaluation"):
         measure_before(plan, first, _backend(model, tokenizer, config))
         share_baseline(first, list(folders.values()))
+    measured = _train_variants(config, specs, plan.source.tiny.folder, tokenizer, wall)
+    report = compare_runs([f.path for f in folders.values()], out_dir=root, seed=config.seed,
+                          trust_remote_code=config.trust_remote_code)
+    wall["total"] = time.perf_counter() - total_start
+    settings = _compare_demo_settings(config, task, preset, specs, cached)
+    _write_compare_demo_report(config, task, root, report.markdown, measured, settings, wall)
+    return {"root": root, "report": report, "measured": measured, "wall": wall}
+
+
+def _fresh_variant_folders(root: Path, variants: dict[str, Any]) -> dict[str, RunFolder]:
+    """One run folder per variant under ``root``, emptied of what an earlier compare demo trained or measured there;
+    ``root`` holding anything else is refused (:func:`grpo_kit.runs.compare.check_comparison_out`)."""
+    from grpo_kit.runs.compare import check_comparison_out
+
+    folders = {name: RunFolder(root / name) for name in variants}
+    previous = root / "report.md"  # an earlier demo's (rewritten at the end); anything else in root is refused
+    if previous.is_file() and previous.read_text(encoding="utf-8").startswith("# grpo_kit compare demo:"):
+        previous.unlink()
+    check_comparison_out(root, [f.path for f in folders.values()])
+    for folder in folders.values():  # a fresh experiment: what an earlier one trained or measured goes
+        with folder.lock("compare demo"):
+            _fresh(folder, folder.baseline, folder.baseline_sampled, folder.eval_settings, folder.trained,
+                   folder.trained_sampled, folder.generations, folder.report, folder.comparison,
+                   folder.before_after, folder.log_history, folder.curves)
+    return folders
+
+
+def _train_variants(config: CompareDemoConfig, specs: dict[str, RunSpec], warm_start: Path, tokenizer: Any,
+                    wall: dict[str, float]) -> dict[str, Any]:
+    """Train each variant from the warm start's cached weights (``warm_start``, the same seed for each) and measure
+    it after, on the baseline's questions; ``{variant: Measured}``."""
+    import torch
+
     measured = {}
     for name, spec in specs.items():
-        log.info(f"{name}: GRPO for {counted(preset.max_steps, 'step')} with {spec.rewards}")
+        log.info(f"{name}: GRPO for {counted(config.grpo_steps, 'step')} with {spec.rewards}")
         with _timed(wall, f"{name}: GRPO training"):
             torch.manual_seed(config.seed)
-            fresh, _ = load_policy(str(plan.source.tiny.folder), dtype="float32")  # every variant starts from the cache
+            fresh, _ = load_policy(str(warm_start), dtype="float32")  # every variant starts from the cache
             trained = train(spec, policy=(fresh, tokenizer))
         with _timed(wall, f"{name}: evaluation after GRPO"):
             measured[name] = measure_after(spec.folder, backend=_backend(trained.trainer.model, tokenizer, config),
                                            trust_remote_code=config.trust_remote_code)
-    report = compare_runs([f.path for f in folders.values()], out_dir=root, seed=config.seed,
-                          trust_remote_code=config.trust_remote_code)
-    wall["total"] = time.perf_counter() - total_start
+    return measured
 
-    sampled = []
-    if config.samples:
-        metrics = [f"avg@{config.samples} (flexible)", f"pass@{config.samples} (flexible)"]
-        rows = {"baseline": next(iter(measured.values())).before_sampled,
-                **{name: m.after_sampled for name, m in measured.items()}}
-        sampled = ["## Sampled", "", f"{counted(config.samples, 'sample')} per question at temperature "
-                   f"{config.sample_temperature}; 95% bootstrap intervals over questions.", "",
-                   intervals_markdown({name: sampled_metrics(result.records, seed=config.seed).loc[metrics]
-                                       for name, result in rows.items()}), ""]
-    settings = {
+
+def _compare_demo_settings(config: CompareDemoConfig, task: Task, preset: Recipe, specs: dict[str, RunSpec],
+                           cached: bool) -> dict[str, Any]:
+    """The compare demo's settings as its ``report.md`` lists them."""
+    return {
         "task": task.name,
         "variants (reward sets)": "; ".join(f"{name}: {spec.rewards}" for name, spec in specs.items()),
         "GRPO steps (each variant)": preset.max_steps,
@@ -470,9 +485,32 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
                        f"temperature {config.sample_temperature}; at most {config.eval_max_new_tokens} new tokens"),
         "seed": config.seed,
     }
+
+
+def _sampled_section(config: CompareDemoConfig, measured: dict[str, Any]) -> list[str]:
+    """The report's sampled metrics (avg@k, pass@k) of the baseline and each variant, with their intervals; none
+    without samples."""
+    from grpo_kit.evaluation.compare import intervals_markdown
+    from grpo_kit.evaluation.summary import sampled_metrics
+
+    if not config.samples:
+        return []
+    metrics = [f"avg@{config.samples} (flexible)", f"pass@{config.samples} (flexible)"]
+    rows = {"baseline": next(iter(measured.values())).before_sampled,
+            **{name: m.after_sampled for name, m in measured.items()}}
+    return ["## Sampled", "", f"{counted(config.samples, 'sample')} per question at temperature "
+            f"{config.sample_temperature}; 95% bootstrap intervals over questions.", "",
+            intervals_markdown({name: sampled_metrics(result.records, seed=config.seed).loc[metrics]
+                                for name, result in rows.items()}), ""]
+
+
+def _write_compare_demo_report(config: CompareDemoConfig, task: Task, root: Path, comparison: str,
+                               measured: dict[str, Any], settings: dict[str, Any], wall: dict[str, float]) -> None:
+    """Write and print the compare demo's ``report.md``: the comparison's tables (``comparison``, the markdown
+    :func:`grpo_kit.runs.compare.compare_runs` wrote), the sampled metrics, the settings and the wall times."""
     text = "\n".join([
         f"# grpo_kit compare demo: {config.folder_name}", "", task.extras.get("notes", ""), "",
-        report.markdown.split("\n", 1)[1].strip(), "", *sampled, "## Settings", "",
+        comparison.split("\n", 1)[1].strip(), "", *_sampled_section(config, measured), "## Settings", "",
         *[f"- {k}: {v}" for k, v in settings.items()], "", "## Wall time", "",
         *[f"- {k}: {v:.0f} s" for k, v in wall.items()], "",
         "Each variant's folder holds its own report.md (before/after, sampled metrics, training curves); "
@@ -481,7 +519,6 @@ def run_compare_demo(config: CompareDemoConfig = CompareDemoConfig()) -> dict[st
     write_text(root / "report.md", text)
     print("\n" + text.split("## Settings")[0].strip() + "\n", flush=True)
     log.info(f"wrote {root}/ (report.md, one run folder per variant, the comparison) in {wall['total']:.0f} s")
-    return {"root": root, "report": report, "measured": measured, "wall": wall}
 
 
 def demo_policy(config: DemoConfig = DemoConfig()) -> TinyPolicy:
