@@ -69,7 +69,7 @@ def model_card(run_dir: str | Path, verification: Verification | None = None) ->
         FileNotFoundError / ValueError: no readable ``train_settings.json`` in ``run_dir`` (the message says what to
             rerun).
     """
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+    from huggingface_hub import ModelCard, ModelCardData
 
     from grpo_kit.system.install import installed_version
     from grpo_kit.tasks.task_file import task_name
@@ -97,16 +97,7 @@ def model_card(run_dir: str | Path, verification: Verification | None = None) ->
     lora = preset.get("lora_rank")
     steps = run.finished_step() or settings.get("max_steps")  # training writes its card before finished.json
     table, rows = _results(run) if verification is not None else ("", [])
-    try:  # a damaged comparison.csv leaves the metadata without results, not the export without its card
-        # this model's results only: the Hub shows model-index as the model's own, so the base model's stay in the
-        # text's before/after table
-        results = [EvalResult(task_type="text-generation", dataset_type=task, dataset_name=task,
-                              dataset_config=preset.get("dataset_config") if hub_data else None,
-                              dataset_split=(preset.get("dataset_test_split") if hub_data else None) or "test",
-                              metric_type=re.sub(r"\W+", "_", row["metric"].lower()).strip("_"),
-                              metric_name=row["metric"], metric_value=float(row["after"])) for row in rows]
-    except (KeyError, TypeError, ValueError, AttributeError):
-        results = []
+    results = _eval_results(rows, task, preset if hub_data else {})
     kind = verification.kind if verification is not None else "peft" if lora is not None else "merged"
     data = ModelCardData(base_model=base if on_hub else None, license=licence if re.fullmatch(r"[\w.-]+", licence)
                          else "other", library_name={"merged": "transformers", "peft": "peft"}.get(kind),
@@ -127,3 +118,21 @@ def model_card(run_dir: str | Path, verification: Verification | None = None) ->
                   "## Verification of this export", "", verification.summary(), ""]
     lines += [f"Made by grpo_kit {installed_version('grpo_kit') or '(run from a clone)'}; trained with {versions}.", ""]
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
+
+
+def _eval_results(rows: list[dict[str, str]], task: str, hub_preset: dict[str, Any]) -> list[Any]:
+    """The exported model's results (``comparison.csv``'s ``rows``, their ``after`` column) as the card's
+    ``model-index`` entries (``huggingface_hub.EvalResult``), on ``task``; ``hub_preset``: the recipe's settings when
+    its data set is a Hub repository (its config and test split are named), else empty. Only this model's: the Hub
+    shows model-index as the model's own, so the base model's stay in the text's before/after table. A damaged
+    ``comparison.csv`` leaves the card without results (``[]``), not the export without its card."""
+    from huggingface_hub import EvalResult
+
+    try:
+        return [EvalResult(task_type="text-generation", dataset_type=task, dataset_name=task,
+                           dataset_config=hub_preset.get("dataset_config"),
+                           dataset_split=hub_preset.get("dataset_test_split") or "test",
+                           metric_type=re.sub(r"\W+", "_", row["metric"].lower()).strip("_"),
+                           metric_name=row["metric"], metric_value=float(row["after"])) for row in rows]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return []
