@@ -149,19 +149,27 @@ def decode_bytes(model: Any, config: dict[str, Any], completions: int, prompt_to
             "completions": completions, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
 
 
+#: Continuous batching's paged cache: TRL's default share of free memory on a GPU; in the miniature a toy cache (the
+#: share would be half of the CPU's free memory: 12 GB measured on a 24 GiB machine).
+CB_CACHE = {"max_memory_percent": 0.5}
+CB_CACHE_MINIATURE = {"num_blocks": 16, "max_batch_tokens": 256}
+
+
 def continuous_batching(trainer: Any, tokenizer: Any, data: Any, config: dict[str, Any], progress: Any,
-                        deadline: float | None, needs_s: float) -> None:
+                        deadline: float | None, needs_s: float, cache: dict[str, Any] = CB_CACHE) -> None:
     """After the route's training: the same prompts' completions through transformers' ``generate_batch`` (paged
     attention, continuous batching) with CUDA graphs, called as TRL 1.15's ``use_transformers_continuous_batching``
-    calls it (``grpo_trainer.py``, ``_generate_single_turn``): the model cast to bf16 when the recipe trains in bf16,
-    the trainer's own ``generation_config``, TRL's ``max_memory_percent`` of 0.5 with
-    ``use_cuda_graph=True`` (a recipe's ``transformers_continuous_batching_config: {use_cuda_graph: true}``), a new
-    manager each call. Two calls of one step's completions, each timed whole (TRL pays the manager's set-up and graph
-    capture at every step); noted as ``continuous_batching`` with the bytes a decoding step then reads
-    (:func:`decode_bytes` of the cast model, ``config`` the model's). Skipped, said in the row,
-    when fewer than ``needs_s`` seconds are left before ``deadline``."""
+    calls it (``grpo_trainer.py``, ``_generate_single_turn``): inside TRL's ``unwrap_model_for_generation`` (gradient
+    checkpointing off), the model cast to bf16 when the recipe trains in bf16, the trainer's own
+    ``generation_config``, ``cache`` (TRL's ``max_memory_percent`` of 0.5) with ``use_cuda_graph=True`` (a recipe's
+    ``transformers_continuous_batching_config: {use_cuda_graph: true}``), a new manager each call. Two calls of one
+    step's completions, each timed whole (TRL pays the manager's set-up and graph capture at every step); noted as
+    ``continuous_batching`` with the bytes a decoding step then reads (:func:`decode_bytes` of the cast model,
+    ``config`` the model's). Not started, said in the row, with fewer than ``needs_s`` seconds left before
+    ``deadline``; the second call not with fewer than the first one's."""
     import torch
     from transformers.generation import ContinuousBatchingConfig
+    from trl.models import unwrap_model_for_generation
 
     from benchmarks.gpu_parts import peak, reset_peak, seconds_left
 
@@ -171,28 +179,32 @@ def continuous_batching(trainer: Any, tokenizer: Any, data: Any, config: dict[st
         progress.note(stopped="; ".join(filter(None, [progress.row.get("stopped"), said])))
         return
     progress.note(phase="continuous batching")
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    reset_peak()
-    if trainer.args.bf16:
-        model.to(torch.bfloat16)
     completions = trainer.args.per_device_train_batch_size * trainer.args.gradient_accumulation_steps
     texts = [data[i]["prompt"] for i in range(completions // trainer.num_generations)]
-    decode = decode_bytes(model, config, completions, len(tokenizer(texts[0])["input_ids"]),
-                          trainer.args.max_completion_length)
     prompt_ids = [ids for text in texts for ids in [tokenizer(text)["input_ids"]] * trainer.num_generations]
-    batching = ContinuousBatchingConfig(max_memory_percent=0.5, use_cuda_graph=True)
-    calls = []
-    for _ in range(2):
-        _sync()
-        start = time.perf_counter()
-        with torch.no_grad():
+    batching = ContinuousBatchingConfig(**cache, use_cuda_graph=True)
+    calls: list[dict[str, Any]] = []
+    reset_peak()
+    # TRL's own context: the model unwrapped, gradient checkpointing off while it generates (else a layer that
+    # checkpoints in training mode drops the cache)
+    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model, torch.no_grad():
+        if trainer.args.bf16:
+            model.to(torch.bfloat16)
+        decode = decode_bytes(model, config, completions, len(prompt_ids[0]), trainer.args.max_completion_length)
+        for _ in range(2):
+            if calls and seconds_left(deadline) < calls[-1]["seconds"]:
+                progress.note(stopped=f"at its deadline after continuous batching's call {len(calls)}")
+                break
+            _sync()
+            start = time.perf_counter()
             outputs = model.generate_batch(prompt_ids, generation_config=trainer.generation_config,
                                            continuous_batching_config=batching, progress_bar=False)
-        _sync()
-        seconds = time.perf_counter() - start
-        tokens = [len(o.generated_tokens) for o in outputs.values()]
-        calls.append({"seconds": round(seconds, 2), "sequences": len(tokens), "tokens": sum(tokens),
-                      "tokens_per_s": round(sum(tokens) / seconds, 1)})
-        # asked for, transformers keeps CUDA graphs on a GPU and turns them off without one (decide_use_cuda_graphs)
-        progress.note(continuous_batching={"calls": calls, "cuda_graphs": torch.cuda.is_available(),
-                                           "decode_bytes": decode, "peak_covers": CB_PEAK_COVERS, **peak()})
+            _sync()
+            seconds = time.perf_counter() - start
+            tokens = [len(o.generated_tokens) for o in outputs.values()]
+            calls.append({"seconds": round(seconds, 2), "sequences": len(tokens), "tokens": sum(tokens),
+                          "tokens_per_s": round(sum(tokens) / seconds, 1)})
+            # asked for, transformers keeps CUDA graphs on a GPU and turns them off without one
+            # (decide_use_cuda_graphs)
+            progress.note(continuous_batching={"calls": calls, "cache": cache, "cuda_graphs": torch.cuda.is_available(),
+                                               "decode_bytes": decode, "peak_covers": CB_PEAK_COVERS, **peak()})

@@ -1,10 +1,11 @@
-"""The GPU proof's parts, each run in a child process of its own by ``benchmarks/gpu_proof.py`` (``--child NAME``):
-the machine, each memory route's GRPO steps (:func:`run_route`) and the evaluation's throughput (:func:`run_eval`);
-the pipeline smoke is in ``benchmarks/gpu_smoke.py``, generation's measurements in ``benchmarks/gpu_generation.py``.
+"""The GPU proof's memory routes, each run in a child process of its own by ``benchmarks/gpu_proof.py`` (``--child
+NAME``): a route's GRPO steps (:func:`run_route`), and the helpers every part shares. The machine, the pipeline smoke
+and the evaluation are in ``benchmarks/gpu_pipeline.py``, generation's measurements in
+``benchmarks/gpu_generation.py``.
 
 A part writes its row as it goes (:class:`Progress`), so a part killed at its time limit keeps what it measured and
 the phase it was in. A part given a deadline (``--deadline``, seconds since the epoch) ends by itself before it: a
-route's trainer is stopped between steps (:class:`StopAtDeadline` sets ``control.should_training_stop``), the
+route's trainer is stopped between steps (:func:`stop_at_deadline` sets ``control.should_training_stop``), the
 evaluation between batches, and the process exits normally, so what it compiled is in the caches for the next part
 (``benchmarks/compile_cache.py``). Peak GPU memory is reset once the model is built, and each row says what its peak
 covers (``peak_covers``).
@@ -220,7 +221,7 @@ def run_route(name: str, steps: int, miniature: bool, workdir: Path, progress: P
     ``benchmarks/gpu_proof.py``); ``progress`` holds the row as it grows. With a ``deadline`` the trainer stops
     before it (:func:`stop_at_deadline`, steps expected to take ``step_s``), and a route with continuous batching
     runs it only with ``cb_s`` seconds left."""
-    from benchmarks.gpu_generation import continuous_batching, decode_bytes, time_generation, watch_kv_cache
+    from benchmarks import gpu_generation as generation
 
     route = ROUTES[name]
     progress = progress or Progress(None, {"route": name})
@@ -250,13 +251,13 @@ def run_route(name: str, steps: int, miniature: bool, workdir: Path, progress: P
     trainer = build_trainer(model, tokenizer, data, preset, [distinct_words], str(workdir / name / "out"))
     trainable = {n: t.detach().float().cpu().clone() for n, t in trainer.model.named_parameters() if t.requires_grad}
     times: list[float] = []
-    generated = time_generation(trainer, progress)
-    kv = watch_kv_cache(trainer, generated)
+    generated = generation.time_generation(trainer, progress)
+    kv = generation.watch_kv_cache(trainer, generated)
     for callback in step_callbacks(progress, steps, times, generated, estimate.get("needed"), deadline, step_s):
         trainer.add_callback(callback)
     completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     progress.note(phase="training", trainable_tensors=len(trainable), completions_per_step=completions,
-                  decode_bytes=decode_bytes(trainer.model, config, completions, preset.max_prompt_tokens,
+                  decode_bytes=generation.decode_bytes(trainer.model, config, completions, preset.max_prompt_tokens,
                                             preset.max_completion_length))
     trainer.train()
     after = dict(trainer.model.named_parameters())
@@ -267,7 +268,8 @@ def run_route(name: str, steps: int, miniature: bool, workdir: Path, progress: P
         raise RuntimeError(f"TRL's generation did not keep its KV cache with gradient checkpointing on: "
                            f"{kv.summary()}")
     if route.get("continuous_batching"):
-        continuous_batching(trainer, tokenizer, data, config, progress, deadline, cb_s)
+        generation.continuous_batching(trainer, tokenizer, data, config, progress, deadline, cb_s,
+                                       generation.CB_CACHE_MINIATURE if miniature else generation.CB_CACHE)
     progress.note(phase="done")
     return progress.row
 

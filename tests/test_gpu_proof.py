@@ -203,16 +203,17 @@ def test_a_call_runs_what_is_left_each_part_only_with_its_minimum_left(tmp_path,
 
     monkeypatch.setattr(gpu_proof, "run_child", run_child)
     out = tmp_path / "out"
-    assert gpu_proof.main(["--miniature", "--rerun", "--budget-s", "150", "--out", str(out)]) == 1
-    # 4-bit (181 s at least) and the smoke (151 s) cannot start within 150 s; the 16-bit route (planned 125 s) is
-    # the only part the plan expects to finish, so it may take all 150; the stand-ins take no time, so colab-t4
-    # (146 s at least) and full-80gb start after it
-    assert ran == [("a100-unsloth-16bit", 150), ("colab-t4", 150), ("full-80gb", 150)]
+    assert gpu_proof.main(["--miniature", "--rerun", "--budget-s", "155", "--out", str(out)]) == 1
+    # 4-bit (181 s at least) and the smoke (156 s) cannot start within 155 s; the 16-bit route (planned 130 s) is
+    # the only part the plan expects to finish, so it may take all 155; the stand-ins take no time, so colab-t4
+    # (151 s at least) and full-80gb start after it
+    assert ran == [("a100-unsloth-16bit", 155), ("colab-t4", 155), ("full-80gb", 155)]
     rows = [json.loads(line) for line in (out / "raw.jsonl").read_text().splitlines()]
     assert [(r["route"], r["call"]) for r in rows] == [
         ("machine", "first"), ("a100-peft", "first"), ("eval", "first"), ("a100-unsloth-4bit", "rerun"),
         ("a100-unsloth-16bit", "rerun"), ("pipeline-smoke", "rerun"), ("colab-t4", "rerun"), ("full-80gb", "rerun")]
     assert "under the 181 s its load and first step need" in rows[3]["skipped"]
+    assert "155 s left of the call's 155 s, under the 156 s" in rows[5]["skipped"]
     assert all("caches_at_start" in r for r in rows[4:] if "skipped" not in r)
     assert (out / "compile-cache.tar.gz").is_file() and mirror.read_text().count("\n") == 8
 
