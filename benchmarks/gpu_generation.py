@@ -135,15 +135,16 @@ def decode_bytes(model: Any, config: dict[str, Any], completions: int, prompt_to
     weights, 4-bit ones packed, and the adapter in its own dtype; bitsandbytes' quantization constants, about 3% of
     4-bit weights, not counted), less the input embedding's table when it is not the output layer's (a step reads
     one row of it per sequence), plus the KV cache at the mean length of the generation (the prompt and half the
-    completion), in 16 bits. Divided by the card's measured bandwidth, it is the step's memory-bound limit."""
+    completion) in the embedding's dtype (the activations'). Divided by the card's measured bandwidth, it is the
+    step's memory-bound limit."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     embedding = model.get_input_embeddings().weight
     output = model.get_output_embeddings()
     if output is None or output.weight.data_ptr() != embedding.data_ptr():
         weights -= embedding.numel() * embedding.element_size()
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    per_token = 2 * config["num_hidden_layers"] * config.get("num_key_value_heads",
-                                                             config["num_attention_heads"]) * head_dim * 2
+    kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+    per_token = 2 * config["num_hidden_layers"] * kv_heads * head_dim * embedding.element_size()
     kv = completions * (prompt_tokens + completion_tokens / 2) * per_token
     return {"weights": int(weights), "kv_cache": int(kv), "total": int(weights + kv),
             "completions": completions, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}

@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the benchmarks package is imported from the tree
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import compile_cache  # noqa: E402
+from benchmarks import compile_cache, gpu_plan  # noqa: E402
 from benchmarks.gpu_parts import ROUTES, WORK  # noqa: E402
-from benchmarks.gpu_plan import BUDGET_S, EXIT_S, PARTS, PLAN, RERUN_BUDGET_S, child_timeout, print_plan, simulate  # noqa: E402  # noqa: E402
+from benchmarks.gpu_plan import PARTS, PLAN  # noqa: E402
 
 #: Evaluation questions on a GPU: two of the notebooks' batches of 32, enough for a rate.
 EVAL_QUESTIONS = 64
@@ -91,13 +91,25 @@ def run_child(name: str, args: argparse.Namespace, timeout: float, deadline: flo
     row = {"route": name, **partial}
     if cut:
         row["cut"] = cut
+    elif child.returncode != 0 or not _last_row(output, name):
+        row["error"] = " / ".join(output.strip().splitlines()[-3:]) or f"exit {child.returncode}"
     else:
-        try:
-            row = json.loads(output.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            row["error"] = " / ".join(output.strip().splitlines()[-3:]) or f"exit {child.returncode}"
+        row = _last_row(output, name)
     row["child_seconds"] = seconds
     return row, output
+
+
+def _last_row(output: str, name: str) -> dict[str, Any] | None:
+    """The row a child printed: the last line of its output that is a JSON object of part ``name`` (libraries may
+    print after it as the process exits)."""
+    for line in reversed(output.strip().splitlines()):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and row.get("route") == name:
+            return row
+    return None
 
 
 def child_env(args: argparse.Namespace, cache_root: Path) -> dict[str, str]:
@@ -179,8 +191,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                                        "restored before the parts run")
     parser.add_argument("--label", default=None, help="the call's name in its rows (default: first, or rerun)")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help=f"seconds for the parts (default {BUDGET_S}; {RERUN_BUDGET_S} with --rerun; none with "
-                             "--miniature)")
+                        help=f"seconds for the parts (default {gpu_plan.BUDGET_S}; {gpu_plan.RERUN_BUDGET_S} with "
+                             "--rerun; none with --miniature)")
     parser.add_argument("--plan", action="store_true", help="print the calls' planned seconds per part and stop")
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps per route (the first, with its warm-up "
                         "and compilation, is timed apart)")
@@ -218,7 +230,7 @@ def eval_defaults(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.plan:
-        print_plan()
+        gpu_plan.print_plan()
         return 0
     eval_defaults(args)
     import torch
@@ -256,7 +268,8 @@ def run_call(args: argparse.Namespace, workdir: Path) -> int:
     kept = earlier_rows(args, mirror)
     names = to_run(args, kept)
     label = args.label or ("rerun" if args.rerun else "first")
-    budget = args.budget_s or (None if args.miniature else RERUN_BUDGET_S if args.rerun else BUDGET_S)
+    budget = args.budget_s or (None if args.miniature
+                               else gpu_plan.RERUN_BUDGET_S if args.rerun else gpu_plan.BUDGET_S)
     cache_root = workdir / "compile-cache"
     if args.caches:
         try:
@@ -295,10 +308,10 @@ def run_call(args: argparse.Namespace, workdir: Path) -> int:
 def schedule(names: list[str], args: argparse.Namespace, budget: float | None, env: dict[str, str],
              cache_root: Path) -> Any:
     """Run ``names`` in order within ``budget`` seconds, yielding ``(row, output)`` as each ends. A part starts only
-    with its ``Part.min_s`` left (else its row says it was skipped), is given :func:`child_timeout` (what is left
-    beyond the planned seconds of the later parts :func:`simulate` expects to finish) and a deadline
-    :data:`EXIT_S` before that. Without a budget (the miniature) nothing is timed."""
-    expected, _ = simulate(names, budget) if budget is not None else (names, [])
+    with its ``Part.min_s`` left (else its row says it was skipped), is given :func:`benchmarks.gpu_plan.child_timeout`
+    (what is left beyond the planned seconds of the later parts ``simulate`` expects to finish) and a deadline
+    :data:`benchmarks.gpu_plan.EXIT_S` before that. Without a budget (the miniature) nothing is timed."""
+    expected, _ = gpu_plan.simulate(names, budget) if budget is not None else (names, [])
     end = None if budget is None else time.monotonic() + budget
     for i, name in enumerate(names):
         warm = compile_cache.summary(cache_root, ROOT)
@@ -311,8 +324,8 @@ def schedule(names: list[str], args: argparse.Namespace, budget: float | None, e
                                                  f"{PARTS[name].min_s} s its load and first step need"}, ""
                 continue
             reserved = sum(PARTS[n].planned_s for n in names[i + 1:] if n in expected)
-            timeout = child_timeout(name, left, reserved)
-            row, output = run_child(name, args, timeout, time.time() + timeout - EXIT_S, env)
+            timeout = gpu_plan.child_timeout(name, left, reserved)
+            row, output = run_child(name, args, timeout, time.time() + timeout - gpu_plan.EXIT_S, env)
             row["time_limit_s"] = round(timeout)
         row["caches_at_start"] = warm
         yield row, output

@@ -179,6 +179,12 @@ def test_a_part_cut_at_its_timeout_keeps_what_it_measured_and_the_phase_it_was_i
     assert gpu_proof.unfinished(row) and "cut: timed out after 20 s (training: step 2)" in gpu_report.summary([row])
 
 
+def test_a_childs_row_is_read_even_when_libraries_print_after_it():
+    row = {"route": "eval", "questions_per_s": 2.0}
+    output = f"loading\n{json.dumps(row)}\n[atexit] a library's last word\n"
+    assert gpu_proof._last_row(output, "eval") == row and gpu_proof._last_row(output, "machine") is None
+
+
 def test_a_call_runs_what_is_left_each_part_only_with_its_minimum_left(tmp_path, monkeypatch):
     """--rerun keeps the finished rows this machine's last call left (its --out is emptied between calls) and runs
     the rest in the plan's order, each only with its minimum left, each given its planned seconds plus what the
@@ -193,17 +199,22 @@ def test_a_call_runs_what_is_left_each_part_only_with_its_minimum_left(tmp_path,
              {"route": "a100-unsloth-16bit", "stopped": "at its deadline after step 1", "call": "first"},
              {"route": "eval", "questions_per_s": 9.0, "call": "first"}]
     mirror.write_text("".join(json.dumps(r) + "\n" for r in first))
+    carried = tmp_path / "carried"
+    (carried / "inductor" / "fx").mkdir(parents=True)
+    (carried / "inductor" / "fx" / "entry.py").write_text("graph")
+    compile_cache.pack(carried, tmp_path, tmp_path / "caches.tar.gz")  # an earlier loan's caches
     ran = []
 
     def run_child(name, args, timeout, deadline, env):
         ran.append((name, round(timeout)))
         assert deadline == pytest.approx(time.time() + timeout - gpu_plan.EXIT_S, abs=5)
-        assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path / "work" / "miniature" / "compile-cache"))
+        assert (Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "fx" / "entry.py").read_text() == "graph"  # restored first
         return {"route": name, "step_s": 1.0}, "its output"
 
     monkeypatch.setattr(gpu_proof, "run_child", run_child)
     out = tmp_path / "out"
-    assert gpu_proof.main(["--miniature", "--rerun", "--budget-s", "155", "--out", str(out)]) == 1
+    assert gpu_proof.main(["--miniature", "--rerun", "--budget-s", "155", "--caches", str(tmp_path / "caches.tar.gz"),
+                           "--out", str(out)]) == 1
     # 4-bit (181 s at least) and the smoke (156 s) cannot start within 155 s; the 16-bit route (planned 130 s) is
     # the only part the plan expects to finish, so it may take all 155; the stand-ins take no time, so colab-t4
     # (151 s at least) and full-80gb start after it
@@ -214,7 +225,7 @@ def test_a_call_runs_what_is_left_each_part_only_with_its_minimum_left(tmp_path,
         ("a100-unsloth-16bit", "rerun"), ("pipeline-smoke", "rerun"), ("colab-t4", "rerun"), ("full-80gb", "rerun")]
     assert "under the 181 s its load and first step need" in rows[3]["skipped"]
     assert "155 s left of the call's 155 s, under the 156 s" in rows[5]["skipped"]
-    assert all("caches_at_start" in r for r in rows[4:] if "skipped" not in r)
+    assert all(r["caches_at_start"]["files"] >= 1 for r in rows[4:] if "skipped" not in r)
     assert (out / "compile-cache.tar.gz").is_file() and mirror.read_text().count("\n") == 8
 
 
