@@ -167,12 +167,9 @@ def continuous_batching(trainer: Any, tokenizer: Any, data: Any, config: dict[st
     step's completions, each timed whole (TRL pays the manager's set-up and graph capture at every step); noted as
     ``continuous_batching`` with the bytes a decoding step then reads (:func:`decode_bytes` of the cast model,
     ``config`` the model's). Not started, said in the row, with fewer than ``needs_s`` seconds left before
-    ``deadline``; the second call not with fewer than the first one's."""
-    import torch
-    from transformers.generation import ContinuousBatchingConfig
-    from trl.models import unwrap_model_for_generation
-
-    from benchmarks.gpu_parts import peak, reset_peak, seconds_left
+    ``deadline``; the second call not with fewer than the first one's. An error is said in the row beside the
+    route's measured training."""
+    from benchmarks.gpu_parts import seconds_left
 
     if seconds_left(deadline) < needs_s:
         said = (f"continuous batching not run: it needs about {needs_s:.0f} s, "
@@ -180,6 +177,22 @@ def continuous_batching(trainer: Any, tokenizer: Any, data: Any, config: dict[st
         progress.note(stopped="; ".join(filter(None, [progress.row.get("stopped"), said])))
         return
     progress.note(phase="continuous batching")
+    try:
+        _generate_batches(trainer, tokenizer, data, config, progress, deadline, cache)
+    except Exception as e:  # a finding beside the route's training, which stays measured: said in the row
+        said = progress.row.get("continuous_batching") or {}
+        progress.note(continuous_batching={**said, "error": f"{type(e).__name__}: {e}"[:600]})
+
+
+def _generate_batches(trainer: Any, tokenizer: Any, data: Any, config: dict[str, Any], progress: Any,
+                      deadline: float | None, cache: dict[str, Any]) -> None:
+    """:func:`continuous_batching`'s two calls."""
+    import torch
+    from transformers.generation import ContinuousBatchingConfig
+    from trl.models import unwrap_model_for_generation
+
+    from benchmarks.gpu_parts import peak, reset_peak, seconds_left
+
     completions = trainer.args.per_device_train_batch_size * trainer.args.gradient_accumulation_steps
     texts = [data[i]["prompt"] for i in range(completions // trainer.num_generations)]
     prompt_ids = [ids for text in texts for ids in [tokenizer(text)["input_ids"]] * trainer.num_generations]

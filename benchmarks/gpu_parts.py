@@ -252,7 +252,8 @@ def run_route(name: str, steps: int, miniature: bool, workdir: Path, progress: P
     trainable = {n: t.detach().float().cpu().clone() for n, t in trainer.model.named_parameters() if t.requires_grad}
     times: list[float] = []
     generated = generation.time_generation(trainer, progress)
-    kv = generation.watch_kv_cache(trainer, generated)
+    # TRL's own generation only: Unsloth's trainer generates through its own fast path
+    kv = generation.watch_kv_cache(trainer, generated) if route["loader"] != "unsloth" else None
     for callback in step_callbacks(progress, steps, times, generated, estimate.get("needed"), deadline, step_s):
         trainer.add_callback(callback)
     completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
@@ -263,8 +264,8 @@ def run_route(name: str, steps: int, miniature: bool, workdir: Path, progress: P
     after = dict(trainer.model.named_parameters())
     moved = [n for n, before in trainable.items() if not torch.equal(before, after[n].detach().float().cpu())]
     progress.note(phase="trained", moved_tensors=len(moved), every_trainable_moved=len(moved) == len(trainable),
-                  generation_kv_cache=kv.summary(), **peak(estimate.get("needed")))
-    if miniature and preset.gradient_checkpointing and kv.summary()["kept"] is False:  # the rehearsal's check
+                  **({"generation_kv_cache": kv.summary()} if kv else {}), **peak(estimate.get("needed")))
+    if miniature and kv and preset.gradient_checkpointing and kv.summary()["kept"] is False:  # the rehearsal's check
         raise RuntimeError(f"TRL's generation did not keep its KV cache with gradient checkpointing on: "
                            f"{kv.summary()}")
     if route.get("continuous_batching"):

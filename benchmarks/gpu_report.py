@@ -128,6 +128,8 @@ def _generation(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
         entries.append((generator, row.get("generation_tokens_per_s"), row.get("ms_per_decoding_step"),
                         row.get("decode_bytes")))
         batching = row.get("continuous_batching") or {}
+        if batching.get("error"):
+            entries.append((f"continuous batching failed: {batching['error'][:200]}", None, None, None))
         for i, call in enumerate(batching.get("calls", []), 1):
             graphs = "CUDA graphs" if batching.get("cuda_graphs") else "no CUDA graphs (a CPU)"
             entries.append((f"continuous batching, {graphs}, call {i} whole (`generate_batch` as TRL calls it)",
