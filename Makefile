@@ -190,14 +190,16 @@ gpu-proof:
 	bash benchmarks/gpu_call.sh --out $(OUT)
 
 # The proof rehearsed on this CPU with the lent machine's own software (requirements-rehearsal.txt, Python 3.12 as
-# there; about 5 GB and 3 minutes the first time) and the real bundle installed as there, at toy shapes. What only a
-# GPU runs is said in the rows (TRL 1.15's Triton kernel swapped for PyTorch, 4-bit and 8-bit bitsandbytes, Unsloth's
-# loader). Beside `make test`, not in it: CI would download the 5 GB each time.
+# there, found by benchmarks/find_python.sh on PATH or under pyenv or uv unless REHEARSAL_PYTHON names one; about 5 GB
+# and 3 minutes the first time) and the real bundle installed as there, at toy shapes and with no time limits. What
+# only a GPU runs is said in the rows and at the top of its summary (times, Unsloth's loader, bf16, 4-bit and 8-bit
+# bitsandbytes, TRL 1.15's Triton kernel, CUDA graphs). Beside `make test`, not in it: CI would download the 5 GB.
 REHEARSAL_VENV ?= .venv-rehearsal
-REHEARSAL_PYTHON ?= python3.12
+REHEARSAL_PYTHON ?=
 REHEARSAL_STAMP := $(REHEARSAL_VENV)/.installed
 $(REHEARSAL_STAMP): requirements-rehearsal.txt
-	$(REHEARSAL_PYTHON) -m venv $(REHEARSAL_VENV)
+	@py="$(REHEARSAL_PYTHON)"; [ -n "$$py" ] || py=$$(bash benchmarks/find_python.sh 3.12) || exit 1; \
+		echo "$$py -m venv $(REHEARSAL_VENV)"; "$$py" -m venv $(REHEARSAL_VENV)
 	$(REHEARSAL_VENV)/bin/python -m pip install --quiet -r requirements-rehearsal.txt
 	touch $(REHEARSAL_STAMP)
 gpu-rehearsal: $(REHEARSAL_STAMP) wheels/manifest.json

@@ -3,17 +3,19 @@
 # the exact call, the paths to carry and the time limit):
 #   1. check that the carried wheel bundle is the one its manifest lists and fits one call with the tree;
 #   2. install it into a folder of its own, put on PYTHONPATH after the tree (the machine's packages stay as they are);
-#   3. run benchmarks/gpu_proof.py into the given folder ($OUT on the device machine), each route's row appended to
-#      raw.jsonl as it finishes, within the budget.
+#   3. run benchmarks/gpu_proof.py into the given folder ($OUT on the device machine), each part's row appended to
+#      raw.jsonl as it finishes, within the budget, after restoring the compile caches an earlier loan brought back
+#      (--caches), and ending with this machine's caches packed into compile-cache.tar.gz there.
 #
-#   bash benchmarks/gpu_call.sh --out "$OUT"                   # on the GPU machine: the first call
-#   bash benchmarks/gpu_call.sh --rerun --out "$OUT"           # the next call: only what the first left unfinished
+#   bash benchmarks/gpu_call.sh --out "$OUT"                   # on the GPU machine: a loan's first call
+#   bash benchmarks/gpu_call.sh --rerun --out "$OUT"           # a second call on the same warm machine
+#   bash benchmarks/gpu_call.sh --out "$OUT" --caches FILE -- --done RAW_JSONL...   # the next loan's call
 #   bash benchmarks/gpu_call.sh --miniature --out /tmp/proof   # the same steps on a CPU at toy shapes (make test)
 #
-# Options: --wheels DIR (default wheels/, made by `make wheels`), --budget-s S (default gpu_proof.py's: its plan's
-# caps, or its rerun budget), --python PY (default $PYTHON or python3), and after `--` arguments for gpu_proof.py
-# (e.g. -- --routes a100-peft eval). The bundle is installed once per machine (a marker holds the manifest's hash), so
-# a rerun on the same warm machine starts at once.
+# Options: --wheels DIR (default wheels/, made by `make wheels`), --budget-s S (default gpu_proof.py's: its call's
+# budget, or its rerun budget), --caches FILE (a compile-cache.tar.gz a call brought back), --python PY (default
+# $PYTHON or python3), and after `--` arguments for gpu_proof.py (e.g. -- --routes a100-peft eval). The bundle is
+# installed once per machine (a marker holds the manifest's hash), so a rerun on the same warm machine starts at once.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +25,7 @@ BUDGET=()
 PY="${PYTHON:-python3}"
 MINIATURE=()
 RERUN=()
+CACHES=()
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,6 +33,7 @@ while [ $# -gt 0 ]; do
     --wheels) WHEELS="$2"; shift 2;;
     --budget-s) BUDGET=(--budget-s "$2"); shift 2;;
     --rerun) RERUN=(--rerun); shift;;
+    --caches) CACHES=(--caches "$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2;;
     --python) PY="$2"; shift 2;;
     --miniature) MINIATURE=(--miniature); shift;;
     --) shift; EXTRA=("$@"); break;;
@@ -41,8 +45,10 @@ if [ -z "$OUT_DIR" ]; then
   exit 2
 fi
 mkdir -p "$OUT_DIR" || exit 2
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 LOG="$OUT_DIR/call.log"
-echo "== gpu_call.sh $(date -u +%FT%TZ): wheels $WHEELS ${BUDGET[*]} ${MINIATURE[*]} ${RERUN[*]}" | tee "$LOG"
+echo "== gpu_call.sh $(date -u +%FT%TZ): wheels $WHEELS ${BUDGET[*]} ${MINIATURE[*]} ${RERUN[*]} ${CACHES[*]}" \
+  | tee "$LOG"
 
 # 1. The bundle: the wheels its manifest lists, under the size limit with the tree.
 "$PY" "$ROOT/benchmarks/wheel_bundle.py" --check "$WHEELS" 2>&1 | tee -a "$LOG"
@@ -65,9 +71,10 @@ fi
 export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-# 3. The proof, into the given folder.
-"$PY" "$ROOT/benchmarks/gpu_proof.py" --out "$OUT_DIR" "${BUDGET[@]}" "${MINIATURE[@]}" "${RERUN[@]}" "${EXTRA[@]}" \
-  2>&1 | tee -a "$LOG"
+# 3. The proof, into the given folder, from the tree's root (Unsloth writes its generated modules there).
+cd "$ROOT" || exit 2
+"$PY" "$ROOT/benchmarks/gpu_proof.py" --out "$OUT_DIR" "${BUDGET[@]}" "${MINIATURE[@]}" "${RERUN[@]}" "${CACHES[@]}" \
+  "${EXTRA[@]}" 2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 echo "== gpu_call.sh done: exit $status; $OUT_DIR holds $(ls "$OUT_DIR" | tr '\n' ' ')" | tee -a "$LOG"
 exit "$status"
