@@ -144,14 +144,15 @@ def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weig
 def test_trl_1_15_trains_a_lora_generating_through_continuous_batching(tiny_policy, gsm8k_train_small, tmp_path,
                                                                       monkeypatch):
     """The GPU stack's trl 1.15.0 continuous-batching branch (its generate_batch call and bfloat16 cast are 1.16.0's,
-    less gradient_checkpointing_kwargs), with the log-probability shim (shim 1 above)."""
+    less gradient_checkpointing_kwargs), with the log-probability shim (shim 1 above); one step (the main suite's
+    trl 1.16.0 runs two), since each generate_batch ends with two gc.collect() that cost seconds in this process."""
     import trl.trainer.utils
 
     from ..training.test_generators import continuous_batching_steps, trained_through_continuous_batching
 
     monkeypatch.setattr(trl.trainer.utils, "_ChunkedLogProbFunction", TorchLogProbs)
     model, tokenizer = tiny_policy
-    trainer, before, texts = continuous_batching_steps(model, tokenizer, gsm8k_train_small.select(range(16)),
-                                                       tmp_path, monkeypatch)
+    trainer, before, texts = continuous_batching_steps(model, tokenizer, gsm8k_train_small.select(range(8)),
+                                                       tmp_path, monkeypatch, steps=1)
     trainer.train()
-    trained_through_continuous_batching(trainer, before, texts)
+    trained_through_continuous_batching(trainer, before, texts, steps=1)

@@ -61,14 +61,15 @@ def test_a_lora_trains_generating_through_continuous_batching_on_the_cpu(tiny_po
     trained_through_continuous_batching(trainer, before, texts)
 
 
-def trained_through_continuous_batching(trainer, before, texts):
-    """Checks of :func:`continuous_batching_steps`' two steps (the stack suite runs them on trl 1.15.0 too)."""
+def trained_through_continuous_batching(trainer, before, texts, steps=2):
+    """Checks of :func:`continuous_batching_steps`' steps (the stack suite runs one on trl 1.15.0 too)."""
     assert any(isinstance(c, PrecisionKept) for c in trainer.callback_handler.callbacks)
     after = dict(trainer.model.named_parameters())
     # step 1 moves lora_B (zero at the start, so lora_A has no gradient yet), step 2 lora_A as well
-    assert [n for n, p in before.items() if torch.equal(p, after[n].detach())] == []
+    still = [n for n, p in before.items() if torch.equal(p, after[n].detach())]
+    assert still == ([] if steps > 1 else [n for n in before if "lora_A" in n])
     assert all("lora_" in n and after[n].dtype == torch.float32 for n in before)
-    assert len(texts) == 2  # one generate_batch per step: its completions are the ones scored, as text
+    assert len(texts) == steps  # one generate_batch per step: its completions are the ones scored, as text
     for call in texts:
         assert call["scored"] == call["decoded"] and len(call["decoded"]) == 8
     assert any(text.strip() for call in texts for text in call["decoded"])
