@@ -89,10 +89,11 @@ def generator(preset: Recipe) -> dict[str, str]:
             "as transformers decides (on where the attention needs no mask)" if graphs is None else
             "on" if graphs is True else "off" if graphs is False else f"{graphs} (prefill, decode)")
         share = config.get("max_memory_percent", TRL_MAX_MEMORY_PERCENT)
+        cache = f"{config['num_blocks']} blocks of {config.get('block_size', 256)} tokens" if "num_blocks" in config \
+            else f"{share:g} of the memory free once the policy is loaded"
         return {"name": f"transformers continuous batching (generate_batch, paged attention; {said})",
                 "basis": "use_transformers_continuous_batching: TRL calls the policy's generate_batch with "
-                         f"transformers_continuous_batching_config {config or '{}'}, its KV cache sized to {share:g} "
-                         "of the memory free once the policy is loaded unless num_blocks sets it (trl "
+                         f"transformers_continuous_batching_config {config or '{}'}, its KV cache {cache} (trl "
                          "grpo_trainer.py); opt-in: not yet measured on a GPU"}
     if preset.use_unsloth:
         return {"name": "Unsloth's generate (its own decode path)",
