@@ -348,7 +348,7 @@ def test_a_missing_or_stray_wheel_is_named(tmp_path):
 def test_the_bundle_is_what_the_machine_lacks_pinned_for_cpython_3_12(tmp_path):
     versions = wheel_bundle.pins()
     assert versions == {"trl": "1.15.0", "datasets": "4.8.5", "dill": "0.4.1", "multiprocess": "0.70.19",
-                        "unsloth": "2026.10.7", "unsloth_zoo": "2026.10.7", "bitsandbytes": "0.50.2",
+                        "unsloth": "2026.10.9", "unsloth_zoo": "2026.10.9", "bitsandbytes": "0.50.2",
                         "peft": "0.21.2"}
     command = wheel_bundle.download_command(versions, tmp_path)
     assert command[3:5] == ["download", "--no-deps"] and "--only-binary=:all:" in command

@@ -59,7 +59,7 @@ def test_the_runtimes_torch_is_kept_and_every_version_read_back(monkeypatch, cap
     runtime = FakeRuntime(monkeypatch, {"torch": "2.11.0+cu128", **KIT})
     assert notebook.install_stack(driver=lambda: "570.172.08")
     xformers, argv = runtime.calls
-    assert "unsloth==2026.10.7" in argv and not any(a.startswith(("torch==", "vllm==", "xformers")) for a in argv)
+    assert "unsloth==2026.10.9" in argv and not any(a.startswith(("torch==", "vllm==", "xformers")) for a in argv)
     assert runtime.constraints == "torch==2.11.0+cu128\n"  # pip may not replace it
     # xformers alone from PyTorch's index for this CUDA (PyPI's 0.0.35 is one CUDA's build, unsloth METADATA's
     # cu128onlytorch2110 extra names this one)
@@ -76,7 +76,7 @@ def test_a_cuda_13_runtime_without_an_xformers_build_gets_none_and_the_reason(mo
     assert notebook.install_stack(driver=lambda: "580.82.07")
     (argv,) = runtime.calls
     assert not any(a.startswith("xformers") for a in argv)
-    assert "xformers: none built for it (unsloth 2026.10.7 names no xformers build for torch 2.13.0" in \
+    assert "xformers: none built for it (unsloth 2026.10.9 names no xformers build for torch 2.13.0" in \
         capsys.readouterr().out
 
 
@@ -146,7 +146,7 @@ def test_the_doctor_reports_each_reading(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # emulation counts: not read
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (3 * 2**30, int(14.7 * 2**30)))
     monkeypatch.setattr(torch.version, "cuda", "13.0")
-    versions = {"torch": ("2.11.0+cu128", "2.13.0"), "unsloth": (None, "2026.10.7")}
+    versions = {"torch": ("2.11.0+cu128", "2.13.0"), "unsloth": (None, "2026.10.9")}
     from grpo_kit.training import doctor
 
     monkeypatch.setattr(doctor, "_live_version", lambda name: versions.get(name, (None, None))[0])

@@ -17,6 +17,7 @@ Why each is here (read against trl 1.15.0/1.16.0, transformers 5.17.0, unsloth 2
   processes, TRL's colocated vLLM on a CPU): Unsloth and TRL fail late or train something else (unsloth #2846,
   #3577, #2435).
 - The dataset's columns against the rewards: TRL calls a reward first at the first step.
+- Continuous-batching generation: :func:`grpo_kit.training.generators.check_generator` says why each.
 - Algorithm combinations: :func:`grpo_kit.training.algorithms.check_algorithm` says why each.
 """
 
@@ -197,8 +198,9 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
             (:func:`grpo_kit.tasks.rewards.column_problem`); GPU routes that cannot work
             (Unsloth full fine-tuning with ``fast_inference``, ``fast_inference`` without Unsloth,
             ``use_vllm`` with Unsloth, TRL's colocated vLLM on a CPU, 4-bit loading without Unsloth,
-            Unsloth on more than one process); algorithm settings TRL would reject or never compute
-            (:func:`grpo_kit.training.algorithms.check_algorithm`).
+            Unsloth on more than one process); continuous-batching settings TRL would ignore or that would round
+            the trained weights (:func:`grpo_kit.training.generators.check_generator`); algorithm settings TRL would
+            reject or never compute (:func:`grpo_kit.training.algorithms.check_algorithm`).
     """
     for rule in RULES:
         value = getattr(preset, rule.field)
@@ -230,6 +232,9 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
                          "CPU with use_vllm=False")
     if preset.load_in_4bit and not preset.use_unsloth:
         raise ValueError("load_in_4bit is Unsloth's QLoRA loader: set use_unsloth=True, or load_in_4bit=False")
+    from grpo_kit.training.generators import check_generator  # imports transformers, which reading a recipe did
+
+    check_generator(preset)
     check_algorithm(preset)
     generation_batch = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     if generation_batch % preset.num_generations:

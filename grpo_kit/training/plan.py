@@ -370,6 +370,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         ``{"preset", "recipe_keys" (:meth:`grpo_kit.training.presets.Recipe.taken`), "route", "model", "algorithm",
         "grpo_config" (as the trainer will hold it: on Unsloth routes after :func:`unsloth_changes`),
         "unsloth_changes", "processes", "vllm", "memory", "alarm", "sampling" (which temperature applies),
+        "generator" (:func:`grpo_kit.training.generators.generator`: what generates the completions, and why),
         "without_vllm" (what a runtime without vLLM does), "time" and "disk" (:mod:`grpo_kit.training.cost`'s
         estimates), "resume_from", "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md).
         ``problems`` are lines; ``fatal`` says whether one would end the run.
@@ -379,6 +380,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         FileNotFoundError: ``resume`` with a run folder that has no ``train_settings.json``.
     """
     from grpo_kit.training.callbacks import stale_weights_alarm
+    from grpo_kit.training.generators import generator
 
     if resume and run_dir is not None:
         p, model = preset_of_run(run_dir, argv, **(overrides or {}))
@@ -452,7 +454,8 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         "processes": [{"rank": la.rank, **placement(p.lora_rank is None, la, gpu), "loader": _loader(p)}
                       for la in launches],
         "device": None if gpu is None else dataclasses.asdict(gpu), "launch": launch, "vllm": vllm, "memory": memory,
-        "alarm": stale_weights_alarm(p), "sampling": _sampling(p), "without_vllm": _without_vllm(p),
+        "alarm": stale_weights_alarm(p), "sampling": _sampling(p), "generator": generator(p),
+        "without_vllm": _without_vllm(p),
         "time": _time(p, shape, gpu, steps_left),
         "disk": estimate_disk(p, shape) if isinstance(shape, ModelShape) else None,
         "resume_from": resume_from, "resume_why": resume_why,
@@ -504,6 +507,7 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines += [f"  rank {p['rank']}: dtype {p['dtype']}, device_map {p['device_map']}" for p in plan["processes"][:2]]
     if len(plan["processes"]) > 2:
         lines.append(f"  ... and {len(plan['processes']) - 2} more, each on its own GPU")
+    lines += [f"generation: {plan['generator']['name']}", f"  basis: {plan['generator']['basis']}"]
     vllm = plan["vllm"]
     if vllm is None:
         lines.append("vLLM: none (the policy generates with transformers)")

@@ -110,7 +110,9 @@ def build_trainer(model: Any, tokenizer: Any, train_dataset: Any, preset: str | 
             trainer drops ``peft_config`` and needs an Unsloth-loaded model: it would train every
             weight or fail at the first step).
         RuntimeError: the trainer does not train what the preset asks (a LoRA run whose model is
-            not a peft model or trains more than the adapter; a full run with frozen weights).
+            not a peft model or trains more than the adapter; a full run with frozen weights). From ``.train()``
+            with continuous batching: a step whose trained weights lost precision
+            (:class:`grpo_kit.training.generators.PrecisionKept`).
     """
     p = get_preset(preset, **overrides)
     reward_set = RewardSet(rewards)
@@ -136,8 +138,12 @@ def build_trainer(model: Any, tokenizer: Any, train_dataset: Any, preset: str | 
 
         peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha,
                                  target_modules=list(p.loading.lora_target_modules), task_type="CAUSAL_LM")
+    from grpo_kit.training.generators import PrecisionKept, continuous_batching
+
+    # TRL's continuous-batching generation casts the policy: each step checks the trained weights kept their precision
+    kept = [PrecisionKept()] if continuous_batching(p) else []
     trainer = GRPOTrainer(model=model, reward_funcs=reward_set.checked_funcs, args=config, train_dataset=train_dataset,
-                          processing_class=tokenizer, peft_config=peft_config, callbacks=list(callbacks))
+                          processing_class=tokenizer, peft_config=peft_config, callbacks=[*callbacks, *kept])
     check_trains_as_asked(trainer.model, p)
     return trainer
 

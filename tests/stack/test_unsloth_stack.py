@@ -1,4 +1,4 @@
-"""The Unsloth route against the real unsloth 2026.10.7 and trl 1.15.0 (CPU).
+"""The Unsloth route against the real unsloth 2026.10.9 and trl 1.15.0 (CPU).
 
 Unsloth is imported first, at collection, as the kit's GPU path does, and its TRL patch runs as
 on a GPU: `import unsloth` calls ``PatchFastRL(FastLanguageModel=FastLlamaModel)``

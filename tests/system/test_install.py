@@ -26,7 +26,7 @@ def test_colabs_torch_2_11_cu128_is_kept_and_the_plan_says_why_no_vllm_serves_it
     code, plan = _plan(capsys, "--torch", "2.11.0+cu128", "--driver", "570.172.08")
     assert code == 0 and plan["keep_torch"] is True and plan["vllm"] is None
     assert not any(p.startswith(("torch==", "vllm==")) for p in plan["install"])
-    assert "unsloth==2026.10.7" in plan["install"] and "trl==1.15.0" in plan["install"]
+    assert "unsloth==2026.10.9" in plan["install"] and "trl==1.15.0" in plan["install"]
     # vllm 0.26.0 is the release whose metadata pins torch 2.11.0, and PyPI builds it for CUDA 13.0; driver 570 runs
     # no CUDA 13, so no runtime change helps on it
     assert "vllm 0.26.0" in plan["no_vllm"] and "CUDA 13.0" in plan["no_vllm"] and "without fast_inference" in (
