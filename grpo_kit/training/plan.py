@@ -206,7 +206,8 @@ def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | No
     """What this machine lacks for a recipe, which transformers, TRL or DeepSpeed would say only once the model
     loaded (or the trainer pushed its first checkpoint): a CPU route that ``fp16``, a bitsandbytes ``optim`` or flash
     attention cannot take, a step too large for the memory, ``deepspeed``, bitsandbytes or flash-attn not installed,
-    ``push_to_hub`` without the Hub. Fatal only ``here`` (not for a card planned from elsewhere), except what the CPU route cannot take."""
+    ``push_to_hub`` without the Hub. Fatal only ``here`` (not for a card planned from elsewhere), except what the CPU
+    route cannot take."""
     import importlib.util
 
     from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
@@ -545,8 +546,8 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
 
     Checks what this machine lacks for the recipe (:func:`_machine_problems`: a CPU route that ``fp16``, a
     bitsandbytes ``optim`` or flash attention cannot take, a step too large for its memory, DeepSpeed, bitsandbytes or
-    flash-attn not installed, ``push_to_hub`` without the Hub) and, on a GPU, the card against it (bfloat16, the memory estimate, vLLM's share)
-    for the launch's processes. The memory checks rest on an estimate: with the environment variable
+    flash-attn not installed, ``push_to_hub`` without the Hub) and, on a GPU, the card against it (bfloat16, the
+    memory estimate, vLLM's share) for the launch's processes. The memory checks rest on an estimate: with the environment variable
     :data:`SKIP_ESTIMATE` set to ``1`` they are skipped. Called by :meth:`grpo_kit.runs.spec.RunSpec.resolve`.
 
     Raises:

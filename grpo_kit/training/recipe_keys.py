@@ -18,10 +18,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from grpo_kit.training.presets import Recipe
+from typing import Any
 
 __all__ = ["DATA_KEYS", "RENAMED", "STALE", "read_keys", "refusals", "renamed_argv", "unread"]
 
@@ -210,11 +207,11 @@ def _text(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
-def unread(recipe: Recipe, defaults: Mapping[str, Any]) -> list[str]:
+def unread(recipe: Any, defaults: Mapping[str, Any]) -> list[str]:
     """The recipe's values the kit would not act on, one clause each (key, value, why, what to write).
 
     Args:
-        recipe: the recipe, typed.
+        recipe: the :class:`grpo_kit.training.presets.Recipe`, typed (this module sits below it).
         defaults: every key's default (TRL's parser's).
     """
     settings = recipe.settings
@@ -234,7 +231,7 @@ def unread(recipe: Recipe, defaults: Mapping[str, Any]) -> list[str]:
     return found + _loading_unread(recipe, given)
 
 
-def _loading_unread(recipe: Recipe, given: Mapping[str, Any]) -> list[str]:
+def _loading_unread(recipe: Any, given: Mapping[str, Any]) -> list[str]:
     """The model-loading and LoRA values the recipe's route cannot take (Unsloth, or the transformers route)."""
     found = []
     four_bit = recipe.use_unsloth and recipe.load_in_4bit
