@@ -547,8 +547,9 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
     Checks what this machine lacks for the recipe (:func:`_machine_problems`: a CPU route that ``fp16``, a
     bitsandbytes ``optim`` or flash attention cannot take, a step too large for its memory, DeepSpeed, bitsandbytes or
     flash-attn not installed, ``push_to_hub`` without the Hub) and, on a GPU, the card against it (bfloat16, the
-    memory estimate, vLLM's share) for the launch's processes. The memory checks rest on an estimate: with the environment variable
-    :data:`SKIP_ESTIMATE` set to ``1`` they are skipped. Called by :meth:`grpo_kit.runs.spec.RunSpec.resolve`.
+    memory estimate, vLLM's share) for the launch's processes. The memory checks rest on an estimate: with the
+    environment variable :data:`SKIP_ESTIMATE` set to ``1`` they are skipped. Called by
+    :meth:`grpo_kit.runs.spec.RunSpec.resolve`.
 
     Raises:
         ValueError: a problem that would end the run (each line with its remedy).
