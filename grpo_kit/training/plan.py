@@ -344,7 +344,7 @@ def adapter(preset: Recipe) -> dict[str, Any] | None:
         return {"built_by": "unsloth FastLanguageModel.get_peft_model", **unsloth_peft_kwargs(preset.loading)}
     config = peft_config(preset)
     shown = ("r", "lora_alpha", "lora_dropout", "target_modules", "target_parameters", "modules_to_save", "use_rslora",
-             "use_dora", "bias", "task_type")
+             "use_dora", "bias", "task_type", "revision")
     values = {k: sorted(v) if isinstance(v, set) else v for k, v in vars(config).items() if k in shown}
     return {"built_by": "peft LoraConfig from trl.get_peft_config", **values}
 

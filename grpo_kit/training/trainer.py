@@ -122,7 +122,9 @@ def peft_config(recipe: Recipe) -> Any:
     """The LoRA adapter ``GRPOTrainer`` adds on the transformers route: TRL's own ``get_peft_config`` over the
     recipe's ``ModelConfig`` keys, as ``trl/scripts/grpo.py`` builds it (``lora_r``, ``lora_alpha``, ``lora_dropout``,
     ``lora_target_modules``, ``lora_target_parameters``, ``lora_modules_to_save``, ``lora_task_type``, ``use_rslora``,
-    ``use_dora``), with the kit's :data:`grpo_kit.policy.loading.LORA_TARGETS` where the recipe names no targets.
+    ``use_dora``), with the kit's :data:`grpo_kit.policy.loading.LORA_TARGETS` where the recipe names no targets, and
+    the recipe's ``model_revision`` as the config's ``revision`` (peft's ``AutoPeftModelForCausalLM`` loads the saved
+    adapter's base at it, so evaluation after training reads the weights that trained).
 
     Returns:
         a ``peft.LoraConfig``; ``None`` for full fine-tuning, and on the Unsloth route, where Unsloth's loader adds the
@@ -138,7 +140,10 @@ def peft_config(recipe: Recipe) -> Any:
     # expression matching no layer's full name (the kit's own check refuses a single string other than all-linear)
     targets = recipe.loading.lora_target_modules
     model_args.lora_target_modules = targets if isinstance(targets, str) else list(targets)
-    return get_peft_config(model_args)
+    config = get_peft_config(model_args)
+    if "model_revision" in recipe.settings:  # recorded in adapter_config.json: peft loads the base at that revision
+        config.revision = recipe.model_revision
+    return config
 
 
 def check_trains_as_asked(model: Any, preset: Recipe) -> None:

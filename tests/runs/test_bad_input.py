@@ -314,7 +314,9 @@ def test_a_model_trained_from_something_else_is_refused(tmp_path, capsys, field,
     (["train", "--preset", "cpu-tiny", "--set", "lora_rank=8"], "--set is gone: write --use_peft true --lora_r 8"),
     (["train", "--preset", "cpu-tiny", "--set", "warmup_ratio=2"], "--set is gone; recipe key --warmup_ratio is gone: "
                                                                   "removed in transformers 5: write --warmup_steps"),
-    (["train", "--preset", "cpu-tiny", "--model", "x/y"], "recipe key --model is gone: write --model_name_or_path"),
+    (["train", "--preset", "cpu-tiny", "--overwrite_output_dir", "--vllm_device", "auto"],
+     "recipe key --overwrite_output_dir is gone: removed in transformers 5: drop it (a run folder is never overwritten;"
+     " --resume continues one); recipe key --vllm_device is gone: removed from TRL's GRPOConfig"),
     (["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "5000", "--run-dir", "{tmp}/x"],
      "--eval-size 5000 (eval_size): the test split of gsm8k holds"),
 ])

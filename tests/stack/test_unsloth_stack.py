@@ -198,6 +198,31 @@ def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):
         load_unsloth_policy(str(tiny_policy_files))
 
 
+def test_the_recipes_loading_keys_are_named_arguments_of_unsloths_loader():
+    """What the kit passes FastLanguageModel.from_pretrained and get_peft_model (a recipe setting every ModelConfig
+    key Unsloth takes) are arguments of the pinned Unsloth's own signatures, not swallowed by their **kwargs: all
+    but use_dora, which get_peft_model hands to peft's LoraConfig, where it is a field."""
+    import dataclasses
+    import inspect
+
+    from peft import LoraConfig
+    from unsloth import FastLanguageModel
+
+    from grpo_kit.policy.loading import unsloth_load_kwargs, unsloth_peft_kwargs
+
+    recipe = get_preset("a100", fast_inference=False, lora_dropout=0.1, use_rslora=True, use_dora=True,
+                        lora_modules_to_save=["lm_head"], lora_target_parameters=["mlp.experts.gate_up_proj"],
+                        model_revision="v2", dtype="float32", trust_remote_code=True)
+    loaded = unsloth_load_kwargs(recipe.model, recipe.loading)
+    assert set(loaded) <= set(inspect.signature(FastLanguageModel.from_pretrained).parameters)
+    assert loaded["dtype"] is torch.float32 and loaded["revision"] == "v2" and loaded["trust_remote_code"]
+    adapter = unsloth_peft_kwargs(recipe.loading)
+    assert set(adapter) - {"use_dora"} <= set(inspect.signature(FastLanguageModel.get_peft_model).parameters)
+    assert "use_dora" in {f.name for f in dataclasses.fields(LoraConfig)}
+    assert (adapter["lora_dropout"], adapter["use_rslora"], adapter["use_dora"], adapter["modules_to_save"],
+            adapter["target_parameters"]) == (0.1, True, True, ["lm_head"], ["mlp.experts.gate_up_proj"])
+
+
 def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_path):
     """Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False
     (unsloth/models/rl.py), so TRL never logs the gap; the kit's plan says the alarm is not armed on that route."""
