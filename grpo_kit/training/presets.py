@@ -434,10 +434,16 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
         argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``; :func:`command_line`).
         **overrides: keys to replace (Python values; text is read as the key's type).
 
+    An old key name (:data:`grpo_kit.training.recipe_keys.RENAMED`: ``torch_dtype``, ``warmup_ratio`` below 1, ...)
+    is read as today's, said in one logged line.
+
     Raises:
         ValueError: an unknown preset name; a recipe file that cannot be read (:func:`grpo_kit.system.files.read_yaml`:
-            not UTF-8, not YAML, a key given twice); a key no parser knows (the message names the closest one, or
-            what replaced a key that is gone); a value that cannot be read as its key's type.
+            not UTF-8, not YAML, a key given twice); a value that cannot be read as its key's type; keys no parser
+            knows (each with the closest one), keys that are gone (each with what to write instead:
+            :data:`grpo_kit.training.recipe_keys.STALE`) and values the kit would not act on
+            (:func:`grpo_kit.training.recipe_keys.unread`): all of them, of the file, the call and the command line,
+            in one line.
 
     >>> get_preset("a100", max_steps=350).max_steps
     350

@@ -48,6 +48,7 @@ RENAMED: dict[str, Callable[[Any], dict[str, Any] | None]] = {
     "warmup_ratio": lambda v: {"warmup_steps": v} if _below_one(v) else None,
     "dataset_configs": _one_config,
     "hub_model_revision": lambda v: {"hub_revision": v},
+    "wandb_log_unique_prompts": lambda v: {"log_unique_prompts": v},
     "model": lambda v: {"model_name_or_path": v},
     "gpu_memory_utilization": lambda v: {"vllm_gpu_memory_utilization": v},
     "lora_rank": _lora_rank,
@@ -74,13 +75,18 @@ STALE: dict[str, str] = {
     "wandb_project": _WANDB.format("WANDB_PROJECT"),
     "wandb_entity": _WANDB.format("WANDB_ENTITY"),
     "wandb_run_group": _WANDB.format("WANDB_RUN_GROUP"),
-    "callbacks": _OPEN_R1.format("its Hub revision callbacks"),
+    "dataset_mixture": "open-r1's mixture of data sets: the kit trains on one task; name one data set with "
+                       "{dataset_name}, or give a task file with --task",
+    **{key: _OPEN_R1.format("its Hub revision callbacks") for key in (
+        "callbacks", "overwrite_hub_revision", "push_to_hub_revision")},
     "benchmarks": _OPEN_R1.format("its evaluation after training; python -m grpo_kit eval measures the trained "
                                   "policy"),
-    **{key: _OPEN_R1.format("its code-execution rewards") for key in (
-        "code_language", "code_eval_test_batch_size", "code_eval_scoring_mode", "code_provider", "e2b_router_url",
-        "morph_router_url", "parallel_code_exec_per_proc", "enforce_same_language", "max_completion_len",
-        "soft_punish_cache")},
+    **{key: _OPEN_R1.format("a parameter of its own rewards: cosine, repetition, code execution, soft overlong")
+       for key in ("cosine_min_value_wrong", "cosine_max_value_wrong", "cosine_min_value_correct",
+                   "cosine_max_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
+                   "code_language", "code_eval_test_batch_size", "code_eval_scoring_mode", "code_provider",
+                   "ioi_provider", "e2b_router_url", "morph_router_url", "parallel_code_exec_per_proc",
+                   "max_completion_len", "soft_punish_cache")},
 }
 
 

@@ -33,7 +33,7 @@ VALUES: dict[str, Any] = {
     "lr_scheduler_kwargs": {"num_cycles": 0.4}, "optim": "adamw_torch", "optim_args": "betas=(0.9,0.95)",
     "optim_target_modules": ["attn"], "gradient_checkpointing_kwargs": {"use_reentrant": False},
     "torch_compile_backend": "inductor", "torch_compile_mode": "default", "liger_kernel_config": {"rope": True},
-    "logging_steps": 2, "report_to": ["tensorboard"], "run_name": "mine", "project": "mine", "save_steps": 5,
+    "logging_steps": 2, "report_to": ["wandb"], "run_name": "mine", "project": "mine", "save_steps": 5,
     "save_total_limit": 2, "hub_token": "hf_x", "hub_model_id": "me/model", "hub_revision": "dev",
     "accelerator_config": {"split_batches": False}, "parallelism_config": None, "dataloader_prefetch_factor": 2,
     "dataloader_num_workers": 1, "ddp_backend": "gloo", "fsdp": "full_shard", "fsdp_config": {"version": 2},
@@ -63,7 +63,9 @@ VALUES: dict[str, Any] = {
     "temperature": 0.7, "learning_rate": 2e-5,
 }
 #: Keys set with others they are read with.
-WITH = {"eval_steps": {"eval_strategy": "steps"}, "per_device_eval_batch_size": {"eval_strategy": "steps"},
+WITH = {"dataloader_prefetch_factor": {"dataloader_num_workers": 1}, "sync_ref_model": {"beta": 0.04},
+        "log_completions_hub_repo": {"log_completions": True}, "use_vllm": {"use_cpu": False},
+        "eval_steps": {"eval_strategy": "steps"}, "per_device_eval_batch_size": {"eval_strategy": "steps"},
         "eval_on_start": {"eval_strategy": "steps"}, "reward_weights": {"reward_funcs": VALUES["reward_funcs"]},
         **{k: {"dataset_name": "openai/gsm8k"} for k in ("dataset_config", "dataset_train_split", "dataset_test_split",
                                                           "dataset_prompt_column", "system_prompt",
@@ -146,11 +148,12 @@ def _other(name: str, default: Any, action: Any) -> Any:
         return VALUES[name]
     if action.choices:
         return next(c for c in action.choices if c != _text(default))
-    if getattr(action.type, "__name__", "") == "string_to_bool":
+    kind = getattr(action.type, "__name__", "")  # the parser wraps an optional field's type, keeping its name
+    if kind == "string_to_bool":
         return not default if default is not None else True
-    if action.type is int:
+    if kind == "int":
         return 3 if default in (None, -1) else default + 1
-    if action.type is float:
+    if kind == "float":
         return 0.5 if not default else default / 2
     return ["x"] if action.nargs == "+" else "x"
 
