@@ -30,7 +30,7 @@ from grpo_kit.tasks.data import carve_validation
 from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, import_reward, probe
 from grpo_kit.tasks.task_file import check_digest, is_task_file
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
-from grpo_kit.training.checks import check_settings
+from grpo_kit.training.checks import check_model_code, check_settings
 from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
 from grpo_kit.training.presets import PLAN_FIELDS, Recipe, command_line, get_preset, recipe_task
@@ -335,7 +335,8 @@ class RunSpec:
                 ZeRO-3); FSDP on a CPU (accelerate would silently fall back to replicating the model); a run folder
                 that cannot be written; a folder that holds checkpoints while ``resume`` is off, or another run's
                 checkpoints (what differs, and the command that continues the run as recorded); a resume whose
-                recorded reward of your own cannot be imported again.
+                recorded reward of your own cannot be imported again; a recipe's ``trust_remote_code`` the command
+                did not say (:func:`grpo_kit.training.checks.check_model_code`).
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
         if wandb_project is not None:
@@ -362,6 +363,7 @@ class RunSpec:
             taken += [f"{', '.join(aside)} set aside: the task is {task}"
                       for aside in [[k for k in DATA_KEYS if k in preset.settings]] if aside]
         trust_remote_code = trust_remote_code or bool(given.get("trust_remote_code"))
+        check_model_code(preset, trust_remote_code)
         # the run folder's task when none is given; one whose file moved since is named as the run's (get_task with
         # the recorded digest), and changed data is checked below, against what each step recorded
         task, digest = (task, None) if task is not None else _recorded_task(run_dir)

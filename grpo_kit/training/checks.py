@@ -34,7 +34,7 @@ from grpo_kit.tasks.rewards import column_problem
 from grpo_kit.training.algorithms import check_algorithm
 from grpo_kit.training.presets import Recipe
 
-__all__ = ["KNOWN_LORA_TARGETS", "RULES", "Rule", "check_settings"]
+__all__ = ["KNOWN_LORA_TARGETS", "RULES", "Rule", "check_model_code", "check_settings"]
 
 
 #: The most optimiser steps a run may ask for: a billion is three decades at a step a second. A larger number is a
@@ -195,6 +195,25 @@ def _check_tiny_loading(preset: Recipe) -> None:
         named = ", ".join(f"{k} {v!r}" for k, v in asked.items()).replace("revision", "model_revision")
         raise ValueError(f"{named}: the kit's tiny policy (no model_name_or_path) loads as it was built, float32 from "
                          "its cache folder; these keys load a model you name: give --model_name_or_path, or drop them")
+
+
+def check_model_code(preset: Recipe, trusted: bool) -> None:
+    """Refuse a recipe's ``trust_remote_code: true`` unless the command said so too: it makes transformers import and
+    run the model repository's own Python, and a recipe file is data, whose code runs only when you say so (the same
+    rule as for the modules its ``reward_funcs`` name, :func:`grpo_kit.runs.spec.recipe_rewards`).
+
+    Args:
+        preset: the recipe.
+        trusted: the command line gave ``--trust_remote_code true`` or ``--trust-task-code`` (a notebook:
+            ``trust_remote_code=True``).
+
+    Raises:
+        ValueError: ``trust_remote_code`` is true in the recipe only.
+    """
+    if preset.trust_remote_code and not trusted:
+        raise ValueError("trust_remote_code true in the recipe would run the model repository's own Python "
+                         "(transformers' trust_remote_code): if you trust the recipe and the model, say so on the "
+                         "command line too, --trust_remote_code true (a notebook: trust_remote_code=True)")
 
 
 def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence[str] | Mapping[str, Any] | None = None,

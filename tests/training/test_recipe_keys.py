@@ -242,3 +242,16 @@ def test_the_tiny_policy_refuses_a_models_loading_keys():
                                                    "policy (no model_name_or_path) loads as it was built")):
         check_settings(recipe, REWARDS, tiny_policy=True)
     check_settings(get_preset("cpu-tiny", argv=["--dtype", "float32"]), REWARDS, tiny_policy=True)
+
+
+def test_a_recipe_files_trust_remote_code_runs_model_code_only_when_the_command_says_so(tmp_path, capsys):
+    """trust_remote_code reaches the model's from_pretrained (as trl grpo passes it), so a recipe file saying it would
+    run the model repository's Python: as for the modules its reward_funcs name, the command line must say it too."""
+    recipe = tmp_path / "remote.yaml"
+    recipe.write_text("trust_remote_code: true\nmodel_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n")
+    for command in (["train", "--config", str(recipe), "--run-dir", str(tmp_path / "run")],
+                    ["eval", "--before", "--config", str(recipe), "--run-dir", str(tmp_path / "run")]):
+        assert main(command) == 2
+        assert "trust_remote_code true in the recipe would run the model repository's own Python" in \
+            capsys.readouterr().err
+    assert get_preset(recipe, argv=["--trust_remote_code", "true"]).loading.model_kwargs["trust_remote_code"]
