@@ -170,7 +170,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _eval_before(args: argparse.Namespace, run: Any) -> int:
     preset = get_preset(args.config or args.preset, argv=args.trl)
-    trusted = args.trust_task_code or bool(command_line(args.trl).get("trust_remote_code"))
+    trusted = args.trust_task_code or bool(command_line(args.trl, strict=False).get("trust_remote_code"))
     task = args.task or recipe_task(preset, args.cache_dir or EvalPlan.cache_dir) or DEFAULT_TASK
     plan = pipeline.baseline_plan(task, preset, eval_size=args.eval_size, eval_fraction=args.eval_fraction,
                                   max_new_tokens=args.max_new_tokens, samples=args.samples,

@@ -345,7 +345,7 @@ class RunSpec:
             overrides = {"algorithm": algorithm, **overrides}
         recorded_recipe = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
         kept: dict[str, Any] = {}
-        given = {**overrides, **command_line(argv)}
+        given = {**overrides, **command_line(argv, strict=False)}  # get_preset below refuses what it must
         if resume and recorded_recipe is not None and recorded_recipe.is_file() and not isinstance(preset, Recipe):
             if preset is None:
                 preset = recorded_recipe  # the recipe the run recorded, its plan with it

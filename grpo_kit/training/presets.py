@@ -349,10 +349,12 @@ def _problems_line(clauses: Sequence[str], unknown: bool) -> str:
                                  f"{installed_version('trl')})" if unknown else "")
 
 
-def _command_line(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
-    """:func:`command_line`'s keys, and one clause per key refused (gone or unknown) instead of raising."""
+def _command_line(argv: Sequence[str], say: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """:func:`command_line`'s keys, and one clause per key refused (gone or unknown) instead of raising; ``say``: the
+    old names read as today's in one line."""
     argv, notices = renamed_argv(argv)
-    _said_once("the command line", notices)
+    if say:
+        _said_once("the command line", notices)
     parser = _parser()
     for action in parser._actions:  # only what argv gives lands in the namespace
         action.default = argparse.SUPPRESS
@@ -365,21 +367,24 @@ def _command_line(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     return {k: _whole_steps(k, v) for k, v in vars(namespace).items()}, problems
 
 
-def command_line(argv: Sequence[str]) -> dict[str, Any]:
+def command_line(argv: Sequence[str], strict: bool = True) -> dict[str, Any]:
     """The recipe keys ``argv`` gives in TRL's command-line form (``--learning_rate 1e-5``, ``--learning-rate 1e-5``,
     ``--bf16 false``, ``--no_bf16``), typed by TRL's parser; only the keys given. A key given twice: the last wins,
     as on every command line. An old name (:data:`grpo_kit.training.recipe_keys.RENAMED`, e.g. ``--torch_dtype``) is
     read as today's, said in one line.
 
+    ``strict=False`` leaves the keys refused out, and says nothing: for a caller that reads the same ``argv`` with
+    :func:`get_preset` next, which says them with the recipe's own, in one line.
+
     Raises:
         ValueError: keys no parser knows or that are gone (:data:`grpo_kit.training.recipe_keys.STALE`), all in one
-            line; a value its key's type cannot read.
+            line (``strict``); a value its key's type cannot read.
 
     >>> command_line(["--learning-rate", "1e-5", "--bf16", "false", "--max_steps", "5", "--max-steps", "7"])
     {'learning_rate': 1e-05, 'bf16': False, 'max_steps': 7}
     """
-    values, problems = _command_line(argv)
-    if problems:
+    values, problems = _command_line(argv, say=strict)
+    if problems and strict:
         raise ValueError(_problems_line(problems, any(p.startswith("unknown") for p in problems)))
     return values
 

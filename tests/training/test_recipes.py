@@ -411,3 +411,15 @@ def test_what_this_machine_lacks_is_said_by_plan_and_refused_by_train_before_loa
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
     assert not (run / "checkpoints").exists()
+
+
+def test_a_runs_old_keys_in_the_file_and_on_the_command_line_are_said_once_and_refused_in_one_line(tmp_path, capsys,
+                                                                                                  kit_log_on_stderr):
+    """train read the command line's keys before the recipe's: a key gone from both was refused one place at a time,
+    and a renamed one said twice."""
+    (tmp_path / "old.yaml").write_text("max_prompt_length: 256\nmax_steps: 2\n")
+    assert main(["train", "--config", str(tmp_path / "old.yaml"), "--run-dir", str(tmp_path / "run"), "--torch_dtype",
+                 "float32", "--overwrite_output_dir", "true"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("[grpo_kit] WARNING: the command line: read --torch_dtype as --dtype") and len(err) == 2
+    assert "recipe key 'max_prompt_length' is gone" in err[1] and "recipe key --overwrite_output_dir is gone" in err[1]
