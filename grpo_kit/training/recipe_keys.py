@@ -173,7 +173,7 @@ _TRL_EVALUATION = ("batch_eval_metrics", "bf16_full_eval", "fp16_full_eval", "ev
                    "eval_do_concat_batches", "eval_use_gather_object", "include_for_metrics", "metric_for_best_model",
                    "greater_is_better", "load_best_model_at_end", "prediction_loss_only", "num_generations_eval",
                    "label_names", "do_predict")
-#: Keys whose every value but the default is refused, with why (``{value}`` is the value given).
+#: Keys whose every value but the default is refused, with why and what to write.
 _NOT_READ = {
     **{key: "read only by TRL's own evaluation (Trainer.evaluate), which the kit does not run: its held-out accuracy "
             "is eval_strategy steps with eval_steps N (validation questions from the train split): drop it"
@@ -257,8 +257,8 @@ def _loading_unread(recipe: Any, given: Mapping[str, Any]) -> list[str]:
                                 "to transformers' from_pretrained"}
     found += [f"{key} {recipe.settings[key]!r}: {text}" for key, text in why.items() if key in given]
     if recipe.fast_inference and recipe.use_dora:
-        found.append("use_dora true: Unsloth's colocated vLLM (fast_inference) serves LoRA adapters, not DoRA: "
-                     "fast_inference false, or drop use_dora")
+        found.append("use_dora true: Unsloth's colocated vLLM (fast_inference) serves the adapter as vLLM's LoRA, and "
+                     "vLLM takes no DoRA (vllm/lora/peft_helper.py): fast_inference false, or drop use_dora")
     if recipe.lora_modules_to_save:
         allowed = ("lm_head", "embed_tokens")
         if recipe.fast_inference or any(m not in allowed and "norm" not in m for m in recipe.lora_modules_to_save):
