@@ -42,14 +42,15 @@ from grpo_kit.runs.export_formats import FORMATS
 from grpo_kit.runs.export_reference import trained_through_unsloth
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan, measure_after, measure_before
-from grpo_kit.runs.spec import RunSpec, recipe_task
+from grpo_kit.runs.spec import RunSpec
 from grpo_kit.runs.verification import verify_export
 from grpo_kit.system.logs import configure_logging
 from grpo_kit.system.progress import quiet_library_bars_off_a_terminal
 from grpo_kit.tasks import DEFAULT_TASK, TASKS, RewardSet, get_task
 from grpo_kit.training.algorithms import ALGORITHMS, algorithm_settings
 from grpo_kit.training.groups import GroupsKept
-from grpo_kit.training.presets import PRESETS, command_line, get_preset
+from grpo_kit.training.presets import PRESETS, command_line, get_preset, recipe_task
+from grpo_kit.training.recipe_keys import STALE, refusals, renamed_argv
 
 __all__ = ["main", "parse_rewards"]
 
@@ -172,7 +173,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _eval_before(args: argparse.Namespace, run: Any) -> int:
     preset = get_preset(args.config or args.preset, argv=args.trl)
-    trusted = args.trust_task_code or bool(command_line(args.trl).get("trust_remote_code"))
+    trusted = args.trust_task_code or bool(command_line(args.trl, strict=False).get("trust_remote_code"))
     task = args.task or recipe_task(preset, args.cache_dir or EvalPlan.cache_dir) or DEFAULT_TASK
     plan = pipeline.baseline_plan(task, preset, eval_size=args.eval_size, eval_fraction=args.eval_fraction,
                                   max_new_tokens=args.max_new_tokens, samples=args.samples,
@@ -378,8 +379,11 @@ def _refuse_gone(rest: Sequence[str]) -> None:
         if option in _GONE_OPTIONS:
             value = value or (rest[i + 1] if i + 1 < len(rest) else "")
             key, sep, setting = value.partition("=")
-            if option == "--set" and sep:
-                raise ValueError(f"--set is gone: write --{key} {setting} (TRL's form)")
+            if option == "--set" and sep:  # in today's names: --set lora_rank=8 is --use_peft true --lora_r 8
+                today = renamed_argv([f"--{key}", setting])[0]
+                refused = refusals([key], [], dash="--") if key in STALE and today[0] == f"--{key}" else []
+                raise ValueError(f"--set is gone; {refused[0]}" if refused else
+                                 f"--set is gone: write {' '.join(today)} (TRL's form)")
             raise ValueError(f"{option} is gone: {_GONE_OPTIONS[option]}")
 
 

@@ -13,7 +13,8 @@ import pytest
 from grpo_kit.cli import _GONE_OPTIONS, _parser
 from grpo_kit.tasks.task_file import EXTRAS, KEYS
 from grpo_kit.training.checks import RULES
-from grpo_kit.training.presets import GONE, _defaults
+from grpo_kit.training.presets import _defaults
+from grpo_kit.training.recipe_keys import RENAMED, STALE
 
 ROOT = Path(__file__).resolve().parents[1]
 #: ``--option`` in a string (not inside a word), as a message or a help text would write it.
@@ -99,10 +100,10 @@ def test_the_settings_messages_name_are_keys_a_user_can_give():
 
 
 def test_no_message_names_a_recipe_key_that_is_gone():
-    """The kit's old short names and the keys TRL removed appear only where they are refused."""
-    gone = re.compile(r"\b(" + "|".join(k for k in GONE if "_" in k) + r")\b")
+    """The kit's old short names and the keys TRL removed appear only where they are read or refused."""
+    gone = re.compile(r"\b(" + "|".join(k for k in {*STALE, *RENAMED} if "_" in k) + r")\b")
     wrong = [f"{file}:{line}: {m}" for file, line, text in MESSAGES for m in gone.findall(text)
-             if file != "grpo_kit/training/presets.py" and (file, m) not in VLLMS_OWN]
+             if file != "grpo_kit/training/recipe_keys.py" and (file, m) not in VLLMS_OWN]
     assert not wrong, wrong
 
 

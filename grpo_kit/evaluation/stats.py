@@ -62,13 +62,12 @@ def maj_at_k(answers: Sequence[str | None], gold: str, equal: Callable[[Any, Any
 
 def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, n_resamples: int = 2000,
                  seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of the mean of ``values`` (one value per question).
-
-    Resamples questions with replacement ``n_resamples`` times (Efron & Tibshirani 1993,
-    percentile method); seeded, so the same values give the same interval.
+    """Percentile bootstrap confidence interval of the mean of ``values`` (one value per question):
+    ``scipy.stats.bootstrap`` with ``method="percentile"`` (Efron & Tibshirani 1993), resampling questions with
+    replacement ``n_resamples`` times from a generator seeded with ``seed``, so the same values give the same interval.
 
     Returns:
-        ``(low, high)``; ``(v, v)`` for a single value.
+        ``(low, high)``; ``(v, v)`` for a single value (scipy needs two).
 
     Raises:
         ValueError: no values, or ``confidence`` outside (0, 1).
@@ -77,16 +76,18 @@ def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, n_resamples:
     (1.0, 1.0)
     """
     import numpy as np
+    from scipy.stats import bootstrap
 
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         raise ValueError("no values to bootstrap")
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(n_resamples, data.size))].mean(axis=1)
-    alpha = (1 - confidence) / 2
-    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+    if data.size == 1:
+        return float(data[0]), float(data[0])
+    found = bootstrap((data,), np.mean, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
+                      rng=np.random.default_rng(seed)).confidence_interval
+    return float(found.low), float(found.high)
 
 
 def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], confidence: float = 0.95,

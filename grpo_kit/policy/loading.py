@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from grpo_kit.policy.devices import require_cuda
 from grpo_kit.system.files import new_beside
 
 __all__ = ["LORA_TARGETS", "UNSLOTH_PATCHES", "Loading", "check_adapter_trained", "import_unsloth", "load_policy",
-           "load_unsloth_policy", "save_merged", "saved_whole"]
+           "load_unsloth_policy", "save_merged", "saved_whole", "transformers_load_kwargs", "unsloth_load_kwargs",
+           "unsloth_peft_kwargs"]
 
 #: LoRA on every attention and MLP projection (the Unsloth notebook's choice, kept by the blog post).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -38,6 +39,11 @@ class Loading:
         max_seq_length: prompt plus completion, in tokens (Unsloth's engine holds at most this many).
         gpu_memory_utilization: the share of GPU memory vLLM may take.
         seed: the adapter's initialisation.
+        lora_dropout, use_rslora, use_dora, lora_modules_to_save, lora_target_parameters: the rest of the adapter, as
+            TRL's ``ModelConfig`` names them (Unsloth's ``get_peft_model`` takes them: :func:`unsloth_peft_kwargs`).
+        model_kwargs: ``from_pretrained`` keyword arguments the recipe gives (``revision``, ``trust_remote_code``,
+            ``attn_implementation``, ``dtype`` and ``model_init_kwargs``:
+            :attr:`grpo_kit.training.presets.Recipe.model_kwargs`), over the kit's placement.
     """
 
     use_unsloth: bool = False
@@ -45,10 +51,16 @@ class Loading:
     fast_inference: bool = False
     lora_rank: int | None = 32
     lora_alpha: int = 32
-    lora_target_modules: tuple[str, ...] = LORA_TARGETS
+    lora_target_modules: tuple[str, ...] | str = LORA_TARGETS
     max_seq_length: int = 512
     gpu_memory_utilization: float = 0.6
     seed: int = 3407
+    lora_dropout: float = 0.0
+    use_rslora: bool = False
+    use_dora: bool = False
+    lora_modules_to_save: tuple[str, ...] | None = None
+    lora_target_parameters: tuple[str, ...] | None = None
+    model_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def trains_all_weights(self) -> bool:
@@ -56,7 +68,8 @@ class Loading:
         return self.lora_rank is None
 
 
-def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str | None = None) -> tuple[Any, Any]:
+def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str | None = None,
+                **from_pretrained: Any) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer with plain transformers (CPU or GPU, no Unsloth).
 
     A folder holding a peft LoRA adapter (``adapter_config.json``) loads its base model
@@ -66,6 +79,8 @@ def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str |
         name_or_path: a Hub id (users' machines) or a local folder.
         dtype: ``"auto"`` (the checkpoint's), or a torch dtype name such as ``"float32"``.
         device_map: passed to ``from_pretrained`` (e.g. ``"auto"`` on a GPU); ``None`` keeps CPU.
+        **from_pretrained: more of the model's ``from_pretrained`` keyword arguments (a recipe's
+            :attr:`Loading.model_kwargs`); ``revision`` and ``trust_remote_code`` load the tokenizer too.
 
     Returns:
         ``(model, tokenizer)``; the tokenizer pads on the left (batched generation) and has
@@ -76,8 +91,9 @@ def load_policy(name_or_path: str | Path, dtype: str = "auto", device_map: str |
     auto: Any = AutoModelForCausalLM
     if (Path(name_or_path) / "adapter_config.json").is_file():  # peft only where needed: it takes seconds to import
         from peft import AutoPeftModelForCausalLM as auto
-    model = auto.from_pretrained(str(name_or_path), dtype=dtype, device_map=device_map)
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+    model = auto.from_pretrained(str(name_or_path), dtype=dtype, device_map=device_map, **from_pretrained)
+    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), **{k: from_pretrained[k] for k in (
+        "revision", "trust_remote_code") if k in from_pretrained})
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -148,20 +164,73 @@ def load_unsloth_policy(model_name: str, loading: Loading = Loading(use_unsloth=
 
     # A folder holding a saved adapter loads its base and the adapter (Unsloth reads adapter_config.json).
     saved_adapter = (Path(model_name) / "adapter_config.json").is_file()
+    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(model_name, loading, saved_adapter))
+    if loading.lora_rank is not None and not saved_adapter:
+        model = FastLanguageModel.get_peft_model(model, **unsloth_peft_kwargs(loading))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def transformers_load_kwargs(loading: Loading, placed: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`load_policy` gets on the transformers route: the placement's ``dtype`` and ``device_map``
+    (:func:`grpo_kit.policy.devices.placement`), the recipe's ``from_pretrained`` keys over them (TRL's grpo script
+    lets ``model_init_kwargs`` win the same way).
+
+    >>> transformers_load_kwargs(Loading(model_kwargs={"dtype": "bfloat16"}), {"dtype": "float32", "device_map": None})
+    {'dtype': 'bfloat16', 'device_map': None}
+    """
+    return {**placed, **loading.model_kwargs}
+
+
+def unsloth_load_kwargs(model_name: str, loading: Loading, saved_adapter: bool = False) -> dict[str, Any]:
+    """What ``FastLanguageModel.from_pretrained`` gets (unsloth 2026.10.7, ``unsloth/models/loader.py``): the model,
+    Unsloth's context length, 4-bit or not, its colocated vLLM with its memory share and largest LoRA rank, full
+    fine-tuning without an adapter, and of the recipe's ``from_pretrained`` keys those Unsloth takes (``revision``,
+    ``trust_remote_code``, ``dtype``: ``"auto"`` is Unsloth's ``None``, its own choice); ``attn_implementation`` and
+    ``model_init_kwargs`` are refused on this route before anything loads
+    (:func:`grpo_kit.training.recipe_keys.unread`).
+
+    >>> unsloth_load_kwargs("m", Loading(use_unsloth=True, model_kwargs={"revision": "v2", "dtype": "auto"}))
+    {'model_name': 'm', 'max_seq_length': 512, 'load_in_4bit': False, 'fast_inference': False, 'revision': 'v2', \
+'dtype': None}
+    """
     kwargs: dict[str, Any] = dict(model_name=model_name, max_seq_length=loading.max_seq_length,
                                   load_in_4bit=loading.load_in_4bit, fast_inference=loading.fast_inference)
     if loading.fast_inference:
         kwargs.update(max_lora_rank=loading.lora_rank, gpu_memory_utilization=loading.gpu_memory_utilization)
     if loading.lora_rank is None and not saved_adapter:
         kwargs.update(full_finetuning=True)
-    model, tokenizer = FastLanguageModel.from_pretrained(**kwargs)
-    if loading.lora_rank is not None and not saved_adapter:
-        model = FastLanguageModel.get_peft_model(model, r=loading.lora_rank, lora_alpha=loading.lora_alpha,
-                                                 target_modules=list(loading.lora_target_modules),
-                                                 use_gradient_checkpointing="unsloth", random_state=loading.seed)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    kwargs.update({k: v for k, v in loading.model_kwargs.items() if k in ("revision", "trust_remote_code")})
+    if "dtype" in loading.model_kwargs:  # Unsloth asserts a torch dtype or a 16-bit name: "float32" as torch's
+        dtype = loading.model_kwargs["dtype"]
+        kwargs["dtype"] = None if dtype in (None, "auto") else dtype if dtype != "float32" else _torch_float32()
+    return kwargs
+
+
+def _torch_float32() -> Any:
+    import torch
+
+    return torch.float32
+
+
+def unsloth_peft_kwargs(loading: Loading) -> dict[str, Any]:
+    """What ``FastLanguageModel.get_peft_model`` gets for the recipe's adapter (unsloth 2026.10.7,
+    ``unsloth/models/llama.py``): TRL's ``ModelConfig`` LoRA keys under Unsloth's names (``use_dora`` through its
+    ``**kwargs`` into peft's ``LoraConfig``), Unsloth's gradient checkpointing and the adapter's seed.
+
+    >>> sorted(unsloth_peft_kwargs(Loading(use_unsloth=True, lora_rank=8)))  # doctest: +NORMALIZE_WHITESPACE
+    ['lora_alpha', 'lora_dropout', 'modules_to_save', 'r', 'random_state', 'target_modules', 'target_parameters',
+     'use_gradient_checkpointing', 'use_rslora']
+    """
+    targets = loading.lora_target_modules
+    return {"r": loading.lora_rank, "lora_alpha": loading.lora_alpha, "lora_dropout": loading.lora_dropout,
+            "target_modules": targets if isinstance(targets, str) else list(targets),
+            "use_rslora": loading.use_rslora,
+            "modules_to_save": list(loading.lora_modules_to_save) if loading.lora_modules_to_save else None,
+            "target_parameters": list(loading.lora_target_parameters) if loading.lora_target_parameters else None,
+            **({"use_dora": True} if loading.use_dora else {}),
+            "use_gradient_checkpointing": "unsloth", "random_state": loading.seed}
 
 
 def check_adapter_trained(path: str | Path) -> None:

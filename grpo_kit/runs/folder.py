@@ -253,10 +253,6 @@ class RunFolder:
             return contextlib.nullcontext(self)
         return hold_lock(self.lock_file, self.lock_holder, self.path, command, self)
 
-    def write_json(self, path: Path, data: Any) -> Path:
-        """Write ``data`` as indented JSON to ``path`` (one of this folder's paths), whole or not at all; returns it."""
-        return write_json(path, data)
-
     def read_json(self, path: Path, written_by: str) -> Any:
         """Read a JSON file of this run.
 

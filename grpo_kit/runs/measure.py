@@ -29,7 +29,7 @@ from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
 from grpo_kit.runs.folder import BASELINE_STEP, TRAIN_STEP, RunFolder
-from grpo_kit.system.files import write_text
+from grpo_kit.system.files import write_json, write_text
 from grpo_kit.system.logs import counted
 from grpo_kit.tasks import Task, get_task
 from grpo_kit.tasks.data import system_prompt_of, take_slice
@@ -232,10 +232,10 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None,
         if plan.samples > 0:
             results["sampled"] = _evaluated(backend, plan, questions, run, run.baseline_sampled, sampled=True)
         # Written last: a baseline that died on the way leaves no settings for notebook 04 to pair with.
-        run.write_json(run.eval_settings, {**plan.settings(), "route": route, "base_model": source.name,
-                                           "base_fingerprint": _base_fingerprint(backend),
-                                           "system_prompt": system_prompt_of(questions), "questions": len(questions),
-                                           "files": run.baseline_files()})
+        write_json(run.eval_settings, {**plan.settings(), "route": route, "base_model": source.name,
+                                       "base_fingerprint": _base_fingerprint(backend),
+                                       "system_prompt": system_prompt_of(questions), "questions": len(questions),
+                                       "files": run.baseline_files()})
         return results
 
 

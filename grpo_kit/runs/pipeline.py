@@ -35,6 +35,7 @@ from grpo_kit.runs.train import package_versions, train
 from grpo_kit.system.files import write_text
 from grpo_kit.system.logs import counted
 from grpo_kit.tasks import DEFAULT_TASK, TASKS, RewardSet, Task, get_task
+from grpo_kit.training.checks import check_model_code
 from grpo_kit.training.presets import Recipe, get_preset
 
 __all__ = ["CompareDemoConfig", "DemoConfig", "baseline_plan", "compare_tasks", "demo_policy", "demo_tasks",
@@ -58,13 +59,16 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
             answer (:func:`grpo_kit.policy.warm_start.completion_budget`, said in one line), else the plan's).
         warm_steps: the tiny policy's warm-start steps (``None``: the kit's, sized to the task).
         trust_remote_code: a task file may import and run Python of its own
-            (:func:`grpo_kit.tasks.task_file.check_task_code`).
+            (:func:`grpo_kit.tasks.task_file.check_task_code`), and so may the model of a recipe that says
+            ``trust_remote_code`` (:func:`grpo_kit.training.checks.check_model_code`).
         settings: the plan's other fields (``model``, ``samples``, ``temperature``, ``batch_size``,
             ``backend``, ``seed``, ``cache_dir``, ...); a ``None`` value keeps its default.
 
     Raises:
-        ValueError: whatever :class:`EvalPlan` refuses; a slice out of the test split's range.
+        ValueError: whatever :class:`EvalPlan` refuses; a slice out of the test split's range; a recipe's
+            ``trust_remote_code`` the command did not say.
     """
+    check_model_code(preset, trust_remote_code)
     task = get_task(task, trust_remote_code=trust_remote_code)
     settings = {k: v for k, v in {**settings, "max_new_tokens": max_new_tokens}.items() if v is not None}
     if eval_size or eval_fraction:

@@ -8,7 +8,6 @@ once, here, and kept on the spec.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -31,13 +30,14 @@ from grpo_kit.tasks.data import carve_validation
 from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, import_reward, probe
 from grpo_kit.tasks.task_file import check_digest, is_task_file
 from grpo_kit.training.checkpoints import check_same_run, latest_complete, resume_point, run_identity
-from grpo_kit.training.checks import check_settings
+from grpo_kit.training.checks import check_model_code, check_settings
 from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
-from grpo_kit.training.presets import PLAN_FIELDS, Recipe, command_line, get_preset
+from grpo_kit.training.presets import PLAN_FIELDS, Recipe, command_line, get_preset, recipe_task
+from grpo_kit.training.recipe_keys import DATA_KEYS
 from grpo_kit.training.tracking import setup_wandb
 
-__all__ = ["PROGRESS", "RunSpec", "probe_rewards", "recipe_rewards", "recipe_task"]
+__all__ = ["PROGRESS", "RunSpec", "probe_rewards", "recipe_rewards"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,28 +80,6 @@ _OPEN_R1_REWARDS = {"accuracy": "accuracy_reward", "format": "r1_format_reward_f
 _TRL_REWARDS = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward", "get_soft_overlong_punishment")
 
 
-def recipe_task(preset: Recipe, cache_dir: str = DEFAULT_CACHE_DIR) -> str | None:
-    """The task file of the recipe's data keys (:meth:`grpo_kit.training.presets.Recipe.data_task`), written once
-    into the kit's cache under a name that holds its content's SHA-256, so that run folders record it as any task file
-    and read it back; ``None`` when the recipe names no data set.
-
-    Raises:
-        ValueError: see :meth:`~grpo_kit.training.presets.Recipe.data_task`.
-    """
-    import yaml
-
-    from grpo_kit.system.files import write_text
-
-    if (data := preset.data_task()) is None:
-        return None
-    text = (f"# The data keys of recipe {preset.name!r} as a task file: python -m grpo_kit train --task THIS_FILE\n"
-            + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110))
-    path = Path(cache_dir, "tasks", f"{data['name']}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml").resolve()
-    if not path.is_file():
-        write_text(path, text)
-    return str(path)
-
-
 def recipe_rewards(preset: Recipe, task: Task, trusted: bool) -> RewardSet:
     """The rewards a recipe names as ``trl grpo`` reads them: ``reward_funcs`` (the kit's names, TRL's, open-r1's
     ``accuracy``, ``format`` and ``tag_count``, or ``module.function``) weighted by ``reward_weights``; without
@@ -114,12 +92,9 @@ def recipe_rewards(preset: Recipe, task: Task, trusted: bool) -> RewardSet:
             ``trust_remote_code`` (a recipe file's own ``trust_remote_code`` does not count).
 
     Raises:
-        ValueError: a reward model (``reward_model_name_or_path``); an unknown name; Python named by a recipe file
+        ValueError: an unknown name; Python named by a recipe file
             without ``--trust_remote_code true``; weights that do not match the rewards.
     """
-    if preset.reward_model_name_or_path:
-        raise ValueError(f"reward_model_name_or_path = {preset.reward_model_name_or_path!r}: the kit trains with "
-                         "reward functions, not a reward model; name them with reward_funcs or --rewards")
     try:
         if preset.reward_funcs:
             return RewardSet([_recipe_reward(name, trusted) for name in preset.reward_funcs], preset.reward_weights)
@@ -360,7 +335,8 @@ class RunSpec:
                 ZeRO-3); FSDP on a CPU (accelerate would silently fall back to replicating the model); a run folder
                 that cannot be written; a folder that holds checkpoints while ``resume`` is off, or another run's
                 checkpoints (what differs, and the command that continues the run as recorded); a resume whose
-                recorded reward of your own cannot be imported again.
+                recorded reward of your own cannot be imported again; a recipe's ``trust_remote_code`` the command
+                did not say (:func:`grpo_kit.training.checks.check_model_code`).
             ConnectionError: ``vllm_mode="server"`` and no ``trl vllm-serve`` answers at the preset's host and port.
         """
         if wandb_project is not None:
@@ -369,7 +345,7 @@ class RunSpec:
             overrides = {"algorithm": algorithm, **overrides}
         recorded_recipe = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
         kept: dict[str, Any] = {}
-        given = {**overrides, **command_line(argv)}
+        given = {**overrides, **command_line(argv, strict=False)}  # get_preset below refuses what it must
         if resume and recorded_recipe is not None and recorded_recipe.is_file() and not isinstance(preset, Recipe):
             if preset is None:
                 preset = recorded_recipe  # the recipe the run recorded, its plan with it
@@ -384,9 +360,10 @@ class RunSpec:
             task = from_recipe
             taken.append(f"task file: {task} (the recipe's data keys; --task THIS_FILE reads it again)")
         else:
-            taken += [f"{key} set aside: the task is {task}" for key in ("dataset_name", "system_prompt")
-                      if getattr(preset, key) is not None]
+            taken += [f"{', '.join(aside)} set aside: the task is {task}"
+                      for aside in [[k for k in DATA_KEYS if k in preset.settings]] if aside]
         trust_remote_code = trust_remote_code or bool(given.get("trust_remote_code"))
+        check_model_code(preset, trust_remote_code)
         # the run folder's task when none is given; one whose file moved since is named as the run's (get_task with
         # the recorded digest), and changed data is checked below, against what each step recorded
         task, digest = (task, None) if task is not None else _recorded_task(run_dir)
@@ -461,7 +438,8 @@ class RunSpec:
             preset = get_preset(preset, max_steps=max(1, steps))
             taken.append(f"max_steps -1: {preset.max_steps} steps are num_train_epochs {preset.num_train_epochs:g} "
                          f"over {questions} train questions")
-        check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size)
+        check_settings(preset, reward_set, train_split.features, num_processes=launch.world_size,
+                       tiny_policy=policy.tiny is not None)
         if preset.use_unsloth and (problem := unsloth_problem(policy.tiny is not None)):
             raise ValueError(problem)
         if preset.use_unsloth and preset.fast_inference \

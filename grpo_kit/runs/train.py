@@ -34,7 +34,7 @@ from typing import Any
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.model_card import model_card
 from grpo_kit.runs.spec import RunSpec
-from grpo_kit.system.files import write_text
+from grpo_kit.system.files import write_json, write_text
 from grpo_kit.system.logs import counted
 from grpo_kit.system.progress import announce, expected_seconds, phase_bar, step_bar
 from grpo_kit.training.algorithms import algorithm_settings
@@ -216,7 +216,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         if not main:
             return
         if recorded is None:
-            folder.write_json(folder.train_settings, {
+            write_json(folder.train_settings, {
                 "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
                 "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
                 "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
@@ -224,8 +224,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                 "train_questions": len(train_set), "max_steps": preset.max_steps, "heldout": spec.heldout(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
         else:  # the length and evaluation cadence as last asked: what the next resume continues with
-            folder.write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps,
-                                                      "heldout": spec.heldout()})
+            write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps, "heldout": spec.heldout()})
         write_text(folder.recipe, recipe_yaml(preset))  # the run's recipe and plan: what a resume reads
         # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
         # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
@@ -236,7 +235,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.eval_steps is not None:
         callbacks.append(HeldOutEval(spec.task, spec.validation, tokenizer, spec.eval_steps, folder,
                                      is_main_process=main, split=f"validation (from {spec.task.name} train)",
-                                     max_new_tokens=spec.eval_max_new_tokens or preset.max_completion_length))
+                                     max_new_tokens=spec.eval_max_new_tokens or preset.max_completion_length,
+                                     batch_size=preset.heldout_batch_size))
     if preset.use_vllm or preset.fast_inference:
         callbacks.append(StaleWeightsAlarm(records=folder if main else None))
     if spec.progress == "lines" and main:
@@ -271,7 +271,7 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         model_dir = save_policy(trainer, tokenizer, folder.model)
     log_history = trainer.state.log_history
     if main:
-        folder.write_json(folder.log_history, log_history)
+        write_json(folder.log_history, log_history)
         write_text(model_dir / "README.md", model_card(folder.path))
         import matplotlib.pyplot as plt
 

@@ -35,7 +35,7 @@ from grpo_kit.tasks.rewards import column_problem
 from grpo_kit.training.algorithms import check_algorithm
 from grpo_kit.training.presets import Recipe
 
-__all__ = ["KNOWN_LORA_TARGETS", "RULES", "Rule", "check_settings"]
+__all__ = ["KNOWN_LORA_TARGETS", "RULES", "Rule", "check_model_code", "check_settings"]
 
 
 #: The most optimiser steps a run may ask for: a billion is three decades at a step a second. A larger number is a
@@ -159,10 +159,19 @@ def _trl_checks(preset: Recipe) -> None:
     from trl import GRPOConfig
 
     machine = {"bf16": False, "fp16": False, "tf32": None, "use_cpu": True, "deepspeed": None}
-    try:
-        GRPOConfig(**{**preset.grpo_kwargs(tempfile.gettempdir(), [1.0]), **machine})
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"TRL's GRPOConfig refuses this recipe: {str(e).strip().splitlines()[0]}") from None
+    kwargs = {**preset.grpo_kwargs(tempfile.gettempdir(), [1.0]), **machine}
+
+    def refusal(without: str | None = None) -> str | None:
+        try:
+            GRPOConfig(**{k: v for k, v in kwargs.items() if k != without})
+        except (ValueError, TypeError) as e:
+            return str(e).strip().splitlines()[0]
+        return None
+
+    if (said := refusal()) is not None:  # the recipe's key without which TRL takes it, where one is
+        key = next((k for k in preset.settings if k in kwargs and k not in machine and refusal(k) is None), None)
+        named = f"'s {key} {preset.settings[key]!r}" if key else ""
+        raise ValueError(f"TRL's GRPOConfig refuses this recipe{named}: {said}")
 
 
 def _check_evaluation(preset: Recipe) -> None:
@@ -178,8 +187,38 @@ def _check_evaluation(preset: Recipe) -> None:
                          "every eval_steps steps, or drop eval_steps")
 
 
+def _check_tiny_loading(preset: Recipe) -> None:
+    """Refuse the recipe's ``from_pretrained`` keys for the kit's tiny policy, which loads as it was built (float32,
+    from its cache folder): they load a model the run names."""
+    asked = {k: v for k, v in preset.model_kwargs.items() if k != "trust_remote_code"
+             and not (k == "dtype" and v in ("float32", "auto")) and not (k == "revision" and v == "main")}
+    if asked:
+        named = ", ".join(f"{k} {v!r}" for k, v in asked.items()).replace("revision", "model_revision")
+        raise ValueError(f"{named}: the kit's tiny policy (no model_name_or_path) loads as it was built, float32 from "
+                         "its cache folder; these keys load a model you name: give --model_name_or_path, or drop them")
+
+
+def check_model_code(preset: Recipe, trusted: bool) -> None:
+    """Refuse a recipe's ``trust_remote_code: true`` unless the command said so too: it makes transformers import and
+    run the model repository's own Python, and a recipe file is data, whose code runs only when you say so (the same
+    rule as for the modules its ``reward_funcs`` name, :func:`grpo_kit.runs.spec.recipe_rewards`).
+
+    Args:
+        preset: the recipe.
+        trusted: the command line gave ``--trust_remote_code true`` or ``--trust-task-code`` (a notebook:
+            ``trust_remote_code=True``).
+
+    Raises:
+        ValueError: ``trust_remote_code`` is true in the recipe only.
+    """
+    if preset.trust_remote_code and not trusted:
+        raise ValueError("trust_remote_code true in the recipe would run the model repository's own Python "
+                         "(transformers' trust_remote_code): if you trust the recipe and the model, say so on the "
+                         "command line too, --trust_remote_code true (a notebook: trust_remote_code=True)")
+
+
 def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence[str] | Mapping[str, Any] | None = None,
-                   num_processes: int = 1) -> None:
+                   num_processes: int = 1, tiny_policy: bool = False) -> None:
     """Check a preset, the rewards and the dataset's columns before any model or tokenizer is loaded.
 
     Args:
@@ -188,6 +227,7 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
         dataset_columns: the training dataset's column names, or its ``features`` (name -> feature,
             then the column types the rewards read are checked too), when known.
         num_processes: how many training processes (``accelerate launch``) will run it.
+        tiny_policy: the run trains the kit's tiny policy, which takes none of a model's ``from_pretrained`` keys.
 
     Raises:
         ValueError: a value outside its range (:data:`RULES`; the message names the field, the
@@ -200,7 +240,8 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
             ``use_vllm`` with Unsloth, TRL's colocated vLLM on a CPU, 4-bit loading without Unsloth,
             Unsloth on more than one process); continuous-batching settings TRL would ignore or that would round
             the trained weights (:func:`grpo_kit.training.generators.check_generator`); algorithm settings TRL would
-            reject or never compute (:func:`grpo_kit.training.algorithms.check_algorithm`).
+            reject or never compute (:func:`grpo_kit.training.algorithms.check_algorithm`); a model's
+            ``from_pretrained`` keys for the tiny policy.
     """
     for rule in RULES:
         value = getattr(preset, rule.field)
@@ -213,6 +254,8 @@ def check_settings(preset: Recipe, rewards: RewardSet, dataset_columns: Sequence
         _trl_checks(preset)
     _check_evaluation(preset)
     _check_targets(preset.loading.lora_target_modules)
+    if tiny_policy:
+        _check_tiny_loading(preset)
     if preset.use_unsloth and preset.fast_inference and preset.lora_rank is None:
         raise ValueError("Unsloth cannot combine full fine-tuning with fast_inference (unsloth #2846, #3577): set "
                          "fast_inference=False (Unsloth, generation without vLLM), or use_unsloth=False with "

@@ -19,18 +19,25 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus, placement
+from grpo_kit.policy.loading import transformers_load_kwargs, unsloth_load_kwargs, unsloth_peft_kwargs
 from grpo_kit.policy.shapes import ModelShape, model_shape
 from grpo_kit.system.files import json_or_none
 from grpo_kit.system.logs import counted
-from grpo_kit.tasks import DEFAULT_TASK, get_task
+from grpo_kit.tasks import DEFAULT_TASK, RewardSet, get_task
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
 from grpo_kit.training.cost import estimate_disk, estimate_hours
 from grpo_kit.training.memory import LAUNCHES, estimate_memory
-from grpo_kit.training.presets import PRESETS, Recipe, get_preset, preset_for_device  # noqa: F401 (doctests)
+from grpo_kit.training.presets import (  # noqa: F401 (PRESETS: doctests)
+    PRESETS,
+    Recipe,
+    get_preset,
+    preset_for_device,
+    recipe_task,
+)
 
-__all__ = ["SKIP_ESTIMATE", "Problem", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
-           "preset_of_run", "route_of", "unsloth_changes"]
+__all__ = ["SKIP_ESTIMATE", "Problem", "adapter", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
+           "preset_of_run", "route_of", "run_rewards", "unsloth_changes"]
 
 
 #: Set to ``1`` to train although the memory estimate says the run does not fit (:func:`preflight`).
@@ -152,7 +159,7 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
 
     found = []
     try:  # the rewards do not change these checks: the default task's stand in
-        check_settings(preset, get_task(DEFAULT_TASK).reward_set(), num_processes=processes)
+        check_settings(preset, get_task(DEFAULT_TASK).reward_set(), num_processes=processes, tiny_policy=shape is None)
     except ValueError as e:
         found.append(Problem(str(e), kind="settings"))
     found += _machine_problems(preset, gpu is None or preset.use_cpu, shape, here)
@@ -197,9 +204,10 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
 
 def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | None, here: bool) -> list[Problem]:
     """What this machine lacks for a recipe, which transformers, TRL or DeepSpeed would say only once the model
-    loaded (or the trainer pushed its first checkpoint): a CPU route that ``fp16`` or a bitsandbytes ``optim`` cannot
-    take, a step too large for the memory, ``deepspeed`` or bitsandbytes not installed, ``push_to_hub`` without the
-    Hub. Fatal only ``here`` (not for a card planned from elsewhere), except what the CPU route cannot take."""
+    loaded (or the trainer pushed its first checkpoint): a CPU route that ``fp16``, a bitsandbytes ``optim`` or flash
+    attention cannot take, a step too large for the memory, ``deepspeed``, bitsandbytes or flash-attn not installed,
+    ``push_to_hub`` without the Hub. Fatal only ``here`` (not for a card planned from elsewhere), except what the CPU
+    route cannot take."""
     import importlib.util
 
     from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
@@ -218,6 +226,14 @@ def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | No
         elif importlib.util.find_spec("bitsandbytes") is None:
             found.append(Problem(f"optim = {preset.optim!r} needs bitsandbytes, which is not installed here: pip "
                                  "install bitsandbytes, or set --optim adamw_torch", fatal=here, kind="packages"))
+    if (attention := preset.settings.get("attn_implementation")) in ("flash_attention_2", "flash_attention_3"):
+        if on_cpu:
+            found.append(Problem(f"attn_implementation {attention!r} runs on CUDA GPUs only: on a CPU set "
+                                 "--attn_implementation sdpa", kind="cpu"))
+        elif importlib.util.find_spec("flash_attn" if attention.endswith("2") else "flash_attn_interface") is None:
+            found.append(Problem(f"attn_implementation {attention!r} needs flash-attn, which is not installed here: "
+                                 "pip install flash-attn, or set --attn_implementation sdpa", fatal=here,
+                                 kind="packages"))
     if on_cpu and (problem := _cpu_memory_problem(preset, shape)):
         found.append(Problem(problem, kind="cpu"))
     if preset.deepspeed is not None:
@@ -286,6 +302,61 @@ def unsloth_changes(preset: Recipe, kwargs: dict[str, Any]) -> dict[str, tuple[A
         if kwargs.get("top_k") in (None, 0):
             changes["top_k"] = (kwargs.get("top_k"), -1)
     return changes
+
+
+def run_rewards(preset: Recipe, resumed: str | Path | None = None) -> dict[str, float]:
+    """The rewards ``train`` weighs for ``preset`` where the command names none (``--rewards``, ``--task``), as
+    :func:`grpo_kit.runs.spec.recipe_rewards` reads them, without importing a reward's Python: the resumed run
+    folder's recorded ones; else the recipe's ``reward_funcs`` weighted by ``reward_weights``; else its task's (the
+    recipe's data set, :func:`grpo_kit.training.presets.recipe_task`, or the kit's default task) with
+    ``reward_weights`` over their weights. Their weights, in order, are ``GRPOConfig.reward_weights``.
+
+    Returns:
+        ``{reward name: weight}``.
+
+    Raises:
+        ValueError: weights that do not match the rewards.
+    """
+    recorded = json_or_none(Path(resumed) / "train_settings.json") if resumed is not None else None
+    identity = recorded.get("identity") if isinstance(recorded, dict) else None
+    if isinstance(identity, dict) and isinstance(identity.get("rewards"), dict):
+        return {name: float(w) for name, w in identity["rewards"].items()}
+    if not preset.reward_funcs:
+        own = get_task(recipe_task(preset) or DEFAULT_TASK).reward_set()
+        own = RewardSet(own.rewards, preset.reward_weights or own.weights)
+        return dict(zip(own.names, own.weights))
+    weights = preset.reward_weights or [1.0] * len(preset.reward_funcs)
+    if len(weights) != len(preset.reward_funcs):
+        raise ValueError(f"reward_funcs / reward_weights: {len(weights)} weights for {len(preset.reward_funcs)} "
+                         "rewards: give one weight per reward")
+    return {name: float(w) for name, w in zip(preset.reward_funcs, weights)}
+
+
+def adapter(preset: Recipe) -> dict[str, Any] | None:
+    """The LoRA adapter ``train`` adds, as it builds it: TRL's ``LoraConfig`` (:func:`grpo_kit.training.trainer.
+    peft_config`) on the transformers route, Unsloth's ``get_peft_model`` arguments
+    (:func:`grpo_kit.policy.loading.unsloth_peft_kwargs`) on Unsloth's; ``None`` for full fine-tuning."""
+    from grpo_kit.training.trainer import peft_config
+
+    if preset.lora_rank is None:
+        return None
+    if preset.use_unsloth:
+        return {"built_by": "unsloth FastLanguageModel.get_peft_model", **unsloth_peft_kwargs(preset.loading)}
+    config = peft_config(preset)
+    shown = ("r", "lora_alpha", "lora_dropout", "target_modules", "target_parameters", "modules_to_save", "use_rslora",
+             "use_dora", "bias", "task_type", "revision")
+    values = {k: sorted(v) if isinstance(v, set) else v for k, v in vars(config).items() if k in shown}
+    return {"built_by": "peft LoraConfig from trl.get_peft_config", **values}
+
+
+def _load_kwargs(preset: Recipe, placed: dict[str, Any]) -> dict[str, Any]:
+    """What the policy's ``from_pretrained`` gets in one process: on the transformers route the placement with the
+    recipe's keys over it (:func:`grpo_kit.policy.loading.transformers_load_kwargs`); Unsloth places the model
+    itself and takes the recipe's keys it reads (:func:`grpo_kit.policy.loading.unsloth_load_kwargs`)."""
+    if not preset.use_unsloth:
+        return transformers_load_kwargs(preset.loading, placed)
+    taken = unsloth_load_kwargs(preset.model or "", preset.loading)
+    return {**placed, **{k: taken[k] for k in ("revision", "trust_remote_code", "dtype") if k in taken}}
 
 
 def _loader(preset: Recipe) -> str:
@@ -368,8 +439,10 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
 
     Returns:
         ``{"preset", "recipe_keys" (:meth:`grpo_kit.training.presets.Recipe.taken`), "route", "model", "algorithm",
-        "grpo_config" (as the trainer will hold it: on Unsloth routes after :func:`unsloth_changes`),
-        "unsloth_changes", "processes", "vllm", "memory", "alarm", "sampling" (which temperature applies),
+        "rewards" (:func:`run_rewards`), "adapter" (:func:`adapter`), "grpo_config" (built by the function train's
+        config is, :meth:`grpo_kit.training.presets.Recipe.grpo_kwargs`, and as the trainer will hold it: on Unsloth
+        routes after :func:`unsloth_changes`), "unsloth_changes", "processes" (each with its ``from_pretrained``
+        keys), "vllm", "memory", "alarm", "sampling" (which temperature applies),
         "generator" (:func:`grpo_kit.training.generators.generator`: what generates the completions, and why),
         "without_vllm" (what a runtime without vLLM does), "time" and "disk" (:mod:`grpo_kit.training.cost`'s
         estimates), "resume_from", "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md).
@@ -444,15 +517,21 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)
         problems += [refused] if refused is not None else []
     steps_left = p.max_steps - ((checkpoint_step(resume_from) or 0) if resume_from is not None else 0)
-    passed = p.grpo_kwargs(output, get_task(DEFAULT_TASK).reward_set().weights)
+    try:
+        rewards = run_rewards(p, run_dir if resume else None)
+    except ValueError as e:  # train refuses them the same way, before anything loads
+        problems.append(Problem(str(e), kind="rewards"))
+        rewards = dict.fromkeys(p.reward_funcs or (), 1.0)
+    passed = p.grpo_kwargs(output, list(rewards.values()))  # what train's grpo_config passes to GRPOConfig
     changes = unsloth_changes(p, passed)
     return {
         "preset": p.name, "recipe_keys": p.taken(), "route": route_of(p),
         "model": model if model is not None else "the kit's tiny policy", "algorithm": algorithm(p),
+        "rewards": rewards, "adapter": adapter(p),
         "grpo_config": {**passed, **{field: effective for field, (_, effective) in changes.items()}},
         "unsloth_changes": {field: {"passed": was, "effective": now} for field, (was, now) in changes.items()},
-        "processes": [{"rank": la.rank, **placement(p.lora_rank is None, la, gpu), "loader": _loader(p)}
-                      for la in launches],
+        "processes": [{"rank": la.rank, **_load_kwargs(p, placement(p.lora_rank is None, la, gpu)),
+                       "loader": _loader(p)} for la in launches],
         "device": None if gpu is None else dataclasses.asdict(gpu), "launch": launch, "vllm": vllm, "memory": memory,
         "alarm": stale_weights_alarm(p), "sampling": _sampling(p), "generator": generator(p),
         "without_vllm": _without_vllm(p),
@@ -468,11 +547,12 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
     """The plan's checks for ``train``, on this machine, before anything loads (no transformers or TRL import
     before Unsloth's).
 
-    Checks what this machine lacks for the recipe (:func:`_machine_problems`: a CPU route that ``fp16`` or a
-    bitsandbytes ``optim`` cannot take, a step too large for its memory, DeepSpeed or bitsandbytes not installed,
-    ``push_to_hub`` without the Hub) and, on a GPU, the card against it (bfloat16, the memory estimate, vLLM's share)
-    for the launch's processes. The memory checks rest on an estimate: with the environment variable
-    :data:`SKIP_ESTIMATE` set to ``1`` they are skipped. Called by :meth:`grpo_kit.runs.spec.RunSpec.resolve`.
+    Checks what this machine lacks for the recipe (:func:`_machine_problems`: a CPU route that ``fp16``, a
+    bitsandbytes ``optim`` or flash attention cannot take, a step too large for its memory, DeepSpeed, bitsandbytes or
+    flash-attn not installed, ``push_to_hub`` without the Hub) and, on a GPU, the card against it (bfloat16, the
+    memory estimate, vLLM's share) for the launch's processes. The memory checks rest on an estimate: with the
+    environment variable :data:`SKIP_ESTIMATE` set to ``1`` they are skipped. Called by
+    :meth:`grpo_kit.runs.spec.RunSpec.resolve`.
 
     Raises:
         ValueError: a problem that would end the run (each line with its remedy).
@@ -504,7 +584,8 @@ def format_plan(plan: dict[str, Any]) -> str:
              *(f"from the recipe: {line}" for line in plan["recipe_keys"]),
              f"algorithm: {plan['algorithm']['summary']}", f"sampling: {plan['sampling']}",
              f"device: {where}; launch {plan['launch']}, {counted(len(plan['processes']), 'process', 'processes')}"]
-    lines += [f"  rank {p['rank']}: dtype {p['dtype']}, device_map {p['device_map']}" for p in plan["processes"][:2]]
+    lines += [f"  rank {p['rank']}: " + ", ".join(f"{k} {v}" for k, v in p.items() if k not in ("rank", "loader"))
+              for p in plan["processes"][:2]]
     if len(plan["processes"]) > 2:
         lines.append(f"  ... and {len(plan['processes']) - 2} more, each on its own GPU")
     lines += [f"generation: {plan['generator']['name']}", f"  basis: {plan['generator']['basis']}"]
@@ -550,6 +631,10 @@ def format_plan(plan: dict[str, Any]) -> str:
     alarm = plan["alarm"]
     lines.append(f"stale-weights alarm: {'armed' if alarm['armed'] else 'NOT armed'} ({alarm['why']})")
     lines.append(f"resume from: {plan['resume_from'] or 'nothing'} ({plan['resume_why']})")
+    lines.append("rewards: " + ", ".join(f"{name} {weight:g}" for name, weight in plan["rewards"].items()))
+    adapter = plan["adapter"]
+    lines.append("adapter: none (every weight trains)" if adapter is None else f"adapter ({adapter['built_by']}): "
+                 + ", ".join(f"{k}={v!r}" for k, v in adapter.items() if k != "built_by"))
     lines.append("GRPOConfig: " + ", ".join(f"{k}={v!r}" for k, v in plan["grpo_config"].items()))
     if plan["unsloth_changes"]:
         lines.append("  as Unsloth's generated trainer sets them: " + ", ".join(

@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import hashlib
 import logging
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -27,13 +27,15 @@ from typing import Any
 
 from grpo_kit.policy.devices import Gpu, cuda_available, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading, import_unsloth
-from grpo_kit.system.files import read_yaml
+from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR
+from grpo_kit.system.files import read_yaml, write_text
 from grpo_kit.system.install import installed_version
 from grpo_kit.system.logs import counted
 from grpo_kit.training.algorithms import get_algorithm
+from grpo_kit.training.recipe_keys import STALE, read_keys, refusals, renamed_argv, unread
 
-__all__ = ["GONE", "PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "command_line",
-           "device_preset", "get_preset", "preset_for_device", "recipe_yaml", "with_algorithm"]
+__all__ = ["PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "command_line",
+           "device_preset", "get_preset", "preset_for_device", "recipe_task", "recipe_yaml"]
 
 log = logging.getLogger(__name__)
 
@@ -69,21 +71,6 @@ class KitArgs:
     max_prompt_tokens: int = field(default=256, metadata={"help": "Longer prompts are dropped, in tokens."})
     dataset_answer_column: str = field(default="solution", metadata={"help": "The data set's gold answer column."})
     answer_type: str = field(default="math", metadata={"help": "How answers are checked: number, text, math, choice."})
-
-
-#: Keys a recipe may no longer hold (the kit's old short names, and keys TRL or transformers removed), each with
-#: what to write instead (``{key}`` is spelled as the place it was given in spells it: ``key`` or ``--key``).
-GONE = {"extra": "write its GRPOConfig keys themselves",
-        "max_prompt_length": "removed from TRL's GRPOConfig in 0.28: set {max_prompt_tokens}, and the kit drops "
-                             "longer prompts from the dataset",
-        "model": "write {model_name_or_path} (TRL's ModelConfig)",
-        "lora_rank": "write {use_peft} true and {lora_r} N (TRL's ModelConfig; {use_peft} false: full fine-tuning)",
-        "gpu_memory_utilization": "write {vllm_gpu_memory_utilization} (TRL's GRPOConfig)",
-        "warmup_ratio": "removed in transformers 5: write {warmup_steps} (below 1 it is a share of the steps, e.g. "
-                        "0.1)",
-        "torch_dtype": "renamed {dtype} in TRL's ModelConfig",
-        "overwrite_output_dir": "removed in transformers 5: drop it (a run folder is never overwritten; --resume "
-                                "continues one)"}
 
 
 #: Fields a resumed run may change: how long it runs and how it saves and logs, not what it trains.
@@ -172,6 +159,12 @@ class Recipe:
         return str(getattr(self.eval_strategy, "value", self.eval_strategy))
 
     @property
+    def heldout_batch_size(self) -> int:
+        """Questions per ``generate`` call of the held-out evaluation during training: ``per_device_eval_batch_size``
+        where the recipe sets it (TRL's evaluation batch, one greedy completion a question), else 64."""
+        return self.per_device_eval_batch_size if "per_device_eval_batch_size" in self.settings else 64
+
+    @property
     def model(self) -> str | None:
         """``model_name_or_path``: a Hub id or folder; ``None`` is the kit's tiny offline policy."""
         return self.settings.get("model_name_or_path")
@@ -200,13 +193,34 @@ class Recipe:
 
     @property
     def loading(self) -> Loading:
-        """How this recipe loads its policy (what the policy wing needs of it)."""
+        """How this recipe loads its policy (what the policy wing needs of it): the route, the adapter's ModelConfig
+        keys (where the recipe names no ``lora_target_modules``, the kit's :data:`LORA_TARGETS`) and the model's
+        ``from_pretrained`` keys (:attr:`model_kwargs`)."""
         targets = self.lora_target_modules or LORA_TARGETS
         return Loading(use_unsloth=self.use_unsloth, load_in_4bit=self.load_in_4bit,
                        fast_inference=self.fast_inference, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha,
                        lora_target_modules=targets if isinstance(targets, str) else tuple(targets),
                        max_seq_length=self.max_seq_length, gpu_memory_utilization=self.vllm_gpu_memory_utilization,
-                       seed=self.seed)
+                       seed=self.seed, lora_dropout=self.lora_dropout, use_rslora=self.use_rslora,
+                       use_dora=self.use_dora, lora_modules_to_save=_tuple_or_none(self.lora_modules_to_save),
+                       lora_target_parameters=_tuple_or_none(self.lora_target_parameters),
+                       model_kwargs=self.model_kwargs)
+
+    @property
+    def model_kwargs(self) -> dict[str, Any]:
+        """The model's ``from_pretrained`` keyword arguments the recipe gives, as TRL's ``trl/scripts/grpo.py`` builds
+        them: ``model_revision`` as ``revision``, ``trust_remote_code``, ``attn_implementation`` and ``dtype``, then
+        ``model_init_kwargs`` over them. Only what the recipe sets: where it sets no ``dtype``, the kit's placement
+        decides it (:func:`grpo_kit.policy.devices.placement`: a 16-bit frozen base for LoRA, float32 master weights
+        for full fine-tuning), not TRL's float32 default.
+
+        >>> get_preset("cpu-tiny", argv=["--torch_dtype", "bfloat16", "--model_revision", "v2"]).model_kwargs
+        {'revision': 'v2', 'dtype': 'bfloat16'}
+        """
+        named = {"revision": "model_revision", "trust_remote_code": "trust_remote_code",
+                 "attn_implementation": "attn_implementation", "dtype": "dtype"}
+        kwargs = {arg: self.settings[key] for arg, key in named.items() if key in self.settings}
+        return {**kwargs, **(self.model_init_kwargs or {})}
 
     def data_task(self) -> dict[str, Any] | None:
         """The task file the recipe's data keys amount to, as ``trl grpo`` (and open-r1's script) read them:
@@ -215,12 +229,7 @@ class Recipe:
         system prompt; ``dataset_answer_column`` and ``answer_type`` say how answers are checked. ``None``: the recipe
         names no data set (the run's ``--task`` or the kit's default task gives it).
 
-        Raises:
-            ValueError: TRL's ``datasets`` mixture, which a task cannot hold: name one ``dataset_name``.
         """
-        if self.datasets:
-            raise ValueError("datasets (TRL's mixture of data sets) is set: the kit trains on one task; name one "
-                             "data set with dataset_name, or give a task file with --task")
         if self.dataset_name is None:
             return None
         path = Path(self.dataset_name).expanduser()
@@ -257,12 +266,8 @@ class Recipe:
                          "table")
         if self.max_steps == -1:
             lines.append(f"max_steps -1: num_train_epochs {self.num_train_epochs:g} over the train split")
-        aside = {"save_strategy": f"checkpoints every save_steps ({self.save_steps}) steps",
-                 "dataset_streaming": "the task reads its splits itself", "streaming": "the task reads its splits",
-                 "ignore_bias_buffers": "DDP only", "do_eval": "eval_strategy decides"}
-        for key, why in aside.items():
-            if key in self.settings and self.settings[key] not in (False, None, "steps"):
-                lines.append(f"{key} {self.settings[key]} set aside: {why}")
+        if not self.use_peft and (lora := [k for k in _LORA_KEYS if k in self.settings]):
+            lines.append(f"{', '.join(lora)} set aside: use_peft false trains every weight")
         return lines
 
     def grpo_kwargs(self, output_dir: str, reward_weights: Sequence[float]) -> dict[str, Any]:
@@ -272,14 +277,23 @@ class Recipe:
         """
         # the kit measures held-out accuracy itself (grpo_kit.runs.spec.RunSpec.eval_steps), on validation questions:
         # TRL's own evaluation would need an eval data set
-        kwargs = {k: v for k, v in self.settings.items() if k in _grpo_fields() and k not in _KIT_EVALUATES}
+        kwargs = {k: v for k, v in self.settings.items() if k in _grpo_fields() and k not in _KIT_READS}
         if self.use_vllm and self.vllm_mode == "colocate" and self.vllm_max_model_length is None:
             kwargs["vllm_max_model_length"] = self.vllm_max_model_len
         return {**kwargs, "output_dir": output_dir, "reward_weights": list(reward_weights), "save_strategy": "steps"}
 
 
-#: ``GRPOConfig`` keys the kit reads instead of passing them on: its own held-out evaluation runs on them.
-_KIT_EVALUATES = ("eval_strategy", "eval_steps")
+#: ``GRPOConfig`` keys the kit reads instead of passing them on: its own held-out evaluation runs on them
+#: (:meth:`grpo_kit.runs.spec.RunSpec.resolve`), and its loader takes ``model_init_kwargs``
+#: (:attr:`Recipe.model_kwargs`; TRL reads them only where it loads the model itself, from a name).
+_KIT_READS = ("eval_strategy", "eval_steps", "eval_on_start", "per_device_eval_batch_size", "model_init_kwargs")
+#: TRL's ``ModelConfig`` keys of the LoRA adapter (read with ``use_peft`` true).
+_LORA_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_parameters",
+              "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora")
+
+
+def _tuple_or_none(names: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if names is None else (names,) if isinstance(names, str) else tuple(names)
 
 
 def _file_of(source: str | os.PathLike) -> Path:
@@ -323,44 +337,56 @@ def _set_env(path: Path, env: Any) -> None:
         log.warning(f"recipe {path} sets environment variables for this process (its env: block): {', '.join(said)}")
 
 
-def _refuse_unknown(keys: Sequence[str], where: Path | None = None, dashes: bool = False) -> None:
-    """One line for the first key no parser knows (given in the file ``where``, on the command line with ``dashes``,
-    else in a call): what replaced a key that is gone, or the closest key. Keys are spelled as the place they were
-    given in spells them (``--key`` on the command line, else ``key``), ``{key}`` in a :data:`GONE` text too."""
-    known, dash = _defaults(), "--" if dashes else ""
-    for key in keys:
-        said = f"{where}: recipe key {key!r}" if where else f"recipe key {dash + key if dashes else repr(key)}"
-        if key in GONE:
-            raise ValueError(f"{said} is gone: " + re.sub(r"{(\w+)}", dash + r"\1", GONE[key]))
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            raise ValueError(f"{said.replace('recipe key', 'unknown recipe key')}"
-                             + (f" (did you mean {dash + close[0]}?)" if close else "")
-                             + f": a recipe holds GRPOConfig, ModelConfig, trl grpo's and grpo_kit's own keys (trl "
-                             f"{installed_version('trl')})")
+def _said_once(where: str, notices: Sequence[str]) -> None:
+    """One line for the old key names read as today's (:data:`grpo_kit.training.recipe_keys.RENAMED`)."""
+    if notices:
+        log.warning(f"{where}: read {', '.join(notices)} (the names TRL {installed_version('trl')} reads)")
 
 
-def command_line(argv: Sequence[str]) -> dict[str, Any]:
-    """The recipe keys ``argv`` gives in TRL's command-line form (``--learning_rate 1e-5``, ``--learning-rate 1e-5``,
-    ``--bf16 false``, ``--no_bf16``), typed by TRL's parser; only the keys given. A key given twice: the last wins,
-    as on every command line.
+def _problems_line(clauses: Sequence[str], unknown: bool) -> str:
+    """The clauses refusing a recipe's keys as one line, with what a recipe holds where a key was unknown."""
+    return "; ".join(clauses) + (f": a recipe holds GRPOConfig, ModelConfig, trl grpo's and grpo_kit's own keys (trl "
+                                 f"{installed_version('trl')})" if unknown else "")
 
-    Raises:
-        ValueError: a key no parser knows or one that is gone (:data:`GONE`); a value its key's type cannot read.
 
-    >>> command_line(["--learning-rate", "1e-5", "--bf16", "false", "--max_steps", "5", "--max-steps", "7"])
-    {'learning_rate': 1e-05, 'bf16': False, 'max_steps': 7}
-    """
+def _command_line(argv: Sequence[str], say: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """:func:`command_line`'s keys, and one clause per key refused (gone or unknown) instead of raising; ``say``: the
+    old names read as today's in one line."""
+    argv, notices = renamed_argv(argv)
+    if say:
+        _said_once("the command line", notices)
     parser = _parser()
     for action in parser._actions:  # only what argv gives lands in the namespace
         action.default = argparse.SUPPRESS
     namespace, rest = _parse(parser, argv)
-    if rest:
-        keys = [a[2:].split("=")[0].replace("-", "_") for a in rest if a.startswith("--")]
-        keys = [k.removeprefix("no_") if k.removeprefix("no_") in GONE else k for k in keys]
-        _refuse_unknown(keys, dashes=True)
+    keys = [a[2:].split("=")[0].replace("-", "_") for a in rest if a.startswith("--")]
+    if rest and not keys:
         raise ValueError(f"recipe overrides {' '.join(rest)}: write each as --KEY VALUE (TRL's form)")
-    return {k: _whole_steps(k, v) for k, v in vars(namespace).items()}
+    keys = [k.removeprefix("no_") if k.removeprefix("no_") in STALE else k for k in keys]
+    problems = refusals(keys, list(_defaults()), dash="--")
+    return {k: _whole_steps(k, v) for k, v in vars(namespace).items()}, problems
+
+
+def command_line(argv: Sequence[str], strict: bool = True) -> dict[str, Any]:
+    """The recipe keys ``argv`` gives in TRL's command-line form (``--learning_rate 1e-5``, ``--learning-rate 1e-5``,
+    ``--bf16 false``, ``--no_bf16``), typed by TRL's parser; only the keys given. A key given twice: the last wins,
+    as on every command line. An old name (:data:`grpo_kit.training.recipe_keys.RENAMED`, e.g. ``--torch_dtype``) is
+    read as today's, said in one line.
+
+    ``strict=False`` leaves the keys refused out, and says nothing: for a caller that reads the same ``argv`` with
+    :func:`get_preset` next, which says them with the recipe's own, in one line.
+
+    Raises:
+        ValueError: keys no parser knows or that are gone (:data:`grpo_kit.training.recipe_keys.STALE`), all in one
+            line (``strict``); a value its key's type cannot read.
+
+    >>> command_line(["--learning-rate", "1e-5", "--bf16", "false", "--max_steps", "5", "--max-steps", "7"])
+    {'learning_rate': 1e-05, 'bf16': False, 'max_steps': 7}
+    """
+    values, problems = _command_line(argv, say=strict)
+    if problems and strict:
+        raise ValueError(_problems_line(problems, any(p.startswith("unknown") for p in problems)))
+    return values
 
 
 def _whole_steps(key: str, value: Any) -> Any:
@@ -413,10 +439,16 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
         argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``; :func:`command_line`).
         **overrides: keys to replace (Python values; text is read as the key's type).
 
+    An old key name (:data:`grpo_kit.training.recipe_keys.RENAMED`: ``torch_dtype``, ``warmup_ratio`` below 1, ...)
+    is read as today's, said in one logged line.
+
     Raises:
         ValueError: an unknown preset name; a recipe file that cannot be read (:func:`grpo_kit.system.files.read_yaml`:
-            not UTF-8, not YAML, a key given twice); a key no parser knows (the message names the closest one, or
-            what replaced a key that is gone); a value that cannot be read as its key's type.
+            not UTF-8, not YAML, a key given twice); a value that cannot be read as its key's type; keys no parser
+            knows (each with the closest one), keys that are gone (each with what to write instead:
+            :data:`grpo_kit.training.recipe_keys.STALE`) and values the kit would not act on
+            (:func:`grpo_kit.training.recipe_keys.unread`): all of them, of the file, the call and the command line,
+            in one line.
 
     >>> get_preset("a100", max_steps=350).max_steps
     350
@@ -424,17 +456,24 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
     0.2
     """
     source = device_preset() if source is None else source
+    problems: list[str] = []  # every key refused, of the file, the call and the command line: said in one line
+    where = ""
     if isinstance(source, Recipe):
         name, values = source.name, dict(source.settings)
     else:
         path = _file_of(source)
         values = _read_file(path)
         name = str(values.pop("name", None) or path.stem)
-        _refuse_unknown(list(values), path)
+        values, notices, refused = read_keys(values, list(_defaults()))
+        _said_once(f"recipe {path}", notices)
+        problems, where = refused, f"{path}: " if refused else ""
         # the named variant's values first (TRL's defaults, written out, without one), the recipe's own keys over them
         values = {**get_algorithm(values.get("algorithm", KitArgs.algorithm)).fields, **values}
-    _refuse_unknown(list(overrides))
-    overrides = {**overrides, **command_line(argv)}
+    overrides, notices, refused = read_keys(overrides, list(_defaults()))
+    _said_once("the call's keys", notices)
+    given, refused_here = _command_line(argv)
+    problems += refused + refused_here
+    overrides = {**overrides, **given}
     if str({**values, **overrides}.get("use_unsloth")).lower() in ("true", "1", "yes"):
         _unsloth_first()  # before anything imports TRL's trainer
     if "name" in overrides and overrides["name"] != name:
@@ -442,7 +481,12 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
                          "grpo_kit presets lists the shipped ones) and change its keys, not its name")
     if "algorithm" in overrides:  # a variant replaces the recipe's algorithm keys; the other overrides come last
         values.update(get_algorithm(overrides["algorithm"]).fields)
-    return Recipe(name, {k: v for k, v in _typed({**values, **overrides}).items() if k != "name"})
+    recipe = Recipe(name, {k: v for k, v in _typed({**values, **overrides}).items() if k != "name"})
+    if values_refused := unread(recipe, _defaults()):
+        where, problems = where or f"recipe {name!r}: ", problems + values_refused
+    if problems:
+        raise ValueError(where + _problems_line(problems, any("unknown recipe key" in p for p in problems)))
+    return recipe
 
 
 def _unsloth_first() -> None:
@@ -454,16 +498,20 @@ def _unsloth_first() -> None:
         import_unsloth()  # once imported, it returns the module
 
 
-def with_algorithm(recipe: Recipe, name: str) -> Recipe:
-    """``recipe`` running the named algorithm instead of its own (every algorithm key replaced).
+def recipe_task(preset: Recipe, cache_dir: str = DEFAULT_CACHE_DIR) -> str | None:
+    """The task file of the recipe's data keys (:meth:`Recipe.data_task`), written once into the kit's cache under a
+    name that holds its content's SHA-256, so that run folders record it as any task file and read it back; ``None``
+    when the recipe names no data set."""
+    import yaml
 
-    Raises:
-        ValueError: an unknown name (:func:`grpo_kit.training.algorithms.get_algorithm`).
-
-    >>> with_algorithm(PRESETS["a100"], "gspo").importance_sampling_level
-    'sequence'
-    """
-    return get_preset(recipe, algorithm=name)
+    if (data := preset.data_task()) is None:
+        return None
+    text = (f"# The data keys of recipe {preset.name!r} as a task file: python -m grpo_kit train --task THIS_FILE\n"
+            + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110))
+    path = Path(cache_dir, "tasks", f"{data['name']}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml").resolve()
+    if not path.is_file():
+        write_text(path, text)
+    return str(path)
 
 
 def recipe_yaml(recipe: Recipe) -> str:

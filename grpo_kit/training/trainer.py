@@ -1,10 +1,11 @@
-"""GRPO training around TRL's ``GRPOTrainer``: a preset and a reward set become a ``GRPOConfig`` and a trainer.
+"""GRPO training around TRL's ``GRPOTrainer``: a preset and a reward set become a ``GRPOConfig``, a LoRA config and a
+trainer.
 
-:func:`build_grpo_config` turns a :class:`grpo_kit.training.presets.Recipe` into TRL's config;
-:func:`build_trainer` adds the policy, the rewards and the data, after
-:func:`grpo_kit.training.checks.check_settings`, and checks afterwards that the trainer trains what was
-asked (LoRA: only the adapter; full: every weight). The whole run (checkpoints, resume, held-out
-evaluation, the run folder) is :func:`grpo_kit.runs.train.train`.
+:func:`grpo_config` turns a :class:`grpo_kit.training.presets.Recipe` into TRL's config and :func:`peft_config` into
+the adapter TRL adds (``python -m grpo_kit plan`` shows what these two build); :func:`build_trainer` adds the policy,
+the rewards and the data, after :func:`grpo_kit.training.checks.check_settings`, and checks afterwards that the
+trainer trains what was asked (LoRA: only the adapter; full: every weight). The whole run (checkpoints, resume,
+held-out evaluation, the run folder) is :func:`grpo_kit.runs.train.train`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -23,38 +25,18 @@ from grpo_kit.training.checkpoints import WEIGHT_FILES
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import Recipe, get_preset
 
-__all__ = ["build_grpo_config", "build_trainer", "check_trains_as_asked", "grpo_config", "is_unsloth_trainer",
-           "save_policy"]
+__all__ = ["build_trainer", "check_trains_as_asked", "grpo_config", "is_unsloth_trainer", "peft_config", "save_policy"]
 
 Rewards = RewardSet | Sequence[Any] | Mapping[Any, float]
 
 
-def build_grpo_config(preset: str | Recipe, output_dir: str, rewards: Rewards, **overrides: Any) -> Any:
-    """Build TRL's ``GRPOConfig`` from a preset plus overrides, after :func:`grpo_kit.training.checks.check_settings`.
-
-    Args:
-        preset: a name in :data:`grpo_kit.training.presets.PRESETS` or a :class:`grpo_kit.training.presets.Recipe`.
-        output_dir: where TRL writes checkpoints (``checkpoint-<step>``) and logs.
-        rewards: the rewards (a :class:`grpo_kit.tasks.RewardSet`, names or functions; their weights become
-            ``reward_weights``).
-        **overrides: preset fields to replace (e.g. ``max_steps=10``).
+def grpo_config(p: Recipe, output_dir: str, rewards: RewardSet) -> Any:
+    """TRL's ``GRPOConfig`` for settings already checked (:func:`grpo_kit.training.checks.check_settings`): the
+    keyword arguments of :meth:`grpo_kit.training.presets.Recipe.grpo_kwargs` with the rewards' weights.
 
     Returns:
-        ``trl.GRPOConfig`` (Unsloth's ``UnslothGRPOConfig`` where Unsloth has patched TRL). Works
-        with TRL 1.15 (GPU stack) and 1.16 (CPU stack).
-
-    Raises:
-        ValueError: see :func:`grpo_kit.training.presets.get_preset` and
-            :func:`grpo_kit.training.checks.check_settings`.
-    """
-    p = get_preset(preset, **overrides)
-    reward_set = RewardSet(rewards)
-    check_settings(p, reward_set, num_processes=Launch.from_env().world_size)
-    return grpo_config(p, output_dir, reward_set)
-
-
-def grpo_config(p: Recipe, output_dir: str, rewards: RewardSet) -> Any:
-    """TRL's ``GRPOConfig`` for settings already checked (:func:`build_grpo_config` checks them first).
+        ``trl.GRPOConfig`` (Unsloth's ``UnslothGRPOConfig`` where Unsloth has patched TRL). Works with TRL 1.15 (GPU
+        stack) and 1.16 (CPU stack).
 
     Raises:
         ValueError: the recipe's ``reward_weights`` are not the rewards' weights.
@@ -132,20 +114,42 @@ def build_trainer(model: Any, tokenizer: Any, train_dataset: Any, preset: str | 
             "and needs an Unsloth-loaded model. Run this preset in a fresh Python process or notebook kernel that "
             "does not import unsloth, or use an Unsloth preset (use_unsloth=True).")
     config = grpo_config(p, output_dir, reward_set)
-    peft_config = None
-    if p.lora_rank is not None and not p.use_unsloth:  # Unsloth's loader already added the adapter
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha,
-                                 target_modules=list(p.loading.lora_target_modules), task_type="CAUSAL_LM")
     from grpo_kit.training.generators import PrecisionKept, continuous_batching
 
     # TRL's continuous-batching generation casts the policy: each step checks the trained weights kept their precision
     kept = [PrecisionKept()] if continuous_batching(p) else []
     trainer = GRPOTrainer(model=model, reward_funcs=reward_set.checked_funcs, args=config, train_dataset=train_dataset,
-                          processing_class=tokenizer, peft_config=peft_config, callbacks=[*callbacks, *kept])
+                          processing_class=tokenizer, peft_config=peft_config(p), callbacks=[*callbacks, *kept])
     check_trains_as_asked(trainer.model, p)
     return trainer
+
+
+def peft_config(recipe: Recipe) -> Any:
+    """The LoRA adapter ``GRPOTrainer`` adds on the transformers route: TRL's own ``get_peft_config`` over the
+    recipe's ``ModelConfig`` keys, as ``trl/scripts/grpo.py`` builds it (``lora_r``, ``lora_alpha``, ``lora_dropout``,
+    ``lora_target_modules``, ``lora_target_parameters``, ``lora_modules_to_save``, ``lora_task_type``, ``use_rslora``,
+    ``use_dora``), with the kit's :data:`grpo_kit.policy.loading.LORA_TARGETS` where the recipe names no targets, and
+    the recipe's ``model_revision`` as the config's ``revision`` (peft's ``AutoPeftModelForCausalLM`` loads the saved
+    adapter's base at it, so evaluation after training reads the weights that trained).
+
+    Returns:
+        a ``peft.LoraConfig``; ``None`` for full fine-tuning, and on the Unsloth route, where Unsloth's loader adds the
+        adapter (:func:`grpo_kit.policy.loading.unsloth_peft_kwargs`).
+    """
+    if recipe.lora_rank is None or recipe.use_unsloth:
+        return None
+    from trl import ModelConfig, get_peft_config
+
+    model_args = ModelConfig(**{f.name: getattr(recipe, f.name) for f in fields(ModelConfig)
+                                if f.name != "lora_target_modules"})
+    # set after __post_init__, which makes a list of one name a single string: peft would read that as a regular
+    # expression matching no layer's full name (the kit's own check refuses a single string other than all-linear)
+    targets = recipe.loading.lora_target_modules
+    model_args.lora_target_modules = targets if isinstance(targets, str) else list(targets)
+    config = get_peft_config(model_args)
+    if "model_revision" in recipe.settings:  # recorded in adapter_config.json: peft loads the base at that revision
+        config.revision = recipe.model_revision
+    return config
 
 
 def check_trains_as_asked(model: Any, preset: Recipe) -> None:
@@ -153,12 +157,13 @@ def check_trains_as_asked(model: Any, preset: Recipe) -> None:
 
     Raises:
         RuntimeError: LoRA (``lora_rank`` set) but the model is not a peft model, or weights outside
-            the adapter are trainable; full fine-tuning but some weights are frozen.
+            the adapter (and the layers of ``lora_modules_to_save``) are trainable; full fine-tuning but some weights
+            are frozen.
     """
     params = dict(model.named_parameters())
     trainable = [n for n, t in params.items() if t.requires_grad]
-    if preset.lora_rank is not None:
-        outside = [n for n in trainable if "lora_" not in n]
+    if preset.lora_rank is not None:  # lora_modules_to_save: peft's trainable copies of whole layers
+        outside = [n for n in trainable if "lora_" not in n and ".modules_to_save." not in n]
         if not hasattr(model, "peft_config") or outside or not trainable:
             raise RuntimeError(f"preset {preset.name!r} asks for LoRA rank {preset.lora_rank}, but the trainer's model "
                                f"is {type(model).__name__} with {len(trainable)} of {len(params)} tensors trainable "

@@ -19,8 +19,9 @@ from grpo_kit.policy.generation import Sampling
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.vllm import UnslothVLLMBackend, generations_of, sampling_params
 from grpo_kit.tasks import get_task
+from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import get_preset
-from grpo_kit.training.trainer import build_grpo_config
+from grpo_kit.training.trainer import grpo_config
 
 GSM8K = get_task("gsm8k")
 
@@ -43,9 +44,9 @@ def test_nothing_imports_unsloth_or_vllm():
     (dict(use_unsloth=False), "fast_inference is Unsloth's"),
     (dict(fast_inference=False, use_vllm=True), "use_vllm is for the plain transformers path"),
 ])
-def test_gpu_route_conflicts_are_caught_before_loading(tmp_path, overrides, message):
+def test_gpu_route_conflicts_are_caught_before_loading(overrides, message):
     with pytest.raises(ValueError, match=message):
-        build_grpo_config("a100", str(tmp_path), GSM8K.reward_set(), bf16=False, **overrides)
+        check_settings(get_preset("a100", bf16=False, **overrides), GSM8K.reward_set())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a CPU-only user gets")
@@ -62,11 +63,11 @@ def test_unsloth_on_a_cpu_names_the_cpu_alternative():
 
 def test_presets_for_each_card(tmp_path):
     assert get_preset("a100").model == "unsloth/Meta-Llama-3.1-8B-Instruct"
-    t4 = build_grpo_config("colab-t4", str(tmp_path), GSM8K.reward_set())
+    t4 = grpo_config(get_preset("colab-t4"), str(tmp_path), GSM8K.reward_set())
     assert t4.fp16 and not t4.bf16 and t4.num_generations == 6
     full = get_preset("full-80gb")
     assert full.lora_rank is None and not full.use_unsloth
-    config = build_grpo_config("full-80gb", str(tmp_path), GSM8K.reward_set(), bf16=False)
+    config = grpo_config(get_preset("full-80gb", bf16=False), str(tmp_path), GSM8K.reward_set())
     assert config.use_vllm and config.vllm_mode == "colocate"
 
 

@@ -21,7 +21,8 @@ from grpo_kit.cli import main
 from grpo_kit.evaluation.compare import compare
 from grpo_kit.evaluation.scoring import EvalResult, score
 from grpo_kit.policy.generation import Generation, Sampling
-from grpo_kit.tasks import get_task
+from grpo_kit.system.files import write_json
+from grpo_kit.tasks import RewardSet, get_task
 from grpo_kit.tasks.countdown import countdown_reward_func, countdown_score, load_countdown, safe_eval
 from grpo_kit.tasks.data import take_slice
 from grpo_kit.tasks.gsm8k import load_gsm8k
@@ -34,8 +35,8 @@ from grpo_kit.tasks.rewards import (
     int_reward_func,
     soft_correctness_reward_func,
 )
+from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import get_preset
-from grpo_kit.training.trainer import build_grpo_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,11 +68,11 @@ BAD_SETTINGS = [
 
 
 @pytest.mark.parametrize("overrides, message", BAD_SETTINGS, ids=[str(o) for o, _ in BAD_SETTINGS])
-def test_bad_settings_are_rejected_before_anything_loads(overrides, message, tmp_path):
+def test_bad_settings_are_rejected_before_anything_loads(overrides, message):
     overrides = dict(overrides)
     rewards = overrides.pop("rewards", SEED_REWARDS)  # the rewards are the run's, not a preset field
     with pytest.raises(ValueError, match=re.escape(message)):
-        build_grpo_config("cpu-tiny", str(tmp_path), rewards, **overrides)
+        check_settings(get_preset("cpu-tiny", **overrides), RewardSet(rewards))
 
 
 def test_take_slice_wants_a_whole_number():
@@ -290,8 +291,8 @@ def test_a_model_trained_from_something_else_is_refused(tmp_path, capsys, field,
     run = RunFolder(tmp_path / "run")
     measured = {"base_model": "tiny:tiny-policy-1", "base_fingerprint": "1234567890abcdef", "task": "gsm8k",
                 "system_prompt": "Respond in the following format", "route": "transformers"}
-    run.write_json(run.eval_settings, measured)
-    run.write_json(run.train_settings, {**measured, field: value})
+    write_json(run.eval_settings, measured)
+    write_json(run.train_settings, {**measured, field: value})
     assert main(["eval", "--run-dir", str(run.path)]) == 2
     err = capsys.readouterr().err
     assert f"{label}: baseline" in err and str(measured[field]) in err and str(value) in err
@@ -309,7 +310,13 @@ def test_a_model_trained_from_something_else_is_refused(tmp_path, capsys, field,
     (["train", "--preset", "cpu-tiny", "--rewards", "typo_reward"], "unknown reward 'typo_reward'"),
     (["train", "--preset", "cpu-tiny", "--set", "max_steps"], "--set is gone: write each recipe key in TRL's form"),
     (["train", "--preset", "cpu-tiny", "--set", "max_steps=5"], "--set is gone: write --max_steps 5"),
-    (["train", "--preset", "cpu-tiny", "--model", "x/y"], "recipe key --model is gone: write --model_name_or_path"),
+    # in today's names: the advice works (it said --lora_rank 8, itself refused)
+    (["train", "--preset", "cpu-tiny", "--set", "lora_rank=8"], "--set is gone: write --use_peft true --lora_r 8"),
+    (["train", "--preset", "cpu-tiny", "--set", "warmup_ratio=2"], "--set is gone; recipe key --warmup_ratio is gone: "
+                                                                  "removed in transformers 5: write --warmup_steps"),
+    (["train", "--preset", "cpu-tiny", "--overwrite_output_dir", "--vllm_device", "auto"],
+     "recipe key --overwrite_output_dir is gone: removed in transformers 5: drop it (a run folder is never overwritten;"
+     " --resume continues one); recipe key --vllm_device is gone: removed from TRL's GRPOConfig"),
     (["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "5000", "--run-dir", "{tmp}/x"],
      "--eval-size 5000 (eval_size): the test split of gsm8k holds"),
 ])

@@ -21,6 +21,7 @@ import pytest
 from grpo_kit.cli import main
 from grpo_kit.policy.warm_start import TinyPolicy, WarmStart
 from grpo_kit.runs.folder import RunFolder, RunFolderBusy
+from grpo_kit.system.files import write_json
 from grpo_kit.tasks import RewardSet, get_task
 from grpo_kit.tasks.countdown import safe_eval
 from grpo_kit.tasks.reward_registry import probe
@@ -231,8 +232,8 @@ def test_eval_of_a_training_that_did_not_finish_says_so(tmp_path, capsys):
     run = RunFolder(tmp_path / "run")
     settings = {"task": "gsm8k", "slice": {"n": 4}, "seed": 0, "max_new_tokens": 8, "samples": 0, "temperature": 0.7,
                 "preset": "cpu-tiny", "route": "transformers", "base_model": "m", "system_prompt": "s"}
-    run.write_json(run.eval_settings, settings)
-    run.write_json(run.train_settings, {"identity": {}, "base_model": "m", "task": "gsm8k", "system_prompt": "s"})
+    write_json(run.eval_settings, settings)
+    write_json(run.train_settings, {"identity": {}, "base_model": "m", "task": "gsm8k", "system_prompt": "s"})
     (run.model).mkdir()
     (run.model / "config.json").write_text("")
     assert main(["eval", "--run-dir", str(run.path)]) == 2

@@ -26,9 +26,10 @@ import torch  # noqa: E402
 
 from grpo_kit.tasks import RewardSet, get_task  # noqa: E402
 from grpo_kit.training.algorithms import ALGORITHMS  # noqa: E402
+from grpo_kit.training.checks import check_settings  # noqa: E402
 from grpo_kit.training.groups import GroupsKept, keep_groups, read_groups, trl_completions_settings  # noqa: E402
-from grpo_kit.training.presets import PRESETS, get_preset, with_algorithm  # noqa: E402
-from grpo_kit.training.trainer import build_grpo_config, build_trainer, is_unsloth_trainer  # noqa: E402
+from grpo_kit.training.presets import PRESETS, get_preset  # noqa: E402
+from grpo_kit.training.trainer import build_trainer, grpo_config, is_unsloth_trainer  # noqa: E402
 
 GSM8K = get_task("gsm8k")
 FORMAT_AND_LENGTH = RewardSet(["strict_format_reward_func", length_reward])
@@ -87,7 +88,7 @@ def test_unsloth_came_first_and_trl_trainer_is_unsloths():
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_presets_config_builds_under_unsloths_config(name, tmp_path):
     preset = _cpu(PRESETS[name])
-    config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
+    config = grpo_config(preset, str(tmp_path), GSM8K.reward_set())
     assert getattr(type(config), "_unsloth_patched_rl_config", False) and hasattr(config, "unsloth_num_chunks")
     assert (config.per_device_train_batch_size, config.num_generations, config.max_completion_length,
             config.learning_rate, config.optim, config.max_steps, config.save_steps) == \
@@ -98,12 +99,12 @@ def test_every_presets_config_builds_under_unsloths_config(name, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_builds_under_unsloths_config_with_trl_1_15(name, tmp_path):
-    preset = with_algorithm(_cpu(PRESETS["a100"]), name)
+    preset = get_preset(_cpu(PRESETS["a100"]), algorithm=name)
     if name == "vespo":  # with vLLM, TRL's trainer takes VESPO only with a token-level correction: refused before
         with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
-            build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
+            check_settings(preset, GSM8K.reward_set())
         preset = get_preset(preset, vllm_importance_sampling_mode="token_truncate")
-    config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
+    config = grpo_config(preset, str(tmp_path), GSM8K.reward_set())
     for field, value in ALGORITHMS[name].fields.items():
         assert getattr(config, field) == value, (name, field)
 
@@ -197,16 +198,41 @@ def test_unsloths_loader_needs_cuda_at_one_call(tiny_policy_files):
         load_unsloth_policy(str(tiny_policy_files))
 
 
+def test_the_recipes_loading_keys_are_named_arguments_of_unsloths_loader():
+    """What the kit passes FastLanguageModel.from_pretrained and get_peft_model (a recipe setting every ModelConfig
+    key Unsloth takes) are arguments of the pinned Unsloth's own signatures, not swallowed by their **kwargs: all
+    but use_dora, which get_peft_model hands to peft's LoraConfig, where it is a field."""
+    import dataclasses
+    import inspect
+
+    from peft import LoraConfig
+    from unsloth import FastLanguageModel
+
+    from grpo_kit.policy.loading import unsloth_load_kwargs, unsloth_peft_kwargs
+
+    recipe = get_preset("a100", fast_inference=False, lora_dropout=0.1, use_rslora=True, use_dora=True,
+                        lora_modules_to_save=["lm_head"], lora_target_parameters=["mlp.experts.gate_up_proj"],
+                        model_revision="v2", dtype="float32", trust_remote_code=True)
+    loaded = unsloth_load_kwargs(recipe.model, recipe.loading)
+    assert set(loaded) <= set(inspect.signature(FastLanguageModel.from_pretrained).parameters)
+    assert loaded["dtype"] is torch.float32 and loaded["revision"] == "v2" and loaded["trust_remote_code"]
+    adapter = unsloth_peft_kwargs(recipe.loading)
+    assert set(adapter) - {"use_dora"} <= set(inspect.signature(FastLanguageModel.get_peft_model).parameters)
+    assert "use_dora" in {f.name for f in dataclasses.fields(LoraConfig)}
+    assert (adapter["lora_dropout"], adapter["use_rslora"], adapter["use_dora"], adapter["modules_to_save"],
+            adapter["target_parameters"]) == (0.1, True, True, ["lm_head"], ["mlp.experts.gate_up_proj"])
+
+
 def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_path):
     """Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False
     (unsloth/models/rl.py), so TRL never logs the gap; the kit's plan says the alarm is not armed on that route."""
     from grpo_kit.training.callbacks import stale_weights_alarm
 
-    config = build_grpo_config(_cpu(PRESETS["a100"]), str(tmp_path), GSM8K.reward_set())
+    config = grpo_config(_cpu(PRESETS["a100"]), str(tmp_path), GSM8K.reward_set())
     assert config.vllm_importance_sampling_correction is False
     assert stale_weights_alarm(PRESETS["a100"])["armed"] is False
     armed = get_preset(PRESETS["a100"], vllm_importance_sampling_correction=True)
-    assert build_grpo_config(_cpu(armed), str(tmp_path), GSM8K.reward_set()).vllm_importance_sampling_correction
+    assert grpo_config(_cpu(armed), str(tmp_path), GSM8K.reward_set()).vllm_importance_sampling_correction
     assert stale_weights_alarm(armed)["armed"] is True
 
 

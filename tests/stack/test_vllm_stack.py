@@ -39,7 +39,7 @@ from grpo_kit.tasks import RewardSet, get_task
 from grpo_kit.tasks.data import take_slice
 from grpo_kit.tasks.gsm8k import load_gsm8k
 from grpo_kit.training.presets import PRESETS, get_preset
-from grpo_kit.training.trainer import build_grpo_config, build_trainer
+from grpo_kit.training.trainer import build_trainer, grpo_config
 
 from .conftest import FINDINGS, length_reward
 
@@ -52,7 +52,7 @@ def test_every_presets_config_builds_under_trl_1_15(name, tmp_path):
 
     assert trl.__version__ == "1.15.0"
     preset = get_preset(PRESETS[name], bf16=False, fp16=False)
-    config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
+    config = grpo_config(preset, str(tmp_path), GSM8K.reward_set())
     assert type(config) is trl.GRPOConfig
     assert (config.per_device_train_batch_size, config.num_generations, config.learning_rate, config.optim,
             config.use_vllm) == (preset.per_device_train_batch_size, preset.num_generations, preset.learning_rate,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_kit.training.algorithms import ALGORITHM_FIELDS, ALGORITHMS, LOSS_TYPES, algorithm_settings, check_algorithm
-from grpo_kit.training.presets import PRESETS, get_preset, with_algorithm
+from grpo_kit.training.presets import PRESETS, get_preset
 
 
 def test_every_preset_names_its_algorithm_and_sets_every_field_of_it():
@@ -37,10 +37,11 @@ def test_trl_loss_types_are_the_ones_the_kit_accepts():
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_each_variant_reaches_grpo_config(name):
-    from grpo_kit.training.trainer import build_grpo_config
+    from grpo_kit.tasks import RewardSet
+    from grpo_kit.training.trainer import grpo_config
 
-    config = build_grpo_config(with_algorithm(get_preset("cpu-tiny"), name), "/tmp/grpo_kit-test-algorithms",
-                               ["correctness_reward_func"])
+    config = grpo_config(get_preset(get_preset("cpu-tiny"), algorithm=name), "/tmp/grpo_kit-test-algorithms",
+                         RewardSet(["correctness_reward_func"]))
     for field, value in ALGORITHMS[name].fields.items():
         assert getattr(config, field) == value, (name, field)
 

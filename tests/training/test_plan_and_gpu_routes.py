@@ -362,3 +362,28 @@ def test_a_count_of_one_is_said_in_the_singular():
     text = format_plan(make_plan("colab-t4", overrides={"max_steps": 1}, device="t4-16gb"))
     assert "launch single, 1 process\n" in text and "for 1 step:" in text, text
     assert "process(es)" not in text and "1 steps" not in text
+
+
+def test_plan_prints_the_config_and_adapter_train_builds(tmp_path, capsys):
+    """A recipe's reward_funcs [correctness, xmlcount] with reward_weights [2.0, 0.5] trained with those, while plan
+    printed reward_weights=[1.0]*6 (the default task's six); its LoRA keys reached neither. plan's GRPOConfig and
+    adapter are now built by the functions train builds its own with, from the run train resolves."""
+    from grpo_kit.cli import main
+    from grpo_kit.runs.spec import RunSpec
+    from grpo_kit.training.plan import make_plan
+    from grpo_kit.training.trainer import grpo_config, peft_config
+
+    recipe = tmp_path / "weighted.yaml"
+    recipe.write_text("reward_funcs: [correctness_reward_func, xmlcount_reward_func]\nreward_weights: [2.0, 0.5]\n"
+                      "use_cpu: true\nuse_peft: true\nlora_r: 4\nlora_dropout: 0.3\nuse_rslora: true\n")
+    assert main(["plan", "--config", str(recipe)]) == 0
+    out = capsys.readouterr().out
+    assert "rewards: correctness_reward_func 2, xmlcount_reward_func 0.5\n" in out
+    assert "reward_weights=[2.0, 0.5]" in out and "r=4, " in out and "lora_dropout=0.3" in out, out
+    plan = make_plan(recipe, run_dir=tmp_path / "run")
+    spec = RunSpec.resolve(recipe, task=None, run_dir=tmp_path / "run")
+    built = grpo_config(spec.preset, str(spec.folder.checkpoints), spec.rewards)
+    assert {k: getattr(built, k) for k in plan["grpo_config"]} == plan["grpo_config"]
+    adapter = peft_config(spec.preset)
+    assert {k: v for k, v in plan["adapter"].items() if k != "built_by"} == \
+        {k: sorted(v) if isinstance(v, set) else v for k, v in vars(adapter).items() if k in plan["adapter"]}

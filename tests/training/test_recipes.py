@@ -10,9 +10,10 @@ import yaml
 
 from grpo_kit.cli import main
 from grpo_kit.runs.spec import recipe_rewards
+from grpo_kit.system.install import installed_version
 from grpo_kit.tasks import get_task
 from grpo_kit.training.presets import PRESETS, RECIPES_DIR, get_preset, recipe_yaml
-from grpo_kit.training.trainer import build_grpo_config
+from grpo_kit.training.trainer import grpo_config
 
 GSM8K = get_task("gsm8k")
 
@@ -54,20 +55,20 @@ def test_every_shipped_preset_is_a_recipe_file_with_trls_keys():
 @pytest.mark.parametrize("argv, key, value", [
     (["--top_entropy_quantile", "0.2"], "top_entropy_quantile", 0.2),
     (["--vllm_importance_sampling_mode", "token_truncate"], "vllm_importance_sampling_mode", "token_truncate"),
-    (["--num_generations_eval", "4"], "num_generations_eval", 4),
+    (["--off_policy_mask_threshold", "0.5"], "off_policy_mask_threshold", 0.5),
 ])
 def test_any_grpo_config_key_reaches_trls_config_with_no_kit_change(tmp_path, argv, key, value):
     """Keys the kit never names, given in TRL's command-line form, are typed by TRL's parser and reach GRPOConfig."""
     recipe = get_preset("cpu-tiny", argv=argv)
     assert getattr(recipe, key) == value
-    assert getattr(build_grpo_config(recipe, str(tmp_path), GSM8K.reward_set()), key) == value
+    assert getattr(grpo_config(recipe, str(tmp_path), GSM8K.reward_set()), key) == value
 
 
 def test_a_recipe_file_sets_any_grpo_config_key(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump({**yaml.safe_load((RECIPES_DIR / "cpu-tiny.yaml").read_text()),
                                     "top_entropy_quantile": 0.5, "vllm_importance_sampling_mode": "token_mask"}))
-    config = build_grpo_config(get_preset(path), str(tmp_path), GSM8K.reward_set())
+    config = grpo_config(get_preset(path), str(tmp_path), GSM8K.reward_set())
     assert (config.top_entropy_quantile, config.vllm_importance_sampling_mode) == (0.5, "token_mask")
 
 
@@ -75,9 +76,8 @@ def test_a_recipe_file_sets_any_grpo_config_key(tmp_path):
     ("learning_rat: 1.0e-5\n", "unknown recipe key 'learning_rat' (did you mean learning_rate?)"),
     ("num_generation: 4\n", "unknown recipe key 'num_generation' (did you mean num_generations?)"),
     ("extra: {top_p: 0.9}\n", "recipe key 'extra' is gone: write its GRPOConfig keys themselves"),
-    ("model: Qwen/Qwen2.5-0.5B\n", "recipe key 'model' is gone: write model_name_or_path (TRL's ModelConfig)"),
-    ("lora_rank: 16\n", "recipe key 'lora_rank' is gone: write use_peft true and lora_r N"),
-    ("warmup_ratio: 0.1\n", "recipe key 'warmup_ratio' is gone: removed in transformers 5: write warmup_steps"),
+    ("warmup_ratio: 2\n", "recipe key 'warmup_ratio' is gone: removed in transformers 5: write warmup_steps"),
+    ("torch_dtype: bfloat16\ndtype: float16\n", "recipe keys 'torch_dtype' and 'dtype' say the same: keep 'dtype'"),
     ("learning_rate: 1.0e-5\nlearning_rate: 0.5\n", "bad.yaml:2: the key 'learning_rate' is given twice"),
     ("learning_rate: [1\n", "bad.yaml:2 is not YAML (expected ',' or ']', but got '<stream end>')"),
     ("- a list\n", "is not a YAML mapping"),
@@ -105,7 +105,7 @@ def test_a_trl_grpo_recipe_s_data_and_reward_keys_are_read_as_trl_grpo_reads_the
     rewards = recipe_rewards(recipe, GSM8K, trusted=False)
     assert rewards.names == ["accuracy_reward", "think_format_reward"] and rewards.weights == [1.0, 1.0]
     assert "data: openai/gsm8k (main), splits train/test" in recipe.taken()[0]
-    config = build_grpo_config(recipe, str(tmp_path / "out"), GSM8K.reward_set())
+    config = grpo_config(recipe, str(tmp_path / "out"), GSM8K.reward_set())
     assert (config.seed, config.max_steps, config.warmup_steps, config.lr_scheduler_type) == (7, 5, 0.1, "cosine")
     assert recipe.algorithm == "trl_default" and recipe.model is None
 
@@ -163,14 +163,13 @@ def test_a_recipes_env_block_is_said_in_the_runs_first_lines(tmp_path, monkeypat
         get_preset(recipe)
 
 
-#: open-r1's recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml (huggingface/open-r1, its newest version) with the
-#: keys TRL 1.15 and transformers 5 renamed or removed written as they read them now: torch_dtype is dtype,
-#: warmup_ratio is warmup_steps, max_prompt_length and overwrite_output_dir are gone.
+#: open-r1's recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml as published (huggingface/open-r1, its newest
+#: version, commit ca8664d of 2025-04-02), key for key.
 OPEN_R1_DEMO = """\
 # Model arguments
 model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
 model_revision: main
-dtype: bfloat16
+torch_dtype: bfloat16
 attn_implementation: flash_attention_2
 
 # Data training arguments
@@ -197,11 +196,13 @@ logging_first_step: true
 logging_steps: 1
 logging_strategy: steps
 lr_scheduler_type: cosine
+max_prompt_length: 512
 max_completion_length: 1024
 max_steps: -1
 num_generations: 16
 num_train_epochs: 1
 output_dir: data/Qwen2.5-1.5B-Open-R1-GRPO
+overwrite_output_dir: true
 per_device_eval_batch_size: 16
 per_device_train_batch_size: 16
 push_to_hub: true
@@ -218,25 +219,59 @@ reward_weights:
 save_strategy: "epoch"
 save_total_limit: 1
 seed: 42
-warmup_steps: 0.1
+warmup_ratio: 0.1
 """
+#: The same file's keys of 2025-02 (commit 78c197d): open-r1's dataset_configs and TRL's vllm_device, both gone since.
+OPEN_R1_DEMO_2025_02 = OPEN_R1_DEMO.replace("dataset_prompt_column: problem", "dataset_configs:\n- default").replace(
+    "use_vllm: true", "use_vllm: true\nvllm_device: auto")
+#: What each key the kit refuses in the published file asks for, as its one message says it.
+OPEN_R1_REFUSED = {
+    "max_prompt_length": "recipe key 'max_prompt_length' is gone: removed from TRL's GRPOConfig in 0.28: set "
+                         "max_prompt_tokens (the kit drops longer prompts from the data set rather than cutting them)",
+    "overwrite_output_dir": "recipe key 'overwrite_output_dir' is gone: removed in transformers 5: drop it (a run "
+                            "folder is never overwritten; --resume continues one)",
+    "per_device_eval_batch_size": "per_device_eval_batch_size 16 with eval_strategy no: the kit measures held-out "
+                                  "accuracy only with eval_strategy steps (every eval_steps N steps): add those, or "
+                                  "drop it",
+    "save_strategy": "save_strategy 'epoch': the kit saves a checkpoint every save_steps steps, so a killed run loses "
+                     "at most that many (--resume): write save_strategy steps and save_steps N",
+}
 
 
-@pytest.mark.parametrize("stale, message", [
-    ("torch_dtype: bfloat16", "recipe key 'torch_dtype' is gone: renamed dtype in TRL's ModelConfig"),
-    ("max_prompt_length: 512", "recipe key 'max_prompt_length' is gone: removed from TRL's GRPOConfig in 0.28"),
-    ("warmup_ratio: 0.1", "recipe key 'warmup_ratio' is gone: removed in transformers 5: write warmup_steps"),
-    ("overwrite_output_dir: true", "recipe key 'overwrite_output_dir' is gone: removed in transformers 5"),
+@pytest.mark.parametrize("published, renamed, refused", [
+    (OPEN_R1_DEMO, "torch_dtype as dtype, warmup_ratio as warmup_steps", OPEN_R1_REFUSED),
+    (OPEN_R1_DEMO_2025_02, "torch_dtype as dtype, dataset_configs as dataset_config, warmup_ratio as warmup_steps",
+     {"vllm_device": "recipe key 'vllm_device' is gone: removed from TRL's GRPOConfig: its vLLM runs on the training "
+                     "GPUs (vllm_mode colocate) or as a server on GPUs of its own (vllm_mode server, trl vllm-serve): "
+                     "drop it", **OPEN_R1_REFUSED}),
 ])
-def test_open_r1_s_older_keys_are_refused_naming_todays(tmp_path, stale, message):
-    (tmp_path / "demo.yaml").write_text(OPEN_R1_DEMO + stale + "\n")
-    with pytest.raises(ValueError, match=re.escape(message)):
-        get_preset(tmp_path / "demo.yaml")
+def test_open_r1_s_published_recipe_is_put_right_in_one_pass(tmp_path, capsys, kit_log_on_stderr, published, renamed,
+                                                             refused):
+    """Each run named one old key and stopped (about 60 s each): now the renamed ones are read with one notice, and
+    every other key to change is named in one line with what to write instead, before anything loads."""
+    (tmp_path / "demo.yaml").write_text(published)
+    assert main(["plan", "--config", str(tmp_path / "demo.yaml")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"[grpo_kit] WARNING: recipe {tmp_path / 'demo.yaml'}: read {renamed} (the names TRL " \
+                     f"{installed_version('trl')} reads)"
+    assert len(err) == 2 and err[1].startswith(f"error: {tmp_path / 'demo.yaml'}: "), err
+    assert "; ".join(refused.values()) in err[1]
 
 
-def test_open_r1_s_demo_recipe_plans_and_trains_as_written(tmp_path, tiny_policy_files, capsys, monkeypatch):
-    """`plan` says what the kit takes from the recipe's script keys and what this machine lacks (a GPU, a Hub
-    token); `train` at toy shapes on the CPU (a tiny model, a local copy of the data set's columns, small batches,
+def _put_right(published: str) -> str:
+    """The published recipe changed as its one message says (what the kit reads instead), renamed keys kept."""
+    recipe = yaml.safe_load(published)
+    for key in ("overwrite_output_dir", "per_device_eval_batch_size"):
+        del recipe[key]
+    recipe["max_prompt_tokens"] = recipe.pop("max_prompt_length")
+    recipe["save_strategy"] = "steps"
+    return yaml.safe_dump(recipe, sort_keys=False)
+
+
+def test_open_r1_s_demo_recipe_plans_and_trains_once_put_right(tmp_path, tiny_policy_files, capsys, monkeypatch):
+    """The published recipe with the changes its one message asks for: `plan` says what the kit takes from the
+    recipe's script keys and what this machine lacks (a GPU, flash-attn, a Hub token); `train` at toy shapes on the
+    CPU (a tiny model, a local copy of the data set's columns, small batches,
     no vLLM, no upload) trains on the recipe's data, prompt column, system prompt and rewards, and says so first."""
     import json
 
@@ -244,7 +279,7 @@ def test_open_r1_s_demo_recipe_plans_and_trains_as_written(tmp_path, tiny_policy
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
-    (tmp_path / "demo.yaml").write_text(OPEN_R1_DEMO)
+    (tmp_path / "demo.yaml").write_text(_put_right(OPEN_R1_DEMO))
     assert main(["plan", "--config", "demo.yaml"]) == 2
     out = capsys.readouterr().out
     for line in ("from the recipe: data: open-r1/OpenR1-Math-220k, splits train/test, question column problem, "
@@ -252,6 +287,8 @@ def test_open_r1_s_demo_recipe_plans_and_trains_as_written(tmp_path, tiny_policy
                  "from the recipe: rewards: reward_funcs accuracy, format, tag_count weighted 1, 1, 1",
                  "from the recipe: run folder: output_dir data/Qwen2.5-1.5B-Open-R1-GRPO",
                  "from the recipe: max_steps -1: num_train_epochs 1 over the train split",
+                 "FATAL: attn_implementation 'flash_attention_2' runs on CUDA GPUs only: on a CPU set "
+                 "--attn_implementation sdpa",
                  "FATAL: push_to_hub uploads every checkpoint to the Hub, and there is no Hugging Face token here"):
         assert line in out, out
     data = tmp_path / "math"
@@ -262,7 +299,8 @@ def test_open_r1_s_demo_recipe_plans_and_trains_as_written(tmp_path, tiny_policy
     toy = ["--model_name_or_path", str(tiny_policy_files), "--dataset_name", str(data), "--use_vllm", "false",
            "--use_cpu", "true", "--push_to_hub", "false", "--per_device_train_batch_size", "4", "--num_generations",
            "2", "--gradient_accumulation_steps", "1", "--max_completion_length", "8", "--gradient_checkpointing",
-           "false", "--log_completions", "false", "--max_steps", "1"]
+           "false", "--log_completions", "false", "--max_steps", "1", "--attn_implementation", "sdpa",
+           "--dtype", "float32"]
     assert main(["train", "--config", "demo.yaml", *toy]) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[grpo_kit] train: ")]
     assert "[grpo_kit] train: rewards: reward_funcs accuracy, format, tag_count weighted 1, 1, 1" in said
@@ -274,6 +312,17 @@ def test_open_r1_s_demo_recipe_plans_and_trains_as_written(tmp_path, tiny_policy
                                                "r1_tag_count_reward_func": 1.0}
     task = get_preset(run / "recipe.yaml").data_task()
     assert task["system_prompt"].startswith("You are a helpful AI Assistant") and task["question"] == "problem"
+
+
+def test_old_names_are_read_as_todays_with_one_notice(capsys, kit_log_on_stderr):
+    """--lora_rank 8 (what --set lora_rank=8 advised) was refused; the kit's and TRL's old names read as today's."""
+    today = get_preset("cpu-tiny", argv=["--use_peft", "true", "--lora_r", "8", "--dtype", "bfloat16"])
+    assert get_preset("cpu-tiny", argv=["--lora_rank", "8", "--torch_dtype", "bfloat16"]) == today
+    assert capsys.readouterr().err == ("[grpo_kit] WARNING: the command line: read --lora_rank as --use_peft and "
+                                       f"--lora_r, --torch_dtype as --dtype (the names TRL {installed_version('trl')} "
+                                       "reads)\n")
+    assert get_preset("cpu-tiny", lora_rank=None, model="Qwen/Qwen2.5-0.5B").settings["use_peft"] is False
+    assert get_preset("cpu-tiny", warmup_ratio=0.1).warmup_steps == 0.1
 
 
 def test_one_winner_rule_the_command_line_over_the_file_and_the_last_of_a_key_given_twice(tmp_path, capsys):
@@ -337,7 +386,8 @@ def test_merge_keys_read_the_same_in_recipes_and_task_files(tmp_path):
     (["--num_generations", "100000", "--per_device_train_batch_size", "100000"],
      "one micro-batch does not fit this machine's memory"),
     (["--top_p", "2"], "top_p = 2.0 cannot work: set it to a number in (0, 1]"),
-    (["--generation_batch_size", "5"], "TRL's GRPOConfig refuses this recipe: generation_batch_size (5) must be"),
+    (["--generation_batch_size", "5"], "TRL's GRPOConfig refuses this recipe's generation_batch_size 5: "
+                                       "generation_batch_size (5) must be"),
     (["--eval_strategy", "epoch"], "eval_strategy = 'epoch': the kit measures held-out accuracy every eval_steps"),
     (["--eval_steps", "3"], "eval_steps = 3 with eval_strategy no measures nothing"),
 ])
@@ -361,3 +411,15 @@ def test_what_this_machine_lacks_is_said_by_plan_and_refused_by_train_before_loa
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
     assert not (run / "checkpoints").exists()
+
+
+def test_a_runs_old_keys_in_the_file_and_on_the_command_line_are_said_once_and_refused_in_one_line(tmp_path, capsys,
+                                                                                                  kit_log_on_stderr):
+    """train read the command line's keys before the recipe's: a key gone from both was refused one place at a time,
+    and a renamed one said twice."""
+    (tmp_path / "old.yaml").write_text("max_prompt_length: 256\nmax_steps: 2\n")
+    assert main(["train", "--config", str(tmp_path / "old.yaml"), "--run-dir", str(tmp_path / "run"), "--torch_dtype",
+                 "float32", "--overwrite_output_dir", "true"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("[grpo_kit] WARNING: the command line: read --torch_dtype as --dtype") and len(err) == 2
+    assert "recipe key 'max_prompt_length' is gone" in err[1] and "recipe key --overwrite_output_dir is gone" in err[1]

@@ -9,7 +9,7 @@ from grpo_kit.tasks import BUILTIN_REWARDS, RewardSet, get_task
 from grpo_kit.tasks.rewards import SEED_REWARDS
 from grpo_kit.training.checks import check_settings
 from grpo_kit.training.presets import PRESETS, get_preset
-from grpo_kit.training.trainer import build_grpo_config, build_trainer
+from grpo_kit.training.trainer import build_trainer, grpo_config
 
 GSM8K = get_task("gsm8k")
 
@@ -23,7 +23,7 @@ def test_a100_preset_is_the_blog_posts_recipe(tmp_path):
     # the rewards belong to the task now: GSM8K trains with the blog post's six, weight 1 each
     assert GSM8K.rewards == SEED_REWARDS and GSM8K.reward_set().names == list(SEED_REWARDS)
     assert not hasattr(preset, "rewards") and "reward_weights" not in preset.settings
-    config = build_grpo_config("a100", str(tmp_path), GSM8K.reward_set(), bf16=False)  # bf16 needs a GPU
+    config = grpo_config(get_preset("a100", bf16=False), str(tmp_path), GSM8K.reward_set())  # bf16 needs a GPU
     assert config.learning_rate == 5e-6
     assert (config.adam_beta1, config.adam_beta2, config.weight_decay) == (0.9, 0.99, 0.1)
     assert config.warmup_steps == 0.1
@@ -35,12 +35,13 @@ def test_a100_preset_is_the_blog_posts_recipe(tmp_path):
 
 
 def test_overrides_reach_grpo_config(tmp_path):
-    config = build_grpo_config("cpu-tiny", str(tmp_path), RewardSet(SEED_REWARDS, [1, 2, 3, 4, 5, 6]), max_steps=7)
+    weighted = RewardSet(SEED_REWARDS, [1, 2, 3, 4, 5, 6])
+    config = grpo_config(get_preset("cpu-tiny", max_steps=7), str(tmp_path), weighted)
     assert config.max_steps == 7
     assert config.reward_weights == [1, 2, 3, 4, 5, 6]
     assert config.use_cpu
     with pytest.raises(ValueError, match="weigh them in one place"):
-        build_grpo_config("cpu-tiny", str(tmp_path), GSM8K.reward_set(), reward_weights=[1, 2, 3, 4, 5, 6])
+        grpo_config(get_preset("cpu-tiny", reward_weights=[1, 2, 3, 4, 5, 6]), str(tmp_path), GSM8K.reward_set())
 
 
 @pytest.mark.parametrize("rewards, weights, overrides, message", [
@@ -54,14 +55,14 @@ def test_overrides_reach_grpo_config(tmp_path):
     (SEED_REWARDS, (0,) * len(SEED_REWARDS), {}, "every reward weight is 0"),
     (SEED_REWARDS, None, dict(max_completion_length=0), "max_completion_length = 0 cannot work"),
 ])
-def test_bad_settings_raise_before_loading(tmp_path, rewards, weights, overrides, message):
+def test_bad_settings_raise_before_loading(rewards, weights, overrides, message):
     with pytest.raises(ValueError, match=message):
-        build_grpo_config("cpu-tiny", str(tmp_path), RewardSet(rewards, weights), **overrides)
+        check_settings(get_preset("cpu-tiny", **overrides), RewardSet(rewards, weights))
 
 
-def test_unknown_preset(tmp_path):
+def test_unknown_preset():
     with pytest.raises(ValueError, match="unknown preset 'h100'"):
-        build_grpo_config("h100", str(tmp_path), GSM8K.reward_set())
+        get_preset("h100")
 
 
 def test_dataset_columns_are_checked():
@@ -170,7 +171,7 @@ def test_saved_lora_adapter_loads_back_for_evaluation(tiny_policy, tiny_policy_f
     assert (path / "adapter_config.json").is_file()
     loaded, loaded_tokenizer = load_policy(path, dtype="float32")
     ids = tokenizer("2+2", return_tensors="pt")
-    trained_logits = trainer.model(**ids).logits
+    trained_logits = trainer.model.eval()(**ids).logits  # eval: no LoRA dropout (TRL's default lora_dropout 0.05)
     assert torch.allclose(loaded(**ids).logits, trained_logits, atol=1e-5)
     base, _ = load_policy(tiny_policy_files, dtype="float32")
     assert not torch.allclose(base(**ids).logits, trained_logits, atol=1e-5)  # the adapter is not a no-op
@@ -206,17 +207,15 @@ def test_a_saved_tiny_policy_tokenizes_exactly_like_the_one_that_trained(tiny_po
 
 
 def test_reward_set_weights_reach_grpo_config(tmp_path):
-    from grpo_kit.training.trainer import grpo_config
-
     mix = RewardSet({"correctness_reward_func": 2.0, "xmlcount_reward_func": 0.0, text_length_reward: 0.5})
     preset = get_preset("cpu-tiny")
-    config = build_grpo_config(preset, str(tmp_path), GSM8K.reward_set())
+    config = grpo_config(preset, str(tmp_path), GSM8K.reward_set())
     assert config.reward_weights == [1.0] * len(SEED_REWARDS)
     assert grpo_config(preset, str(tmp_path), mix).reward_weights == [2.0, 0.0, 0.5]
     weighted = RewardSet(("int_reward_func", "strict_format_reward_func"), (3, 0))
-    assert build_grpo_config(preset, str(tmp_path), weighted).reward_weights == [3.0, 0.0]
-    assert build_grpo_config(preset, str(tmp_path), {"int_reward_func": 3, "strict_format_reward_func": 0}) \
-        .reward_weights == [3.0, 0.0]  # a {reward: weight} mapping is a reward set too
+    assert grpo_config(preset, str(tmp_path), weighted).reward_weights == [3.0, 0.0]
+    mapping = RewardSet({"int_reward_func": 3, "strict_format_reward_func": 0})  # a {reward: weight} mapping
+    assert grpo_config(preset, str(tmp_path), mapping).reward_weights == [3.0, 0.0]
     with pytest.raises(ValueError, match="one weight per reward"):
         RewardSet(["int_reward_func"], weighted.weights)
     with pytest.raises(ValueError, match="nums"):
