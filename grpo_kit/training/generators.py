@@ -41,6 +41,12 @@ def continuous_batching(preset: Recipe) -> bool:
     return bool(preset.use_transformers_continuous_batching or preset.use_transformers_paged)
 
 
+def _switch(preset: Recipe) -> str:
+    """The key that turned continuous batching on, as the recipe spelled it, for refusals to name."""
+    return "use_transformers_continuous_batching" if preset.use_transformers_continuous_batching else \
+        "use_transformers_paged"
+
+
 def continuous_batching_config(preset: Recipe) -> dict[str, Any]:
     """``transformers_continuous_batching_config`` as a mapping (the command line gives it as JSON, which
     ``GRPOConfig`` parses the same way); ``{}`` where unset.
@@ -127,10 +133,10 @@ def check_generator(preset: Recipe) -> None:
     _check_config(config)
     if preset.use_vllm or preset.fast_inference:
         vllm = "use_vllm" if preset.use_vllm else "fast_inference"
-        raise ValueError(f"use_transformers_continuous_batching with {vllm}: TRL generates with vLLM when it is on and "
+        raise ValueError(f"{_switch(preset)} with {vllm}: TRL generates with vLLM when it is on and "
                          "ignores continuous batching (grpo_trainer.py tries vLLM first): choose one")
     if preset.use_unsloth:
-        raise ValueError("use_transformers_continuous_batching with use_unsloth: Unsloth's attention does not read "
+        raise ValueError(f"{_switch(preset)} with use_unsloth: Unsloth's attention does not read "
                          "the paged KV cache generate_batch passes (unsloth/models/llama.py, "
                          "LlamaAttention_fast_forward takes no cache argument), so completions would be wrong: "
                          "generate with Unsloth's own generate (use_transformers_continuous_batching false) or "
@@ -163,7 +169,7 @@ def _check_precision(preset: Recipe) -> None:
     trained, keeps = ("the float32 master weights", "full fine-tuning then trains in float32; or generate with vLLM "
                       "(use_vllm true)") if preset.lora_rank is None else \
         ("the float32 LoRA adapter", "the base still loads in 16 bits on a GPU and the adapter stays float32")
-    raise ValueError(f"use_transformers_continuous_batching with {key} true: TRL casts the whole policy to {dtype} "
+    raise ValueError(f"{_switch(preset)} with {key} true: TRL casts the whole policy to {dtype} "
                      f"before each generate_batch and leaves it there, {trained} included, so AdamW's small updates "
                      f"would round away (trl grpo_trainer.py; trl #7268): set {key} false ({keeps})")
 
@@ -179,7 +185,7 @@ def _check_sampling(preset: Recipe) -> None:
     for key, (processor, neutral) in processors.items():
         if given.get(key, neutral) not in (neutral, 0) and \
                 getattr(processor, "supports_continuous_batching", None) is False:
-            raise ValueError(f"{key} = {given[key]!r} with use_transformers_continuous_batching: continuous "
+            raise ValueError(f"{key} = {given[key]!r} with {_switch(preset)}: continuous "
                              f"batching drops {processor.__name__} (transformers generation/logits_process.py), so "
                              f"the completions would be sampled without it: drop {key}, or generate without "
                              "continuous batching")
@@ -193,7 +199,7 @@ def _cpu_sizing(preset: Recipe, config: dict[str, Any]) -> str:
     block = int(config.get("block_size", 256))
     blocks = completions * math.ceil((preset.max_prompt_tokens + preset.max_completion_length) / block)
     share = config.get("max_memory_percent", TRL_MAX_MEMORY_PERCENT)
-    return (f"use_transformers_continuous_batching on a CPU without num_blocks and max_batch_tokens: transformers "
+    return (f"{_switch(preset)} on a CPU without num_blocks and max_batch_tokens: transformers "
             f"would size the paged KV cache to {share:g} of the machine's free RAM (the tiny policy's took 11.8 GiB of "
             f"24 and tens of seconds a step): set transformers_continuous_batching_config "
             f"{json.dumps({**config, 'num_blocks': blocks, 'max_batch_tokens': _CPU_BATCH_TOKENS})} ({completions} "
