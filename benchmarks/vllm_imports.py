@@ -62,7 +62,8 @@ OFF_PATH: dict[str, str] = {
     "set with the bundle)", "modelscope": "VLLM_USE_MODELSCOPE", "tensorizer": "load_format='tensorizer'",
     "torchao": "quantization='torchao'", "fastsafetensors": "load_format='fastsafetensors'",
     "instanttensor": "load_format='instanttensor'", "runai_model_streamer": "load_format='runai_streamer'",
-    "boto": "S3 models", "mcp": "the server's tool calls", "gpt_oss": "the server's tool calls",
+    "boto3": "S3 models", "botocore": "S3 models", "mcp": "the server's tool calls",
+    "gpt_oss": "the server's tool calls",
     "cutlass": "the CuTe DSL: FlashAttention 4 (head size over 256 on sm_90) and MoE routers", "hpc": "the HPC "
     "attention backend", "conch": "ROCm quantized GEMMs", "fbgemm_gpu": "NVFP4 GEMMs", "quark": "AMD Quark "
     "quantization", "_typeshed": "type checking only", "PyNvVideoCodec": "video inputs", "deepstream": "video inputs",

@@ -177,3 +177,26 @@ def test_the_gpu_part_plans_its_parts_and_refuses_without_cuda(tmp_path, capsys)
     assert gpu_vllm.to_run(["vllm-import"], done) == ["vllm-import"]
     with pytest.raises(ValueError, match="unknown part"):
         gpu_vllm.to_run(["nope"], done)
+
+
+def test_the_rehearsal_places_each_failed_import_and_finds_those_no_try_guards(tmp_path):
+    from benchmarks import vllm_imports
+
+    classify = vllm_imports.classify
+    assert classify("flashinfer", ModuleNotFoundError("x", name="flashinfer"))[0] == "off path"
+    assert classify("vllm.vllm_flash_attn.cute.interface", ModuleNotFoundError("x", name="cutlass"))[0] == "off path"
+    assert classify("vllm.third_party.flash_linear_attention.ops.index",
+                    ImportError("undefined symbol: cuModuleGetFunc"))[0] == "needs a GPU"
+    assert classify("vllm.v1.spec_decode.ngram_proposer", ModuleNotFoundError("x", name="numba")) == (
+        "on the machine", "numba")
+    assert classify("vllm.third_party.deep_gemm", ModuleNotFoundError("x", name="vllm.third_party.deep_gemm")) == (
+        "trimmed", "vllm/third_party/deep_gemm/*")
+    assert classify("vllm.worker.model_runner", ModuleNotFoundError("x", name="vllm.worker"))[0] == "not in vllm 0.26.0"
+    assert classify("vllm.x", ModuleNotFoundError("x", name="arrayfire"))[0] == "unknown"  # 'ray' is not in it
+    source = tmp_path / "mod.py"
+    source.write_text("import os\ntry:\n    import a_guarded\nexcept ImportError:\n    pass\n\n"
+                      "def f():\n    from . import sibling\n    from .sub import name\n    try:\n        import b\n"
+                      "    except Exception:\n        pass\n    import c\n")
+    found = {f["target"]: f["guarded"] for f in vllm_imports.imports_inside("pkg.mod", source)}
+    assert found == {"a_guarded": True, "pkg": False, "pkg.sibling": False, "pkg.sub": False, "pkg.sub.name": False,
+                     "b": True, "c": False}  # `import os` ran at import: not listed
