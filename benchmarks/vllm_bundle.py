@@ -70,23 +70,26 @@ CARRIED: dict[str, tuple[str, str]] = {
     "pydantic-core": ("2.50.5", "pydantic's compiled core"),
     "annotated-types": ("0.8.0", "imported by pydantic"),
     "typing-inspection": ("0.4.5", "imported by pydantic"),
-    "msgspec": ("0.22.0", "the engine's request and output structs (vllm.v1.engine)"),
-    "pyzmq": ("27.3.0", "the engine core's messages (vllm.v1.engine.core_client, vllm.distributed)"),
-    "cbor2": ("6.3.0", "vllm.utils.hashing, for the KV cache's block hashes"),
-    "pybase64": ("1.5.1", "vllm.v1.serial_utils"),
-    "cachetools": ("8.0.2", "vllm's tokenizer and LoRA caches"),
-    "openai": ("3.57.0", "vllm.entrypoints.chat_utils' message types, imported by vllm.entrypoints.llm"),
+    "msgspec": ("0.22.0", "vllm.sampling_params and the engine's request and output structs (vllm.v1.engine)"),
+    "pyzmq": ("27.3.0", "the engine core's messages (vllm.utils.network_utils, vllm.v1.engine.core_client)"),
+    "cbor2": ("6.3.0", "vllm.utils.hashing, imported by vllm.config"),
+    "pybase64": ("1.5.1", "vllm.multimodal.media, imported through the multimodal registry every engine builds"),
+    "cachetools": ("8.0.2", "vllm.utils.cache, imported by the multimodal cache"),
+    "openai": ("3.57.0", "message types of vllm.entrypoints.chat_utils and of the tool server vllm.reasoning "
+                         "imports"),
     "httpx2": ("2.16.2", "imported by openai"),
     "sniffio": ("1.3.1", "imported by openai"),
-    "openai-harmony": ("0.0.8", "vllm.entrypoints.openai.parser.harmony_utils, imported by vllm.entrypoints.llm"),
-    "fastapi": ("0.136.3", "request types of vllm.entrypoints, imported by vllm.entrypoints.llm"),
+    "openai-harmony": ("0.0.8", "vllm.entrypoints.mcp.tool_server, imported by vllm.reasoning"),
+    "fastapi": ("0.136.3", "vllm.entrypoints.serve, imported by the offline pooling mixin of vllm.entrypoints.llm"),
     "starlette": ("1.10.0", "imported by fastapi"),
     "partial-json-parser": ("0.2.1.1.post7", "vllm.tool_parsers, imported by vllm.entrypoints.llm"),
-    "llguidance": ("1.7.6", "structured-output back ends imported at module level (vllm.v1.structured_output)"),
-    "xgrammar": ("0.2.7", "structured-output back ends imported at module level (vllm.v1.structured_output)"),
+    "llguidance": ("1.7.6", "vllm.v1.structured_output's back ends load it at import (their dataclasses' "
+                            "annotations touch the lazily imported module)"),
+    "xgrammar": ("0.2.7", "as llguidance, for vllm.v1.structured_output.backend_xgrammar"),
     "apache-tvm-ffi": ("0.1.10", "imported by xgrammar"),
     "compressed-tensors": ("0.17.0", "get_quantization_config imports every method's config, bitsandbytes' too "
-                                     "(vllm/model_executor/layers/quantization/__init__.py)"),
+                                     "(vllm/model_executor/layers/quantization/__init__.py); import unsloth asks "
+                                     "for it"),
     "loguru": ("0.7.3", "imported by compressed-tensors"),
 }
 
