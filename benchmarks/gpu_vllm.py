@@ -24,6 +24,7 @@ runs in the next call on the same warm machine (its finished rows are kept in :d
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -369,7 +370,10 @@ def run_call(names: list[str], earlier: list[dict[str, Any]], args: argparse.Nam
     for name in names:
         cap, least = caps[name]
         left = deadline - time.monotonic()
-        if left < least and not args.miniature:
+        if name == "a100-unsloth-vllm" and importlib.util.find_spec("unsloth") is None:
+            row = {"part": name, "skipped": "Unsloth is not installed here: carry the proof's wheels (`wheels`, "
+                                            "make wheels) with a call"}
+        elif left < least and not args.miniature:
             row = {"part": name, "skipped": f"needs {least} s of the budget to start, {left:.0f} s left: it runs "
                                             "in the next call on this machine"}
         else:

@@ -179,6 +179,22 @@ def test_the_gpu_part_plans_its_parts_and_refuses_without_cuda(tmp_path, capsys)
         gpu_vllm.to_run(["nope"], done)
 
 
+def test_a_call_without_unsloth_skips_its_step_and_keeps_earlier_rows(tmp_path, monkeypatch):
+    import argparse
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "unsloth" else real(name, *a))
+    args = argparse.Namespace(out=tmp_path / "out", work=tmp_path / "work", budget_s=None, miniature=False, steps=2)
+    earlier = [{"part": "vllm-import", "phase": "done"}]
+    rows = gpu_vllm.run_call(["a100-unsloth-vllm"], earlier, args)
+    assert [r["part"] for r in rows] == ["vllm-import", "a100-unsloth-vllm"] and rows[0]["call"] == "earlier"
+    assert "Unsloth is not installed" in rows[1]["skipped"] and not gpu_vllm.finished(rows[1])
+    kept = [json.loads(line) for line in (tmp_path / "work" / "raw.jsonl").read_text().splitlines()]
+    assert gpu_vllm.to_run(None, earlier + kept) == ["vllm-llm", "plain-generate", "a100-unsloth-vllm"]
+    assert "a100-unsloth-vllm" in (tmp_path / "out" / "summary.md").read_text()
+
+
 def test_the_rehearsal_places_each_failed_import_and_finds_those_no_try_guards(tmp_path):
     from benchmarks import vllm_imports
 
