@@ -137,7 +137,8 @@ def repack(wheel: Path, rule: dict[str, object], compression: int = zipfile.ZIP_
     with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(tmp, "w", compression) as target:
         infos = source.infolist()
         gone = {i.filename for i in infos if _removed(i.filename, rule)}
-        record = next(i.filename for i in infos if i.filename.endswith(".dist-info/RECORD"))
+        record_info = next(i for i in infos if i.filename.endswith(".dist-info/RECORD"))
+        record = record_info.filename
         for info in infos:
             name = info.filename
             if name in gone:
@@ -155,7 +156,8 @@ def repack(wheel: Path, rule: dict[str, object], compression: int = zipfile.ZIP_
             lines.append([name, f"sha256={digest}", str(len(data))])
         text = io.StringIO()  # csv: vLLM's file names hold commas (fused_moe/configs/E=1,N=14336,...json)
         csv.writer(text, lineterminator="\n").writerows(lines + [[record, "", ""]])
-        target.writestr(record, text.getvalue())
+        record_info.compress_type = compression
+        target.writestr(record_info, text.getvalue())  # its own date: the same wheel repacks to the same bytes
     tmp.replace(wheel)  # whole or not at all
     tops = sorted({p.split("/")[0] + "/" if "/" in p else p for p in removed} if len(removed) > 20 else removed)
     return {"removed": tops, "removed_files": len(removed), "removed_bytes": removed_bytes, "why": rule["why"]}

@@ -216,3 +216,19 @@ def test_the_rehearsal_places_each_failed_import_and_finds_those_no_try_guards(t
     found = {f["target"]: f["guarded"] for f in vllm_imports.imports_inside("pkg.mod", source)}
     assert found == {"a_guarded": True, "pkg": False, "pkg.sibling": False, "pkg.sub": False, "pkg.sub.name": False,
                      "b": True, "c": False}  # `import os` ran at import: not listed
+
+
+def test_the_same_wheels_pack_to_the_same_bytes(built, tmp_path, monkeypatch):
+    """A bundle built again from the same downloads is byte for byte the same (a piece carried from an earlier build
+    still joins with one from a later)."""
+    out, manifest = built
+    again = tmp_path / "again"
+    (again / "dl").mkdir(parents=True)
+    for wheel in (out / "dl").glob("*.whl"):
+        (again / "dl" / wheel.name).write_bytes(wheel.read_bytes())
+    import time
+
+    later = time.time() + 3600  # an hour on: nothing in the bundle may carry the time it was built
+    monkeypatch.setattr(time, "time", lambda: later)
+    rebuilt = vllm_bundle.build(again, download=False, tree=1000, kit=4000, limit=15000, preset=0)
+    assert rebuilt["archive"]["sha256"] == manifest["archive"]["sha256"]
