@@ -224,7 +224,7 @@ wheels-vllm/manifest.json: wheels/manifest.json
 
 # That bundle rehearsed on this CPU with the machine's Python 3.12 and torch 2.11.0 (.venv-rehearsal, never installed
 # into): the calls that carry its pieces, then what vllm.LLM, SamplingParams and Unsloth's fast_inference import on an
-# H200, into benchmarks/results/vllm-rehearsal/ (benchmarks/vllm_rehearsal.py; about 6 minutes on 2 busy cores).
+# H200, into benchmarks/results/vllm-rehearsal/ (benchmarks/vllm_rehearsal.py; 3 to 5 minutes on 2 busy cores).
 # Beside `make test`, not in it: it downloads the bundle and the machine's packages that .venv-rehearsal lacks.
 vllm-rehearsal: $(REHEARSAL_STAMP) wheels/manifest.json wheels-vllm/manifest.json
 	$(PYTHON) benchmarks/vllm_rehearsal.py --python $(REHEARSAL_VENV)/bin/python
