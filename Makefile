@@ -213,5 +213,23 @@ wheels/manifest.json:
 wheels:
 	$(PYTHON) benchmarks/wheel_bundle.py --out wheels
 
+# vLLM for the lent GPU machine, which cannot download it: vllm 0.26.0 (the release pinning the machine's torch
+# 2.11.0) trimmed of what a dense model on an H100/H200 never loads, with what its import needs that the machine lacks,
+# in one xz archive cut into pieces that travel one per device call (wheels-vllm/piece-N/, each with manifest.json;
+# `gpu_call.sh --vllm` keeps, joins and installs them there). Standard library and pip only, like `make wheels`:
+# about 330 MB downloaded into wheels-vllm/dl and 3 CPU-minutes of xz. docs/development/benchmarks.md, "vLLM".
+.PHONY: wheels-vllm vllm-rehearsal
+wheels-vllm: wheels/manifest.json
+	$(PYTHON) benchmarks/vllm_bundle.py --out wheels-vllm
+wheels-vllm/manifest.json: wheels/manifest.json
+	$(PYTHON) benchmarks/vllm_bundle.py --out wheels-vllm
+
+# That bundle rehearsed on this CPU with the machine's Python 3.12 and torch 2.11.0 (.venv-rehearsal, never installed
+# into): the calls that carry its pieces, then what vllm.LLM, SamplingParams and Unsloth's fast_inference import on an
+# H200, into benchmarks/results/vllm-rehearsal/ (benchmarks/vllm_rehearsal.py; 3 to 5 minutes on 2 busy cores).
+# Beside `make test`, not in it: it downloads the bundle and the machine's packages that .venv-rehearsal lacks.
+vllm-rehearsal: $(REHEARSAL_STAMP) wheels/manifest.json wheels-vllm/manifest.json
+	$(PYTHON) benchmarks/vllm_rehearsal.py --python $(REHEARSAL_VENV)/bin/python
+
 clean:
 	rm -rf $(VENV) $(STACK_VENV) $(GPU_VENV) $(DS_DIR) $(LLAMA_DIR) runs site .cache .pytest_cache .ruff_cache unsloth_compiled_cache*

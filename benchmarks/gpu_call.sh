@@ -19,6 +19,9 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# --vllm (anywhere before `--`): vLLM's trimmed bundle carried a piece a call, then the vLLM part of the proof, a mode
+# of its own (benchmarks/vllm_call.sh takes the arguments; docs/development/benchmarks.md, "vLLM on the machine").
+for arg in "$@"; do case "$arg" in --vllm) exec bash "$ROOT/benchmarks/vllm_call.sh" "$@";; --) break;; esac; done
 OUT_DIR="${OUT:-}"
 WHEELS="$ROOT/wheels"
 BUDGET=()

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import csv
 import fnmatch
 import hashlib
+import io
 import json
 import re
 import subprocess
@@ -119,21 +121,24 @@ def _removed(path: str, rule: dict[str, object]) -> bool:
     return any(fnmatch.fnmatch(path, p) for p in rule["remove"]) and path not in rule["keep"]  # type: ignore[union-attr]
 
 
-def repack(wheel: Path, rule: dict[str, object]) -> dict[str, object]:
+def repack(wheel: Path, rule: dict[str, object], compression: int = zipfile.ZIP_DEFLATED) -> dict[str, object]:
     """Rewrite ``wheel`` in place without the files ``rule`` removes; its ``RECORD`` (and ``entry_points.txt``,
-    whose console scripts would name a removed module) rewritten to match, so pip installs it as any wheel.
+    whose console scripts would name a removed module, unless ``rule["keep_entry_points"]``) rewritten to match, so
+    pip installs it as any wheel. ``compression``: each member's, ``zipfile.ZIP_STORED`` for a wheel that travels
+    inside a better-compressed archive (``benchmarks/vllm_bundle.py``).
 
     Returns:
         ``{"removed": [paths], "removed_bytes": int (unpacked), "why": str}``.
     """
     removed: list[str] = []
     removed_bytes = 0
-    lines: list[str] = []
+    lines: list[list[str]] = []
     tmp = wheel.with_suffix(".tmp")
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as target:
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(tmp, "w", compression) as target:
         infos = source.infolist()
         gone = {i.filename for i in infos if _removed(i.filename, rule)}
-        record = next(i.filename for i in infos if i.filename.endswith(".dist-info/RECORD"))
+        record_info = next(i for i in infos if i.filename.endswith(".dist-info/RECORD"))
+        record = record_info.filename
         for info in infos:
             name = info.filename
             if name in gone:
@@ -143,12 +148,16 @@ def repack(wheel: Path, rule: dict[str, object]) -> dict[str, object]:
             if name == record:
                 continue  # written last, from what was kept
             data = source.read(info)
-            if name.endswith(".dist-info/entry_points.txt") and gone:
+            if name.endswith(".dist-info/entry_points.txt") and gone and not rule.get("keep_entry_points"):
                 data = b""  # the console script (`unsloth = unsloth_cli:app`) would name a removed module
+            info.compress_type = compression
             target.writestr(info, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            lines.append(f"{name},sha256={digest},{len(data)}")
-        target.writestr(record, "\n".join(lines + [f"{record},,"]) + "\n")
+            lines.append([name, f"sha256={digest}", str(len(data))])
+        text = io.StringIO()  # csv: vLLM's file names hold commas (fused_moe/configs/E=1,N=14336,...json)
+        csv.writer(text, lineterminator="\n").writerows(lines + [[record, "", ""]])
+        record_info.compress_type = compression
+        target.writestr(record_info, text.getvalue())  # its own date: the same wheel repacks to the same bytes
     tmp.replace(wheel)  # whole or not at all
     tops = sorted({p.split("/")[0] + "/" if "/" in p else p for p in removed} if len(removed) > 20 else removed)
     return {"removed": tops, "removed_files": len(removed), "removed_bytes": removed_bytes, "why": rule["why"]}
