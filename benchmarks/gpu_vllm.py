@@ -36,7 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from gpu_proof import Progress, _config, distinct_words, prompts, save_random, word_tokenizer  # noqa: E402
+from gpu_parts import Progress, distinct_words, model_config, prompts, save_random, word_tokenizer  # noqa: E402
 from vllm_bundle import ENVIRONMENT  # noqa: E402
 
 #: Scratch on the machine, kept while it is warm: the random models and the finished rows of earlier calls.
@@ -61,7 +61,7 @@ def saved_model(name: str, work: Path, miniature: bool = False) -> tuple[Path, d
     """``name``'s architecture with random weights (``--miniature``: at toy shapes, float32 on the CPU), saved once
     into ``work`` with a tokenizer of one word per id (so every sampled id decodes). Returns the folder and its
     config."""
-    config = {**_config({"model": name}, miniature), **(MINIATURE_HEADS if miniature else {})}
+    config = {**model_config({"model": name}, miniature), **(MINIATURE_HEADS if miniature else {})}
     folder = work / (name.replace("/", "--") + ("-miniature" if miniature else "-bfloat16"))
     save_random(config, folder, word_tokenizer(config["vocab_size"], config["eos_token_id"]),
                 "cpu" if miniature else "cuda", "float32" if miniature else "bfloat16")
