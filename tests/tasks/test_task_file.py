@@ -569,7 +569,7 @@ def test_splits_may_be_one_name_and_a_file_without_answer_type_names_what_it_lac
     assert task.splits == ("test",) and task.load("test")[0]["answer"] == "a"
     path = _write(tmp_path / "b", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nsplits: [train]\nanswer_type: text\n")
     assert "field 'splits' must list the loader's split names, test among them" in _error(path)
-    path = _write(tmp_path / "c", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nrules: grpo_kit.tasks.gsm8k:RULES\n")
+    path = _write(tmp_path / "c", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nrules: grpo_kit.tasks.sum3:RULES\n")
     assert _error(path) == (f"{path}: without answer_type the task has no correctness reward to train with: add "
                             "rewards: {reward name: weight} (e.g. {xmlcount_reward_func: 1.0}), or an answer_type: "
                             "number, text, math, choice")
