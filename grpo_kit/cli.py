@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_kit.runs import export, pipeline
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import RunFolder, check_run_dir
 from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan, measure_after, measure_before
 from grpo_kit.runs.spec import RunSpec, recipe_task
 from grpo_kit.system.logs import configure_logging
@@ -148,6 +148,7 @@ def _eval(args: argparse.Namespace) -> int:
     import datasets
 
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
+    check_run_dir(args.run_dir)  # '' is no folder of its own (Path('') would be the current folder)
     if not args.before:
         return _eval_after(args)
     run_dir = Path(args.run_dir)
@@ -155,8 +156,8 @@ def _eval(args: argparse.Namespace) -> int:
     # the outermost folder this command creates (a/ of a/b/c), or a killed first baseline's: a refused first baseline
     # removes it
     created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None) or \
-        (run_dir if run_dir.is_dir() and str(args.run_dir).strip() and {p.name for p in run_dir.iterdir()} <= locks
-         and any(run_dir.iterdir()) else None)
+        (run_dir if run_dir.is_dir() and any(run_dir.iterdir()) and {p.name for p in run_dir.iterdir()} <= locks
+         else None)
     try:
         return _eval_before(args, RunFolder(run_dir))
     except BaseException:  # a refused or interrupted first baseline leaves no empty run folder behind
@@ -596,8 +597,7 @@ def _interrupted_train(args: argparse.Namespace) -> str:
                 "checkpoint, if one was saved (none is before the first save_steps)")
     folder = RunFolder(args.run_dir, write=False)
     if latest_complete(folder.checkpoints) is None:
-        return (f"no checkpoint was saved yet in {folder.checkpoints}, so its training starts over: run the same "
-                "command again")
+        return f"no checkpoint was saved yet in {folder.checkpoints}: run the same command again to start over"
     return f"{folder.command('train --resume')} continues from the newest complete checkpoint"
 
 

@@ -74,7 +74,10 @@ def resolve_run_dir(run_dir: str | Path, use_drive: bool | None = None, drive_ro
 
     Raises:
         RuntimeError: ``use_drive=True`` outside Colab.
+        ValueError: an empty ``run_dir`` (:func:`check_run_dir`: ``Path("")`` would be the current folder).
     """
+    if not str(run_dir).strip():
+        check_run_dir(run_dir)
     run_dir = Path(run_dir)
     if not (in_colab() if use_drive is None else use_drive):
         return run_dir
