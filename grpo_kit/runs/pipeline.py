@@ -63,7 +63,8 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
             ``backend``, ``seed``, ``cache_dir``, ...); a ``None`` value keeps its default.
 
     Raises:
-        ValueError: whatever :class:`EvalPlan` refuses; a slice out of the test split's range.
+        ValueError: whatever :class:`EvalPlan` refuses; a budget beyond the policy's context window
+            (:meth:`EvalPlan.check_context`); a slice out of the test split's range.
     """
     task = get_task(task, trust_remote_code=trust_remote_code)
     settings = {k: v for k, v in {**settings, "max_new_tokens": max_new_tokens}.items() if v is not None}
@@ -76,6 +77,7 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
     if said:
         settings["max_new_tokens"] = completion_budget(task)
     plan = EvalPlan(task=task, preset=preset, **settings)
+    plan.check_context()  # a budget beyond the policy's context window, before anything else is said
     log.info(f"baseline: {plan.describe()}")  # a slice out of range is refused here, before anything else is said
     if said:
         log.info(f"completions of up to {plan.max_new_tokens} new tokens, from the longest answer the tiny policy is "
