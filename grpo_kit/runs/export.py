@@ -37,7 +37,8 @@ from typing import Any
 from grpo_kit.evaluation.scoring import evaluate
 from grpo_kit.policy import llama_cpp, loading
 from grpo_kit.policy.generation import Sampling, TransformersBackend
-from grpo_kit.runs.folder import RunFolder, enclosing_run, hold_lock
+from grpo_kit.runs.folder import RunFolder, enclosing_run
+from grpo_kit.runs.locks import hold_lock
 from grpo_kit.system.files import follow_umask, json_or_none, sha256_file, write_json, write_text
 from grpo_kit.system.hub import hub_offline, is_repo_id, upload_token
 from grpo_kit.system.logs import counted

@@ -15,17 +15,14 @@ import hashlib
 import json
 import os
 import shlex
-import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
+from grpo_kit.runs.locks import RunFolderBusy, check_free, hold_lock  # RunFolderBusy: what lock() raises
 from grpo_kit.system.files import (
     append_jsonl,
     files_digest,
@@ -37,10 +34,7 @@ from grpo_kit.system.files import (
 )
 
 __all__ = ["AFTER_STEP", "BASELINE_STEP", "COLAB_DRIVE", "TRAIN_STEP", "RunFolder", "RunFolderBusy", "check_run_dir",
-           "enclosing_run", "hold_lock", "in_colab", "read_record", "resolve_run_dir"]
-
-class RunFolderBusy(ValueError):
-    """Another process is writing this run folder (the message names it: PID, host, command, since when)."""
+           "enclosing_run", "in_colab", "read_record", "resolve_run_dir"]
 
 #: The steps that write a run folder's files, as a message names them: the notebook and the command.
 BASELINE_STEP = "02_baseline_eval (or python -m grpo_kit eval --before)"
@@ -126,56 +120,6 @@ def _seal(step: Any, digest: Any) -> str:
     """What ``finished.json`` records beside its step: a hash of the step and the weights' digest, so that a step
     edited by hand (a 3-step run made to read 999 in its report and card) is told apart from the one training wrote."""
     return hashlib.sha256(f"grpo_kit finished {step} {digest}".encode()).hexdigest()[:16]
-
-
-def _busy(holder_file: Path, what: Path, why: str = "") -> RunFolderBusy:
-    """The error for a lock another process holds: the process as ``holder_file`` records it (PID, host, command,
-    since when) named first, then ``why`` this matters, then what to do."""
-    holder = read_record(holder_file)
-    who = (f"process {holder['pid']} on {holder['host']} ({holder['command']}, since {holder['started']})"
-           if {"pid", "host", "command", "started"} <= holder.keys() else "another process")
-    return RunFolderBusy(f"{what} is being written by {who}{': ' + why if why else ''}: wait for it to finish (or "
-                         "stop it), or choose another folder")
-
-
-@contextlib.contextmanager
-def hold_lock(lock_file: Path, holder_file: Path, what: Path, command: str, value: Any = None) -> Iterator[Any]:
-    """Hold the write lock ``lock_file`` while the block runs (a run folder's, or an export folder's beside it).
-
-    A lock file beside ``what`` (an export's) is removed with its holder record when the block leaves no ``what``
-    behind (an export refused, e.g. for a full disk), so a refusal leaves nothing beside ``--out``; filelock (4.x)
-    refuses a lock on a file unlinked while it waited, so a second writer never holds a removed one.
-
-    Args:
-        lock_file: the file ``filelock`` locks (created with its folder).
-        holder_file: where the holder is recorded (PID, host, command, since when) for a second writer's message.
-        what: the folder the lock guards (named in the message).
-        command: what this process does with it.
-        value: what the ``with`` statement yields.
-
-    Raises:
-        RunFolderBusy: another process holds it; the message names that process and what to do.
-    """
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    # one lock object per file in this process (is_singleton), so that a step that holds it (the demo) can call
-    # another that takes it too (train): filelock counts the nested acquisitions of one object
-    lock = FileLock(lock_file, is_singleton=True)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise _busy(holder_file, what) from None
-    outermost = lock.lock_counter == 1
-    try:
-        if outermost:
-            write_json(holder_file, {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                                     "started": time.strftime("%Y-%m-%d %H:%M:%S")})
-        yield value
-    finally:
-        if outermost:
-            holder_file.unlink(missing_ok=True)
-        lock.release()
-        if outermost and lock_file.parent != Path(what) and not Path(what).exists():
-            lock_file.unlink(missing_ok=True)
 
 
 def check_run_dir(path: str | Path) -> None:
@@ -302,16 +246,7 @@ class RunFolder:
         Raises:
             RunFolderBusy: the message names the process (PID, host, command, since when) and what to do.
         """
-        if not self.lock_file.is_file():
-            return
-        lock = FileLock(self.lock_file, is_singleton=True)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise _busy(self.lock_holder, self.path, why) from None
-        except OSError:  # a folder this process cannot write: nothing it could race with here
-            return
-        lock.release()
+        check_free(self.lock_file, self.lock_holder, self.path, why)
 
     def write_json(self, path: Path, data: Any) -> Path:
         """Write ``data`` as indented JSON to ``path`` (one of this folder's paths), whole or not at all; returns it."""

@@ -479,7 +479,7 @@ def test_an_export_refused_for_a_full_disk_leaves_nothing_beside_out(tmp_path):
     holder record when the folder was not made."""
     import errno
 
-    from grpo_kit.runs.folder import hold_lock
+    from grpo_kit.runs.locks import hold_lock
 
     out = tmp_path / "exp"
     with pytest.raises(OSError), hold_lock(tmp_path / ".exp.lock", tmp_path / ".exp.lock-holder.json", out, "export"):
