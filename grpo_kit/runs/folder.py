@@ -241,7 +241,7 @@ class RunFolder:
         lock, and a folder without a lock file or that this process cannot open, are free.
 
         Args:
-            why: what the other process's writing means for this caller (``"model/ is written when it finishes"``).
+            why: what the other process's writing means for this caller (``"it writes model/ when it finishes"``).
 
         Raises:
             RunFolderBusy: the message names the process (PID, host, command, since when) and what to do.
@@ -418,7 +418,7 @@ class RunFolder:
             FileNotFoundError: ``path`` is missing.
         """
         if not path.exists():
-            self.check_free(f"{path.name} is written when it finishes")
+            self.check_free(f"it writes {path.name}{'/' if not path.suffix else ''} when it finishes")
             trust = f" (on the command line with{self.trust_option()})" if self.needs_trust() else ""
             raise FileNotFoundError(f"{path} is missing: run {written_by} with run_dir={str(self.path)!r}{trust} "
                                     "first")
