@@ -57,23 +57,28 @@ _PAREN_LETTER = re.compile(r"\(([A-Z])\)")
 _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
 
-@functools.lru_cache(maxsize=4096)
-def _letter(char: str) -> str:
-    """A ligature or a font variant of letters as those letters (``ﬁ`` -> ``fi``, ``𝑥`` -> ``x``: Unicode's
-    ``<compat>`` and ``<font>`` mappings whose result is letters); any other character as it is. Superscripts,
-    fractions, circled and full-width forms are left alone: ``x²`` is not ``x2``, and a full-width digit states no
-    number (:mod:`grpo_kit.tasks.numbers`)."""
-    if unicodedata.decomposition(char).startswith(("<compat>", "<font>")):
-        folded = unicodedata.normalize("NFKC", char)
-        if folded.isalpha():
-            return folded
-    return char
+@functools.cache
+def _letters() -> tuple[dict[int, str], frozenset[str]]:
+    """``str.translate``'s table of the ligatures and font variants of letters, each to those letters (``ﬁ`` ->
+    ``fi``, ``𝑥`` -> ``x``): the characters of Unicode's planes 0 and 1 (where every one of them lies) whose
+    compatibility mapping is ``<compat>`` or ``<font>`` and gives letters. Superscripts, fractions, circled and
+    full-width forms are left alone: ``x²`` is not ``x2``, and a full-width digit states no number
+    (:mod:`grpo_kit.tasks.numbers`). Built once (about 0.1 s), at the first text that is not ASCII, with the set of
+    those characters (a text holding none is not translated: ``frozenset.isdisjoint`` scans it in C)."""
+    table = {}
+    for code in range(0x80, 0x20000):
+        char = chr(code)
+        if unicodedata.decomposition(char).startswith(("<compat>", "<font>")):
+            folded = unicodedata.normalize("NFKC", char)
+            if folded.isalpha():
+                table[code] = folded
+    return table, frozenset(map(chr, table))
 
 
 def normalize_text(text: str | None) -> str | None:
     """A text answer in the form compared: invisible characters dropped
     (:func:`grpo_kit.tasks.answer_format.visible`), composed as Unicode's NFC composes it (a decomposed ``é`` is the
-    ``é`` it renders), ligatures and font variants of letters made those letters (:func:`_letter`), case folded
+    ``é`` it renders), ligatures and font variants of letters made those letters (:func:`_letters`), case folded
     (``str.casefold``: Unicode's caseless match, ``ß`` as ``ss``), word joiners (:data:`WORD_JOINERS`) made spaces,
     the rest of ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``),
     whitespace runs one space, stripped (``None`` and a text that normalises to nothing give ``None``). Not NFKC
@@ -94,7 +99,10 @@ def normalize_text(text: str | None) -> str | None:
         return None
     text = visible(text)
     if not text.isascii():
-        text = "".join(map(_letter, unicodedata.normalize("NFC", text)))
+        text = unicodedata.normalize("NFC", text)
+        table, foldable = _letters()
+        if not foldable.isdisjoint(text):
+            text = text.translate(table)
     return _SPACES.sub(" ", text.casefold().translate(_PUNCTUATION)).strip() or None
 
 
