@@ -47,7 +47,7 @@ from grpo_kit.training.checkpoints import (
     set_aside_torn,
 )
 from grpo_kit.training.presets import get_preset, recipe_yaml
-from grpo_kit.training.tracking import finish_wandb
+from grpo_kit.training.tracking import finish_wandb, wandb_run_id
 
 __all__ = ["TrainResult", "package_versions", "train"]
 
@@ -166,11 +166,12 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
             the resumed run started from.
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
+    users = wandb_run_id()  # a run the user opened before training stays open for them
     try:
         with spec.folder.lock("train") if spec.launch.is_main else contextlib.nullcontext():
             return _train(spec, policy)
-    finally:  # the wandb run training logged to, closed whole, and where it went said (an offline one's wandb sync)
-        if spec.launch.is_main and (line := finish_wandb()) is not None:
+    finally:  # the wandb run training opened, closed whole, and where it went said (an offline one's wandb sync)
+        if spec.launch.is_main and (line := finish_wandb(kept=users)) is not None:
             log.info(line)
 
 

@@ -16,7 +16,7 @@ import sys
 
 from grpo_kit.system.hub import unreachable
 
-__all__ = ["WANDB_MODES", "finish_wandb", "setup_wandb"]
+__all__ = ["WANDB_MODES", "finish_wandb", "setup_wandb", "wandb_run_id"]
 
 log = logging.getLogger(__name__)
 
@@ -61,20 +61,32 @@ def setup_wandb(project: str | None, mode: str | None = None, timeout_s: float =
     return "wandb"
 
 
-def finish_wandb() -> str | None:
+def wandb_run_id() -> str | None:
+    """The id of the wandb run open in this process (``None``: none, or wandb not imported), read without importing
+    wandb."""
+    wandb = sys.modules.get("wandb")
+    run = getattr(wandb, "run", None) if wandb is not None else None
+    return None if run is None else str(run.id)
+
+
+def finish_wandb(kept: str | None = None) -> str | None:
     """Finish the wandb run training logged to, if there is one, and say where it went.
 
     transformers' ``WandbCallback`` starts the run and never finishes it, leaving that to wandb's exit hook, which
     (wandb 0.31) loses the connection to its service first: the run's ``debug.log`` then ends in an uncaught
     ``HandleAbandonedError``. Finished here, once training is over, the run is closed whole.
 
+    Args:
+        kept: the id of a run that was open before training (:func:`wandb_run_id`): one the user started, which
+            training logged into and which stays open for them.
+
     Returns:
         One line for the log: an offline run's folder and the ``wandb sync`` command that uploads it, or an online
-        run's address; ``None`` when no wandb run is open (wandb not imported, or not asked for).
+        run's address; ``None`` when no run training opened is open (wandb not imported, or not asked for).
     """
     wandb = sys.modules.get("wandb")
     run = getattr(wandb, "run", None) if wandb is not None else None
-    if run is None:
+    if run is None or str(run.id) == kept:
         return None
     folder, offline, url = run.settings.sync_dir, run.settings.mode == "offline", run.url
     run.finish()

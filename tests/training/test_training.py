@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -169,11 +171,15 @@ def test_an_offline_wandb_run_is_finished_whole_and_named_with_its_sync_command(
              "run = wandb.init(project='p')\n"
              "run.log({'reward': 1.0})\n"
              "print(finish_wandb())\n"
-             "assert wandb.run is None and finish_wandb() is None\n")
+             "assert wandb.run is None and finish_wandb() is None\n"
+             "mine = wandb.init(project='p')\n"  # a run the user opened before training stays theirs
+             "assert finish_wandb(kept=mine.id) is None and wandb.run is mine\n"
+             "mine.finish()\n")
     done = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     assert done.returncode == 0, done.stderr
-    folder = next((tmp_path / "wandb").glob("offline-run-*"))
+    folder = done.stdout.split(" into ", 1)[1].split(" ", 1)[0]
+    assert Path(folder).parent == tmp_path / "wandb" and Path(folder).name.startswith("offline-run-")
     assert done.stdout.strip() == (f"wandb: the run was logged offline into {folder} (nothing was sent): upload it "
                                    f"with `wandb sync {folder}`")
     assert "HandleAbandonedError" not in (tmp_path / "wandb" / "debug.log").read_text()
