@@ -36,11 +36,23 @@ $(STAMP): requirements-cpu.txt requirements-demo.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# uv where the machine has it (about ten times faster than pip: 22 s against 275 s on 2 busy cores, docs/get-started/
+# cpu-demo.md), pip otherwise. uv reads no pip configuration: pip's PIP_FIND_LINKS (a machine's own wheels, such as
+# torch's CPU build) is passed on. --seed puts pip in the venv, which `make install` uses.
 $(DEMO_STAMP): requirements-demo.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-demo.txt
-	$(PY) -m pip install --quiet --no-deps -e .
+	@if command -v uv >/dev/null 2>&1; then \
+		echo "installing the demo's packages with uv ($$(command -v uv))"; \
+		uv venv --quiet --seed --allow-existing --python $(PYTHON) $(VENV) && \
+		uv pip install --quiet --python $(PY) $(foreach links,$(PIP_FIND_LINKS),--find-links $(links)) \
+			-r requirements-demo.txt && \
+		uv pip install --quiet --python $(PY) --no-deps -e .; \
+	else \
+		echo "installing the demo's packages with pip (uv, where installed, takes a tenth of the time)"; \
+		$(PYTHON) -m venv $(VENV) && \
+		$(PY) -m pip install --quiet --upgrade pip && \
+		$(PY) -m pip install --quiet -r requirements-demo.txt && \
+		$(PY) -m pip install --quiet --no-deps -e .; \
+	fi
 	touch $(DEMO_STAMP)
 
 # torchvision, torchaudio and torchcodec from the registry are CUDA builds: on torch 2.13.0+cpu they break

@@ -31,7 +31,7 @@ import contextlib
 import errno
 import json
 import logging
-import shlex
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +40,7 @@ from typing import Any
 from grpo_kit.runs import export, pipeline
 from grpo_kit.runs.export_formats import FORMATS
 from grpo_kit.runs.export_reference import trained_through_unsloth
-from grpo_kit.runs.folder import RunFolder
+from grpo_kit.runs.folder import RunFolder, check_run_dir
 from grpo_kit.runs.measure import EVAL_FRACTION, EvalPlan, measure_after, measure_before
 from grpo_kit.runs.spec import RunSpec
 from grpo_kit.runs.verification import verify_export
@@ -152,16 +152,21 @@ def _eval(args: argparse.Namespace) -> int:
     import datasets
 
     datasets.disable_progress_bars()  # datasets does not import transformers: safe before Unsloth
+    check_run_dir(args.run_dir)  # '' is no folder of its own (Path('') would be the current folder)
     if not args.before:
         return _eval_after(args)
     run_dir = Path(args.run_dir)
-    # the outermost folder this command creates (a/ of a/b/c): a refused first baseline removes what it created
-    created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)
+    locks = {".lock", ".lock-holder.json"}  # all that a first baseline killed before it wrote anything leaves
+    # the outermost folder this command creates (a/ of a/b/c), or a killed first baseline's: a refused first baseline
+    # removes it
+    created = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None) or \
+        (run_dir if run_dir.is_dir() and any(run_dir.iterdir()) and {p.name for p in run_dir.iterdir()} <= locks
+         else None)
     try:
         return _eval_before(args, RunFolder(run_dir))
     except BaseException:  # a refused or interrupted first baseline leaves no empty run folder behind
         leftover = {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else set()
-        if created is not None and leftover <= {".lock", ".lock-holder.json"}:
+        if created is not None and leftover <= locks:
             import shutil
 
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -172,6 +177,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _eval_before(args: argparse.Namespace, run: Any) -> int:
+    if args.temperature is not None and not args.samples:  # else recorded, and no completion would use it
+        raise ValueError(f"--temperature {args.temperature:g} sets the sampled completions' temperature, and none are "
+                         "asked for (greedy only): add --samples K, or drop --temperature")
     preset = get_preset(args.config or args.preset, argv=args.trl)
     trusted = args.trust_task_code or bool(command_line(args.trl, strict=False).get("trust_remote_code"))
     task = args.task or recipe_task(preset, args.cache_dir or EvalPlan.cache_dir) or DEFAULT_TASK
@@ -182,11 +190,11 @@ def _eval_before(args: argparse.Namespace, run: Any) -> int:
                                   trust_remote_code=trusted)
     results = measure_before(plan, run, replace=args.replace_baseline)  # checked before anything loads
     print(results["greedy"].summary.round(3).to_markdown(), flush=True)
-    # the next commands as they can be pasted: the folder quoted for a shell, and the trust the task file needed
-    folder = shlex.quote(str(run.path)) + (" --trust-task-code" if trusted else "")
-    then = (f"next: python -m grpo_kit train --run-dir {folder}, then python -m grpo_kit eval --run-dir {folder}"
-            if plan.task.trains else f"{plan.task.name} has no train split, so this baseline is a measurement on its "
-            "own (train on another task, in another run folder)")  # an evaluation-only task: nothing to train on it
+    # the next commands as they can be pasted: the folder quoted for a shell, and the trust the task file needs with
+    # the Python it runs (RunFolder.command)
+    then = (f"next: {run.command('train')}, then {run.command('eval')}" if plan.task.trains else
+            f"{plan.task.name} has no train split, so this baseline is a measurement on its own (train on another "
+            "task, in another run folder)")  # an evaluation-only task: nothing to train on it
     log.info(f"baseline in {run.baseline} and {run.eval_settings}; {then}")
     return 0
 
@@ -198,13 +206,20 @@ def _eval_after(args: argparse.Namespace) -> int:
         raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
                          f"the baseline's settings ({Path(args.run_dir) / 'eval_settings.json'}). Drop them, or "
                          "measure a new baseline with --before in a new run folder")
-    run = RunFolder.existing(args.run_dir)  # a mistyped folder is named, not created
-    measured = measure_after(run, batch_size=args.batch_size, trust_remote_code=args.trust_task_code)
+    run = RunFolder.existing(args.run_dir, write=False)  # a mistyped folder is named, not created
+    if not os.access(run.path, os.W_OK) and run.report.is_file() and run.stale_results() is None:
+        log.info(f"{run.path} is read-only, and its evaluation after training is of the model it holds now: its "
+                 "report, as eval wrote it")
+        measured = None
+    else:
+        measured = measure_after(RunFolder(run.path), batch_size=args.batch_size,
+                                 trust_remote_code=args.trust_task_code)
     report = run.report.read_text(encoding="utf-8")
     print(report.split("## Diagnostics")[0].strip() + "\n", flush=True)
-    if measured.alarms:
+    if "## Alarms" in report:
         print(report[report.index("## Alarms"):].split("\n## ")[0], flush=True)
-    log.info(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
+    if measured is not None:
+        log.info(f"wrote {run.report}, {run.comparison.name}, {run.before_after.name}")
     return 0
 
 
@@ -577,17 +592,20 @@ def _doctor(args: argparse.Namespace) -> int:
     return 2 if report["problems"] else 0
 
 
-def _resume(args: argparse.Namespace) -> str:
-    """The command that resumes an interrupted ``train``: its run folder with ``--resume`` (the recorded recipe, task
-    and rewards are taken again), and ``--trust-task-code`` where this command passed it or the run's records need it;
-    without ``--run-dir``, the command's own options again."""
-    from grpo_kit.runs.folder import RunFolder
+def _interrupted_train(args: argparse.Namespace) -> str:
+    """What an interrupted ``train`` keeps and how to go on: with a complete checkpoint, the command that resumes
+    from it (its run folder with ``--resume``: the recorded recipe, task and rewards are taken again, and
+    ``--trust-task-code`` with the Python it runs where the run's records need it); before the first, that nothing
+    of its training was kept."""
+    from grpo_kit.training.checkpoints import latest_complete
 
     if args.run_dir is None:
-        return "python -m grpo_kit train --resume with the same options"
-    command = RunFolder(args.run_dir, write=False).command("train --resume")
-    trust = " --trust-task-code"
-    return command + (trust if args.trust_task_code and not command.endswith(trust) else "")
+        return ("python -m grpo_kit train --resume with the same options continues from the newest complete "
+                "checkpoint, if one was saved (none is before the first save_steps)")
+    folder = RunFolder(args.run_dir, write=False)
+    if latest_complete(folder.checkpoints) is None:
+        return f"no checkpoint was saved yet in {folder.checkpoints}: run the same command again to start over"
+    return f"{folder.command('train --resume')} continues from the newest complete checkpoint"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -613,15 +631,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1 if isinstance(e, RuntimeError) else 2
     except KeyboardInterrupt:  # Ctrl-C: one line; the kit's files are written whole or not at all
-        again = f"{_resume(args)} continues from the newest complete checkpoint" if args.command == "train" else \
-            "run it again to go on"
+        again = _interrupted_train(args) if args.command == "train" else "run it again to go on"
         print(f"interrupted: {args.command} stopped; what it finished is kept ({again})", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder that vanished: the system's words and the file, in one line
         folder = getattr(args, "run_dir", None) or getattr(args, "out", None)
         where = f" ({e.filename})" if e.filename else f" (writing under {folder})" if folder else ""
-        fix = ("free space there and run the command again" if e.errno in (errno.ENOSPC, errno.EDQUOT)
-               else "fix that and run the command again")
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        fix = getattr(e, "fix", None) or f"{'free space there' if full else 'fix that'} and run the command again"
         print(f"error: {e.strerror or e}{where}: {fix}; every file is written whole or not at all, so nothing "
               "half-written is trusted", file=sys.stderr)
         return 1

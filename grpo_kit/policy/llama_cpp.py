@@ -1,9 +1,10 @@
 """GGUF through llama.cpp: its converter, its quantizer and its runtime (``llama-cpp-python``) as a generation backend.
 
-Nothing here needs a network or a GPU. ``make install-llama`` builds what it needs into ``.llama/`` (beside
-``.venv``, as ``.deepspeed/`` is built): ``llama-cpp-python`` compiled from its source distribution, and
+Nothing here needs a network or a GPU. It needs ``llama-cpp-python`` compiled from its source distribution, and
 from the same distribution the llama.cpp it vendors, whose ``convert_hf_to_gguf.py``, ``conversion/`` and
-``gguf-py/`` are the converter. The quantizer is llama.cpp's ``llama_model_quantize`` (what the
+``gguf-py/`` are the converter: ``pip install`` and ``pip download`` get them anywhere (the messages say how), and
+in a clone of the repository ``make install-llama`` builds both into ``.llama/`` (beside ``.venv``, as
+``.deepspeed/`` is built). The quantizer is llama.cpp's ``llama_model_quantize`` (what the
 ``llama-quantize`` tool calls), reached through ``llama-cpp-python``. ``GRPO_KIT_LLAMA`` names another
 folder; an installed ``llama_cpp`` package is used as it is.
 """
@@ -20,8 +21,8 @@ from typing import Any
 from grpo_kit.policy.generation import Generation, OnResult, Prompt, Sampling
 from grpo_kit.system.files import replaced, sha256_file
 
-__all__ = ["CONVERTER_TYPES", "GGUF_BYTES_PER_WEIGHT", "QUANT_TYPES", "LlamaCppBackend", "convert_to_gguf",
-           "import_llama_cpp", "llama_dir", "quantize_gguf"]
+__all__ = ["CONVERTER_TYPES", "GGUF_BYTES_PER_WEIGHT", "LLAMA_CPP_PYTHON", "QUANT_TYPES", "LlamaCppBackend",
+           "convert_to_gguf", "import_llama_cpp", "llama_dir", "quantize_gguf"]
 
 #: The environment variable naming the folder ``make install-llama`` builds (default ``.llama``).
 LLAMA_ENV = "GRPO_KIT_LLAMA"
@@ -33,7 +34,17 @@ CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")
 GGUF_BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}
 #: Types the quantizer writes from an f16 GGUF: name -> llama.cpp's ``LLAMA_FTYPE_MOSTLY_<NAME>`` constant.
 QUANT_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q6_k")
-_INSTALL = "run `make install-llama` (builds llama-cpp-python and llama.cpp's converter into .llama/)"
+#: The llama-cpp-python the kit is built and tested with (requirements-llama.txt).
+LLAMA_CPP_PYTHON = "0.3.36"
+#: How to get llama-cpp-python, the pip route first (what works outside a clone of the kit's repository).
+_RUNTIME = (f"pip install llama-cpp-python=={LLAMA_CPP_PYTHON} sentencepiece (pip compiles llama.cpp: about 12 "
+            "minutes on 2 cores)")
+#: How to get the converter: from the same source distribution, which vendors llama.cpp.
+_CONVERTER = (f"pip download --no-deps --no-binary :all: llama-cpp-python=={LLAMA_CPP_PYTHON} -d llama-src && tar "
+              f"-xzf llama-src/llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz -C llama-src, then export "
+              f"{LLAMA_ENV}=$PWD/llama-src/llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor (the folder holding "
+              "llama.cpp/convert_hf_to_gguf.py)")
+_CLONE = "in a clone of grpo_kit's repository, make install-llama builds both into .llama/ instead"
 
 
 def llama_dir() -> Path:
@@ -44,8 +55,8 @@ def llama_dir() -> Path:
 def _converter() -> Path:
     folder = llama_dir() / "llama.cpp"
     if not (folder / "convert_hf_to_gguf.py").is_file():
-        raise FileNotFoundError(f"llama.cpp's converter is not in {folder}: {_INSTALL}, or set {LLAMA_ENV} to the "
-                                "folder that holds llama.cpp/convert_hf_to_gguf.py")
+        raise FileNotFoundError(f"llama.cpp's converter is not in {folder}: {_RUNTIME}, and unpack its converter from "
+                                f"the same source: {_CONVERTER}; {_CLONE}")
     return folder
 
 
@@ -60,7 +71,8 @@ def import_llama_cpp() -> Any:
     except ImportError:
         folder = str(llama_dir())
         if not (Path(folder) / "llama_cpp").is_dir():
-            raise ImportError(f"llama-cpp-python is not installed and not in {folder}: {_INSTALL}") from None
+            raise ImportError(f"llama-cpp-python is not installed and not in {folder}: {_RUNTIME}; {_CLONE}"
+                              ) from None
         sys.path.append(folder)
         import llama_cpp
     return llama_cpp

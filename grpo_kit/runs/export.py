@@ -29,7 +29,8 @@ from typing import Any
 from grpo_kit.policy import loading
 from grpo_kit.runs.export_formats import FORMATS, check_formats, tokenizer_bytes
 from grpo_kit.runs.export_reference import load_reference, open_trained_run
-from grpo_kit.runs.folder import RunFolder, enclosing_run, hold_lock
+from grpo_kit.runs.folder import RunFolder, enclosing_run
+from grpo_kit.runs.locks import hold_lock
 from grpo_kit.runs.model_card import model_card
 from grpo_kit.runs.unsloth_base import merge_base
 from grpo_kit.runs.verification import Verification, check_questions, file_hashes, verify_export

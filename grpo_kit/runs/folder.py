@@ -15,17 +15,14 @@ import hashlib
 import json
 import os
 import shlex
-import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
+from grpo_kit.runs.locks import RunFolderBusy, check_free, hold_lock  # RunFolderBusy: what lock() raises
 from grpo_kit.system.files import (
     append_jsonl,
     files_digest,
@@ -36,11 +33,8 @@ from grpo_kit.system.files import (
     write_jsonl,
 )
 
-__all__ = ["AFTER_STEP", "BASELINE_STEP", "COLAB_DRIVE", "TRAIN_STEP", "RunFolder", "RunFolderBusy", "enclosing_run",
-           "hold_lock", "in_colab", "read_record", "resolve_run_dir"]
-
-class RunFolderBusy(ValueError):
-    """Another process is writing this run folder (the message names it: PID, host, command, since when)."""
+__all__ = ["AFTER_STEP", "BASELINE_STEP", "COLAB_DRIVE", "TRAIN_STEP", "RunFolder", "RunFolderBusy", "check_run_dir",
+           "enclosing_run", "in_colab", "read_record", "resolve_run_dir"]
 
 #: The steps that write a run folder's files, as a message names them: the notebook and the command.
 BASELINE_STEP = "02_baseline_eval (or python -m grpo_kit eval --before)"
@@ -74,7 +68,10 @@ def resolve_run_dir(run_dir: str | Path, use_drive: bool | None = None, drive_ro
 
     Raises:
         RuntimeError: ``use_drive=True`` outside Colab.
+        ValueError: an empty ``run_dir`` (:func:`check_run_dir`: ``Path("")`` would be the current folder).
     """
+    if not str(run_dir).strip():
+        check_run_dir(run_dir)
     run_dir = Path(run_dir)
     if not (in_colab() if use_drive is None else use_drive):
         return run_dir
@@ -125,41 +122,24 @@ def _seal(step: Any, digest: Any) -> str:
     return hashlib.sha256(f"grpo_kit finished {step} {digest}".encode()).hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def hold_lock(lock_file: Path, holder_file: Path, what: Path, command: str, value: Any = None) -> Iterator[Any]:
-    """Hold the write lock ``lock_file`` while the block runs (a run folder's, or an export folder's beside it).
-
-    Args:
-        lock_file: the file ``filelock`` locks (created with its folder).
-        holder_file: where the holder is recorded (PID, host, command, since when) for a second writer's message.
-        what: the folder the lock guards (named in the message).
-        command: what this process does with it.
-        value: what the ``with`` statement yields.
+def check_run_dir(path: str | Path) -> None:
+    """Refuse a run folder that is no folder of its own: an empty path (``--run-dir ''``, which would write the run's
+    files loose into the current folder), or a path inside another run folder (``RUN/model/sub``: it would write into
+    that run's ``model/``, which that run's readers then refuse, as a file added after training).
 
     Raises:
-        RunFolderBusy: another process holds it; the message names that process and what to do.
+        ValueError: one line naming the path, the run folder it lies in, and what to give instead.
     """
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    # one lock object per file in this process (is_singleton), so that a step that holds it (the demo) can call
-    # another that takes it too (train): filelock counts the nested acquisitions of one object
-    lock = FileLock(lock_file, is_singleton=True)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        holder = read_record(holder_file)
-        who = (f"process {holder['pid']} on {holder['host']} ({holder['command']}, since {holder['started']})"
-               if {"pid", "host", "command", "started"} <= holder.keys() else "another process")
-        raise RunFolderBusy(f"{what} is being written by {who}: wait for it to finish (or stop it), or "
-                            "choose another folder") from None
-    try:
-        if lock.lock_counter == 1:
-            write_json(holder_file, {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                                     "started": time.strftime("%Y-%m-%d %H:%M:%S")})
-        yield value
-    finally:
-        if lock.lock_counter == 1:
-            holder_file.unlink(missing_ok=True)
-        lock.release()
+    if not str(path).strip():
+        raise ValueError("the run folder is empty (--run-dir ''; notebooks: run_dir=''): name a folder of its own, "
+                         "e.g. --run-dir runs/my-run")
+    found = enclosing_run(path)
+    if found is not None and found[1]:
+        run, inside = found
+        part = f"{inside}/" if (run / inside).is_dir() else inside
+        raise ValueError(f"{path} lies inside the run folder {run} (in its {part}), whose files that run's steps "
+                         "write and check: choose a folder outside it, e.g. --run-dir "
+                         f"{shlex.quote(str(run.parent / (run.name + '-2')))}")
 
 
 @dataclass(frozen=True)
@@ -173,7 +153,8 @@ class RunFolder:
             a read-only folder too.
 
     Raises:
-        ValueError: ``write`` and the folder cannot be created or written (the message names it).
+        ValueError: ``write`` and the folder cannot be created or written, or is no folder of its own (an empty path,
+            or one inside another run folder: :func:`check_run_dir`); the message names it.
     """
 
     path: Path
@@ -182,6 +163,7 @@ class RunFolder:
         object.__setattr__(self, "path", Path(path))
         if not write:
             return
+        check_run_dir(path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             tempfile.TemporaryFile(dir=self.path).close()  # a file made and gone at once: the folder is writable
@@ -252,6 +234,19 @@ class RunFolder:
         if reading and not os.access(self.path, os.W_OK):
             return contextlib.nullcontext(self)
         return hold_lock(self.lock_file, self.lock_holder, self.path, command, self)
+
+    def check_free(self, why: str = "") -> None:
+        """Refuse to go on while another process writes this folder (a training, a baseline): say who, first, before
+        anything else is said of the folder (that its model is missing, that it holds checkpoints). This process's own
+        lock, and a folder without a lock file or that this process cannot open, are free.
+
+        Args:
+            why: what the other process's writing means for this caller (``"it writes model/ when it finishes"``).
+
+        Raises:
+            RunFolderBusy: the message names the process (PID, host, command, since when) and what to do.
+        """
+        check_free(self.lock_file, self.lock_holder, self.path, why)
 
     def read_json(self, path: Path, written_by: str) -> Any:
         """Read a JSON file of this run.
@@ -410,33 +405,60 @@ class RunFolder:
         return None
 
     def require(self, path: Path, written_by: str) -> Path:
-        """Return ``path``, or raise ``FileNotFoundError`` naming the step (``written_by``) that writes it, and on the
-        command line ``--trust-task-code`` where the run needs it (:meth:`needs_trust`)."""
+        """Return ``path``, or raise naming the step (``written_by``) that writes it, and on the command line
+        ``--trust-task-code`` with the Python it lets run where the run needs it (:meth:`trust_option`).
+
+        Raises:
+            RunFolderBusy: ``path`` is missing because another process is writing the folder (a training that has
+                not saved its model yet): the message names that process first.
+            FileNotFoundError: ``path`` is missing.
+        """
         if not path.exists():
-            trust = " (on the command line with --trust-task-code)" if self.needs_trust() else ""
+            self.check_free(f"it writes {path.name}{'/' if not path.suffix else ''} when it finishes")
+            trust = f" (on the command line with{self.trust_option()})" if self.needs_trust() else ""
             raise FileNotFoundError(f"{path} is missing: run {written_by} with run_dir={str(self.path)!r}{trust} "
                                     "first")
         return path
 
-    def needs_trust(self) -> bool:
-        """Whether the commands that read this run must pass ``--trust-task-code``: its records name Python outside
-        ``grpo_kit`` (``train_settings.json``'s rewards of your own as ``module:function``, or a recorded task file's
-        code keys), which they import only with it (:func:`grpo_kit.tasks.user_code.check_trusted`). Read without
-        importing anything; a missing or damaged record names nothing."""
+    def foreign_code(self) -> dict[str, Any]:
+        """``{label: module:name}`` of the Python other than the kit's own that this run's records name, which the
+        commands reading the run import only with ``--trust-task-code``
+        (:func:`grpo_kit.tasks.user_code.check_trusted`): ``train_settings.json``'s rewards of your own
+        (``reward NAME``), and the code keys of the task file a record names (``task file PATH's loader``). Read
+        without importing anything; a missing or damaged record names nothing."""
+        from grpo_kit.tasks.reward_registry import foreign_rewards
         from grpo_kit.tasks.task_file import names_code
-        from grpo_kit.tasks.user_code import untrusted
 
         trained, evaluated = read_record(self.train_settings), read_record(self.eval_settings)
-        rewards = trained.get("reward_functions")
-        return bool(isinstance(rewards, dict) and untrusted(rewards)) or any(
-            names_code(record.get("task")) for record in (trained, evaluated))
+        found = foreign_rewards(trained)
+        for task in dict.fromkeys(record.get("task") for record in (trained, evaluated)):
+            found |= {f"task file {task}'s {key}": ref for key, ref in names_code(task).items()}
+        return found
+
+    def needs_trust(self) -> bool:
+        """Whether the commands that read this run must pass ``--trust-task-code``: its records name Python other
+        than the kit's own (:meth:`foreign_code`)."""
+        return bool(self.foreign_code())
+
+    def trust_option(self) -> str:
+        """``" --trust-task-code (read first the Python it runs: ...)"``, naming each piece of Python this run's
+        records name and the file it would be imported from (:func:`grpo_kit.tasks.user_code.where_code_is`), or
+        ``""`` where the run needs no trust: a printed command never asks for consent to code it does not name."""
+        from grpo_kit.tasks.user_code import where_code_is
+
+        code = self.foreign_code()
+        if not code:
+            return ""
+        names = ", ".join(f"{label}: {ref}" for label, ref in code.items())
+        return f" --trust-task-code (read first the Python it runs: {names}; {where_code_is(code.values())})"
 
     def command(self, action: str) -> str:
         """The command that runs ``action`` (``"eval"``, ``"train --resume"``) on this run, as it can be pasted: the
-        folder quoted for a shell, and ``--trust-task-code`` where the run needs it (:meth:`needs_trust`)."""
+        folder quoted for a shell, and where the run needs it ``--trust-task-code`` followed by the Python it would
+        run and where from (:meth:`trust_option`)."""
         name, _, options = action.partition(" ")
-        return " ".join(["python -m grpo_kit", name, "--run-dir", shlex.quote(str(self.path)), *options.split(),
-                         *(["--trust-task-code"] if self.needs_trust() else [])])
+        return " ".join(["python -m grpo_kit", name, "--run-dir", shlex.quote(str(self.path)), *options.split()]
+                        ) + self.trust_option()
 
     def heldout_record(self, step: int) -> Path:
         """Where the held-out evaluation at ``step`` is kept (``heldout/step-<step>.jsonl``)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +67,8 @@ class EvalPlan:
 
     Raises:
         ValueError: a slice that is not ``{"n": ...}`` or ``{"fraction": ...}``; a budget, batch or sample count
-            out of range; sampled completions without a temperature above 0.
+            out of range; a temperature that is not a finite number above 0 (:meth:`check_context`: a budget beyond
+            the policy's context window).
     """
 
     task: Task
@@ -92,8 +94,37 @@ class EvalPlan:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if not isinstance(self.samples, int) or self.samples < 0:
             raise ValueError(f"samples must be 0 (greedy only) or a whole number above it, got {self.samples!r}")
-        if self.samples and not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
-            raise ValueError(f"the temperature of sampled completions must be above 0, got {self.temperature!r}")
+        # recorded whether or not samples use it: a value no sampler takes (-1, nan) is refused, not recorded
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not math.isfinite(self.temperature) or self.temperature <= 0:
+            raise ValueError(f"temperature (--temperature) must be a finite number above 0 (sampling divides the "
+                             f"logits by it), got {self.temperature!r}")
+
+    def check_context(self) -> None:
+        """Refuse a completion budget the policy cannot hold: ``max_new_tokens`` at or beyond its context window
+        (the tiny policy's ``max_positions``; a model's ``max_position_embeddings`` in its ``config.json``, read
+        without loading it: :func:`grpo_kit.policy.shapes.model_config`), where the prompt must fit too. A model whose
+        config is not on this machine is not checked here (its loader says so).
+
+        Raises:
+            ValueError: the budget, the window and where it was read, and what to give instead.
+        """
+        from grpo_kit.policy.shapes import model_config
+
+        source = self.source
+        if source.tiny is not None:
+            window, where = source.tiny.spec.max_positions, "the tiny policy's max_positions"
+        else:
+            try:
+                config = model_config(source.model)
+            except (LookupError, OSError, ValueError):
+                return
+            config = config.get("text_config") or config  # a multimodal config holds its language model's
+            window, where = config.get("max_position_embeddings"), f"{source.model}'s max_position_embeddings"
+        if isinstance(window, int) and self.max_new_tokens >= window:
+            raise ValueError(f"max_new_tokens (--max-new-tokens) {self.max_new_tokens} does not fit the policy's "
+                             f"context window of {window} tokens ({where}), which holds the prompt too: give fewer, "
+                             f"e.g. --max-new-tokens {min(1024, window // 2)}")
 
     @property
     def source(self) -> PolicySource:
@@ -196,11 +227,13 @@ def measure_before(plan: EvalPlan, run: RunFolder, backend: Any = None,
         ``{"greedy": EvalResult, "sampled": EvalResult}`` (``"sampled"`` only with ``samples``).
 
     Raises:
-        ValueError: the slice is out of range, or the preset's route cannot run here; the folder holds a baseline
+        ValueError: the slice is out of range, the completion budget beyond the policy's context window
+            (:meth:`EvalPlan.check_context`), or the preset's route cannot run here; the folder holds a baseline
             measured with other settings and ``replace`` is off; all before any model loads.
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
     questions = plan.questions()
+    plan.check_context()
     source = plan.source
     if plan.preset.use_unsloth and backend is None and (problem := unsloth_problem(source.tiny is not None)):
         raise ValueError(problem)

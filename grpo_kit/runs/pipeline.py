@@ -65,7 +65,8 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
             ``backend``, ``seed``, ``cache_dir``, ...); a ``None`` value keeps its default.
 
     Raises:
-        ValueError: whatever :class:`EvalPlan` refuses; a slice out of the test split's range; a recipe's
+        ValueError: whatever :class:`EvalPlan` refuses; a budget beyond the policy's context window
+            (:meth:`EvalPlan.check_context`); a slice out of the test split's range; a recipe's
             ``trust_remote_code`` the command did not say.
     """
     check_model_code(preset, trust_remote_code)
@@ -80,6 +81,7 @@ def baseline_plan(task: str | Task, preset: Recipe, *, eval_size: int | None = N
     if said:
         settings["max_new_tokens"] = completion_budget(task)
     plan = EvalPlan(task=task, preset=preset, **settings)
+    plan.check_context()  # a budget beyond the policy's context window, before anything else is said
     log.info(f"baseline: {plan.describe()}")  # a slice out of range is refused here, before anything else is said
     if said:
         log.info(f"completions of up to {plan.max_new_tokens} new tokens, from the longest answer the tiny policy is "

@@ -22,7 +22,7 @@ from grpo_kit.policy.routes import usable_loading
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.tiny import DEFAULT_CACHE_DIR, TinyPolicySpec
 from grpo_kit.policy.warm_start import WarmStart
-from grpo_kit.runs.folder import RunFolder, read_record
+from grpo_kit.runs.folder import RunFolder, check_run_dir, read_record
 from grpo_kit.system.logs import counted
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, Task, get_task
 from grpo_kit.tasks.answer_format import render
@@ -213,16 +213,16 @@ def _cadence(run_dir: Path) -> int | None:
 def _resume_command(run_dir: Path, identity: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
     """The command that resumes ``run_dir`` as recorded: the run folder, the model where it is not the recipe's (a
     folder or Hub id given with ``--model_name_or_path``) and the length asked for, nothing else: the recipe, task,
-    rewards, questions and held-out evaluation are then the recorded ones; and ``--trust-task-code`` where the run's
-    records name Python of your own (:meth:`RunFolder.needs_trust`)."""
+    rewards, questions and held-out evaluation are then the recorded ones; and ``--trust-task-code`` with the Python it
+    runs where the run's records name Python of your own (:meth:`RunFolder.trust_option`)."""
     model, steps = identity.get("model"), overrides.get("max_steps")
     recipe = run_dir / "recipe.yaml"
     named = get_preset(recipe).model if recipe.is_file() else None
     return " ".join(["python -m grpo_kit train --run-dir", shlex.quote(str(run_dir)), "--resume",
                      *([f"--model_name_or_path {shlex.quote(model)}"] if isinstance(model, str)
                        and not model.startswith("tiny:") and model != named else []),
-                     *([f"--max_steps {steps}"] if steps is not None else []),
-                     *(["--trust-task-code"] if RunFolder(run_dir, write=False).needs_trust() else [])])
+                     *([f"--max_steps {steps}"] if steps is not None else [])]) + \
+        RunFolder(run_dir, write=False).trust_option()
 
 
 def _said(key: str, value: Any) -> str:
@@ -343,6 +343,8 @@ class RunSpec:
             overrides["report_to"] = "wandb"
         if algorithm is not None:  # its values over the recipe's, the overrides over those; an unknown name raises
             overrides = {"algorithm": algorithm, **overrides}
+        if run_dir is not None:
+            check_run_dir(run_dir)  # '' would read ./recipe.yaml as the run's
         recorded_recipe = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
         kept: dict[str, Any] = {}
         given = {**overrides, **command_line(argv, strict=False)}  # get_preset below refuses what it must
@@ -380,7 +382,9 @@ class RunSpec:
                      for line in taken]
         if run_dir is None:
             run_dir = preset.settings.get("output_dir") or Path("runs") / f"{preset.name}-{task.name}"
+        check_run_dir(run_dir)  # a folder of its own, before anything is read from it
         record = RunFolder(run_dir, write=False)  # read here; written (and its writability checked) below
+        record.check_free()  # a training already writing it is named first, before its checkpoints are
         recorded = record.read_settings(record.train_settings, "train", ("identity",)) \
             if resume and record.train_settings.is_file() else None
         if recorded is not None:  # the run as recorded, unless this command says otherwise

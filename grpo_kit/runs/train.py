@@ -43,8 +43,11 @@ from grpo_kit.training.checkpoints import (
     checkpoint_callback,
     checkpoint_step,
     latest_complete,
+    saving,
+    set_aside_torn,
 )
 from grpo_kit.training.presets import get_preset, recipe_yaml
+from grpo_kit.training.tracking import finish_wandb, wandb_run_id
 
 __all__ = ["TrainResult", "package_versions", "train"]
 
@@ -163,8 +166,13 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
             the resumed run started from.
         grpo_kit.runs.folder.RunFolderBusy: another process is writing the run folder.
     """
-    with spec.folder.lock("train") if spec.launch.is_main else contextlib.nullcontext():
-        return _train(spec, policy)
+    users = wandb_run_id()  # a run the user opened before training stays open for them
+    try:
+        with spec.folder.lock("train") if spec.launch.is_main else contextlib.nullcontext():
+            return _train(spec, policy)
+    finally:  # the wandb run training opened, closed whole, and where it went said (an offline one's wandb sync)
+        if spec.launch.is_main and (line := finish_wandb(kept=users)) is not None:
+            log.info(line)
 
 
 def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
@@ -192,6 +200,11 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     from grpo_kit.training.groups import keep_groups, trl_completions_settings
     from grpo_kit.training.trainer import build_trainer, save_policy
 
+    if spec.resume and main and (torn := set_aside_torn(folder.checkpoints)):
+        newest = latest_complete(folder.checkpoints)
+        log.warning(f"set aside {', '.join(p.name for p in torn)} in {torn[0].parent} (not complete: the save was cut "
+                    "short by a kill or a full disk); training continues from " +
+                    (f"{newest.name}, the newest whole checkpoint" if newest else "step 0, no checkpoint being whole"))
     resume_from = latest_complete(folder.checkpoints) if spec.resume else None
     resume_step = checkpoint_step(resume_from) if resume_from is not None else None
     model, tokenizer = policy if policy is not None else _load_policy(spec)
@@ -231,6 +244,9 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         folder.forget_after(resume_step if resume_step is not None else (0 if spec.resume else -1))
         folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
 
+    def resume() -> str:
+        return folder.command("train --resume")
+
     callbacks: list[Any] = [_OnTrainBegin(begin), checkpoint_callback()]  # first: before the held-out evaluation
     if spec.eval_steps is not None:
         callbacks.append(HeldOutEval(spec.task, spec.validation, tokenizer, spec.eval_steps, folder,
@@ -263,11 +279,13 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         if resume_from is not None and main:
             log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
         try:
-            with TiedKeysLoaded(trainer.model):  # a resume's warning of tied weights the checkpoint holds once
+            # a resume's warning of tied weights the checkpoint holds once; a full disk said as one
+            with TiedKeysLoaded(trainer.model), saving(folder.checkpoints, resume):
                 trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
         finally:
             bar.close()
-    with phase_bar(f"saving the trained policy into {folder.model}", None, "s", enabled=shown):
+    with phase_bar(f"saving the trained policy into {folder.model}", None, "s", enabled=shown), \
+            saving(folder.checkpoints, resume):
         model_dir = save_policy(trainer, tokenizer, folder.model)
     log_history = trainer.state.log_history
     if main:

@@ -4,7 +4,8 @@
 - ``number``: compared as numbers (:mod:`grpo_kit.tasks.numbers`); strict reads the first number inside
   ``<answer>`` of a completion in the strict layout, flexible the last number anywhere (lm-evaluation-harness's
   flexible-extract for GSM8K). Reward: ``soft_correctness_reward_func``.
-- ``text``: compared as normalised strings (:func:`normalize_text`): case and surrounding whitespace ignored, word
+- ``text``: compared as normalised strings (:func:`normalize_text`): Unicode composed (NFC) with ligatures read as
+  their letters, case folded and surrounding whitespace ignored, word
   joiners (hyphens, dashes, underscores, slashes) read as the spaces they stand for, the rest of ASCII punctuation
   removed, inner whitespace runs made one space (lm-evaluation-harness's ``exact_match`` with ``ignore_case`` and
   ``ignore_punctuation``, which would delete the joiners: "thirty-eight" would read "thirtyeight"). An answer that is
@@ -25,8 +26,10 @@ Every function here runs in linear time on any text and never raises on a comple
 
 from __future__ import annotations
 
+import functools
 import re
 import string
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,11 +57,32 @@ _PAREN_LETTER = re.compile(r"\(([A-Z])\)")
 _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
 
+@functools.cache
+def _letters() -> tuple[dict[int, str], frozenset[str]]:
+    """``str.translate``'s table of the ligatures and font variants of letters, each to those letters (``ﬁ`` ->
+    ``fi``, ``𝑥`` -> ``x``): the characters of Unicode's planes 0 and 1 (where every one of them lies) whose
+    compatibility mapping is ``<compat>`` or ``<font>`` and gives letters. Superscripts, fractions, circled and
+    full-width forms are left alone: ``x²`` is not ``x2``, and a full-width digit states no number
+    (:mod:`grpo_kit.tasks.numbers`). Built once (about 0.1 s), at the first text that is not ASCII, with the set of
+    those characters (a text holding none is not translated: ``frozenset.isdisjoint`` scans it in C)."""
+    table = {}
+    for code in range(0x80, 0x20000):
+        char = chr(code)
+        if unicodedata.decomposition(char).startswith(("<compat>", "<font>")):
+            folded = unicodedata.normalize("NFKC", char)
+            if folded.isalpha():
+                table[code] = folded
+    return table, frozenset(map(chr, table))
+
+
 def normalize_text(text: str | None) -> str | None:
     """A text answer in the form compared: invisible characters dropped
-    (:func:`grpo_kit.tasks.answer_format.visible`), lower case, word joiners (:data:`WORD_JOINERS`) made spaces, the
-    rest of ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``),
-    whitespace runs one space, stripped (``None`` and a text that normalises to nothing give ``None``).
+    (:func:`grpo_kit.tasks.answer_format.visible`), composed as Unicode's NFC composes it (a decomposed ``é`` is the
+    ``é`` it renders), ligatures and font variants of letters made those letters (:func:`_letters`), case folded
+    (``str.casefold``: Unicode's caseless match, ``ß`` as ``ss``), word joiners (:data:`WORD_JOINERS`) made spaces,
+    the rest of ASCII punctuation removed (lm-evaluation-harness's ``ignore_punctuation``: ``string.punctuation``),
+    whitespace runs one space, stripped (``None`` and a text that normalises to nothing give ``None``). Not NFKC
+    whole: it would make ``x²`` read ``x2`` and ``½`` read ``1⁄2``, different answers made equal.
 
     >>> normalize_text("  Paris. "), normalize_text("New  York!"), normalize_text("?!")
     ('paris', 'new york', None)
@@ -66,10 +90,20 @@ def normalize_text(text: str | None) -> str | None:
     True
     >>> normalize_text("O'Brien"), normalize_text("Guinea\u2013Bissau")
     ('obrien', 'guinea bissau')
+    >>> normalize_text("Caf\u0065\u0301") == normalize_text("Caf\u00e9")
+    True
+    >>> normalize_text("\ufb01sh"), normalize_text("x\u00b2")
+    ('fish', 'x²')
     """
     if text is None:
         return None
-    return _SPACES.sub(" ", visible(text).lower().translate(_PUNCTUATION)).strip() or None
+    text = visible(text)
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+        table, foldable = _letters()
+        if not foldable.isdisjoint(text):
+            text = text.translate(table)
+    return _SPACES.sub(" ", text.casefold().translate(_PUNCTUATION)).strip() or None
 
 
 def text_answer(text: str | None) -> str | None:
@@ -196,6 +230,12 @@ class AnswerType:
     needs: str
 
 
+def _math_gold(gold: str) -> str | None:
+    from grpo_kit.tasks.math_verify import math_answer
+
+    return math_answer(gold)
+
+
 def _math_same(answer: str, gold: str) -> bool:
     from grpo_kit.tasks.math_verify import math_verifier
 
@@ -226,7 +266,8 @@ def answer_type(name: str, choices: str = "ABCD") -> AnswerType:
                           "text with at least one letter or digit")
     if name == "math":
         return AnswerType("math", strictly(lambda t: extract_xml_answer(t) or None), _math_flexible, _math_same,
-                          "math_verify_reward_func", lambda g: g.strip() or None, "a LaTeX answer or a number")
+                          "math_verify_reward_func", _math_gold,
+                          "a LaTeX answer math-verify can read (its braces paired, e.g. \\frac{1}{2}) or a number")
     if name == "choice":
         return AnswerType("choice", strictly(lambda t: _among(choice_letter(extract_xml_answer(t)), choices)),
                           _choice_flexible(choices), lambda a, g: a == choice_letter(g),

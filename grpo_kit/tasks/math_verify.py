@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import signal
 import threading
 import warnings
@@ -29,7 +30,7 @@ from typing import Any
 from grpo_kit.tasks.answer_format import extract_xml_answer
 from grpo_kit.tasks.rewards import RewardFunc, describe, per_answer
 
-__all__ = ["DEFAULT_TIMEOUT_S", "WARN_TIMEOUT_SHARE", "MathVerifier", "math_equal", "math_verifier",
+__all__ = ["DEFAULT_TIMEOUT_S", "WARN_TIMEOUT_SHARE", "MathVerifier", "math_answer", "math_equal", "math_verifier",
            "math_verify_reward", "math_verify_reward_func"]
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,67 @@ WARN_TIMEOUT_SHARE = 0.2
 _WARN_AFTER_CHECKS = 20
 #: Seconds between the timer's later firings, once a check is past its timeout.
 _REFIRE_S = 0.05
+_MATH_MODE = re.compile(r"(?<!\\)\$")  # a dollar not escaped: math mode is written out already
 
 
 def _latex(text: str) -> str:
-    """Put a bare answer (``\\frac{1}{2}``, ``(3, \\pi/2)``) in math mode, so LaTeX extraction reads all of it."""
-    return text if "$" in text or "\\boxed" in text or "\\(" in text else f"${text}$"
+    """Put a bare answer (``\\frac{1}{2}``, ``(3, \\pi/2)``, ``\\$36``) in math mode, so LaTeX extraction reads all
+    of it; an escaped ``\\$`` is a dollar sign, not math mode (three of MATH-500's gold answers, e.g. ``\\$18.90``,
+    were otherwise read as nothing, so no completion could be judged right on them).
+
+    >>> _latex("\\\\$36"), _latex("$x$")
+    ('$\\\\$36$', '$x$')
+    """
+    return text if _MATH_MODE.search(text) or "\\boxed" in text or "\\(" in text else f"${text}$"
+
+
+def _balanced(text: str) -> bool:
+    """Whether ``text``'s braces ``{}`` pair up (escaped ``\\{`` and ``\\}`` are literal braces), in one pass.
+
+    >>> _balanced("\\\\frac{1}{2}"), _balanced("\\\\frac{1}{2"), _balanced("\\\\{1, 2\\\\}"), _balanced("}{")
+    (True, False, True, False)
+    """
+    depth, escaped = 0, False
+    for char in text:
+        if escaped:  # the character after a backslash (\\{, and the second of \\\\, LaTeX's line break)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char in "{}":
+            depth += 1 if char == "{" else -1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
+def math_answer(text: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
+    """A gold answer of ``answer_type: math`` as the task keeps it (stripped), or ``None`` when no completion could
+    be judged against it: its braces do not pair (``\\frac{1}{2``), or math-verify reads no mathematical object
+    from it (only its text back), or reading it takes longer than ``timeout_s`` (main thread only, as
+    :class:`MathVerifier`). A plain number is taken at once; anything else is parsed as :func:`math_equal` parses a
+    gold answer (a few milliseconds each; about 1.5 s for sympy's import, once).
+
+    >>> math_answer(" \\\\frac{1}{2} "), math_answer("\\\\frac{1}{2"), math_answer("72")
+    ('\\\\frac{1}{2}', None, '72')
+    """
+    from math_verify import parse
+    from math_verify.errors import TimeoutException
+
+    from grpo_kit.tasks.numbers import exact_number
+
+    text = text.strip()
+    if not text or not _balanced(text):
+        return None
+    if exact_number(text) is not None:
+        return text
+    timed = _timer(timeout_s, TimeoutException) if threading.current_thread() is threading.main_thread() \
+        else contextlib.nullcontext()
+    try:
+        with timed:
+            parsed = parse(_latex(text), parsing_timeout=None, raise_on_error=True)
+    except Exception:  # noqa: BLE001 - sympy raises many kinds, a timeout among them: not readable
+        return None
+    return text if any(not isinstance(item, str) for item in parsed) else None
 
 
 def math_equal(gold: str, prediction: str) -> bool | None:

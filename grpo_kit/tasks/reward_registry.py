@@ -34,9 +34,10 @@ from grpo_kit.tasks.rewards import (
     strict_format_reward_func,
     xmlcount_reward_func,
 )
-from grpo_kit.tasks.user_code import check_trusted, import_named
+from grpo_kit.tasks.user_code import check_trusted, import_named, untrusted
 
-__all__ = ["BUILTIN_REWARDS", "RewardSet", "import_reward", "probe", "recorded_paths", "reward_path"]
+__all__ = ["BUILTIN_REWARDS", "RewardSet", "foreign_rewards", "import_reward", "probe", "recorded_paths",
+           "reward_path"]
 
 #: Every built-in reward by name (``--rewards NAME``, a task file's ``rewards:``, notebook parameters), as open-r1's
 #: ``REWARD_FUNCS_REGISTRY``. Read-only: a user's own function is passed as an object, never added here.
@@ -229,24 +230,52 @@ class RewardSet:
         return " ".join(f"{n}={w:g}" for n, w in zip(self.names, self.weights))
 
 
-def recorded_paths(record: Mapping[str, Any], source: Any, trust_remote_code: bool = False, given: Sequence[str] = ()
-                   ) -> Mapping[str, str | None]:
-    """``{name: "module:function" or None}`` of the rewards of your own a run's record names
-    (:meth:`RewardSet.to_record`), less those named in ``given`` (the caller holds them): a record arrives with a run
-    folder, which may come from anywhere, so a module outside ``grpo_kit`` it names is imported only with
-    ``trust_remote_code``, as a task file's (:func:`grpo_kit.tasks.user_code.check_trusted`).
+def _kit_rewards(labels: Sequence[str]) -> dict[str, frozenset[str]]:
+    """For each label, the ``module:function`` of every built-in reward: the only rewards a record may name without
+    ``trust_remote_code`` (:func:`grpo_kit.tasks.user_code.check_trusted`)."""
+    own = frozenset(f"{func.__module__}:{func.__qualname__}" for func in BUILTIN_REWARDS.values())
+    return dict.fromkeys(labels, own)
+
+
+def _recorded(record: Mapping[str, Any], source: Any) -> Mapping[str, Any]:
+    """A record's ``reward_functions`` (:meth:`RewardSet.to_record`); ``{}`` when it has none.
 
     Raises:
-        ValueError: ``reward_functions`` is not a mapping (the record was edited), or names a module outside
-            ``grpo_kit`` without ``trust_remote_code``: one line naming each reward, its module and ``source``.
+        ValueError: it is not a mapping (the record was edited).
     """
     paths = record.get("reward_functions") or {}
     if not isinstance(paths, Mapping):
         raise ValueError(f"{source}: reward_functions must map reward names to module:function, got {paths!r:.80}: "
                          "the file was edited")
-    paths = {name: path for name, path in paths.items() if name not in given}
-    check_trusted(source, {f"reward {name}": path for name, path in paths.items()}, "reading its rewards",
-                  trust_remote_code)
+    return paths
+
+
+def foreign_rewards(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"reward NAME": module:function}`` of the rewards a run's record names that are not built into the kit: what
+    reading them needs ``trust_remote_code`` for (:func:`recorded_paths`); read without importing anything, and empty
+    for a record whose ``reward_functions`` is damaged (its reader says so)."""
+    try:
+        paths = _recorded(record, "the record")
+    except ValueError:
+        return {}
+    named = {f"reward {name}": path for name, path in paths.items()}
+    return untrusted(named, _kit_rewards(list(named)))
+
+
+def recorded_paths(record: Mapping[str, Any], source: Any, trust_remote_code: bool = False, given: Sequence[str] = ()
+                   ) -> Mapping[str, str | None]:
+    """``{name: "module:function" or None}`` of the rewards of your own a run's record names
+    (:meth:`RewardSet.to_record`), less those named in ``given`` (the caller holds them): a record arrives with a run
+    folder, which may come from anywhere, so anything but a built-in reward's own ``module:function`` is imported only
+    with ``trust_remote_code``, as a task file's Python (:func:`grpo_kit.tasks.user_code.check_trusted`).
+
+    Raises:
+        ValueError: ``reward_functions`` is not a mapping (the record was edited), or names other Python without
+            ``trust_remote_code``: one line naming each reward, its module and ``source``.
+    """
+    paths = {name: path for name, path in _recorded(record, source).items() if name not in given}
+    named = {f"reward {name}": path for name, path in paths.items()}
+    check_trusted(source, named, "reading its rewards", trust_remote_code, _kit_rewards(list(named)))
     return paths
 
 

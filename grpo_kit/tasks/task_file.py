@@ -19,10 +19,11 @@ A task file::
 Where a rule is not data, the file names Python as ``module:name`` (:data:`CODE_KEYS`): ``loader``
 (``function(split, **kwargs) -> datasets.Dataset``, with ``splits``, instead of the data keys), ``rules``
 (``{"strict": ExtractionRule, "flexible": ExtractionRule}`` instead of an answer type's), and for the tiny policy
-``demonstration`` and ``tokenizer_texts``. A module outside ``grpo_kit`` is code that came with the file, so it is
-imported only when the caller says so (``trust_remote_code=True``, the command line's ``--trust-task-code``), as
-``datasets`` and ``transformers`` ask before running code that came with a dataset or a model; otherwise the file is
-refused before anything is imported, naming each key and module (:func:`check_task_code`). ``gold`` (a template over
+``demonstration`` and ``tokenizer_texts``. Any name but one the kit's own task files give that key (:func:`kit_code`)
+is code that came with the file, so it is imported only when the caller says so (``trust_remote_code=True``, the
+command line's ``--trust-task-code``), as ``datasets`` and ``transformers`` ask before running code that came with a
+dataset or a model; otherwise the file is refused before anything is imported, naming each key and module
+(:func:`check_task_code`). ``gold`` (a template over
 a row's fields), ``metrics`` and ``headline`` are declared as data, and so is what only the demo and notebook 01 read
 (:data:`EXTRAS`, kept as :attr:`grpo_kit.tasks.Task.extras`). The kit's own tasks are such files
 (``grpo_kit/tasks/builtin/``).
@@ -36,12 +37,14 @@ run folder can refuse data that changed since it was measured (:func:`check_dige
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import string
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from grpo_kit.system.files import read_yaml, sha256_file
@@ -54,13 +57,14 @@ from grpo_kit.tasks.answer_format import (
 )
 from grpo_kit.tasks.answer_types import ANSWER_TYPES, answer_type
 from grpo_kit.tasks.data import ROW_BATCH, Located, build_prompt, check_row, iter_rows, numbered
+from grpo_kit.tasks.numbers import MAX_NUMBER_CHARS
 from grpo_kit.tasks.reward_registry import BUILTIN_REWARDS, RewardSet
 from grpo_kit.tasks.rewards import gold_text
 from grpo_kit.tasks.task import Task
 from grpo_kit.tasks.user_code import TRUST, check_trusted, import_named, untrusted
 
-__all__ = ["CODE_KEYS", "EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "check_task_code", "is_task_file",
-           "load_task", "names_code", "task_name"]
+__all__ = ["CODE_KEYS", "EXTRAS", "KEYS", "TASK_FILE_SUFFIXES", "check_digest", "check_task_code", "foreign_code",
+           "is_task_file", "kit_code", "load_task", "names_code", "task_name"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,7 @@ TASK_FILE_SUFFIXES = (".yaml", ".yml")
 #: Format rewards every answer type is measured with, after its correctness reward.
 _FORMAT_METRICS = ("soft_format_reward_func", "strict_format_reward_func", "xmlcount_reward_func")
 _CACHE: dict[tuple[Any, ...], Task] = {}
+_BUILTIN = Path(__file__).parent / "builtin"
 #: The kinds of value a data file's field may hold, as a message names them (one kind a field: one table column).
 _KINDS = {bool: "true or false", int: "a number", float: "a number", str: "text", list: "a list", dict: "an object"}
 
@@ -232,7 +237,7 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
         value = gold_text(row[answer])
         gold = kind.gold(value) if value is not None else None
         if gold is None:
-            raise ValueError(f"{where}: {answer!r} is {_short(row[answer])}, not {kind.needs} (answer_type "
+            raise ValueError(f"{where}: {answer!r} is {_short(row[answer])}, {_not_of_type(kind, value)} (answer_type "
                              f"{kind.name} in {path})")
         example = {k: v for k, v in row.items() if k not in own}
         for k, v in example.items():  # one table holds them: a field of two kinds is named with both rows
@@ -251,6 +256,16 @@ def _examples(path: Path, split: str, rows: Iterable[Located], data: dict[str, A
             chunks.append(table(batch))
             batch = []
     return table(batch, *chunks)
+
+
+def _not_of_type(kind: Any, value: str | None) -> str:
+    """Why a gold answer is not of its type, as the row's message says it: what the type needs, and for a number
+    longer than the kit reads (:data:`grpo_kit.tasks.numbers.MAX_NUMBER_CHARS`) that length."""
+    digits = sum(c in "0123456789" for c in value or "")
+    if kind.name == "number" and digits > MAX_NUMBER_CHARS:
+        return (f"a number of {digits:,} digits, longer than the {MAX_NUMBER_CHARS:,} the kit reads and compares: "
+                "give a shorter answer, or answer_type text to compare it as text")
+    return f"not {kind.needs}"
 
 
 def _questions(table: Any) -> Iterator[str]:
@@ -275,9 +290,33 @@ def _signature(path: Path) -> tuple[Any, ...]:
     return str(path), stat.st_size, stat.st_mtime_ns
 
 
+@functools.cache
+def kit_code() -> Mapping[str, frozenset[str]]:
+    """The Python a task file may name without ``trust_remote_code``: for each key of :data:`CODE_KEYS`, the
+    ``module:name`` values the kit's own task files give it (``grpo_kit/tasks/builtin/``: GSM8K's loader, Countdown's
+    rules, ...), and nothing else: not any name in a ``grpo_kit`` module, since a name may be a dotted path through
+    the module's globals (``grpo_kit.tasks.user_code:importlib.import_module``). Read from the files once, without
+    importing anything."""
+    found: dict[str, set[str]] = {key: set() for key in CODE_KEYS}
+    for file in sorted(_BUILTIN.glob("*.yaml")):
+        data = read_yaml(file, "a task file of the kit's own")
+        for key in CODE_KEYS:
+            if isinstance(data.get(key), str):
+                found[key].add(data[key].strip())
+    return MappingProxyType({key: frozenset(refs) for key, refs in found.items()})
+
+
+def foreign_code(data: Any) -> dict[str, Any]:
+    """``{key: module:name}`` of the Python a task file's keys (``data``, as read) name that is not the kit's own
+    (:func:`kit_code`): what loading it needs ``trust_remote_code`` for; empty for anything but a mapping."""
+    if not isinstance(data, Mapping):
+        return {}
+    return untrusted({key: data.get(key) for key in CODE_KEYS}, kit_code())
+
+
 def check_task_code(path: str | Path, data: Mapping[str, Any], trust_remote_code: bool = False) -> None:
-    """Refuse a task file that names Python outside ``grpo_kit`` (:data:`CODE_KEYS`) unless the caller trusts it
-    (:func:`grpo_kit.tasks.user_code.check_trusted`: a task file arrives with data, often downloaded).
+    """Refuse a task file that names Python other than the kit's own for its key (:func:`kit_code`) unless the caller
+    trusts it (:func:`grpo_kit.tasks.user_code.check_trusted`: a task file arrives with data, often downloaded).
 
     Args:
         path: the task file (for the message).
@@ -288,20 +327,20 @@ def check_task_code(path: str | Path, data: Mapping[str, Any], trust_remote_code
         ValueError: untrusted code; one line naming each key, its ``module:name`` and where the module would be
             imported from, said before anything is imported.
     """
-    check_trusted(path, {key: data.get(key) for key in CODE_KEYS}, "loading it", trust_remote_code)
+    check_trusted(path, {key: data.get(key) for key in CODE_KEYS}, "loading it", trust_remote_code, kit_code())
 
 
-def names_code(task: Any) -> bool:
-    """Whether ``task`` is a task file that names Python outside ``grpo_kit`` (:data:`CODE_KEYS`), which loading it
-    needs ``trust_remote_code`` for (:func:`check_task_code`); read without importing anything. ``False`` for a task of
-    the kit's own and for a file that is gone or unreadable (loading it says why)."""
+def names_code(task: Any) -> dict[str, Any]:
+    """``{key: module:name}`` of the Python other than the kit's own that ``task``, a task file, names
+    (:func:`foreign_code`), which loading it needs ``trust_remote_code`` for (:func:`check_task_code`); read without
+    importing anything. Empty for a task of the kit's own and for a file that is gone or unreadable (loading it says
+    why)."""
     if not is_task_file(task):
-        return False
+        return {}
     try:
-        data = read_yaml(task, "a task file")
+        return foreign_code(read_yaml(task, "a task file"))
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and bool(untrusted({key: data.get(key) for key in CODE_KEYS}))
+        return {}
 
 
 def _named(path: Path, data: dict[str, Any], key: str) -> Any:
@@ -424,8 +463,9 @@ def load_task(path: str | Path, builtin: bool = False, trust_remote_code: bool =
     if validation_size is not None and (type(validation_size) is not int or validation_size < 1):  # bool is no size
         raise ValueError(f"{path}: field 'validation_size' must be a whole number >= 1, got {validation_size!r}")
     name = data.get("name", path.stem)  # as task_name reads it
-    if not isinstance(name, str) or not name.strip() or "/" in name:
-        raise ValueError(f"{path}: field 'name' must be a short name without '/', got {name!r}")
+    if not isinstance(name, str) or not name.strip() or "/" in name or not name.isprintable():
+        raise ValueError(f"{path}: field 'name' must be a short name on one line, without '/' or control characters "
+                         f"(it names the run's folder, report and model card), got {_short(name)}")
     rewards, weights = _rewards(path, data, kind.reward if kind else None)
     gold = _gold(path, data)
     loader = _named(path, data, "loader")
@@ -464,19 +504,27 @@ def _gold(path: Path, data: dict[str, Any]) -> Callable[[Example], str]:
     ``"{answer}"``), its syntax checked now; a row that cannot fill it raises one line naming the file.
 
     Raises:
-        ValueError: the template is not text, is not a template (a lone brace), or numbers its fields instead of
-            naming them.
+        ValueError: the template is not text, is not a template (a lone brace), numbers its fields instead of
+            naming them, or gives a field anything but its name: a format spec (``{answer:>9999999999}`` would fill
+            10 GB per row), a conversion (``!r``), an attribute or an index (``{answer.__class__}``).
     """
     template = data.get("gold", "{answer}")
     example = "e.g. '{answer}', or '{target} from {nums}' (a brace meant as text written twice: '{{')"
     if not isinstance(template, str) or not template.strip():
         raise ValueError(f"{path}: field 'gold' must be a template over a row's fields, {example}; got {template!r}")
     try:
-        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+        fields = [(field, spec, conversion) for _, field, spec, conversion in string.Formatter().parse(template)
+                  if field is not None]
     except ValueError as e:
         raise ValueError(f"{path}: gold {template!r} is not a template ({e}): {example}") from None
-    if any(not field or field[0].isdigit() for field in fields):
+    if any(not field or field[0].isdigit() for field, _, _ in fields):
         raise ValueError(f"{path}: gold {template!r} numbers its fields: name them, {example}")
+    for field, spec, conversion in fields:
+        extra = f"a format spec ({':' + spec!r})" if spec else f"a conversion ('!{conversion}')" if conversion else \
+            "an attribute or index" if any(c in field for c in ".[") else None
+        if extra is not None:
+            raise ValueError(f"{path}: gold {template!r} gives the field {field.split('.')[0].split('[')[0]!r} "
+                             f"{extra}: a gold template names fields only, as '{{field}}', {example}")
 
     def gold(row: Example) -> str:
         try:

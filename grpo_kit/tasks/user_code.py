@@ -1,20 +1,27 @@
 """Python a user names as ``module:name`` (a reward on the command line, a task file's loader or rules): imported with
 one line for whatever goes wrong, naming the file and line where the module failed, never a traceback and never an exit
 of the kit's own. Python named by what arrives with data (a task file, a run folder's record) is imported only when the
-caller trusts it (:func:`check_trusted`)."""
+caller trusts it, or when it is, exactly, a name the kit itself defines for that role (:func:`check_trusted`): being in
+a ``grpo_kit`` module is not enough, since ``module:name`` may walk that module's globals to anything
+(``grpo_kit.policy.devices:os.system``)."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
+import os
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
-__all__ = ["TRUST", "check_trusted", "import_named", "untrusted"]
+__all__ = ["TRUST", "check_trusted", "import_named", "untrusted", "where_code_is"]
 
 #: How a caller says that Python arriving with data may run, as a message names it.
 TRUST = "--trust-task-code (in Python and the notebooks: trust_remote_code=True)"
+_NOTHING: Mapping[str, Collection[str]] = MappingProxyType({})
 
 
 def _where(error: BaseException) -> str:
@@ -67,54 +74,80 @@ def import_named(ref: str, what: str) -> Any:
     return found
 
 
-def _outside_kit(ref: Any) -> bool:
-    """Whether a ``module:name`` names a module outside the ``grpo_kit`` package."""
-    module = str(ref).partition(":")[0].strip()
-    return module != "grpo_kit" and not module.startswith("grpo_kit.")
-
-
-def _module_origin(ref: Any) -> str:
-    """Where ``module:name``'s top-level module would be imported from, found without running it
-    (``importlib.util.find_spec`` of a top-level name executes nothing)."""
-    import importlib.util
-
-    top = str(ref).partition(":")[0].strip().split(".")[0]
+def _module_file(module: str) -> str | None:
+    """The file ``module`` (dotted: a submodule) would be imported from, found without running any of its code: the
+    top-level name through the import system's finders (``importlib.util.find_spec`` of a top-level name executes
+    nothing), each submodule through ``importlib.machinery.PathFinder`` on its package's folders (``find_spec`` of a
+    submodule would import the package); the current folder counts, as :func:`import_named` puts it on the path.
+    ``None``: not found; ``"built into Python"`` for a built-in or frozen module."""
+    parts = module.strip().split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
     try:
-        spec = importlib.util.find_spec(top) if top else None
+        spec = importlib.util.find_spec(parts[0]) or importlib.machinery.PathFinder.find_spec(parts[0], [os.getcwd()])
+        for depth in range(1, len(parts)):
+            locations = spec.submodule_search_locations if spec is not None else None
+            if not locations:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]), list(locations))
     except (ImportError, ValueError):
-        spec = None
+        return None
     if spec is None:
-        return f"{top or ref!r}: not found from here"
-    return f"{top}: {spec.origin if spec.origin not in (None, 'built-in', 'frozen') else 'built into Python'}"
+        return None
+    return spec.origin if spec.origin not in (None, "built-in", "frozen") else "built into Python"
 
 
-def untrusted(named: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries of ``{label: "module:name" or None}`` that :func:`check_trusted` refuses without consent: those
-    naming a module outside ``grpo_kit``."""
-    return {label: ref for label, ref in named.items() if ref is not None and _outside_kit(ref)}
+def where_code_is(refs: Iterable[Any]) -> str:
+    """Where each module of ``module:name`` values would be imported from, found without running it
+    (:func:`_module_file`): ``"rows: /data/rows.py; os: built into Python"``, once per module.
+
+    >>> where_code_is(["json:loads", "nowhere_at_all:f"])  # doctest: +ELLIPSIS
+    'json: .../json/__init__.py; nowhere_at_all: not found from here'
+    """
+    modules = dict.fromkeys(str(ref).partition(":")[0].strip() for ref in refs)
+    return "; ".join(f"{module or '(no module)'}: {_module_file(module) or 'not found from here'}"
+                     for module in modules)
 
 
-def check_trusted(source: Any, named: Mapping[str, Any], action: str, trust_remote_code: bool = False) -> None:
+def untrusted(named: Mapping[str, Any], kit: Mapping[str, Collection[str]] = _NOTHING) -> dict[str, Any]:
+    """The entries of ``{label: "module:name" or None}`` that :func:`check_trusted` refuses without consent: each that
+    is not, exactly, one of the names the kit itself defines for that label's role (``kit[label]``, e.g. the loaders of
+    the kit's own task files); the module being ``grpo_kit``'s is not enough, since a name may be a dotted path through
+    the module's globals (``grpo_kit.policy.devices:os.system``).
+
+    >>> untrusted({"loader": "grpo_kit.tasks.gsm8k:load_gsm8k", "rules": None},
+    ...           {"loader": {"grpo_kit.tasks.gsm8k:load_gsm8k"}})
+    {}
+    >>> untrusted({"loader": "grpo_kit.tasks.user_code:importlib.import_module"})
+    {'loader': 'grpo_kit.tasks.user_code:importlib.import_module'}
+    """
+    return {label: ref for label, ref in named.items()
+            if ref is not None and (not isinstance(ref, str) or ref.strip() not in kit.get(label, ()))}
+
+
+def check_trusted(source: Any, named: Mapping[str, Any], action: str, trust_remote_code: bool = False,
+                  kit: Mapping[str, Collection[str]] = _NOTHING) -> None:
     """Refuse Python that arrived with data unless the caller trusts it: importing a module runs its code, so as
     ``datasets.load_dataset`` and ``transformers``' ``from_pretrained`` run code that came with a dataset or a model
     only with ``trust_remote_code=True``, the kit imports a module that a task file or a run folder's record names
-    only when whoever runs the kit says so, never the file itself. The kit's own modules (``grpo_kit.*``) need
-    nothing.
+    only when whoever runs the kit says so, never the file itself. Without consent a file may name only what the kit
+    defines for that role (``kit``: its own task files' loaders and rules, its built-in rewards), exactly.
 
     Args:
         source: the file that names the Python (for the message).
         named: ``{label: "module:name" or None}``, e.g. ``{"loader": "rows:load"}``; ``None`` names nothing.
         action: what would import it, as the message says it (``"loading it"``).
         trust_remote_code: the caller's consent (``--trust-task-code`` on the command line).
+        kit: ``{label: the module:name values of the kit's own for that label's role}``.
 
     Raises:
         ValueError: untrusted code; one line naming each label, its ``module:name`` and where the module would be
             imported from, said before anything is imported.
     """
-    foreign = untrusted(named)
+    foreign = untrusted(named, kit)
     if not foreign or trust_remote_code:
         return
     names = ", ".join(f"{label}: {ref}" for label, ref in foreign.items())
-    origins = "; ".join(dict.fromkeys(_module_origin(ref) for ref in foreign.values()))
-    raise ValueError(f"{source} names Python that {action} would import and run ({names}; {origins}), and nothing "
-                     f"was imported: read that code, and if you trust it pass {TRUST}")
+    raise ValueError(f"{source} names Python that {action} would import and run ({names}; "
+                     f"{where_code_is(foreign.values())}), and nothing was imported: read that code, and if you "
+                     f"trust it pass {TRUST}")

@@ -4,8 +4,9 @@ The trainer (transformers' ``Trainer``) writes ``checkpoint-<step>/`` every ``sa
 model or adapter, then the optimizer and scheduler, the RNG states, and last
 ``trainer_state.json``. A run killed while one is being written leaves a folder without a
 readable ``trainer_state.json`` (or without the files before it): :func:`is_complete` tells, and
-:func:`latest_complete` falls back to the newest complete one. Older checkpoints are deleted only
-after a newer one is complete (``save_total_limit``), so one always survives.
+:func:`latest_complete` falls back to the newest complete one; a resume sets the torn one aside
+(:func:`set_aside_torn`). Older checkpoints are deleted only after a newer one is complete
+(``save_total_limit``), so one always survives. A save that fails for a full disk says so (:func:`saving`).
 
 A resumed run continues the learning-rate schedule of its *current* length (:func:`continue_schedule`):
 extending a finished 250-step run to 350 steps trains step 251 at the 350-step schedule's rate for
@@ -23,16 +24,18 @@ import contextlib
 import json
 import logging
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.system.files import follow_umask, json_or_none, sha256_file, write_json
+from grpo_kit.system.files import DiskFull, follow_umask, json_or_none, out_of_space, sha256_file, write_json
 from grpo_kit.tasks import RewardSet
 from grpo_kit.training.presets import RESUMABLE_FIELDS, Recipe
 
-__all__ = ["FINGERPRINT", "WEIGHT_FILES", "TiedKeysLoaded", "check_fingerprint", "check_same_run",
+__all__ = ["FINGERPRINT", "TORN", "WEIGHT_FILES", "TiedKeysLoaded", "check_fingerprint", "check_same_run",
            "checkpoint_callback", "checkpoint_step", "checkpoints", "continue_schedule", "is_complete",
-           "latest_complete", "readable", "resume_point", "run_identity", "weights_fingerprint"]
+           "latest_complete", "readable", "resume_point", "run_identity", "saving", "set_aside_torn",
+           "weights_fingerprint"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _MISSING_KEYS = "There were missing keys in the checkpoint model loaded: "
@@ -223,12 +226,14 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
         max_steps: the steps the resumed run is asked to reach.
         finished_step: the step the run finished at, when it did (the run folder's ``finished.json``).
 
+    Checkpoints newer than the one returned that are not complete (torn by a kill or a full disk) are set aside when
+    training starts (:func:`set_aside_torn`); with none complete, the run starts again from step 0.
+
     Raises:
-        ValueError: the run has trained past ``max_steps`` (a run cannot be shortened); checkpoints exist but none
-            is complete (a resume would start over from step 0); a finished run asked for more steps has no complete
-            checkpoint of its last step (pruned or damaged: it would be trained again from an earlier step); the
-            checkpoint's weights are not the ones training saved (:func:`check_fingerprint`); each message says what
-            to do.
+        ValueError: the run has trained past ``max_steps`` (a run cannot be shortened); a finished run asked for more
+            steps has no complete checkpoint of its last step (pruned or damaged: it would be trained again from an
+            earlier step); the checkpoint's weights are not the ones training saved (:func:`check_fingerprint`); each
+            message says what to do.
     """
     folder = Path(folder)
     found = latest_complete(folder)
@@ -237,12 +242,6 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
     if done > max_steps:
         raise ValueError(f"{folder.parent} has trained {done} steps, more than --max_steps {max_steps}: a run cannot "
                          f"be shortened. Resume with --max_steps {done} or more, or train a new run folder")
-    if found is None and (broken := checkpoints(folder)):
-        names = ", ".join(p.name for p in broken)
-        raise ValueError(f"{folder.parent} holds checkpoints but none is complete ({names}: trainer_state.json,"
-                         " the weights, optimizer.pt or scheduler.pt missing or unreadable), so a "
-                         f"resume would start over from step 0. Delete them (rm -r {folder}) to start over, or "
-                         "restore a complete checkpoint")
     if found is not None:
         check_fingerprint(found)
     if finished_step is not None and max_steps > finished_step and reached < finished_step:
@@ -251,6 +250,66 @@ def resume_point(folder: str | Path, max_steps: int, finished_step: int | None =
                          f"a resume would train again from step {reached} and replace the finished model. The run "
                          "stays as it is: train a new run folder to train longer")
     return found
+
+
+#: Where :func:`set_aside_torn` moves torn checkpoints, inside the checkpoints folder: a name neither transformers
+#: (``checkpoint-*``) nor :func:`checkpoints` reads as a checkpoint.
+TORN = "torn"
+
+
+def set_aside_torn(folder: str | Path) -> list[Path]:
+    """Move the checkpoints newer than the newest complete one (every one, when none is complete) that are not
+    complete (:func:`is_complete`: torn by a kill or a full disk while being saved) into ``folder/torn/``, so that a
+    resume continues from the newest whole checkpoint and transformers never writes a new save over a torn one's
+    files; nothing is deleted (the user may look at, or remove, ``torn/``).
+
+    Args:
+        folder: the run's ``checkpoints/`` folder.
+
+    Returns:
+        Where each was moved (``torn/checkpoint-<step>``, with ``-2``, ``-3`` ... when an earlier one took the name),
+        oldest step first.
+    """
+    folder = Path(folder)
+    newest = latest_complete(folder)
+    after = checkpoint_step(newest) if newest is not None else -1
+    moved = []
+    for checkpoint in checkpoints(folder):
+        if checkpoint_step(checkpoint) > after and not is_complete(checkpoint):
+            target, n = folder / TORN / checkpoint.name, 1
+            while target.exists():
+                n += 1
+                target = folder / TORN / f"{checkpoint.name}-{n}"
+            target.parent.mkdir(exist_ok=True)
+            checkpoint.rename(target)
+            moved.append(target)
+    return moved
+
+
+@contextlib.contextmanager
+def saving(folder: str | Path, resume: Callable[[], str]) -> Iterator[None]:
+    """Training's saves into ``folder`` (checkpoints, the trained model), a full disk said as one
+    (:class:`grpo_kit.system.files.DiskFull`): torch's zip writer says only "unexpected pos 704 vs 598" and
+    safetensors "Error while serializing", neither that the disk is full.
+
+    Args:
+        folder: the run's ``checkpoints/`` folder.
+        resume: the command that resumes the run (called only on a full disk, once the records name its code).
+
+    Raises:
+        grpo_kit.system.files.DiskFull: a save failed for want of space; the message names the checkpoint being
+            written, the free space, the library's own words, and the resume that continues from the newest whole
+            checkpoint once space is freed (the torn one is set aside then: :func:`set_aside_torn`).
+    """
+    try:
+        yield
+    except Exception as e:
+        if not out_of_space(e, folder):
+            raise
+        torn = [c for c in checkpoints(folder) if not is_complete(c)]
+        doing = f"training saved {torn[-1].name}" if torn else "training saved its model"
+        raise DiskFull(folder, doing, e, f"free space there, then run {resume()}: a torn checkpoint is set aside and "
+                                         "training continues from the newest whole one") from None
 
 
 def run_identity(preset: Recipe, task: str, model: str, rewards: RewardSet,

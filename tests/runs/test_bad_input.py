@@ -498,3 +498,48 @@ def test_a_validation_size_out_of_range_names_where_it_came_from(tmp_path, capsy
                  "--eval_steps", "2", "--eval-size", "100000"]) == 2
     assert capsys.readouterr().err == ("error: --eval-size 100000 (notebook 03: eval_size) must be between 1 and 59 "
                                        "(the train split's distinct questions less one), got 100000\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--temperature", "-1", "--samples", "2"], "temperature (--temperature) must be a finite number above 0 (sampling "
+                                                "divides the logits by it), got -1.0"),
+    (["--temperature", "nan", "--samples", "2"], "temperature (--temperature) must be a finite number above 0 "
+                                                 "(sampling divides the logits by it), got nan"),
+    (["--temperature", "0.9"], "--temperature 0.9 sets the sampled completions' temperature, and none are asked for "
+                               "(greedy only): add --samples K, or drop --temperature"),
+    (["--max-new-tokens", "100000000"], "max_new_tokens (--max-new-tokens) 100000000 does not fit the policy's context "
+                                        "window of 1024 tokens (the tiny policy's max_positions), which holds the "
+                                        "prompt too: give fewer, e.g. --max-new-tokens 512"),
+])
+def test_every_generation_setting_eval_records_is_range_checked(args, message, tmp_path, capsys):
+    """S5 of issue 57: --temperature -1, --temperature nan and --max-new-tokens 100000000 were accepted and recorded
+    in eval_settings.json."""
+    run = tmp_path / "run"
+    assert main(["eval", "--before", "--preset", "cpu-tiny", "--eval-size", "2", "--run-dir", str(run), *args]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert not run.exists()
+
+
+def test_a_models_context_window_is_read_from_its_config_without_loading_it(tmp_path):
+    from grpo_kit.runs.measure import EvalPlan
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 2048}))
+    plan = EvalPlan(task=get_task("gsm8k"), preset=get_preset("cpu-tiny"), model=str(tmp_path), max_new_tokens=2048)
+    with pytest.raises(ValueError, match=f"context window of 2048 tokens \\({tmp_path}'s max_position_embeddings\\)"):
+        plan.check_context()
+    EvalPlan(task=get_task("gsm8k"), preset=get_preset("cpu-tiny"), model=str(tmp_path), max_new_tokens=2047
+             ).check_context()
+
+
+def test_ctrl_c_before_the_first_checkpoint_promises_no_checkpoint(monkeypatch, tmp_path, capsys):
+    """Ctrl-C before the first checkpoint promised "the newest complete checkpoint", of which there was none."""
+    import grpo_kit.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_train", interrupted)
+    assert main(["train", "--preset", "cpu-tiny", "--run-dir", str(tmp_path / "run")]) == 130
+    assert capsys.readouterr().err == ("interrupted: train stopped; what it finished is kept (no checkpoint was saved "
+                                       f"yet in {tmp_path / 'run' / 'checkpoints'}: run the same command again to "
+                                       "start over)\n")

@@ -809,3 +809,18 @@ def test_a_card_names_a_task_file_by_its_tasks_name_never_its_path(tmp_path):
     (tmp_path / "task.yaml").write_text("name: units\nquestion: q\nanswer: a\n")
     assert _task_name(str(tmp_path / "task.yaml")) == "units" and _task_name("gsm8k") == "gsm8k"
     assert _task_name(str(tmp_path / "moved.yaml")) == "moved"  # a file gone since: its stem, not its path
+
+
+def test_the_llama_cpp_advice_gives_the_route_that_works_outside_a_clone_first(tmp_path, monkeypatch):
+    """Issue 57: `export --format gguf` outside a clone named `make install-llama` first, which only a clone has."""
+    from grpo_kit.policy import llama_cpp
+
+    monkeypatch.setenv("GRPO_KIT_LLAMA", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as missing:
+        llama_cpp._converter()
+    said = str(missing.value)
+    pins = (Path(__file__).resolve().parents[2] / "requirements-llama.txt").read_text()
+    assert f"llama-cpp-python=={llama_cpp.LLAMA_CPP_PYTHON}\n" in pins
+    assert said.index(f"pip install llama-cpp-python=={llama_cpp.LLAMA_CPP_PYTHON}") < \
+        said.index("pip download --no-deps --no-binary :all:") < said.index("make install-llama")
+    assert f"GRPO_KIT_LLAMA=$PWD/llama-src/llama_cpp_python-{llama_cpp.LLAMA_CPP_PYTHON}/vendor" in said

@@ -162,6 +162,7 @@ def test_every_command_printed_for_a_run_with_its_own_rewards_passes_trust_task_
     import json
 
     import grpo_kit.cli
+    import grpo_kit.training.checkpoints
     from grpo_kit.runs.folder import RunFolder
     from grpo_kit.runs.spec import _resume_command
     from tests.viewer_run import write_run
@@ -172,27 +173,32 @@ def test_every_command_printed_for_a_run_with_its_own_rewards_passes_trust_task_
     (run / "train_settings.json").write_text(json.dumps(settings))
     folder = RunFolder(run, write=False)
     pasted = f"--run-dir '{run}'"
+    # the option comes with the Python it lets run and where from (issue 57, S2)
+    trust = ("--trust-task-code (read first the Python it runs: reward answer_length: tests.viewer_run:answer_length; "
+             f"tests.viewer_run: {Path(__file__).parents[1] / 'viewer_run.py'})")
     assert folder.needs_trust() and folder.command("train --resume") == \
-        f"python -m grpo_kit train {pasted} --resume --trust-task-code"
+        f"python -m grpo_kit train {pasted} --resume {trust}"
     (run / "evaluated.json").unlink()
-    assert f"run python -m grpo_kit eval {pasted} --trust-task-code again" in folder.stale_results()
+    assert f"run python -m grpo_kit eval {pasted} {trust} again" in folder.stale_results()
     assert _resume_command(run, {"model": "tiny:x"}, {"max_steps": 3}).endswith(
-        f"{pasted} --resume --max_steps 3 --trust-task-code")
+        f"{pasted} --resume --max_steps 3 {trust}")
 
     def interrupted(args):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(grpo_kit.cli, "_train", interrupted)
+    monkeypatch.setattr(grpo_kit.training.checkpoints, "latest_complete", lambda folder: folder / "checkpoint-2")
     assert main(["train", "--run-dir", str(run), "--preset", "cpu-tiny"]) == 130
-    assert f"(python -m grpo_kit train {pasted} --resume --trust-task-code continues" in capsys.readouterr().err
+    assert f"(python -m grpo_kit train {pasted} --resume {trust} continues" in capsys.readouterr().err
     (run / "finished.json").unlink()  # training did not finish: export and eval say how to resume it
     for args in (["export", str(run)], ["eval", "--run-dir", str(run), "--trust-task-code"]):
         assert main(args) == 2, args
-        assert f"python -m grpo_kit train {pasted} --resume --trust-task-code" in capsys.readouterr().err, args
+        assert f"python -m grpo_kit train {pasted} --resume {trust}" in capsys.readouterr().err, args
     (run / "train_settings.json").write_text(json.dumps({**settings, "reward_functions": {}}))  # built-ins only
     assert not folder.needs_trust() and "--trust-task-code" not in folder.command("eval")
     task = tmp_path / "rows.yaml"  # a task file whose loader is Python of its own: the same consent
     task.write_text("loader: my_rows:load\nanswer_type: number\n")
     evaluated = json.loads((run / "eval_settings.json").read_text())
     (run / "eval_settings.json").write_text(json.dumps({**evaluated, "task": str(task)}))
-    assert folder.command("eval").endswith("--trust-task-code")
+    assert folder.command("eval").endswith(f"--trust-task-code (read first the Python it runs: task file {task}'s "
+                                           "loader: my_rows:load; my_rows: not found from here)")

@@ -378,3 +378,114 @@ def test_commands_that_only_read_a_run_folder_work_on_a_read_only_one():
         for path in [root, *root.rglob("*")]:
             path.chmod(0o755)
         shutil.rmtree(root)
+
+
+# --- issue 57: run folders of their own, the lock's holder named first, a read-only folder's report -----------------
+
+
+def _a_run(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "train_settings.json").write_text("{}")
+    (folder / "model").mkdir()
+    return folder
+
+
+@pytest.mark.parametrize("command", [["eval", "--before"], ["train", "--preset", "cpu-tiny"]])
+def test_a_run_folder_is_never_empty_nor_inside_another_run(command, tmp_path, monkeypatch, capsys):
+    """S3: `eval --before --run-dir RUN/model/sub` wrote into another run's model/, whose compare and export then
+    refused ("model/sub/.lock was added after training"); S4: `--run-dir ''` wrote the run's files loose into the
+    working folder."""
+    monkeypatch.chdir(tmp_path)
+    run = _a_run(tmp_path / "run")
+    assert main([*command, "--run-dir", "run/model/sub"]) == 2
+    assert capsys.readouterr().err == (f"error: run/model/sub lies inside the run folder {run} (in its model/), whose "
+                                       "files that run's steps write and check: choose a folder outside it, e.g. "
+                                       f"--run-dir {tmp_path / 'run-2'}\n")
+    assert main([*command, "--run-dir", ""]) == 2
+    assert capsys.readouterr().err == ("error: the run folder is empty (--run-dir ''; notebooks: run_dir=''): name a "
+                                       "folder of its own, e.g. --run-dir runs/my-run\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in run.iterdir()) == ["model", "train_settings.json"] and not any(run.glob("model/*"))
+
+
+def test_a_second_train_and_an_export_name_the_training_that_holds_the_folder_first(tmp_path, monkeypatch, capsys):
+    """F2: a second `train` on a folder being trained was told to pass --resume (the lock's owner was named only
+    then); `export` during that train said model/ was missing."""
+    import grpo_kit.runs.spec
+
+    run = _a_run(tmp_path / "run")
+    (run / "model").rmdir()  # a training that has not saved its model yet
+    monkeypatch.setattr(grpo_kit.runs.spec, "latest_complete", lambda folder: folder / "checkpoint-2")
+    holder = _hold_lock(run)
+    try:
+        for args in (["train", "--preset", "cpu-tiny", "--run-dir", str(run)], ["export", str(run)]):
+            assert main(args) == 2, args
+            err = capsys.readouterr().err
+            assert err.startswith(f"error: {run} is being written by process {holder.pid} on "), err
+            assert "(train, since " in err and "--resume" not in err and "is missing" not in err, err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["export", str(run)]) == 2  # the training gone: what is missing is said again
+    assert f"{run / 'model'} is missing" in capsys.readouterr().err
+
+
+def test_a_read_only_run_folder_already_evaluated_shows_its_report():
+    """F3: `eval` on a read-only folder already evaluated told the user to choose another --run-dir."""
+    import tempfile
+
+    from tests.viewer_run import write_run
+
+    root = Path(tempfile.mkdtemp(prefix="grpo-kit-read-only-"))
+    try:
+        mask = os.umask(0o022)
+        try:
+            run = write_run(root / "run", n=12, steps=1, samples=2)
+            (run / "report.md").write_text("# grpo_kit: run\n\n| metric | before | after |\n\n## Diagnostics\n\nx\n")
+        finally:
+            os.umask(mask)
+        for path in [run, *run.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+        root.chmod(0o755)
+        done = _as_another_user(["eval", "--run-dir", "run"], root)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "# grpo_kit: run\n\n| metric | before | after |\n\n"
+        assert f"{Path('run')} is read-only, and its evaluation after training is of the model it holds now" in \
+            done.stderr
+        (run / "evaluated.json").chmod(0o644)
+        (run / "evaluated.json").write_text("{}")  # not current: measured again, which needs a folder it can write
+        done = _as_another_user(["eval", "--run-dir", "run"], root)
+        assert done.returncode == 2 and "cannot write the run folder run" in done.stderr, done.stderr
+    finally:
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755)
+        shutil.rmtree(root)
+
+
+def test_a_first_baseline_killed_before_it_wrote_anything_leaves_a_folder_the_next_one_takes(tmp_path, capsys):
+    """SIGKILL during `eval --before` (the model loading) left a run folder holding only its lock: the next first
+    baseline into it is measured as into a new folder, and one refused removes it, as it removes a folder it
+    created."""
+    run = tmp_path / "run"
+    holder = _hold_lock(run)
+    holder.kill()  # SIGKILL: what a killed eval --before leaves
+    holder.wait()
+    assert sorted(p.name for p in run.iterdir()) == [".lock", ".lock-holder.json"]
+    assert main(["eval", "--before", "--run-dir", str(run), "--eval-size", "100000"]) == 2
+    assert "--eval-size 100000" in capsys.readouterr().err and not run.exists()
+
+
+def test_an_export_refused_for_a_full_disk_leaves_nothing_beside_out(tmp_path):
+    """`.exp.lock` was left beside --out after a full-disk refusal: a lock beside the folder it guards goes with its
+    holder record when the folder was not made."""
+    import errno
+
+    from grpo_kit.runs.locks import hold_lock
+
+    out = tmp_path / "exp"
+    with pytest.raises(OSError), hold_lock(tmp_path / ".exp.lock", tmp_path / ".exp.lock-holder.json", out, "export"):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert not list(tmp_path.iterdir())
+    with hold_lock(tmp_path / ".exp.lock", tmp_path / ".exp.lock-holder.json", out, "export"):
+        out.mkdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".exp.lock", "exp"]  # a made export keeps its lock file

@@ -288,18 +288,43 @@ def test_a_resume_with_other_training_questions_is_refused(uninterrupted, tiny_p
         assert recorded in capsys.readouterr().err
 
 
-def test_checkpoints_that_are_all_damaged_are_refused_not_restarted_from_step_0(uninterrupted, tiny_policy_files,
-                                                                                tmp_path, capsys):
+def test_a_full_disk_during_a_save_is_named_and_the_torn_checkpoint_set_aside(uninterrupted, tiny_policy_files,
+                                                                              tmp_path, monkeypatch, capsys):
+    """F1 of issue 57: a full disk during a checkpoint save printed torch's "[enforce fail at inline_container.cc:672]
+    ... unexpected pos", never that the disk was full; once space was freed, --resume found no complete checkpoint
+    and asked the user to delete the torn one by hand. torch.save raises here what it raised on a full tmpfs (a test
+    cannot fill a disk), with the disk's free space said to be 1 MiB."""
     import shutil
+
+    import grpo_kit.system.files as files
 
     run_dir = _copy(uninterrupted[0], tmp_path)
     (run_dir / "finished.json").unlink()
-    for ckpt in checkpoints(run_dir / "checkpoints")[:-1]:
-        shutil.rmtree(ckpt)
-    (run_dir / "checkpoints" / "checkpoint-6" / "trainer_state.json").write_text('{"global_st')
-    assert main(_train_args(tiny_policy_files, run_dir, "--resume")) == 2
-    err = capsys.readouterr().err
-    assert "none is complete (checkpoint-6" in err and "would start over from step 0" in err
+    shutil.rmtree(run_dir / "model")
+    for ckpt in checkpoints(run_dir / "checkpoints")[1:]:
+        shutil.rmtree(ckpt)  # killed after checkpoint-2
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    monkeypatch.setattr(files, "_free_bytes", lambda folder: 1 << 20)
+    assert main(_train_args(tiny_policy_files, run_dir, "--resume")) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"error: the disk is full (1.0 MiB free) while training saved checkpoint-4 (RuntimeError: [enforce "
+                   f"fail at inline_container.cc:672] . unexpected pos 704 vs 598) ({run_dir / 'checkpoints'}): free "
+                   f"space there, then run python -m grpo_kit train --run-dir {run_dir} --resume: a torn checkpoint is "
+                   "set aside and training continues from the newest whole one; every file is written whole or not "
+                   "at all, so nothing half-written is trusted"), err
+    torn = run_dir / "checkpoints" / "checkpoint-4"
+    assert torn.is_dir() and not is_complete(torn)
+    monkeypatch.undo()
+    result = _train(_train_args(tiny_policy_files, run_dir, "--resume"))  # space freed: the command it named
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"set aside checkpoint-4 in {run_dir / 'checkpoints' / 'torn'} (not complete: the save was cut short by a "
+            "kill or a full disk); training continues from checkpoint-2, the newest whole checkpoint") in result.stderr
+    assert sorted(p.name for p in (run_dir / "checkpoints" / "torn").iterdir()) == ["checkpoint-4"]
+    assert json.loads((run_dir / "finished.json").read_text())["step"] == 6 and is_complete(torn)
 
 
 def test_the_step_0_evaluation_survives_a_kill_before_the_first_checkpoint(uninterrupted, tiny_policy_files,

@@ -569,7 +569,7 @@ def test_splits_may_be_one_name_and_a_file_without_answer_type_names_what_it_lac
     assert task.splits == ("test",) and task.load("test")[0]["answer"] == "a"
     path = _write(tmp_path / "b", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nsplits: [train]\nanswer_type: text\n")
     assert "field 'splits' must list the loader's split names, test among them" in _error(path)
-    path = _write(tmp_path / "c", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nrules: grpo_kit.tasks.gsm8k:RULES\n")
+    path = _write(tmp_path / "c", "loader: grpo_kit.tasks.gsm8k:load_gsm8k\nrules: grpo_kit.tasks.sum3:RULES\n")
     assert _error(path) == (f"{path}: without answer_type the task has no correctness reward to train with: add "
                             "rewards: {reward name: weight} (e.g. {xmlcount_reward_func: 1.0}), or an answer_type: "
                             "number, text, math, choice")
@@ -606,11 +606,13 @@ def test_data_a_table_cannot_hold_is_named_with_file_and_line(tmp_path, line, me
 
 
 def test_a_long_answer_that_is_no_number_is_shown_cut_in_its_one_line(tmp_path):
-    """Case 16 of issue 44: a 5,000-digit gold number given as text was refused in one line of 5,230 characters."""
+    """Case 16 of issue 44: a 5,000-digit gold number given as text was refused in one line of 5,230 characters;
+    issue 57: as "not a number as written", where it is a number longer than the kit reads."""
     path = _write(tmp_path, BASIC.format("number"), _rows(["1"]), _rows(["9" * 5000]))
     error = _error(path)
-    assert error.startswith(f"{tmp_path / 'test.jsonl'}:1: 'a' is '999") and "9999' (5000 characters), not a " \
-        "number as written" in error and len(error) < 400, error
+    assert error.startswith(f"{tmp_path / 'test.jsonl'}:1: 'a' is '999") and "9999' (5000 characters), a number of " \
+        "5,000 digits, longer than the 4,096 the kit reads and compares: give a shorter answer, or answer_type text " \
+        "to compare it as text" in error and len(error) < 400, error
 
 
 def test_a_yaml_merge_key_is_read_in_task_files_as_in_recipes(tmp_path):
@@ -621,3 +623,64 @@ def test_a_yaml_merge_key_is_read_in_task_files_as_in_recipes(tmp_path):
     twice = _write(tmp_path / "twice", "train: train.jsonl\ntest: test.jsonl\n<<: {question: q}\nanswer: a\n"
                                        "answer: b\nanswer_type: text\n", _rows(["a"]), _rows(["b"]))
     assert "the key 'answer' is given twice" in _error(twice)
+
+
+# --- issue 57: what a task file holds is read when it loads, or refused in one line ------------------------------
+
+
+@pytest.mark.parametrize("template, says", [
+    ("{answer:>9999999999}", "gives the field 'answer' a format spec (':>9999999999')"),
+    ("{answer!r}", "gives the field 'answer' a conversion ('!r')"),
+    ("{answer.__class__}", "gives the field 'answer' an attribute or index"),
+    ("{answer[0]}", "gives the field 'answer' an attribute or index"),
+])
+def test_a_gold_template_names_fields_only(template, says, tmp_path):
+    """S6: `gold: '{answer:>9999999999}'` loaded and took 10 GB."""
+    path = _write(tmp_path, BASIC.format("text") + f"gold: '{template}'\n", _rows(["a"]), _rows(["b"]))
+    assert _error(path) == (f"{path}: gold {template!r} {says}: a gold template names fields only, as '{{field}}', "
+                            "e.g. '{answer}', or '{target} from {nums}' (a brace meant as text written twice: '{{')")
+
+
+def test_math_answers_are_read_by_math_verify_when_the_task_loads_naming_the_row(tmp_path):
+    """S7: a `math` answer `\\frac{1}{2` (unbalanced) loaded, and no completion could ever be judged against it."""
+    path = _write(tmp_path, BASIC.format("math"), _rows(["\\frac{1}{2}", "x^2 + 1", "\\$18.90", "72"]),
+                  _rows(["\\sqrt{2}", "\\frac{1}{2"]))
+    assert _error(path) == (f"{tmp_path / 'test.jsonl'}:2: 'a' is '\\\\frac{{1}}{{2', not a LaTeX answer math-verify "
+                            "can read (its braces paired, e.g. \\frac{1}{2}) or a number (answer_type math in "
+                            f"{path})")
+    (tmp_path / "test.jsonl").write_text(json.dumps({"q": "Q?", "a": "}{"}) + "\n", encoding="utf-8")
+    assert "test.jsonl:1: 'a' is '}{', not a LaTeX answer" in _error(path)
+    (tmp_path / "test.jsonl").write_text(json.dumps({"q": "Q?", "a": "\\sqrt{2}"}) + "\n", encoding="utf-8")
+    task = load_task(path)
+    kind = answer_type("math")
+    assert task.load("train")[2]["answer"] == "\\$18.90" and kind.same("18.90", "\\$18.90")  # an escaped dollar
+    assert kind.same("\\frac{2}{4}", task.load("train")[0]["answer"])
+
+
+def test_a_task_name_is_one_line(tmp_path):
+    path = _write(tmp_path, BASIC.format("text") + "name: \"two\\nlines\"\n", _rows(["a"]), _rows(["b"]))
+    assert _error(path) == (f"{path}: field 'name' must be a short name on one line, without '/' or control "
+                            "characters (it names the run's folder, report and model card), got 'two\\nlines'")
+
+
+def test_a_yaml_file_of_megabytes_is_refused_before_it_is_read(tmp_path):
+    """A 16 MB recipe was read for 31.7 s in silence before anything was said."""
+    path = tmp_path / "task.yaml"
+    path.write_text("# padding\n" * 200_000, encoding="utf-8")
+    assert _error(path) == (f"{path} holds 1.9 MiB, and a task file is a few kilobytes of keys (at most 1 MiB is "
+                            "read): give the YAML file of keys; rows of data go in the data files it names")
+    assert main(["plan", "--config", str(path)]) == 2
+
+
+@pytest.mark.parametrize("gold, written", [("Café", "Cafe\u0301"), ("fish", "\ufb01sh"), ("Straße", "STRASSE"),
+                                           ("x", "\U0001d465")])
+def test_text_answers_compare_as_unicode_composes_and_folds_them(gold, written):
+    """Text answers were compared without Unicode normalisation: a decomposed é, the ligature ﬁ."""
+    kind = answer_type("text")
+    assert kind.same(kind.flexible(f"#### {written}"), gold)
+
+
+@pytest.mark.parametrize("gold, written", [("x2", "x\u00b2"), ("12", "\u00bd"), ("3", "\uff13")])
+def test_text_answers_keep_what_nfkc_would_make_another_answer(gold, written):
+    kind = answer_type("text")
+    assert not kind.same(kind.flexible(f"#### {written}"), gold)

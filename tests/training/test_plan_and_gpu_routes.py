@@ -222,8 +222,8 @@ def test_plan_for_a_resume_names_the_checkpoint(tmp_path, capsys):
 
 
 def test_plan_refuses_the_resumes_train_refuses(tmp_path, capsys):
-    """Plan and train --resume decide a resume by one rule (checkpoints.resume_point): no silent restart from
-    step 0 when every checkpoint is damaged, no shortening of a run."""
+    """Plan and train --resume decide a resume by one rule (checkpoints.resume_point): a torn checkpoint is set aside
+    (issue 57: step 0 when none is whole), no shortening of a run."""
     from grpo_kit.training.checkpoints import run_identity
 
     run = tmp_path / "run"
@@ -232,8 +232,8 @@ def test_plan_refuses_the_resumes_train_refuses(tmp_path, capsys):
     (run / "train_settings.json").write_text(json.dumps({"identity": identity, "max_steps": 300}))
     _fsdp_checkpoint(run / "checkpoints", 100, weights=False)
     code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--device", "h100-80gb")
-    assert code == 2 and plan["resume_from"] is None
-    assert any(line.startswith("FATAL") and "none is complete (checkpoint-100" in line for line in plan["problems"])
+    assert plan["resume_from"] is None and "training would start at step 0" in plan["resume_why"]
+    assert not any("checkpoint-100" in line for line in plan["problems"])
     newest = _fsdp_checkpoint(run / "checkpoints", 300)
     (run / "finished.json").write_text(json.dumps({"step": 300}))
     code, plan = _plan(capsys, "--run-dir", str(run), "--resume", "--device", "h100-80gb")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -155,6 +157,33 @@ def test_setup_wandb_never_prompts_and_never_blocks(monkeypatch, capsys, kit_log
     assert setup_wandb("proj") == "wandb" and os.environ["WANDB_MODE"] == "offline"
     with pytest.raises(ValueError, match="unknown"):
         setup_wandb("proj", "sometimes")
+
+
+def test_an_offline_wandb_run_is_finished_whole_and_named_with_its_sync_command(tmp_path):
+    """Issue 57: with WANDB_MODE=offline nothing said where the run went or how to `wandb sync` it, and wandb's
+    debug log ended in an uncaught HandleAbandonedError: transformers never finishes the run, and wandb's exit hook
+    lost its service first. The kit finishes it once training is over (in a process of its own, as a train is)."""
+    import os
+    import subprocess
+    import sys
+
+    child = ("import wandb\n"
+             "from grpo_kit.training.tracking import finish_wandb\n"
+             "run = wandb.init(project='p')\n"
+             "run.log({'reward': 1.0})\n"
+             "print(finish_wandb())\n"
+             "assert wandb.run is None and finish_wandb() is None\n"
+             "mine = wandb.init(project='p')\n"  # a run the user opened before training stays theirs
+             "assert finish_wandb(kept=mine.id) is None and wandb.run is mine\n"
+             "mine.finish()\n")
+    done = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    assert done.returncode == 0, done.stderr
+    folder = done.stdout.split(" into ", 1)[1].split(" ", 1)[0]
+    assert Path(folder).parent == tmp_path / "wandb" and Path(folder).name.startswith("offline-run-")
+    assert done.stdout.strip() == (f"wandb: the run was logged offline into {folder} (nothing was sent): upload it "
+                                   f"with `wandb sync {folder}`")
+    assert "HandleAbandonedError" not in (tmp_path / "wandb" / "debug.log").read_text()
 
 
 def test_saved_lora_adapter_loads_back_for_evaluation(tiny_policy, tiny_policy_files, gsm8k_train_small, tmp_path):
