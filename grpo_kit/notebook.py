@@ -154,6 +154,7 @@ def route_summary(preset: Any = None, model: str | None = None, steps: int | Non
     Returns:
         A few lines; empty without a GPU or for a preset that runs on the CPU.
     """
+    from grpo_kit.policy.speed import route_words
     from grpo_kit.system.install import installed_version
     from grpo_kit.training.plan import make_plan
 
@@ -162,10 +163,9 @@ def route_summary(preset: Any = None, model: str | None = None, steps: int | Non
     device, time = plan["device"], plan["time"]
     if device is None or time is None:
         return ""
-    vllm = installed_version("vllm")
     here = time[time["applies"]]
-    generator = f"vLLM {vllm} generating" if time["applies"] == "with_vllm" else "no vLLM here: " + (
-        plan["without_vllm"] or "generation through transformers")
+    generator = f"vLLM {installed_version('vllm')} generating" if time["applies"] == "with_vllm" else \
+        "no vLLM here: " + (route_words(here["route"]) if here else plan["without_vllm"])
     lines = [f"card: {device['name']} ({device['memory_gib']:.0f} GiB); preset {plan['preset']} ({plan['model']}), "
              f"route {plan['route']}, {generator}",
              f"time: about {here['hours']:.1f} h for {counted(time['steps'], 'GRPO step')} (an estimate, "

@@ -1,7 +1,7 @@
 """Write grpo_kit/system/install_table.json: for each torch release the kit supports, the package set that resolves
 with it, read from the packages' own metadata on the registry (no wheel is downloaded).
 
-    python scripts/install_table.py            # rewrite the table (about 2 minutes: one registry call a version)
+    python scripts/install_table.py            # rewrite the table (10 min on 2 busy cores, mostly the registry)
     python scripts/install_table.py --check    # compare the shipped table with the registry; exit 1 on a difference
 
 Each row keeps the torch release, takes the GPU stack's pins from requirements.txt (unsloth, unsloth_zoo, trl,
