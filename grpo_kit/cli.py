@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.policy.devices import CARDS
 from grpo_kit.runs import export, pipeline
 from grpo_kit.runs.export_formats import FORMATS
 from grpo_kit.runs.export_reference import trained_through_unsloth
@@ -327,7 +328,7 @@ def _recipe_options(parser: Any, choices: bool = True) -> None:
                         "after it overrides any key, e.g. --learning_rate 1e-5 --lora_r 16")
     parser.add_argument("--preset", choices=list(PRESETS) if choices else None, help="a shipped recipe (python -m "
                         "grpo_kit presets; default: the one that fits --device or this machine's GPU, e.g. t4-16gb "
-                        "colab-t4, a100-40gb a100; cpu-tiny without one)")
+                        "colab-t4, l4-24gb colab-l4, a100-40gb a100; cpu-tiny without one)")
 
 
 def _rewards_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -533,8 +534,8 @@ def _parser() -> argparse.ArgumentParser:
     plan = command("plan", _plan, "what a launch would do (route, GRPOConfig, placement, vLLM, memory, alarm, resume, "
                    "problems), without loading a model or needing a GPU", recipe=True)
     _recipe_options(plan, choices=False)
-    plan.add_argument("--device", metavar="CARD", help="plan for a card: a100-40gb, a100-80gb, h100-80gb, l4-24gb, "
-                      "t4-16gb (default: this machine's GPUs)")
+    plan.add_argument("--device", metavar="CARD", help=f"plan for a card: {', '.join(CARDS)} (default: this "
+                      "machine's GPUs; another name is refused, naming the nearest)")
     plan.add_argument("--gpus", type=_positive, help="training processes, one GPU each (default 1 for --launch "
                       "single, else 8 or the GPUs here, less one for a vLLM server)")
     plan.add_argument("--launch", default="single", choices=["single", "ddp", "zero2", "zero3", "fsdp2"],
@@ -554,6 +555,8 @@ def _parser() -> argparse.ArgumentParser:
                         "2.11.0+cu128), not this one's")
     doctor.add_argument("--driver", metavar="VERSION", help="with --install-plan: an NVIDIA driver version (e.g. "
                         "570.172.08) instead of nvidia-smi's")
+    doctor.add_argument("--keep-torch", action="store_true", help="with --install-plan: keep the runtime's torch where "
+                        "the plan would replace it by PyPI's build of the same release for vLLM (no vLLM then)")
 
     command("presets", _presets, "list the training presets")
     command("algorithms", _algorithms, "list the named GRPO variants and the fields each sets")
@@ -582,11 +585,13 @@ def _doctor(args: argparse.Namespace) -> int:
     if args.install_plan:
         from grpo_kit.system.install import install_plan, installed_version
 
-        plan = install_plan(args.torch or installed_version("torch"), args.driver or nvidia_driver())
+        plan = install_plan(args.torch or installed_version("torch"), args.driver or nvidia_driver(),
+                            keep=args.keep_torch)
         print(json.dumps(plan.to_json(), indent=1) if args.json else plan.describe())
         return 2 if plan.fatal else 0
-    if args.torch or args.driver:
-        raise ValueError("--torch and --driver describe a runtime for --install-plan: add --install-plan")
+    if args.torch or args.driver or args.keep_torch:
+        raise ValueError("--torch, --driver and --keep-torch describe an install for --install-plan: add "
+                         "--install-plan")
     report = doctor(args.preset)
     print(json.dumps(report, indent=1, default=str) if args.json else format_doctor(report))
     return 2 if report["problems"] else 0

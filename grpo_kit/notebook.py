@@ -23,21 +23,26 @@ from typing import Any
 from grpo_kit.system.logs import counted
 from grpo_kit.training.doctor import _disk_version, _live_version, doctor, format_doctor, nvidia_driver
 
-__all__ = ["CHEAP_SAMPLES", "Comparison", "CpuDemo", "RunView", "cpu_demo_settings", "doctor", "export_run",
-           "format_doctor", "gpu_check", "install_stack", "log_to_wandb", "nvidia_driver", "open_run", "plan_baseline",
-           "plan_comparison", "plan_training", "view_runs"]
+__all__ = ["CHEAP_SAMPLES", "TORCH_FAMILY", "Comparison", "CpuDemo", "RunView", "cpu_demo_settings", "doctor",
+           "export_run", "format_doctor", "gpu_check", "install_stack", "log_to_wandb", "nvidia_driver", "open_run",
+           "plan_baseline", "plan_comparison", "plan_training", "route_summary", "view_runs"]
 
-def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
-    """Install what the notebooks need beside the runtime's torch, keeping that torch (the notebooks' first cell).
+def install_stack(gpu: bool = True, driver: Any = nvidia_driver, keep_torch: bool = False) -> bool:
+    """Install what the notebooks need beside the runtime's torch (the notebooks' first cell).
 
     With ``gpu`` the plan of :func:`grpo_kit.system.install.install_plan` for this runtime's torch and driver is
     shown first; where no GPU route exists it stops in one line (driver found, what it needs, what to do) before
     anything downloads. The plan's packages are installed by pip with torch held at the runtime's version (a
-    constraint: pip refuses rather than replaces it), then every version is read back from what is installed. The
-    kit's other packages (pandas, matplotlib, ...) are installed only where missing, so a runtime's own stay.
-    Without ``gpu`` (notebook 01: a tokenizer and the data) only transformers, datasets and the kit's other
-    packages are installed where missing, on any runtime; so is a runtime without an NVIDIA driver, where the
-    notebooks run the kit's tiny policy on the CPU.
+    constraint: pip refuses rather than replaces it), then every version is read back from what is installed. Where
+    the plan replaces the runtime's torch for vLLM (its release built for another CUDA, on a driver that runs the
+    vLLM's: Colab's torch 2.11.0+cu128 on driver 580), PyPI's torch of that release and the torchvision and torchaudio
+    the vLLM pins replace the runtime's first (``--force-reinstall --no-deps``: pip would take the runtime's
+    ``2.11.0+cu128`` as ``2.11.0``), then the rest is installed with those held. The kit's other packages (pandas,
+    matplotlib, ...) are installed only where missing, so a runtime's own stay. Then the route, the card and the
+    hours of the preset the notebooks take here are printed (:func:`route_summary`, in a process of its own: this
+    kernel must import Unsloth before transformers). Without ``gpu`` (notebook 01: a tokenizer and the data) only
+    transformers, datasets and the kit's other packages are installed where missing, on any runtime; so is a runtime
+    without an NVIDIA driver, where the notebooks run the kit's tiny policy on the CPU.
 
     Afterwards it says whether the runtime must be restarted: a package imported in this kernel stays the old one
     until then (unslothai/notebooks #337 shows what replacing packages under a live kernel breaks).
@@ -45,6 +50,7 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
     Args:
         gpu: install the GPU stack (Unsloth, TRL, vLLM where one fits, ...); ``False``: only what runs on a CPU.
         driver: returns the NVIDIA driver's version or ``None`` (default: :func:`nvidia_driver`; tests fake it).
+        keep_torch: keep the runtime's torch where the plan would replace it for vLLM (no vLLM then).
 
     Returns:
         Whether anything was installed.
@@ -63,8 +69,9 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
         print("No NVIDIA GPU here: installing what runs on a CPU (the notebooks then use preset cpu-tiny, the kit's "
               "tiny policy; on Colab a GPU is Runtime > Change runtime type > GPU).")
         gpu = False
+    plan = None
     if gpu:
-        plan = install_plan(torch, found)
+        plan = install_plan(torch, found, keep=keep_torch)
         if plan.fatal:
             raise RuntimeError(plan.problems[0])
         print(plan.describe())
@@ -72,6 +79,23 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
     else:
         row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
         wanted, xformers = {name: row["packages"][name] for name in ("transformers", "datasets")}, None
+    held = {name: v for name, v in wanted.items() if name in TORCH_FAMILY} if plan and plan.replaces else \
+        ({"torch": torch} if torch is not None else {})
+    installed = _install(wanted, xformers, held, table, plan)
+    if plan is not None:
+        print(_route_here())
+    return installed
+
+
+#: torch and the packages built against one torch build, which a replaced torch takes with it.
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
+def _install(wanted: dict[str, str], xformers: str | None, held: dict[str, str], table: dict[str, Any],
+             plan: Any) -> bool:
+    """:func:`install_stack`'s pip calls and read-back: ``wanted`` ({name: version}), the ``xformers`` pin from
+    ``plan``'s index, with ``held`` ({name: version}) as pip's constraints (replaced first where ``plan`` replaces
+    the runtime's torch); returns whether anything was installed."""
     missing = {name: version for name, version in wanted.items() if _disk_version(name) != version}
     missing |= {name: version for name, version in _pins(table["kit"]).items() if _disk_version(name) is None}
     xformers = xformers if xformers and _disk_version("xformers") != _pins([xformers])["xformers"] else None
@@ -81,18 +105,23 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
         return False
     before = {name: _live_version(_module_of(name)) for name in [*missing, *(["xformers"] if xformers else [])]}
     pip = [sys.executable, "-m", "pip", "install", "-q"]
+    replacing = [f"{name}=={version}" for name, version in held.items() if name in missing] \
+        if plan is not None and plan.replaces else []
     with tempfile.TemporaryDirectory() as folder:
         constraints = Path(folder) / "constraints.txt"  # keep the runtime's torch: pip fails instead of replacing it
-        constraints.write_text(f"torch=={torch}\n" if torch is not None else "")
+        constraints.write_text("".join(f"{name}=={version}\n" for name, version in held.items()))
         keep = ["-c", str(constraints)]
+        if replacing:  # the runtime's 2.11.0+cu128 meets ==2.11.0: only a forced reinstall takes PyPI's build
+            subprocess.check_call([*pip, "--force-reinstall", "--no-deps", *replacing])
         if xformers is not None:  # first, from PyTorch's index for this CUDA: unsloth's own `xformers>=0.0.27.post2`
             subprocess.check_call([*pip, "--no-deps", "--index-url", plan.xformers_index_url, xformers, *keep])
         if missing:  # is then met, and pip takes no CUDA 12.8 build of it from PyPI
             subprocess.check_call([*pip, *(f"{n}=={v}" for n, v in missing.items()), *keep])
     wrong = [f"{name} {_disk_version(name)} (wanted {version})" for name, version in wanted.items()
              if _disk_version(name) != version]
-    if torch is not None and _disk_version("torch") != torch:
-        wrong.append(f"torch {_disk_version('torch')} (the runtime's {torch} was to stay)")
+    kept = held.get("torch") if plan is None or not plan.replaces else None
+    if kept is not None and _disk_version("torch") != kept:
+        wrong.append(f"torch {_disk_version('torch')} (the runtime's {kept} was to stay)")
     if wrong:
         raise RuntimeError(f"after installing, {', '.join(wrong)}: another package changed them; install these "
                            "versions by hand (pip install NAME==VERSION) or start from a fresh runtime")
@@ -100,6 +129,48 @@ def install_stack(gpu: bool = True, driver: Any = nvidia_driver) -> bool:
     print(f"RESTART the runtime now (Colab: Runtime > Restart session), then run the notebook from the top: this "
           f"kernel still runs the old {', '.join(stale)}." if stale else "Installed; no restart needed.")
     return True
+
+
+def _route_here() -> str:
+    """:func:`route_summary` for this machine, from a process of its own (the stack just installed is imported there,
+    not in this kernel); one line saying why where it could not run."""
+    done = subprocess.run([sys.executable, "-c", "from grpo_kit.notebook import route_summary; print(route_summary())"],
+                          capture_output=True, text=True, timeout=900)
+    if done.returncode == 0:
+        return done.stdout.strip()
+    return "the route and hours could not be planned here: " + (done.stderr.strip().splitlines() or ["no output"])[-1]
+
+
+def route_summary(preset: Any = None, model: str | None = None, steps: int | None = None) -> str:
+    """The card, the route and the hours of training ``preset`` on this machine, as ``python -m grpo_kit plan``
+    reckons them (:func:`grpo_kit.training.cost.estimate_time`): what the install cell, the GPU check and notebook
+    03's plan print before a long phase.
+
+    Args:
+        preset: a preset name or :class:`grpo_kit.training.presets.Recipe` (``None``: the one the notebooks take here).
+        model: a Hub id or folder instead of the preset's model.
+        steps: the steps to train (``None``: the preset's ``max_steps``).
+
+    Returns:
+        A few lines; empty without a GPU or for a preset that runs on the CPU.
+    """
+    from grpo_kit.policy.speed import route_words
+    from grpo_kit.system.install import installed_version
+    from grpo_kit.training.plan import make_plan
+
+    overrides = {**({"model_name_or_path": model} if model else {}), **({"max_steps": steps} if steps else {})}
+    plan = make_plan(preset, overrides)
+    device, time = plan["device"], plan["time"]
+    if device is None or time is None:
+        return ""
+    here = time[time["applies"]]
+    generator = f"vLLM {installed_version('vllm')} generating" if time["applies"] == "with_vllm" else \
+        "no vLLM here: " + (route_words(here["route"]) if here else plan["without_vllm"])
+    lines = [f"card: {device['name']} ({device['memory_gib']:.0f} GiB); preset {plan['preset']} ({plan['model']}), "
+             f"route {plan['route']}, {generator}",
+             f"time: about {here['hours']:.1f} h for {counted(time['steps'], 'GRPO step')} (an estimate, "
+             f"{here['basis']})" if here else "time: no estimate for this route"]
+    return "\n".join(lines + ([f"  {time['session']}"] if time["session"] else []))
 
 
 def _pins(requirements: list[str]) -> dict[str, str]:
@@ -118,7 +189,8 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
 
     Args:
         preset: a preset name or :class:`grpo_kit.training.presets.Recipe`; ``None``: the one that fits this
-            machine (T4: ``colab-t4``, A100/H100: ``a100``, no GPU: ``cpu-tiny``).
+            machine (T4: ``colab-t4``, L4: ``colab-l4``, A100/H100: ``a100``, no GPU: ``cpu-tiny``;
+            :func:`grpo_kit.training.presets.preset_for_device`). On a GPU it prints :func:`route_summary`.
         preset_overrides: preset fields to replace.
         cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): when on, the preset is ``cpu-tiny`` (the kit's
             tiny policy on the CPU) with the switch's ``preset_overrides`` applied after ``preset_overrides``.
@@ -150,6 +222,8 @@ def gpu_check(preset: Any = None, preset_overrides: Mapping[str, Any] | None = N
               "(used when the parameters cell leaves preset = None).")
     prepare_stack(config.loading)
     print(f"preset: {config.name} ({config.model or 'the kit tiny policy'})")
+    if gpu is not None and not config.use_cpu:
+        print(route_summary(config))
     return config
 
 
@@ -311,8 +385,35 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
     print(f"greedy, up to {plan.max_new_tokens} new tokens"
           + (f", and {counted(plan.samples, 'sample')} each at temperature {plan.temperature}" if plan.samples
              else ""))
+    if cpu is None and (line := _generation_line(plan)):
+        print(line)
     print(f"run folder: {run.path}")
     return plan, run
+
+
+def _generation_line(plan: Any) -> str | None:
+    """How long the baseline's generation takes on this GPU at most, by the route it takes, as the kit's arithmetic
+    reckons it (:func:`grpo_kit.policy.speed.generation_seconds`); ``None`` without a GPU or a model shape."""
+    from grpo_kit.policy.devices import first_gpu
+    from grpo_kit.policy.routes import eval_route
+    from grpo_kit.policy.shapes import model_shape
+    from grpo_kit.policy.speed import generation_seconds
+    from grpo_kit.system.progress import duration
+
+    gpu = None if plan.preset.use_cpu else first_gpu()
+    if gpu is None or plan.source.tiny is not None:
+        return None
+    try:
+        parameters = model_shape(plan.source.name).parameters
+    except (LookupError, ValueError):
+        return None
+    route = eval_route(plan.preset.loading, plan.backend)
+    questions = len(plan.questions())
+    tokens = questions * (1 + plan.samples) * plan.max_new_tokens
+    seconds, basis = generation_seconds("vllm" if route in ("vllm", "unsloth-vllm") else "transformers", tokens,
+                                        parameters, gpu)
+    return (f"generation: {counted(questions, 'question')}, {duration(seconds)} at most on {gpu.name} by route "
+            f"{route} (an estimate, {basis})")
 
 
 def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = None, algorithm: str | None = None,
@@ -357,6 +458,8 @@ def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = N
                            trust_remote_code=trust_remote_code,
                            **({"max_steps": max_steps} if max_steps is not None else {}))
     print("\n".join(spec.describe()))
+    if not spec.preset.use_cpu and (summary := route_summary(spec.preset, model=model)):
+        print(summary)
     return spec
 
 

@@ -1,7 +1,7 @@
 """Write grpo_kit/system/install_table.json: for each torch release the kit supports, the package set that resolves
 with it, read from the packages' own metadata on the registry (no wheel is downloaded).
 
-    python scripts/install_table.py            # rewrite the table (about 2 minutes: one registry call a version)
+    python scripts/install_table.py            # rewrite the table (10 min on 2 busy cores, mostly the registry)
     python scripts/install_table.py --check    # compare the shipped table with the registry; exit 1 on a difference
 
 Each row keeps the torch release, takes the GPU stack's pins from requirements.txt (unsloth, unsloth_zoo, trl,
@@ -17,6 +17,14 @@ Unsloth names no build for its torch, the row says so (pip then takes PyPI's as 
 falls back to PyTorch's SDPA where it does not load). A CUDA is read from torch's own requirements
 (``cuda-toolkit[...]==13.0.2`` or ``nvidia-cuda-runtime-cu12==12.8.90``): PyPI's vLLM wheels are built against
 PyPI's torch of the version they pin, so a vLLM's CUDA is that torch's.
+
+A row also names what else its vLLM pins exactly (``torchvision==0.26.0``, ``torchaudio==2.11.0``: PyPI's builds for
+the same CUDA as its torch), which the install plan installs with PyPI's torch where it replaces a runtime's torch of
+the same release built for another CUDA (Colab's ``2.11.0+cu128`` on a driver that runs CUDA 13), and the download
+that replacement costs: every file ``pip install torch==X vllm==Y`` fetches on a machine that has none of them (their
+sizes from the registry, ``Content-Length``). Every torch release of a row's minor has its own entry (``releases``):
+its CUDA, its xformers, and the row's requirements checked against it, so a runtime's ``2.14.0`` is answered about
+2.14.0, not the row's newest.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ MINORS = ("2.10", "2.11", "2.12", "2.13", "2.14")
 #: The GPU stack's packages taken from requirements.txt for every row (torch and vllm are chosen per row, xformers read
 #: from unsloth's metadata).
 STACK = ("unsloth", "unsloth_zoo", "trl", "transformers", "peft", "accelerate", "datasets", "bitsandbytes")
+#: What a vLLM release pins besides torch, built for the same CUDA (installed with torch where the plan replaces it).
+COMPANIONS = ("torchvision", "torchaudio")
 #: Manylinux tags a Colab or cloud GPU machine (glibc 2.35) installs: every manylinux_2_N up to 2.35. pip matches
 #: --platform tags exactly, so each is named (vllm 0.19.1, for one, is tagged manylinux_2_31 only).
 PLATFORMS = (*(f"manylinux_2_{n}_x86_64" for n in range(35, 16, -1)), "manylinux2014_x86_64", "linux_x86_64")
@@ -103,10 +113,10 @@ def _requirements(meta: dict) -> list[Requirement]:
     return found
 
 
-def torch_pin(meta: dict) -> str | None:
-    """The exact torch a package pins (``torch==X``), or ``None``."""
+def torch_pin(meta: dict, name: str = "torch") -> str | None:
+    """The exact version a package pins of ``name`` (``torch==X``), or ``None``."""
     for requirement in _requirements(meta):
-        if canonicalize_name(requirement.name) == "torch":
+        if canonicalize_name(requirement.name) == name:
             exact = [s.version for s in requirement.specifier if s.operator == "=="]
             return exact[0] if exact else None
     return None
@@ -170,15 +180,27 @@ def check_row(metas: dict[str, dict]) -> list[str]:
     return problems
 
 
-def derive_row(minor: str, metas: dict[str, dict], vllm_note: str | None = None) -> dict:
-    """One row of the table from the metadata of its packages (torch, the stack, and vllm/xformers where chosen);
-    ``vllm_note`` says why there is no vLLM where :func:`row_metadata` chose none.
+def release_entry(release: dict, metas: dict[str, dict]) -> dict:
+    """What a row says of one torch release of its minor: its CUDA, the xformers Unsloth names for it with the CUDAs
+    PyTorch's index builds it for, and the row's stack requirements it breaks (vLLM's own pin apart: a vLLM pins one
+    release, which the install plan checks itself)."""
+    xformers, xformers_cudas = xformers_of(metas["unsloth"], release["version"])
+    stack = {name: meta for name, meta in metas.items() if name != "vllm"}
+    return {"cuda": torch_cuda(release), "xformers": xformers, "xformers_cudas": xformers_cudas,
+            "problems": check_row({**stack, "torch": release})}
+
+
+def derive_row(minor: str, metas: dict[str, dict], vllm_note: str | None = None,
+               releases: list[dict] | None = None, download_gb: float | None = None) -> dict:
+    """One row of the table from the metadata of its packages (torch, the stack, and vllm where chosen);
+    ``vllm_note`` says why there is no vLLM where :func:`row_metadata` chose none; ``releases`` are the metadata of
+    every torch release of the minor (default: the row's torch alone); ``download_gb`` what torch's build and the
+    vLLM cost to download (:func:`download_gb`).
 
     A vLLM whose requirements the row breaks is dropped, with the reason in ``problems``.
     """
     torch_meta = metas["torch"]
     vllm = metas.get("vllm")
-    xformers, xformers_cudas = xformers_of(metas["unsloth"], torch_meta["version"])
     problems = check_row(metas)
     if vllm is not None and any(p.startswith("vllm ") for p in problems):
         problems = [f"no vLLM: {p}" if p.startswith("vllm ") else p for p in problems]
@@ -186,18 +208,38 @@ def derive_row(minor: str, metas: dict[str, dict], vllm_note: str | None = None)
     requires = {f"{name}=={m['version']}": sorted(str(r) for r in _requirements(m)
                                                  if canonicalize_name(r.name) in metas)
                 for name, m in sorted(metas.items())}
+    companions = {name: pin for name in COMPANIONS if vllm and (pin := torch_pin(vllm, name))}
     return {"torch_minor": minor, "torch": torch_meta["version"], "cuda": torch_cuda(torch_meta),
             "vllm": vllm and vllm["version"], "vllm_torch": vllm and torch_pin(vllm),
-            "vllm_cuda": vllm and torch_cuda(torch_meta),
+            "vllm_cuda": vllm and torch_cuda(torch_meta), "vllm_companions": companions,
+            "vllm_download_gb": download_gb if vllm else None,
             "vllm_note": None if vllm else (vllm_note or f"no vLLM release pins torch {minor}"),
-            "xformers": xformers, "xformers_cudas": xformers_cudas,
-            "xformers_note": None if xformers else (
-                f"unsloth {metas['unsloth']['version']} names no xformers build for torch {torch_meta['version']} "
-                "(its cu*onlytorch* extras): pip takes PyPI's as unsloth's dependency, one CUDA's build for another "
-                "torch (0.0.35: CUDA 12.8, torch 2.10), and where it does not load Unsloth attends through PyTorch's "
-                "scaled_dot_product_attention"),
+            "releases": {r["version"]: release_entry(r, metas) for r in sorted(releases or [torch_meta],
+                                                                            key=lambda r: Version(r["version"]))},
             "packages": {name: metas[canonicalize_name(name)]["version"] for name in STACK},
             "problems": problems, "requires": requires}
+
+
+def download_gb(requirements: list[str]) -> float:
+    """GB (10**9 bytes, to 0.1) of every file ``pip install REQUIREMENTS`` downloads on a machine that has none of
+    them: pip's resolution (``--dry-run --report``, dependencies included) and each file's ``Content-Length``."""
+    import concurrent.futures
+    import urllib.request
+
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "report.json"
+        platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+                        "--only-binary=:all:", "--python-version", "3.12", *platforms, "--report", str(report),
+                        *requirements], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        urls = [item["download_info"]["url"] for item in json.loads(report.read_text())["install"]]
+
+    def size(url: str) -> int:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=120) as response:
+            return int(response.headers["Content-Length"])
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        return round(sum(pool.map(size, urls)) / 1e9, 1)
 
 
 def pins() -> dict[str, str]:
@@ -211,9 +253,10 @@ def pins() -> dict[str, str]:
     return found
 
 
-def row_metadata(minor: str, pinned: dict[str, str]) -> tuple[dict[str, dict], str | None]:
+def row_metadata(minor: str, pinned: dict[str, str]) -> tuple[dict[str, dict], str | None, list[dict], float | None]:
     """The metadata of a row's packages (the newest torch of ``minor`` and the vLLM chosen for it: the newest that
-    pins it within the pinned TRL's declared range), and why there is no vLLM where none is chosen."""
+    pins it within the pinned TRL's declared range), why there is no vLLM where none is chosen, the metadata of every
+    torch release of ``minor``, and where there is a vLLM, what its torch and it download (:func:`download_gb`)."""
     torch_versions = [v for v in versions("torch") if v.startswith(minor + ".")]
     trl = fetch_one(f"trl=={pinned['trl']}")
     supported = vllm_range(trl)
@@ -234,9 +277,11 @@ def row_metadata(minor: str, pinned: dict[str, str]) -> tuple[dict[str, dict], s
                 f"declared vLLM range ({supported}; trl/import_utils.py)")
     torch_version = torch_pin(chosen) if chosen else torch_versions[0]
     metas = fetch([f"torch=={torch_version}"] + [f"{name}=={pinned[name]}" for name in STACK])
+    releases = [fetch_one(f"torch=={version}") for version in torch_versions]
     if chosen:
         metas["vllm"] = chosen
-    return metas, note
+    size = download_gb([f"torch=={torch_version}", f"vllm=={chosen['version']}"]) if chosen else None
+    return metas, note, releases, size
 
 
 def build_table() -> dict:
@@ -261,8 +306,8 @@ def main() -> int:
         return 0 if same else 1
     TABLE.write_text(text)
     print(f"wrote {TABLE.relative_to(ROOT)}: " + "; ".join(
-        f"torch {r['torch']} (CUDA {r['cuda']}): vllm {r['vllm']}, "
-        f"xformers {r['xformers']} {r['xformers_cudas']}" for r in table["rows"]))
+        f"torch {r['torch']} (CUDA {r['cuda']}): vllm {r['vllm']}, releases {', '.join(r['releases'])}"
+        for r in table["rows"]))
     return 0
 
 

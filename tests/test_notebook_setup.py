@@ -25,6 +25,7 @@ class FakeRuntime:
         monkeypatch.setattr(notebook, "_disk_version", lambda name: self.disk.get(name))
         monkeypatch.setattr(notebook, "_live_version", lambda name: self.live.get(name))
         monkeypatch.setattr(notebook.subprocess, "check_call", self.pip)
+        monkeypatch.setattr(notebook, "_route_here", lambda: "card: faked; route faked; time: faked")
 
     def pip(self, argv):
         self.calls.append(argv)
@@ -69,6 +70,30 @@ def test_the_runtimes_torch_is_kept_and_every_version_read_back(monkeypatch, cap
     assert "without fast_inference" in out and "no restart needed" in out
     assert not notebook.install_stack(driver=lambda: "570.172.08")  # a second run: everything is there
     assert len(runtime.calls) == 2
+
+
+def test_colabs_default_runtime_replaces_its_torch_by_the_cuda_13_build_vllm_needs(monkeypatch, capsys):
+    """Torch 2.11.0+cu128 on driver 580.82.07: PyPI's torch 2.11.0 (CUDA 13.0) and the torchvision and torchaudio
+    vllm 0.26.0 pins replace the runtime's first, forced (pip takes 2.11.0+cu128 as meeting ==2.11.0), then xformers
+    from the CUDA 13.0 index and the rest with vLLM, all three held; the route and hours are printed last."""
+    runtime = FakeRuntime(monkeypatch, {"torch": "2.11.0+cu128", "torchvision": "0.26.0+cu128", **KIT},
+                          live={"torch": "2.11.0+cu128"})
+    assert notebook.install_stack(driver=lambda: "580.82.07")
+    swap, xformers, rest = runtime.calls
+    assert swap[swap.index("-q") + 1:] == ["--force-reinstall", "--no-deps", "torch==2.11.0", "torchvision==0.26.0",
+                                           "torchaudio==2.11.0"]
+    assert xformers[xformers.index("--index-url") + 1] == "https://download.pytorch.org/whl/cu130"
+    assert "vllm==0.26.0" in rest and "torch==2.11.0" in rest  # its CUDA 13 libraries come as torch's dependencies
+    assert runtime.constraints == "torch==2.11.0\ntorchvision==0.26.0\ntorchaudio==2.11.0\n"
+    assert runtime.disk["torch"] == "2.11.0"
+    out = capsys.readouterr().out
+    assert out.startswith("vLLM for this runtime: vllm 0.26.0 pins torch 2.11.0") and "RESTART the runtime" in out
+    assert out.rstrip().endswith("card: faked; route faked; time: faked")
+    assert not notebook.install_stack(driver=lambda: "580.82.07")  # PyPI's 2.11.0 now: kept, nothing to do
+    kept = FakeRuntime(monkeypatch, {"torch": "2.11.0+cu128", **KIT})
+    assert notebook.install_stack(driver=lambda: "580.82.07", keep_torch=True)
+    assert not any(a.startswith(("torch==", "vllm==")) for call in kept.calls for a in call)
+    assert kept.constraints == "torch==2.11.0+cu128\n"
 
 
 def test_a_cuda_13_runtime_without_an_xformers_build_gets_none_and_the_reason(monkeypatch, capsys):

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CARDS", "Gpu", "Launch", "card", "cuda_available", "first_gpu", "gpus", "placement", "require_cuda",
-           "unsloth_problem", "zero3_loading"]
+__all__ = ["CARDS", "Gpu", "Launch", "card", "cuda_available", "first_gpu", "gpu_of", "gpus", "known_card",
+           "nearest_cards", "placement", "require_cuda", "unsloth_problem", "zero3_loading"]
 
 
 def cuda_available() -> bool:
@@ -58,24 +58,31 @@ def unsloth_problem(tiny_policy: bool) -> str | None:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One CUDA device as torch reports it: its name, its memory in GiB and whether it computes in bfloat16 in
-    hardware (compute capability 8.0 and above)."""
+    """One CUDA device: its name as torch reports it, its memory in GiB, whether it computes in bfloat16 in hardware
+    (compute capability 8.0 and above) and its memory bandwidth in GB/s (``None``: a card :data:`CARDS` does not
+    know, whose time is then not scaled by bandwidth)."""
 
     name: str
     memory_gib: float
     bf16: bool
+    bandwidth_gbs: float | None = None
 
 
-#: Cards a plan can be made for without having one (``python -m grpo_kit plan --device CARD``): the memory torch
-#: reports for each (``total_memory``; approximately nvidia-smi's MiB total over 1024, a little under the GB of
-#: the card's name) and whether it computes in bfloat16 (compute capability 8.0 and above: Ampere, Ada, Hopper;
-#: a T4 is 7.5, a V100 7.0).
+#: The kit's one table of GPU cards, by the name ``plan --device`` takes: each card's name as torch reports it
+#: (``get_device_properties(0).name``), the memory torch reports (``total_memory``, about nvidia-smi's MiB over 1024,
+#: a little under the GB of the card's name; the H200's as measured, ``benchmarks/results/gpu-2026-11-27``), whether it
+#: computes in bfloat16 (compute capability 8.0 and above: Ampere, Ada, Hopper; a T4 is 7.5) and its memory bandwidth
+#: from NVIDIA's data sheets (A100 SXM4 40 and 80 GB, H100 SXM5, H200 SXM, L4, T4), which the time estimates scale by
+#: (:mod:`grpo_kit.policy.speed`). A card found on this machine takes its bandwidth from here by name
+#: (:func:`gpus`). A new card is a row here; a recipe for it is a file in ``grpo_kit/recipes/`` and a line in
+#: :func:`grpo_kit.training.presets.preset_for_device` (docs/development/layout.md).
 CARDS: dict[str, Gpu] = {
-    "a100-40gb": Gpu("NVIDIA A100-SXM4-40GB", 39.4, bf16=True),
-    "a100-80gb": Gpu("NVIDIA A100-SXM4-80GB", 79.2, bf16=True),
-    "h100-80gb": Gpu("NVIDIA H100 80GB HBM3", 79.1, bf16=True),
-    "l4-24gb": Gpu("NVIDIA L4", 22.0, bf16=True),
-    "t4-16gb": Gpu("Tesla T4", 14.7, bf16=False),
+    "a100-40gb": Gpu("NVIDIA A100-SXM4-40GB", 39.4, bf16=True, bandwidth_gbs=1555),
+    "a100-80gb": Gpu("NVIDIA A100-SXM4-80GB", 79.2, bf16=True, bandwidth_gbs=2039),
+    "h100-80gb": Gpu("NVIDIA H100 80GB HBM3", 79.1, bf16=True, bandwidth_gbs=3350),
+    "h200-141gb": Gpu("NVIDIA H200", 139.8, bf16=True, bandwidth_gbs=4800),
+    "l4-24gb": Gpu("NVIDIA L4", 22.0, bf16=True, bandwidth_gbs=300),
+    "t4-16gb": Gpu("Tesla T4", 14.7, bf16=False, bandwidth_gbs=320),
 }
 
 
@@ -83,14 +90,45 @@ def card(name: str) -> Gpu:
     """A card of :data:`CARDS` by name.
 
     Raises:
-        ValueError: an unknown name (the message lists the known ones).
+        ValueError: an unknown name; the message names the nearest (:func:`nearest_cards`) and lists the known ones.
 
     >>> card("t4-16gb").bf16
     False
+    >>> card("t4")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown card 't4': did you mean t4-16gb? --device takes a100-40gb, a100-80gb, h100-80gb, \
+h200-141gb, l4-24gb, t4-16gb
     """
     if name not in CARDS:
-        raise ValueError(f"unknown card {name!r}: choose from {', '.join(CARDS)}")
+        near = nearest_cards(name)
+        raise ValueError(f"unknown card {name!r}: " + (f"did you mean {' or '.join(near)}? " if near else "")
+                         + f"--device takes {', '.join(CARDS)}")
     return CARDS[name]
+
+
+def nearest_cards(name: str) -> list[str]:
+    """The cards of :data:`CARDS` an unknown name most likely meant: those whose name or torch name starts with it or
+    holds it (``"a100"``: both A100s; ``"NVIDIA L4"``: ``l4-24gb``), else the closest spellings (difflib).
+
+    >>> nearest_cards("a100"), nearest_cards("NVIDIA H200"), nearest_cards("l4-22gb"), nearest_cards("mi300x")
+    (['a100-40gb', 'a100-80gb'], ['h200-141gb'], ['l4-24gb'], [])
+    """
+    import difflib
+
+    asked = name.strip().lower()
+    held = [key for key, gpu in CARDS.items() if asked and (asked in key or asked == gpu.name.lower()
+                                                            or key.split("-")[0] in asked.split())]
+    return held or difflib.get_close_matches(asked, list(CARDS), n=2, cutoff=0.6)
+
+
+def known_card(torch_name: str) -> str | None:
+    """The key in :data:`CARDS` of a card torch (or nvidia-smi) names so, or ``None`` for a card the table lacks.
+
+    >>> known_card("NVIDIA L4"), known_card("NVIDIA A100-PCIE-40GB")
+    ('l4-24gb', None)
+    """
+    return next((key for key, gpu in CARDS.items() if gpu.name == torch_name), None)
 
 
 def gpus() -> list[Gpu]:
@@ -101,8 +139,23 @@ def gpus() -> list[Gpu]:
         return []
     # bfloat16 in hardware from compute capability 8.0 (Ampere). Not torch.cuda.is_bf16_supported(): it also
     # answers yes where bfloat16 is only emulated (a T4, 7.5: torch/cuda/__init__.py, including_emulation=True)
-    return [Gpu(p.name, p.total_memory / 2**30, (p.major, p.minor) >= (8, 0))
+    return [Gpu(p.name, p.total_memory / 2**30, (p.major, p.minor) >= (8, 0),
+                CARDS[key].bandwidth_gbs if (key := known_card(p.name)) else None)
             for p in map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))]
+
+
+def gpu_of(device: Any) -> Gpu | None:
+    """The :class:`Gpu` a torch ``device`` is (``None`` for a CPU or another accelerator).
+
+    >>> import torch
+    >>> gpu_of(torch.device("cpu")) is None
+    True
+    """
+    if getattr(device, "type", str(device)) != "cuda":
+        return None
+    found = gpus()
+    index = getattr(device, "index", None) or 0
+    return found[index] if index < len(found) else None
 
 
 def first_gpu() -> Gpu | None:

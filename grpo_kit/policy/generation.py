@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from grpo_kit.policy.devices import gpu_of
+from grpo_kit.policy.speed import generation_seconds
 from grpo_kit.system.logs import counted
 from grpo_kit.system.progress import announce, expected_seconds, phase_bar
 
@@ -123,6 +125,13 @@ def base_weights_digest(model: Any) -> str:
     return _digest({n: p for n, p in model.named_parameters() if "lora_" not in n}, strip_peft=True)
 
 
+def _parameters(model: Any) -> int:
+    """A model's parameters, a 4-bit one's counted as its 16-bit original (transformers' ``num_parameters`` unpacks
+    bitsandbytes' packed 4-bit weights; a bare ``numel`` counts half of them)."""
+    count = getattr(model, "num_parameters", None)
+    return int(count()) if callable(count) else sum(p.numel() for p in model.parameters())
+
+
 def _counting(bar: Any) -> Any:
     """A ``StoppingCriteriaList`` that stops nothing and moves ``bar`` by one token per decoding step."""
     import torch
@@ -156,14 +165,25 @@ class TransformersBackend:
 
     def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling) -> float:
         """The line before a generation long enough to wait for (:func:`grpo_kit.system.progress.announce`); returns
-        the seconds expected, announced or not, for the bar to correct."""
-        parameters = sum(p.numel() for p in self.model.parameters())
+        the seconds expected, announced or not, for the bar to correct. On a GPU the time is the kit's arithmetic for
+        the card (:func:`grpo_kit.policy.speed.generation_seconds`, as ``plan`` reckons), with its basis; on a CPU this
+        machine's measured speed."""
+        what = (f"{label} completions of {counted(questions, 'question')} (up to {sampling.max_new_tokens} new tokens "
+                f"each, {counted(len(batches), 'batch', 'batches')})")
+        shorten = "fewer questions, a smaller max_new_tokens or fewer samples shorten it"
+        parameters = _parameters(self.model)
+        gpu = gpu_of(self.model.device)
+        if gpu is not None:
+            tokens = questions * sampling.n * sampling.max_new_tokens
+            seconds, basis = generation_seconds("transformers", tokens, parameters, gpu)
+            if seconds >= 10:
+                announce(what, seconds, shorten, where=f"at most on {gpu.name}, generating through transformers",
+                         basis=basis)
+            return seconds
         seconds = sum(expected_seconds("generate", parameters, sequences=len(b) * sampling.n, batches=1,
                                        new_tokens=sampling.max_new_tokens) for b in batches)
         if seconds >= 10:
-            announce(f"{label} completions of {counted(questions, 'question')} (up to {sampling.max_new_tokens} new "
-                     f"tokens each, {counted(len(batches), 'batch', 'batches')})", seconds,
-                     "fewer questions, a smaller max_new_tokens or fewer samples shorten it")
+            announce(what, seconds, shorten)
         return seconds
 
     def identity(self) -> str:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_kit.policy.devices import first_gpu
+from grpo_kit.policy.speed import route_words
 from grpo_kit.runs.folder import RunFolder
 from grpo_kit.runs.model_card import model_card
 from grpo_kit.runs.spec import RunSpec
@@ -46,6 +48,7 @@ from grpo_kit.training.checkpoints import (
     saving,
     set_aside_torn,
 )
+from grpo_kit.training.plan import route_of
 from grpo_kit.training.presets import get_preset, recipe_yaml
 from grpo_kit.training.tracking import finish_wandb, wandb_run_id
 
@@ -90,21 +93,56 @@ def _load_policy(spec: RunSpec) -> tuple[Any, Any]:
     return spec.policy.load(spec.preset.loading, progress=spec.progress != "none")
 
 
-def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, done: int) -> float:
+def _announce_grpo(spec: RunSpec, model: Any, tokenizer: Any, train_set: Any, done: int) -> float | None:
     """The line before GRPO training: its steps and completions, the time expected here (returned, s), what shortens
-    it."""
+    it. On a GPU the time is ``plan``'s (:func:`_gpu_step_seconds`), with the card, the route and the basis: said
+    before the model loads (``model`` ``None``) where its shape is known then; on a CPU it comes from this machine's
+    measured speed (:func:`grpo_kit.system.progress.expected_seconds`), once the model has loaded. ``None``: nothing
+    said yet (the model is not loaded)."""
     preset = spec.preset
+    completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
+    what = (f"GRPO on {spec.task.name}: {counted(preset.max_steps - done, 'step')} of "
+            f"{counted(completions, 'completion')} ({counted(preset.prompts_per_step, 'prompt')} x "
+            f"{preset.num_generations}, up to {preset.max_completion_length} new tokens each), a checkpoint "
+            f"every {counted(preset.save_steps, 'step')}")
+    shorten = "--max-steps shortens it; notebook 03: max_steps"
+    gpu = None if preset.use_cpu else first_gpu()
+    if gpu is not None and (found := _gpu_step_seconds(spec, model, gpu)) is not None:
+        per_step, route, basis = found
+        return announce(what, per_step * (preset.max_steps - done), shorten, basis=basis,
+                        where=f"on {gpu.name}, route {route_of(preset)} with {route_words(route)}")
+    if model is None:
+        return None
     prompts = [train_set[i]["prompt"] for i in range(min(32, len(train_set)))]
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
     prompt_tokens = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) / max(1, len(texts))
-    completions = preset.per_device_train_batch_size * preset.gradient_accumulation_steps
     per_step = expected_seconds("grpo step", sum(p.numel() for p in model.parameters()), completions=completions,
                                 new_tokens=preset.max_completion_length, prompt_tokens=prompt_tokens)
-    return announce(f"GRPO on {spec.task.name}: {counted(preset.max_steps - done, 'step')} of "
-                    f"{counted(completions, 'completion')} ({counted(preset.prompts_per_step, 'prompt')} x "
-                    f"{preset.num_generations}, up to {preset.max_completion_length} new tokens each), a checkpoint "
-                    f"every {counted(preset.save_steps, 'step')}",
-                    per_step * (preset.max_steps - done), "--max-steps shortens it; notebook 03: max_steps")
+    return announce(what, per_step * (preset.max_steps - done), shorten)
+
+
+def _gpu_step_seconds(spec: RunSpec, model: Any, gpu: Any) -> tuple[float, str, str] | None:
+    """A GRPO step's seconds on ``gpu`` as ``python -m grpo_kit plan`` estimates them (the model's shape from its
+    ``config.json``, or where none is at hand the loaded model's own count; ``None`` before it loads), the route (vLLM
+    where the run generates with it: ``spec.preset`` has ``fast_inference`` off where this runtime has no vLLM) and
+    the basis."""
+    from grpo_kit.policy.shapes import model_shape
+    from grpo_kit.policy.speed import step_seconds
+    from grpo_kit.training.cost import routes_of
+
+    preset = spec.preset
+    with_vllm, without = routes_of(preset)
+    route = with_vllm or without or "transformers"
+    try:
+        parameters = model_shape(spec.policy.name).parameters
+    except (LookupError, ValueError):
+        if model is None:
+            return None
+        parameters = model.num_parameters() if hasattr(model, "num_parameters") else \
+            sum(p.numel() for p in model.parameters())
+    tokens = preset.per_device_train_batch_size * preset.gradient_accumulation_steps * preset.max_completion_length
+    seconds, basis = step_seconds(route, tokens, parameters, gpu)
+    return seconds, route, basis
 
 
 def _questions_line(spec: RunSpec, fitting: int, kept: int) -> str:
@@ -207,6 +245,9 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
                     (f"{newest.name}, the newest whole checkpoint" if newest else "step 0, no checkpoint being whole"))
     resume_from = latest_complete(folder.checkpoints) if spec.resume else None
     resume_step = checkpoint_step(resume_from) if resume_from is not None else None
+    announcing = shown and resume_step != preset.max_steps
+    # on a GPU plan's time, said before the model loads where its shape is known
+    expected = _announce_grpo(spec, None, None, None, resume_step or 0) if announcing else None
     model, tokenizer = policy if policy is not None else _load_policy(spec)
     fingerprint = base_weights_digest(model)
     train_set = drop_long_prompts(spec.train_split, tokenizer, preset.max_prompt_tokens)
@@ -266,8 +307,8 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     trainer = build_trainer(model, tokenizer, train_set, logged, spec.rewards, str(folder.checkpoints),
                             callbacks=callbacks, check=False)
     trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))
-    expected = _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0) \
-        if shown and resume_step != preset.max_steps else None
+    if announcing and expected is None:
+        expected = _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0)
     bar = step_bar(trainer, "GRPO", "reward", enabled=shown, expected=expected)  # last: a step's time includes the
     # held-out evaluation's
     if resume_step == preset.max_steps:

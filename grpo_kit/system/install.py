@@ -6,8 +6,13 @@ restart, and a torch built for a newer CUDA than the driver runs is a CPU-only t
 runtime's torch and installs the row made for it, as Unsloth's own Colab cells do (they choose xformers and vLLM by
 the torch found). Every vLLM release pins one torch (``Requires-Dist: torch==X``) and PyPI's vLLM wheels are built
 for the CUDA of PyPI's torch of that version (vllm 0.31.0's ``_C_stable_libtorch.abi3.so`` links
-``libcudart.so.13``): a runtime whose torch is another version, or the same version built for another CUDA major,
-has no vLLM, and the Unsloth route runs without ``fast_inference`` there (generation through transformers).
+``libcudart.so.13``): a runtime whose torch is another version has no vLLM, and the Unsloth route runs without
+``fast_inference`` there (generation through transformers). One exception: a runtime whose torch is the very release
+a vLLM pins, built for another CUDA major, on a driver that runs the vLLM's CUDA (Colab's torch 2.11.0+cu128 on driver
+580.82.07, which runs CUDA 13; vllm 0.26.0 pins torch 2.11.0, PyPI's CUDA 13.0 build). There the plan replaces that
+torch by PyPI's build of the same release, with the torchvision and torchaudio the vLLM pins (PyPI's builds for the
+same CUDA), and installs the vLLM: gigabytes to download and a restart, said in the plan's first line with how to keep
+the runtime's torch instead (``keep``).
 xformers likewise: PyPI's wheel is one CUDA's build (xformers 0.0.35's ``cpp_lib.json``: torch 2.10.0+cu128, its
 ``_C.so`` linking ``libcudart.so.12``), so the plan takes the xformers Unsloth's metadata names for the runtime's
 torch from PyTorch's index for the runtime's CUDA (``unsloth`` METADATA, extras ``cu<XYZ>onlytorch<release>``), in a
@@ -103,7 +108,9 @@ def driver_problem(driver: str | None, cuda: str, what: str) -> str | None:
 def install_table() -> dict[str, Any]:
     """The shipped table (``install_table.json``): ``{"pinned": torch minor of requirements.txt, "rows": [...],
     "kit": [name==version, ...]}``; each row ``{"torch_minor", "torch", "cuda", "vllm", "vllm_torch", "vllm_cuda",
-    "xformers", "packages": {name: version}, "problems": [...], "requires": {...}}``."""
+    "vllm_companions": {name: version}, "vllm_download_gb", "vllm_note", "releases": {torch release: {"cuda",
+    "xformers", "xformers_cudas", "problems"}}, "packages": {name: version}, "problems": [...], "requires": {...}}``
+    (``scripts/install_table.py`` says how each is read)."""
     return json.loads(TABLE.read_text(encoding="utf-8"))
 
 
@@ -115,8 +122,12 @@ class InstallPlan:
         torch: the runtime's torch (``None``: none installed).
         cuda: the CUDA the kept (or installed) torch runs on.
         driver: the NVIDIA driver found.
-        keep_torch: the runtime's torch stays; ``False`` when none is installed (the row's torch is installed).
-        install: ``name==version`` of every package pip installs (torch among them only when not kept).
+        keep_torch: the runtime's torch stays; ``False`` when none is installed (the row's torch is installed) or when
+            the plan replaces it (``replaces``).
+        replaces: the runtime's torch the plan replaces by PyPI's build of the same release (for the vLLM that pins
+            it), or ``None``; ``torch_note`` then says why, what it costs and how to keep it.
+        install: ``name==version`` of every package pip installs (torch among them only when not kept; with
+            ``replaces``, torch and the torchvision and torchaudio its vLLM pins first).
         vllm: the vLLM version installed, or ``None`` (the Unsloth route then runs without ``fast_inference``).
         xformers: ``xformers==VERSION`` installed from ``xformers_index_url`` alone (``pip install --no-deps
             --index-url``: PyTorch's index for the runtime's CUDA, where the build for this torch and CUDA is), or
@@ -131,6 +142,8 @@ class InstallPlan:
     cuda: str | None
     driver: str | None
     keep_torch: bool
+    replaces: str | None = None
+    torch_note: str | None = None
     install: list[str] = field(default_factory=list)
     vllm: str | None = None
     xformers: str | None = None
@@ -149,9 +162,12 @@ class InstallPlan:
         vLLM and package lines would describe an install that does not happen."""
         if self.fatal:
             return "\n".join(f"problem: {p}" for p in self.problems)
-        head = (f"torch {self.torch} (CUDA {self.cuda or 'none'}) is kept" if self.keep_torch
-                else f"torch is installed: {next((p for p in self.install if p.startswith('torch==')), 'none')}")
-        lines = ([self.no_vllm] if self.no_vllm else []) + [f"{head}; NVIDIA driver: {self.driver or 'none'}",
+        installed = next((p for p in self.install if p.startswith("torch==")), "none")
+        head = (f"torch {self.torch} (CUDA {self.cuda or 'none'}) is kept" if self.keep_torch else
+                f"torch {self.replaces} is replaced: {installed} (CUDA {self.cuda})" if self.replaces else
+                f"torch is installed: {installed}")
+        first = [note for note in (self.torch_note, self.no_vllm) if note]
+        lines = first + [f"{head}; NVIDIA driver: {self.driver or 'none'}",
                  f"vLLM: {self.vllm or 'none (the Unsloth route runs without fast_inference)'}",
                  "install: " + (" ".join(self.install) if self.install else "nothing"),
                  f"xformers: {self.xformers} from {self.xformers_index_url}" if self.xformers else
@@ -205,7 +221,8 @@ def _vllm_fix(table: dict[str, Any], driver: str) -> str:
             + " has one (on Colab, another runtime: Runtime > Change runtime type)")
 
 
-def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | None = None) -> InstallPlan:
+def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | None = None,
+                 keep: bool = False) -> InstallPlan:
     """The packages to install beside a runtime's torch (or with the pinned one, where there is none).
 
     Rules, in order:
@@ -215,15 +232,23 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
        runs its CUDA; else the newest row whose CUDA the driver runs (a vLLM it runs preferred); fatal when none.
     3. A torch the table has no row for, or a CPU build: fatal, with a torch to install that the driver runs.
     4. A torch whose CUDA the driver cannot run: fatal (the runtime's own torch cannot use the GPU).
-    5. Otherwise torch is kept and the row's packages installed; vLLM only where the row has one (a release that
+    5. A torch that is the release the row's vLLM pins, built for another CUDA major, on a driver that runs the
+       vLLM's CUDA: unless ``keep``, torch is replaced by PyPI's build of that release with the torchvision and
+       torchaudio the vLLM pins, and the row's packages and the vLLM installed (``torch_note`` says why, what it costs
+       and how to keep the runtime's torch).
+    6. Otherwise torch is kept and the row's packages installed; vLLM only where the row has one (a release that
        pins this torch, within the pinned TRL's declared range), its pinned torch is this exact release, its CUDA
        major is this torch's, and the driver runs it; else ``no_vllm`` says in one line why there is none and
        which runtime would have one, and the Unsloth route runs without ``fast_inference``.
 
+    The row's requirements and xformers are those of the runtime's own torch release (the row's ``releases``); a
+    release newer than the table's is answered with the newest it has, said in ``problems``.
+
     Args:
-        torch: the runtime's ``torch.__version__`` (``None``: not installed).
+        torch: the runtime's ``torch.__version__`` or its installed version (``None``: not installed).
         driver: the NVIDIA driver's version (``nvidia-smi``), ``None`` without one.
         table: the package table (default: the shipped :func:`install_table`).
+        keep: keep the runtime's torch where rule 5 would replace it (no vLLM then).
 
     Returns:
         An :class:`InstallPlan`.
@@ -231,13 +256,15 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
     >>> plan = install_plan("2.13.0+cu130", "580.82.07")
     >>> plan.keep_torch, plan.vllm, plan.fatal, any(p.startswith("torch==") for p in plan.install)
     (True, '0.31.0', False, False)
+    >>> colab = install_plan("2.11.0+cu128", "580.82.07")
+    >>> colab.replaces, colab.vllm, colab.install[:3]
+    ('2.11.0+cu128', '0.26.0', ['torch==2.11.0', 'torchvision==0.26.0', 'torchaudio==2.11.0'])
     >>> install_plan("2.13.0", "535.104.05").problems[0].split(":")[0]
     "NVIDIA driver 535.104.05 found, this runtime's torch 2.13.0 (CUDA 13.0) needs >= 580.65.06"
     >>> install_plan("2.10.0+cu128", "550.54.15").no_vllm.split(", is")[0]
     'no vLLM for this runtime (vllm 0.19.1, the newest release that pins torch 2.10'
     """
     table = install_table() if table is None else table
-    supported = ", ".join(row["torch_minor"] for row in table["rows"])
     if driver is None:
         return InstallPlan(torch, None, None, keep_torch=torch is not None, fatal=True, problems=[
             "no NVIDIA driver found (nvidia-smi), so no GPU package set applies to this machine: the GPU stack needs "
@@ -246,27 +273,16 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
             "for a GPU runtime's plan give its torch and driver (doctor --install-plan --torch VERSION --driver "
             "VERSION)"])
     if torch is None:
-        pinned = _row_for(table["pinned"], table)
-        runnable = _runnable(table, driver)
-        row = pinned if pinned in runnable else (runnable[0] if runnable else None)
-        if row is None:
-            return InstallPlan(None, pinned["cuda"], driver, keep_torch=False, fatal=True, problems=[
-                f"{driver_problem(driver, pinned['cuda'], 'torch ' + pinned['torch'])}: no torch is installed and "
-                f"{_torch_advice(table, driver)}"])
-        problems = [] if row is pinned else [
-            f"driver {driver} does not run the kit's pinned torch {pinned['torch']} (CUDA {pinned['cuda']}): "
-            f"torch {row['torch']} (CUDA {row['cuda']}) is installed instead"]
-        install = [f"torch=={row['torch']}"] + _packages(row, with_vllm=True)
-        return InstallPlan(None, row["cuda"], driver, keep_torch=False, install=install, vllm=row["vllm"],
-                           no_vllm=None if row["vllm"] else f"no vLLM: {row['vllm_note']}; {_vllm_fix(table, driver)}",
-                           problems=problems, **_xformers(row, row["cuda"]))
+        return _fresh_plan(table, driver)
     minor = ".".join(torch.split("+")[0].split(".")[:2])
     row = _row_for(minor, table)
     if row is None:
         return InstallPlan(torch, cuda_of(torch), driver, keep_torch=True, fatal=True, problems=[
-            f"torch {torch} is not a release the kit has a package set for ({supported}): "
-            f"{_torch_advice(table, driver)}; or run on a runtime that has one"])
-    cuda = cuda_of(torch, default=row["cuda"])
+            f"torch {torch} is not a release the kit has a package set for "
+            f"({', '.join(r['torch_minor'] for r in table['rows'])}): {_torch_advice(table, driver)}; or run on a "
+            "runtime that has one"])
+    release, problems = _release(row, torch)
+    cuda = cuda_of(torch, default=release["cuda"])
     if cuda is None:
         return InstallPlan(torch, None, driver, keep_torch=True, fatal=True, problems=[
             f"torch {torch} is a CPU build: {_torch_advice(table, driver)}"])
@@ -274,24 +290,89 @@ def install_plan(torch: str | None, driver: str | None, table: dict[str, Any] | 
         return InstallPlan(torch, cuda, driver, keep_torch=True, fatal=True, problems=[
             f"{problem}: torch cannot use the GPU. {_torch_advice(table, driver)}; or use a runtime with a newer "
             "driver"])
+    if _replaceable(row, torch, cuda, driver) and not keep:
+        return _replacing(row, torch, cuda, driver, problems)
     why_not = _why_no_vllm(row, torch, cuda, driver)
+    if why_not and _replaceable(row, torch, cuda, driver):
+        why_not += (f"; the runtime's torch is kept as asked, where the plan would replace it by PyPI's torch "
+                    f"{row['vllm_torch']} (CUDA {row['vllm_cuda']}) for vllm {row['vllm']}")
     no_vllm = (f"no vLLM for this runtime ({why_not}), so the Unsloth route generates through transformers, without "
                f"fast_inference; {_vllm_fix(table, driver)}") if why_not else None
     return InstallPlan(torch, cuda, driver, keep_torch=True, install=_packages(row, with_vllm=why_not is None),
-                       vllm=None if why_not else row["vllm"], no_vllm=no_vllm, problems=list(row["problems"]),
-                       **_xformers(row, cuda))
+                       vllm=None if why_not else row["vllm"], no_vllm=no_vllm, problems=problems,
+                       **_xformers(row, release, torch.split("+")[0], cuda))
 
 
-def _xformers(row: dict[str, Any], cuda: str) -> dict[str, Any]:
-    """The plan's xformers fields for a runtime of ``cuda`` (see :class:`InstallPlan`)."""
-    if row.get("xformers") and cuda in row.get("xformers_cudas", ()):
-        return {"xformers": f"xformers=={row['xformers']}",
+def _fresh_plan(table: dict[str, Any], driver: str) -> InstallPlan:
+    """Rule 2 of :func:`install_plan`: no torch installed."""
+    pinned = _row_for(table["pinned"], table)
+    runnable = _runnable(table, driver)
+    row = pinned if pinned in runnable else (runnable[0] if runnable else None)
+    if row is None:
+        return InstallPlan(None, pinned["cuda"], driver, keep_torch=False, fatal=True, problems=[
+            f"{driver_problem(driver, pinned['cuda'], 'torch ' + pinned['torch'])}: no torch is installed and "
+            f"{_torch_advice(table, driver)}"])
+    problems = [] if row is pinned else [
+        f"driver {driver} does not run the kit's pinned torch {pinned['torch']} (CUDA {pinned['cuda']}): "
+        f"torch {row['torch']} (CUDA {row['cuda']}) is installed instead"]
+    install = [f"torch=={row['torch']}"] + _packages(row, with_vllm=True)
+    return InstallPlan(None, row["cuda"], driver, keep_torch=False, install=install, vllm=row["vllm"],
+                       no_vllm=None if row["vllm"] else f"no vLLM: {row['vllm_note']}; {_vllm_fix(table, driver)}",
+                       problems=problems + row["releases"][row["torch"]]["problems"],
+                       **_xformers(row, row["releases"][row["torch"]], row["torch"], row["cuda"]))
+
+
+def _release(row: dict[str, Any], torch: str) -> tuple[dict[str, Any], list[str]]:
+    """The row's entry for the runtime's torch release (its CUDA, xformers and the problems of the row's packages
+    with it), and the problems: those, plus a line where the table has no such release (the newest it has stands in).
+    """
+    release = torch.split("+")[0]
+    if release in row["releases"]:
+        return row["releases"][release], list(row["releases"][release]["problems"])
+    newest = max(row["releases"], key=version_tuple)
+    return row["releases"][newest], [*row["releases"][newest]["problems"], (
+        f"torch {release} is not among the releases the kit's table read for torch {row['torch_minor']} "
+        f"({', '.join(row['releases'])}): its package set and xformers are {newest}'s (python "
+        "scripts/install_table.py reads them again)")]
+
+
+def _replaceable(row: dict[str, Any], torch: str, cuda: str, driver: str) -> bool:
+    """Rule 5 of :func:`install_plan`: this torch is the release the row's vLLM pins, built for another CUDA major,
+    and the driver runs the vLLM's CUDA."""
+    return bool(row["vllm"]) and version_tuple(torch) == version_tuple(row["vllm_torch"]) and \
+        cuda.split(".")[0] != row["vllm_cuda"].split(".")[0] and driver_problem(driver, row["vllm_cuda"], "") is None
+
+
+def _replacing(row: dict[str, Any], torch: str, cuda: str, driver: str, problems: list[str]) -> InstallPlan:
+    """Rule 5's plan: PyPI's torch of the same release (the vLLM's CUDA) and its companions, then the row and vLLM."""
+    new, companions = row["vllm_torch"], row["vllm_companions"]
+    beside = "".join(f", {name} {version}" for name, version in companions.items())
+    note = (f"vLLM for this runtime: vllm {row['vllm']} pins torch {new} built for CUDA {row['vllm_cuda']}, which "
+            f"driver {driver} runs, so torch {torch} (CUDA {cuda}) is replaced by PyPI's torch {new} (CUDA "
+            f"{row['vllm_cuda']}){beside}: up to about {row['vllm_download_gb']:g} GB to download with vLLM, and a "
+            "restart; to keep the runtime's torch and train without vLLM (Unsloth generating with its own generate, "
+            "plan's time without vLLM), doctor --install-plan --keep-torch, in a notebook install_stack(keep_torch="
+            "True)")
+    install = [f"torch=={new}", *(f"{name}=={version}" for name, version in companions.items()),
+               *_packages(row, with_vllm=True)]
+    return InstallPlan(torch, row["vllm_cuda"], driver, keep_torch=False, replaces=torch, torch_note=note,
+                       install=install, vllm=row["vllm"], problems=problems,
+                       **_xformers(row, row["releases"][new], new, row["vllm_cuda"]))
+
+
+def _xformers(row: dict[str, Any], release: dict[str, Any], version: str, cuda: str) -> dict[str, Any]:
+    """The plan's xformers fields for torch ``version`` (its ``release`` entry) built for ``cuda`` (see
+    :class:`InstallPlan`)."""
+    if release["xformers"] and cuda in release["xformers_cudas"]:
+        return {"xformers": f"xformers=={release['xformers']}",
                 "xformers_index_url": PYTORCH_INDEX.format(tag="cu" + cuda.replace(".", ""))}
-    note = row.get("xformers_note") or (f"PyTorch's index builds xformers {row['xformers']} for torch {row['torch']} "
-                                        f"for CUDA {', '.join(row['xformers_cudas'])} only, and this runtime's is "
-                                        f"{cuda}: pip takes PyPI's as unsloth's dependency, and where it does not load "
-                                        "Unsloth attends through PyTorch's scaled_dot_product_attention")
-    return {"xformers_note": note}
+    fallback = ("pip takes PyPI's as unsloth's dependency, and where it does not load Unsloth attends through "
+                "PyTorch's scaled_dot_product_attention")
+    if release["xformers"] is None:
+        return {"xformers_note": f"unsloth {row['packages']['unsloth']} names no xformers build for torch {version} "
+                                 f"(its cu*onlytorch* extras): {fallback}"}
+    return {"xformers_note": f"PyTorch's index builds xformers {release['xformers']} for torch {version} for CUDA "
+                             f"{', '.join(release['xformers_cudas'])} only, and this runtime's is {cuda}: {fallback}"}
 
 
 def _why_no_vllm(row: dict[str, Any], torch: str, cuda: str, driver: str) -> str | None:

@@ -2,13 +2,15 @@
 long it takes on this machine and which setting shortens it; then a labelled tqdm bar moves while it runs, with
 tqdm's own rate and time left.
 
-The time is an estimate from the phase's size (steps, questions, tokens) and the model's size, at rates the kit
-measured for its tiny policy (``benchmarks/own_task.py`` prints each estimate beside the time taken), scaled by
-:func:`machine_factor`: a 0.1-second torch workload of the tiny policy's shape, timed once per process with the
-threads torch will use, so a slower or busier machine gets a longer estimate. A machine that gets busier later (or a
-large model on a GPU, estimated more loosely) runs at another pace: once the bar has measured the rate over two
-units and 10 seconds, a line corrects the announced time whenever the measured total strays beyond
-:data:`CORRECT_BEYOND` of it (issue 46: a demo announced at 9 min took 22 on a loaded machine).
+On a GPU the time comes from the kit's arithmetic for the card and route (:mod:`grpo_kit.policy.speed`, what
+``python -m grpo_kit plan`` prints), with its basis. On a CPU it is an estimate from the phase's size (steps,
+questions, tokens) and the model's size, at rates the kit measured for its tiny policy (``benchmarks/own_task.py``
+prints each estimate beside the time taken), scaled by :func:`machine_factor`: a 0.1-second torch workload of the tiny
+policy's shape, timed once per process with the threads torch will use, so a slower or busier machine gets a longer
+estimate. A machine that gets busier later (or a GPU that runs faster or slower than the arithmetic says) runs at
+another pace: once the bar has measured the rate over two units and 10 seconds, a line corrects the announced time
+whenever the measured total strays beyond :data:`CORRECT_BEYOND` of it (issue 46: a demo announced at 9 min took 22
+on a loaded machine).
 
 A bar is redrawn every second by a ticker thread, so its elapsed time moves while one long unit runs (a GRPO step).
 Where standard error is not a terminal (a log file, a pipe) a bar is a line of text instead, written every 30 seconds
@@ -62,7 +64,7 @@ def machine_factor() -> float:
 
 
 def expected_seconds(kind: str, parameters: float = TINY_PARAMETERS, **size: float) -> float:
-    """A phase's expected wall time on this machine, in seconds.
+    """A phase's expected wall time on this machine's CPU, in seconds (on a GPU, :mod:`grpo_kit.policy.speed`).
 
     Args:
         kind: ``"warm start"`` (``steps``, ``batch``, ``tokens``: mean tokens per example), ``"generate"``
@@ -91,8 +93,10 @@ def expected_seconds(kind: str, parameters: float = TINY_PARAMETERS, **size: flo
 def duration(seconds: float) -> str:
     """A time to read at a glance.
 
-    >>> duration(4), duration(75), duration(3 * 3600)
-    ('a few seconds', 'about 1 min', 'about 3 h')
+    >>> duration(4), duration(75), duration(3 * 3600), duration(2.04 * 3600), duration(32.9 * 3600)
+    ('a few seconds', 'about 1 min', 'about 3 h', 'about 2 h', 'about 33 h')
+    >>> duration(6.3 * 3600)
+    'about 6.3 h'
     """
     if seconds < 10:
         return "a few seconds"
@@ -100,21 +104,28 @@ def duration(seconds: float) -> str:
         return f"about {round(seconds, -1):.0f} s"
     if seconds < 5400:
         return f"about {round(seconds / 60):.0f} min"
-    return f"about {seconds / 3600:.0f} h"
+    hours = seconds / 3600  # to a tenth under 10 h, as plan says it
+    return f"about {hours:.1f} h".replace(".0 h", " h") if hours < 10 else f"about {hours:.0f} h"
 
 
-def announce(what: str, seconds: float, shorten: str) -> float:
-    """Log the line that opens a phase: ``<what>: <duration> on this machine (<shorten>)``.
+def announce(what: str, seconds: float, shorten: str, where: str = "on this machine",
+             basis: str | None = None) -> float:
+    """Log the line that opens a phase: ``<what>: <duration> <where> (<shorten>)``, and its basis on a line of its own.
 
     Args:
         what: the phase and its size ("warm start of the tiny policy on capitals: 120 steps of 16 examples").
-        seconds: :func:`expected_seconds`.
+        seconds: :func:`expected_seconds` on a CPU; on a GPU the kit's arithmetic for the card and route
+            (:mod:`grpo_kit.policy.speed`).
         shorten: the setting that shortens it ("--warm-steps shortens it").
+        where: the machine and route the time is for ("on NVIDIA L4, vLLM generating").
+        basis: what the time rests on, said on a second line (``None``: nothing to add).
 
     Returns:
         ``seconds``, for the phase's bar to correct (:func:`phase_bar`'s ``expected``).
     """
-    log.info(f"{what}: {duration(seconds)} on this machine ({shorten})")
+    log.info(f"{what}: {duration(seconds)} {where} ({shorten})")
+    if basis:
+        log.info(f"  the time is an estimate, {basis}")
     return seconds
 
 

@@ -26,7 +26,7 @@ from grpo_kit.system.logs import counted
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, get_task
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
-from grpo_kit.training.cost import estimate_disk, estimate_hours
+from grpo_kit.training.cost import estimate_disk, estimate_time, time_lines
 from grpo_kit.training.memory import LAUNCHES, estimate_memory
 from grpo_kit.training.presets import (  # noqa: F401 (PRESETS: doctests)
     PRESETS,
@@ -401,23 +401,24 @@ def _sampling(preset: Recipe) -> str:
 def _without_vllm(preset: Recipe) -> str | None:
     """What a run of ``preset`` does on a runtime without vLLM (``None``: the recipe does not generate with it)."""
     if preset.use_unsloth and preset.fast_inference:
-        return ("Unsloth trains and evaluates with fast_inference=False, generation through transformers (train and "
-                "eval say so in one line); the time estimate without vLLM applies")
+        return ("Unsloth trains and evaluates with fast_inference=False, generating with Unsloth's own generate "
+                "(train and eval say so in one line); the time estimate without vLLM applies")
     if preset.use_vllm:
         return ("TRL refuses to start (use_vllm=True needs vLLM): install the vLLM doctor --install-plan names, or "
                 "set use_vllm false to generate through transformers")
     return None
 
 
-def _time(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, steps: int) -> dict[str, Any] | None:
-    """The training time estimates (:func:`grpo_kit.training.cost.estimate_hours`): with vLLM where the recipe
-    generates with it, and without; ``None`` without a card or a shape, or on a CPU (``train`` announces its time
-    there, from this machine's measured speed)."""
+def _time(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, steps: int,
+          here: bool) -> dict[str, Any] | None:
+    """The training time estimates (:func:`grpo_kit.training.cost.estimate_time`), with which route applies where the
+    plan is for this machine (``here``: whether vLLM is installed); ``None`` without a card or a shape, or on a CPU
+    (``train`` announces its time there, from this machine's measured speed)."""
     if not isinstance(shape, ModelShape) or gpu is None or preset.use_cpu:
         return None
-    vllm = preset.fast_inference or preset.use_vllm
-    return {"steps": steps, "with_vllm": estimate_hours(preset, shape, gpu, steps, True) if vllm else None,
-            "without_vllm": estimate_hours(preset, shape, gpu, steps, False)}
+    from grpo_kit.system.install import installed_version
+
+    return estimate_time(preset, shape, gpu, steps, installed_version("vllm") is not None if here else None)
 
 
 def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
@@ -430,7 +431,8 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
             run folder's recorded preset is used instead.
         overrides: recipe keys to replace (Python values; with ``resume`` only ``max_steps`` and the like).
         argv: overrides in TRL's command-line form (``["--learning_rate", "1e-5"]``), over ``overrides``.
-        device: a card of :data:`grpo_kit.policy.devices.CARDS`; ``None``: this machine's first GPU (or none).
+        device: a card of :data:`grpo_kit.policy.devices.CARDS`; ``None``: this machine's first GPU (or none). An
+            unknown name is refused (the message names the nearest card).
         processes: training processes, one GPU each (``--gpus``); default 1 for ``single``, else the GPUs here
             (8, as configs/accelerate/*.yaml, with ``device`` or without GPUs), less the one a vLLM server
             (``vllm_mode="server"``) needs; asking for every GPU with a server is a problem.
@@ -449,7 +451,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         ``problems`` are lines; ``fatal`` says whether one would end the run.
 
     Raises:
-        ValueError: an unknown preset, field or launch.
+        ValueError: an unknown preset, field, card or launch.
         FileNotFoundError: ``resume`` with a run folder that has no ``train_settings.json``.
     """
     from grpo_kit.training.callbacks import stale_weights_alarm
@@ -459,7 +461,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         p, model = preset_of_run(run_dir, argv, **(overrides or {}))
     else:
         if preset is None:  # the preset the notebooks pick for this card (preset = None)
-            preset = preset_for_device(card(device) if device in CARDS else (gpus() or [None])[0])
+            preset = preset_for_device(card(device) if device is not None else (gpus() or [None])[0])
         p = get_preset(preset, argv=argv, **(overrides or {}))
         model = p.model
     problems: list[Problem] = []
@@ -472,12 +474,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
             problems.append(Problem(str(e), kind="model"))
     gpu: Gpu | None
     if device is not None:
-        try:
-            gpu = card(device)
-        except ValueError as e:
-            gpu = None
-            problems.append(Problem(str(e), kind="card"))
-        here = 8
+        gpu, here = card(device), 8
     else:
         found = gpus()
         gpu, here = (found[0] if found else None), (len(found) or 8)
@@ -489,8 +486,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     launches = [launch_of(launch, n, rank) for rank in range(1 if launch == "single" else n)]
     shape = _shape(p, model)
     memory = _memory(p, shape, gpu, launch, n)
-    if not any(q.kind == "card" for q in problems):
-        problems += _problems(p, gpu, launch, n, memory, shape, here=device is None)
+    problems += _problems(p, gpu, launch, n, memory, shape, here=device is None)
     output = str(Path(run_dir or "runs/run") / "checkpoints")
     vllm = None
     if p.fast_inference or p.use_vllm:
@@ -535,7 +531,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         "device": None if gpu is None else dataclasses.asdict(gpu), "launch": launch, "vllm": vllm, "memory": memory,
         "alarm": stale_weights_alarm(p), "sampling": _sampling(p), "generator": generator(p),
         "without_vllm": _without_vllm(p),
-        "time": _time(p, shape, gpu, steps_left),
+        "time": _time(p, shape, gpu, steps_left, here=device is None),
         "disk": estimate_disk(p, shape) if isinstance(shape, ModelShape) else None,
         "resume_from": resume_from, "resume_why": resume_why,
         "problems": [("FATAL: " if q.fatal else "") + q.text for q in problems],  # FATAL: it would end the run
@@ -578,8 +574,9 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
 def format_plan(plan: dict[str, Any]) -> str:
     """The plan of :func:`make_plan` as text for a terminal (``python -m grpo_kit plan`` without ``--json``)."""
     device = plan["device"]
-    where = "no GPU" if device is None else \
-        f"{device['name']} ({device['memory_gib']:g} GiB, bfloat16 {'yes' if device['bf16'] else 'no'})"
+    bandwidth = device and (f"{device['bandwidth_gbs']:,.0f} GB/s" if device["bandwidth_gbs"] else "unknown")
+    where = "no GPU" if device is None else (f"{device['name']} ({device['memory_gib']:g} GiB, bfloat16 "
+                                             f"{'yes' if device['bf16'] else 'no'}, memory bandwidth {bandwidth})")
     lines = [f"preset {plan['preset']}: route {plan['route']}, model {plan['model']}",
              *(f"from the recipe: {line}" for line in plan["recipe_keys"]),
              f"algorithm: {plan['algorithm']['summary']}", f"sampling: {plan['sampling']}",
@@ -599,7 +596,7 @@ def format_plan(plan: dict[str, Any]) -> str:
         if "command" in vllm:
             lines.append(f"  start it first, on a GPU of its own: {vllm['command']}")
     if plan["without_vllm"]:
-        lines.append(f"  without vLLM (a runtime whose torch no vLLM release pins: doctor --install-plan): "
+        lines.append(f"  without vLLM (a runtime the install plan gives none: doctor --install-plan): "
                      f"{plan['without_vllm']}")
     memory = plan["memory"]
     if memory is None:
@@ -610,17 +607,8 @@ def format_plan(plan: dict[str, Any]) -> str:
             "" if memory["needed"] > memory["available"] else " (vLLM's share leaves no room for its KV cache)")
         lines.append(f"memory per GPU (estimate, GiB): {parts}; needed {memory['needed']:g} of "
                      f"{memory['available']:g}: {verdict}")
-    time, disk = plan["time"], plan["disk"]  # each estimate with its basis
-    if time is None:
-        lines.append("time: no estimate (it needs a card, --device CARD, and the model's config.json; on a CPU train "
-                     "announces its time when it starts)")
-    else:
-        said = [f"{name} about {e['hours']:.1f} h ({e['seconds_per_step']:.0f} s a step)"
-                for name, e in (("with vLLM generating", time["with_vllm"]), ("without vLLM", time["without_vllm"]))
-                if e is not None]
-        lines.append(f"time (estimate, not measured on this card) for {counted(time['steps'], 'step')}: "
-                     + "; ".join(said))
-        lines += [f"  basis: {e['basis']}" for e in (time["with_vllm"], time["without_vllm"]) if e is not None]
+    disk = plan["disk"]
+    lines += time_lines(plan["time"])  # each estimate with its basis
     if disk is not None:
         lines.append(f"download (estimate): {disk['download']:.1f} GB, {disk['download_what']}")
         lines.append(f"disk (estimate): {disk['total']:.1f} GB in all: the download, {disk['checkpoints']:.1f} GB of "

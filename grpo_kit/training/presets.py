@@ -526,7 +526,7 @@ def recipe_yaml(recipe: Recipe) -> str:
 
 def preset_names() -> list[str]:
     """The shipped recipes' names, in the order ``python -m grpo_kit presets`` lists them."""
-    order = ("a100", "colab-t4", "full-80gb", "multi-gpu-lora", "multi-gpu-full", "cpu-tiny")
+    order = ("a100", "colab-t4", "colab-l4", "full-80gb", "multi-gpu-lora", "multi-gpu-full", "cpu-tiny")
     names = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
     return [n for n in order if n in names] + [n for n in names if n not in order]
 
@@ -556,15 +556,16 @@ PRESETS: Mapping[str, Recipe] = _Shipped()
 
 
 def preset_for_device(gpu: Gpu | None) -> str:
-    """The preset that fits a card: ``colab-t4`` on a GPU without bfloat16 (T4, V100), ``a100`` on one
-    with it (A100, H100, L4), ``cpu-tiny`` without a GPU.
+    """The preset that fits a card: ``colab-t4`` on a GPU without bfloat16 (T4, V100), ``colab-l4`` on one with it and
+    under 30 GiB (an L4, 24 GB: ``a100``'s 8B recipe would take about 10 h there with vLLM, 33 without), ``a100`` on
+    a larger one (A100, H100, H200), ``cpu-tiny`` without a GPU.
 
     >>> preset_for_device(Gpu("Tesla T4", 15.0, bf16=False)), preset_for_device(Gpu("NVIDIA A100-SXM4-40GB", 40, True))
     ('colab-t4', 'a100')
-    >>> preset_for_device(None)
-    'cpu-tiny'
+    >>> preset_for_device(Gpu("NVIDIA L4", 22.0, bf16=True)), preset_for_device(None)
+    ('colab-l4', 'cpu-tiny')
     """
-    return "cpu-tiny" if gpu is None else "a100" if gpu.bf16 else "colab-t4"
+    return "cpu-tiny" if gpu is None else "colab-t4" if not gpu.bf16 else "colab-l4" if gpu.memory_gib < 30 else "a100"
 
 
 def device_preset() -> str:

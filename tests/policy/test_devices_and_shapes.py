@@ -82,11 +82,25 @@ def test_a_card_without_bfloat16_gets_float16_not_bfloat16(fake_cuda):
 def test_the_card_table():
     from grpo_kit.policy.devices import CARDS, card
 
-    assert set(CARDS) >= {"a100-40gb", "a100-80gb", "h100-80gb", "l4-24gb", "t4-16gb"}
+    assert set(CARDS) >= {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "l4-24gb", "t4-16gb"}
     assert [name for name, gpu in CARDS.items() if not gpu.bf16] == ["t4-16gb"]
     assert card("a100-40gb").memory_gib < card("a100-80gb").memory_gib
+    assert all(gpu.bandwidth_gbs for gpu in CARDS.values()) and card("h200-141gb").bandwidth_gbs == 4800
     with pytest.raises(ValueError, match="unknown card 'v100'.*t4-16gb"):
         card("v100")
+    with pytest.raises(ValueError, match="unknown card 'h200': did you mean h200-141gb"):
+        card("h200")
+
+
+def test_a_card_found_here_takes_its_bandwidth_from_the_one_table(fake_cuda):
+    """Issue 56: policy/devices.CARDS had no H200 while training/cost.BANDWIDTH_GBS had one; the bandwidth the time
+    estimates scale by is now the card table's, for a card this machine has as for one planned by name."""
+    from grpo_kit.policy import devices
+
+    fake_cuda(count=1, name="NVIDIA H200", memory_gib=139.8, bf16=True)
+    assert devices.first_gpu().bandwidth_gbs == 4800
+    fake_cuda(count=1, name="NVIDIA A100-PCIE-40GB", memory_gib=39.4, bf16=True)
+    assert devices.first_gpu().bandwidth_gbs is None  # unknown to the table: no bandwidth scaling, said in the basis
 
 
 class _OnlyHealth(BaseHTTPRequestHandler):

@@ -239,24 +239,25 @@ def test_on_colab_the_run_folder_goes_on_google_drive(tmp_path, monkeypatch):
         runs.resolve_run_dir("runs/gsm8k", use_drive=True)
 
 
-@pytest.mark.parametrize("card, bf16, preset", [("Tesla T4", False, "colab-t4"),
+@pytest.mark.parametrize("card, bf16, preset", [("Tesla T4", False, "colab-t4"), ("NVIDIA L4", True, "colab-l4"),
                                                  ("NVIDIA A100-SXM4-40GB", True, "a100"),
                                                  ("NVIDIA H100 80GB HBM3", True, "a100")])
 def test_the_default_preset_follows_the_card(monkeypatch, capsys, card, bf16, preset):
     import logging
 
     from grpo_kit.notebook import gpu_check
-    from grpo_kit.policy.devices import Gpu
+    from grpo_kit.policy.devices import CARDS, Gpu, known_card
     from grpo_kit.training.presets import device_preset, preset_for_device
 
+    memory = CARDS[known_card(card)].memory_gib
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: card)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # a T4 says yes too (emulation)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index=0: types.SimpleNamespace(name=card, total_memory=16 * 2**30,
+                        lambda index=0: types.SimpleNamespace(name=card, total_memory=int(memory * 2**30),
                                                               major=8 if bf16 else 7, minor=0 if bf16 else 5))
-    assert preset_for_device(Gpu(card, 16.0, bf16)) == device_preset() == preset
+    assert preset_for_device(Gpu(card, memory, bf16)) == device_preset() == preset
     assert get_preset(None).name == preset
     # the notebooks' GPU check says which preset fits, and resolves it; this process imported transformers long
     # ago, so the Unsloth presets' import order (checked by the stack and GPU suites) is left out here
@@ -271,7 +272,9 @@ def test_the_default_preset_follows_the_card(monkeypatch, capsys, card, bf16, pr
         kit_log.propagate = propagate
         kit_log.setLevel(level)
     out = capsys.readouterr().out
-    assert f"CUDA GPU: {card}, 16 GiB" in out and f"The preset that fits: '{preset}'" in out
+    assert f"CUDA GPU: {card}, {memory:.0f} GiB" in out and f"The preset that fits: '{preset}'" in out
+    # the route, the card and the hours, before anything loads (issue 55)
+    assert f"card: {card} ({memory:.0f} GiB); preset {preset} (" in out and "time: about " in out
     assert [loading.use_unsloth for loading in imported] == [True]
 
 

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -128,10 +129,17 @@ def ddp_run(tmp_path_factory):
 
 
 def _require_deepspeed() -> None:
-    if not (DEEPSPEED / "deepspeed").is_dir():
+    """Skip (fail where ``make test`` names the folder) without a DeepSpeed built for this Python: ``.deepspeed`` is
+    built for ``.venv``'s Python, and its compiled op does not load in another (``make test-py313``)."""
+    ours, folder = sysconfig.get_config_var("EXT_SUFFIX"), DEEPSPEED / "deepspeed"
+    built = {path.name[path.name.index(".cpython"):] for path in folder.rglob("*.cpython-*.so")} \
+        if folder.is_dir() else None
+    problem = "holds no deepspeed" if built is None else \
+        f"holds a DeepSpeed built for {', '.join(sorted(built))}, not {ours}" if built and ours not in built else None
+    if problem is not None:
         if "GRPO_KIT_DEEPSPEED" in os.environ:  # make test names it: missing there is a failure, not a skip
-            pytest.fail(f"GRPO_KIT_DEEPSPEED={DEEPSPEED} holds no deepspeed: make install-deepspeed")
-        pytest.skip("DeepSpeed is not installed beside .venv: make install-deepspeed")
+            pytest.fail(f"GRPO_KIT_DEEPSPEED={DEEPSPEED} {problem}: make install-deepspeed")
+        pytest.skip(f"{DEEPSPEED} {problem}: make install-deepspeed (with this Python)")
 
 
 def test_two_processes_score_different_prompts_and_write_one_run_folder(ddp_run):

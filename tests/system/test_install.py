@@ -22,9 +22,9 @@ def _plan(capsys, *args):
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_colabs_torch_2_11_cu128_is_kept_and_the_plan_says_why_no_vllm_serves_it(capsys):
+def test_colabs_torch_2_11_cu128_on_a_driver_without_cuda_13_is_kept_and_the_plan_says_why_no_vllm(capsys):
     code, plan = _plan(capsys, "--torch", "2.11.0+cu128", "--driver", "570.172.08")
-    assert code == 0 and plan["keep_torch"] is True and plan["vllm"] is None
+    assert code == 0 and plan["keep_torch"] is True and plan["vllm"] is None and plan["replaces"] is None
     assert not any(p.startswith(("torch==", "vllm==")) for p in plan["install"])
     assert "unsloth==2026.10.9" in plan["install"] and "trl==1.15.0" in plan["install"]
     # vllm 0.26.0 is the release whose metadata pins torch 2.11.0, and PyPI builds it for CUDA 13.0; driver 570 runs
@@ -33,6 +33,30 @@ def test_colabs_torch_2_11_cu128_is_kept_and_the_plan_says_why_no_vllm_serves_it
         plan["no_vllm"]) and "which driver 570.172.08 does not run" in plan["no_vllm"]
     assert plan["xformers"] == "xformers==0.0.35" and not any(p.startswith("xformers") for p in plan["install"])
     assert plan["xformers_index_url"] == "https://download.pytorch.org/whl/cu128"  # the build for that CUDA
+
+
+def test_colabs_default_runtime_gets_vllm_with_pypis_cuda_13_build_of_its_own_torch(capsys):
+    """googlecolab/backend-info 2026-08-19: Python 3.13, torch 2.11.0+cu128, driver 580.82.07 (which runs CUDA 13).
+    vllm 0.26.0 pins torch==2.11.0, torchvision==0.26.0 and torchaudio==2.11.0 (its METADATA), PyPI's CUDA 13.0
+    builds: the plan installs those in place of the runtime's CUDA 12.8 ones, then vLLM and the row."""
+    code, plan = _plan(capsys, "--torch", "2.11.0+cu128", "--driver", "580.82.07")
+    assert code == 0 and not plan["fatal"] and plan["vllm"] == "0.26.0" and plan["no_vllm"] is None
+    assert plan["keep_torch"] is False and plan["replaces"] == "2.11.0+cu128" and plan["cuda"] == "13.0"
+    assert plan["install"][:3] == ["torch==2.11.0", "torchvision==0.26.0", "torchaudio==2.11.0"]
+    assert "vllm==0.26.0" in plan["install"] and "unsloth==2026.10.9" in plan["install"]
+    assert plan["xformers_index_url"] == "https://download.pytorch.org/whl/cu130"  # the new torch's CUDA
+    note = plan["torch_note"]
+    assert "torch 2.11.0+cu128 (CUDA 12.8) is replaced by PyPI's torch 2.11.0 (CUDA 13.0)" in note
+    assert " GB to download" in note and "restart" in note and "--keep-torch" in note
+    text = install_plan("2.11.0+cu128", "580.82.07").describe()
+    assert text.splitlines()[0] == note and "torch 2.11.0+cu128 is replaced: torch==2.11.0 (CUDA 13.0)" in text
+    code, kept = _plan(capsys, "--torch", "2.11.0+cu128", "--driver", "580.82.07", "--keep-torch")
+    assert code == 0 and kept["keep_torch"] and kept["vllm"] is None and kept["replaces"] is None
+    assert "kept as asked" in kept["no_vllm"] and not any(p.startswith("torch") for p in kept["install"])
+    assert main(["doctor", "--keep-torch"]) == 2  # --keep-torch belongs to --install-plan
+    # PyPI's torch 2.11.0 once installed reads as 2.11.0 (no local label): the plan then keeps it, with vLLM
+    again = install_plan("2.11.0", "580.82.07")
+    assert again.keep_torch and again.vllm == "0.26.0" and again.replaces is None
 
 
 def test_colabs_torch_2_10_cu128_gets_no_vllm_outside_trls_range_and_the_runtime_that_has_one(capsys):
@@ -106,7 +130,8 @@ def test_the_table_has_a_row_per_supported_torch_and_the_pinned_row_is_requireme
                 if "==" in line.split("#")[0])
     row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
     assert row["torch"] == pins["torch"] and row["vllm"] == pins["vllm"]
-    assert row["xformers"] is None and "xformers" in pins  # no build for the pinned torch; PyPI's, unsloth's dependency
+    # no build for the pinned torch; PyPI's, unsloth's dependency
+    assert row["releases"][row["torch"]]["xformers"] is None and "xformers" in pins
     assert row["packages"] == {name: pins[name] for name in row["packages"]}
     for row in table["rows"]:  # each row's own requirements hold among its versions
         assert row["problems"] == [] or row["vllm"] is None
@@ -129,17 +154,20 @@ def test_the_shipped_pinned_row_equals_the_registrys_metadata():
     row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
     requirements = [f"torch=={row['torch']}", f"vllm=={row['vllm']}"]
     requirements += [f"{name}=={version}" for name, version in row["packages"].items()]
-    assert script.derive_row(row["torch_minor"], script.fetch(requirements)) == row
+    releases = [script.fetch_one(f"torch=={release}") for release in row["releases"]]
+    assert script.derive_row(row["torch_minor"], script.fetch(requirements), releases=releases,
+                             download_gb=row["vllm_download_gb"]) == row
 
 
 @pytest.mark.slow
 def test_the_shipped_table_is_what_the_registry_says_now():
-    """scripts/install_table.py --check: every row regenerated from the registry (about 2 minutes, mostly waiting
-    on it), so a new vLLM, torch or xformers release that changes a row fails here until the table is rewritten."""
+    """scripts/install_table.py --check: every row regenerated from the registry (10 minutes on 2 busy cores, mostly
+    waiting on it: every torch release's metadata and the sizes of a vLLM row's files), so a new vLLM, torch or
+    xformers release that changes a row fails here until the table is rewritten."""
     if not _registry_reachable():
         pytest.skip("the package registry cannot be reached from here")
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "install_table.py"), "--check"],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
 
 
@@ -156,3 +184,99 @@ def test_a_machine_without_a_gpu_is_told_the_cpu_install_not_a_gpu_plan(capsys, 
         assert out.count("\n") == 1 and out.startswith("problem: no NVIDIA driver found"), out
         assert "pip install -r requirements-cpu.txt" in out and "preset cpu-tiny" in out
         assert "is kept" not in out and "vLLM:" not in out and "install:" not in out
+
+
+DRIVERS = ["470.57.02", "535.104.05", "570.172.08", "580.82.07"]
+
+
+def _runtimes():
+    """Every torch release of every row, as PyPI builds it and as PyTorch's index builds it for CUDA 12.6, 12.8 and
+    13.0."""
+    for row in install_table()["rows"]:
+        for release in row["releases"]:
+            yield row, release
+            yield from ((row, f"{release}+cu{tag}") for tag in ("126", "128", "130"))
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_every_runtime_row_and_driver_gets_vllm_wherever_one_can_run(driver):
+    """For every runtime the table knows and each driver: a plan is fatal exactly where the driver cannot run the
+    runtime's torch; vLLM is installed exactly where the torch it ends with (kept or replaced) is the release the row's
+    vLLM pins, built for its CUDA major, on a driver that runs it; torch is replaced only for that; every line speaks
+    of the runtime's own release, never of another release of its row (torch 2.14.0 was answered about 2.14.1)."""
+    from grpo_kit.system.install import cuda_of, driver_problem, version_tuple
+
+    for row, torch in _runtimes():
+        release, cuda = torch.split("+")[0], cuda_of(torch, default=row["releases"][torch.split("+")[0]]["cuda"])
+        plan = install_plan(torch, driver)
+        assert plan.fatal == (driver_problem(driver, cuda, "") is not None), (torch, driver)
+        if plan.fatal:
+            continue
+        could = bool(row["vllm"]) and version_tuple(release) == version_tuple(row["vllm_torch"]) and \
+            driver_problem(driver, row["vllm_cuda"], "") is None
+        assert (plan.vllm is not None) == could, (torch, driver, plan.no_vllm)
+        assert (plan.vllm is None) == (plan.no_vllm is not None), (torch, driver)
+        swapped = could and cuda.split(".")[0] != row["vllm_cuda"].split(".")[0]
+        assert (plan.replaces == torch) == swapped and plan.keep_torch == (not swapped), (torch, driver)
+        pinned = [p for p in plan.install if p.split("==")[0] in ("torch", "torchvision", "torchaudio")]
+        assert pinned == ([f"torch=={row['vllm_torch']}", *(f"{n}=={v}" for n, v in row["vllm_companions"].items())]
+                          if swapped else []), (torch, driver)
+        assert (f"vllm=={plan.vllm}" in plan.install) == (plan.vllm is not None)
+        text = plan.describe()
+        for other in row["releases"]:
+            if other not in (release, row["vllm_torch"]):
+                assert f"torch {other}" not in text and f"torch=={other}" not in text, (torch, other, text)
+
+
+def test_a_release_newer_than_the_table_is_answered_with_the_newest_it_read_and_says_so():
+    table = install_table()
+    row = next(r for r in table["rows"] if r["torch_minor"] == "2.14")
+    newest = max(row["releases"], key=lambda v: tuple(map(int, v.split("."))))
+    plan = install_plan("2.14.9+cu130", "580.82.07")
+    assert not plan.fatal and any("torch 2.14.9 is not among the releases" in p and f"{newest}'s" in p
+                                  for p in plan.problems)
+
+
+def _resolve(python: str, requirements: list[str]) -> dict[str, str]:
+    """What pip's resolver installs for ``requirements`` on CPython ``python`` manylinux x86-64 (metadata only: no
+    wheel is downloaded), {name: version}."""
+    import tempfile
+
+    spec = importlib.util.spec_from_file_location("install_table", ROOT / "scripts" / "install_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    platforms = [arg for tag in script.PLATFORMS for arg in ("--platform", tag)]
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "report.json"
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+                               "--only-binary=:all:", "--python-version", python, *platforms, "--report", str(report),
+                               *requirements], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+                for item in json.loads(report.read_text())["install"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("python", ["3.12", "3.13"])
+def test_the_pinned_gpu_stack_resolves_for_cpython_3_12_and_3_13(python):
+    """requirements.txt as pip's resolver takes it for CPython 3.12 (the lent GPU machine) and 3.13 (Colab's runtime,
+    googlecolab/backend-info 2026-08-19), manylinux x86-64: every pin kept (about a minute each, on the registry)."""
+    if not _registry_reachable():
+        pytest.skip("the package registry cannot be reached from here")
+    pins = {line.split("==")[0].strip().lower().replace("_", "-"): line.split("==")[1].split("#")[0].strip()
+            for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line.split("#")[0]}
+    found = _resolve(python, ["-r", str(ROOT / "requirements.txt")])
+    assert {name: found.get(name) for name in pins} == pins
+
+
+@pytest.mark.slow
+def test_colabs_default_runtime_plan_resolves_for_cpython_3_13():
+    """The plan for Colab's runtime (torch 2.11.0+cu128, driver 580.82.07, Python 3.13): PyPI's torch 2.11.0 and its
+    companions, vllm 0.26.0 and the row's packages resolve together as pip takes them on Python 3.13."""
+    if not _registry_reachable():
+        pytest.skip("the package registry cannot be reached from here")
+    plan = install_plan("2.11.0+cu128", "580.82.07")
+    found = _resolve("3.13", plan.install)
+    assert {p.split("==")[0].lower().replace("_", "-"): found.get(p.split("==")[0].lower().replace("_", "-"))
+            for p in plan.install} == {p.split("==")[0].lower().replace("_", "-"): p.split("==")[1]
+                                       for p in plan.install}

@@ -194,12 +194,23 @@ def test_plan_json_for_each_route_on_a_cpu(capsys):
 
 @pytest.mark.parametrize("argv, says", [
     (["--preset", "a100", "--device", "t4-16gb"], "bfloat16"),
-    (["--preset", "a100", "--device", "v100-16gb"], "unknown card"),
     (["--preset", "full-80gb", "--device", "l4-24gb"], "does not fit"),
 ])
 def test_plan_exits_2_on_what_would_end_the_run(capsys, argv, says):
     code, plan = _plan(capsys, *argv)
     assert code == 2 and any(says in line and line.startswith("FATAL") for line in plan["problems"])
+
+
+def test_plan_takes_only_known_cards_and_names_the_nearest(capsys):
+    """Issue 55: `plan --device t4` was accepted with "no GPU, no estimate"; a card the table lacks is refused in one
+    line, before anything is planned, naming the card meant."""
+    from grpo_kit.cli import main
+
+    for asked, nearest in (("t4", "did you mean t4-16gb?"), ("a100", "did you mean a100-40gb or a100-80gb?"),
+                           ("NVIDIA L4", "did you mean l4-24gb?"), ("v100-16gb", "--device takes a100-40gb")):
+        assert main(["plan", "--preset", "a100", "--device", asked]) == 2
+        err = capsys.readouterr().err
+        assert f"unknown card {asked!r}: " in err and nearest in err and err.count("\n") == 1, err
 
 
 def test_plan_for_a_resume_names_the_checkpoint(tmp_path, capsys):
@@ -266,7 +277,8 @@ def test_train_runs_the_plans_checks_before_loading(monkeypatch, tmp_path):
         RunSpec.resolve("multi-gpu-lora", run_dir=tmp_path / "run")
 
 
-@pytest.mark.parametrize("device, preset", [("t4-16gb", "colab-t4"), ("a100-40gb", "a100"), ("h100-80gb", "a100")])
+@pytest.mark.parametrize("device, preset", [("t4-16gb", "colab-t4"), ("l4-24gb", "colab-l4"), ("a100-40gb", "a100"),
+                                            ("h100-80gb", "a100"), ("h200-141gb", "a100")])
 def test_plan_without_a_preset_picks_the_one_the_notebooks_pick_for_the_card(capsys, device, preset):
     code, plan = _plan(capsys, "--device", device)
     assert plan["preset"] == preset and code == 0
@@ -328,6 +340,10 @@ def test_plan_says_which_temperature_applies_the_hours_download_and_disk_and_wit
     with_vllm, without = plan["time"]["with_vllm"], plan["time"]["without_vllm"]
     assert round(with_vllm["hours"], 1) == 2.0  # the blog post's own 2 hours: its recipe on its card
     assert without["hours"] > with_vllm["hours"] and "measured, benchmarks/results/gpu-2026-11-27" in without["basis"]
+    # issue 55: without vLLM an Unsloth recipe runs Unsloth without fast_inference, and the estimate says so
+    assert (with_vllm["route"], without["route"]) == ("vllm", "unsloth")
+    assert "Unsloth without fast_inference, has no step of its own timed yet" in without["basis"]
+    assert plan["time"]["applies"] is None and plan["time"]["session"] is None  # planned for a card elsewhere
     assert "fast_inference=False" in plan["without_vllm"]
     assert 5 < plan["disk"]["download"] < 6.5 and plan["disk"]["base_for_merge"] == 16.1
     text = format_plan(plan)
@@ -336,9 +352,27 @@ def test_plan_says_which_temperature_applies_the_hours_download_and_disk_and_wit
         assert line in text, line
     faster = make_plan("a100", device="h100-80gb")["time"]["with_vllm"]["hours"]
     assert faster < with_vllm["hours"]  # more memory bandwidth, a shorter estimate
-    assert make_plan("multi-gpu-lora", device="a100-80gb", launch="ddp")["without_vllm"].startswith("TRL refuses")
+    trl = make_plan("multi-gpu-lora", device="a100-80gb", launch="ddp")
+    assert trl["without_vllm"].startswith("TRL refuses") and trl["time"]["without_vllm"] is None  # nothing runs
+    assert "without vLLM (Unsloth, generating with its own generate) about 6.3 h" in text
     plain = make_plan("cpu-tiny")
     assert plain["time"] is None and plain["without_vllm"] is None and plain["sampling"].startswith("temperature")
+
+
+def test_a_24_gb_card_gets_a_recipe_that_fits_a_colab_session_and_a100_there_is_told_so():
+    """Issue 55: an L4 got a100's 8B recipe (10.4 h with vLLM, 32.9 h without). The recipe made for it (preset None)
+    fits one Colab session either way; a100 asked for there says which estimate is longer than a session and names
+    the smaller choice with its hours."""
+    from grpo_kit.training.cost import SESSION_HOURS
+    from grpo_kit.training.plan import format_plan, make_plan
+
+    made = make_plan(device="l4-24gb")
+    assert made["preset"] == "colab-l4" and not made["fatal"] and made["time"]["session"] is None
+    assert all(made["time"][k]["hours"] < SESSION_HOURS for k in ("with_vllm", "without_vllm"))
+    big = make_plan("a100", device="l4-24gb")
+    assert "without vLLM (32.9 h) is longer than one Colab session" in big["time"]["session"]
+    assert "preset colab-l4 (unsloth/Qwen2.5-3B-Instruct), takes about 4.7 h without vLLM" in big["time"]["session"]
+    assert big["time"]["session"] in format_plan(big)
 
 
 def test_plans_json_gives_its_estimates_rounded_as_its_memory_figures_are(capsys):
@@ -387,3 +421,38 @@ def test_plan_prints_the_config_and_adapter_train_builds(tmp_path, capsys):
     adapter = peft_config(spec.preset)
     assert {k: v for k, v in plan["adapter"].items() if k != "built_by"} == \
         {k: sorted(v) if isinstance(v, set) else v for k, v in vars(adapter).items() if k in plan["adapter"]}
+def test_on_a_gpu_every_announced_time_is_plans_arithmetic_for_that_card_and_route(monkeypatch, caplog):
+    """Issue 55: on a GPU the GRPO announcement scaled the tiny CPU policy's rates by parameters / 1.1e6 (653 s a step,
+    45 h for a100's 250 steps where plan said 2.0 h). Now train's announcement and the evaluation's generation on a
+    GPU are plan's arithmetic (grpo_kit.policy.speed) for the card and the route the run takes, with the basis."""
+    import torch
+
+    from grpo_kit.policy import devices
+    from grpo_kit.policy.generation import Sampling, TransformersBackend
+    from grpo_kit.policy.speed import generation_seconds
+    from grpo_kit.runs import train as train_module
+    from grpo_kit.training.plan import make_plan
+
+    a100 = devices.CARDS["a100-40gb"]
+    monkeypatch.setattr(train_module, "first_gpu", lambda: a100)
+    planned = make_plan("a100", device="a100-40gb")["time"]
+    for preset, key, route in ((PRESETS["a100"], "with_vllm", "vLLM generating"),
+                               # no vLLM here: RunSpec.resolve turned fast_inference off, the route Unsloth's
+                               (get_preset("a100", fast_inference=False), "without_vllm",
+                                "Unsloth, generating with its own generate")):
+        spec = types.SimpleNamespace(preset=preset, task=types.SimpleNamespace(name="gsm8k"),
+                                     policy=types.SimpleNamespace(name=preset.model))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="grpo_kit"):
+            seconds = train_module._announce_grpo(spec, None, None, None, done=0)
+        assert round(seconds / 3600, 1) == planned[key]["hours"], key
+        assert f"on NVIDIA A100-SXM4-40GB, route unsloth with {route}" in caplog.text
+        assert planned[key]["basis"] in caplog.text
+    monkeypatch.setattr(devices, "gpus", lambda: [a100])
+    model = types.SimpleNamespace(device=torch.device("cuda", 0), num_parameters=lambda: 8_030_261_248)
+    backend = TransformersBackend(model, tokenizer=None, progress=True)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="grpo_kit"):
+        seconds = backend._announce("greedy", 660, [list(range(32))] * 21, Sampling(max_new_tokens=256))
+    assert seconds == generation_seconds("transformers", 660 * 256, 8_030_261_248, a100)[0]
+    assert round(seconds / 60) == 54 and "at most on NVIDIA A100-SXM4-40GB" in caplog.text

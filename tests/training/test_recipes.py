@@ -79,7 +79,7 @@ def test_a_recipe_file_sets_any_grpo_config_key(tmp_path):
     ("warmup_ratio: 2\n", "recipe key 'warmup_ratio' is gone: removed in transformers 5: write warmup_steps"),
     ("torch_dtype: bfloat16\ndtype: float16\n", "recipe keys 'torch_dtype' and 'dtype' say the same: keep 'dtype'"),
     ("learning_rate: 1.0e-5\nlearning_rate: 0.5\n", "bad.yaml:2: the key 'learning_rate' is given twice"),
-    ("learning_rate: [1\n", "bad.yaml:2 is not YAML (expected ',' or ']', but got '<stream end>')"),
+    ("learning_rate: [1\n", "bad.yaml:2 is not YAML (did not find expected ',' or ']')"),  # libyaml's words
     ("- a list\n", "is not a YAML mapping"),
     ("max_steps: ten\n", "recipe key max_steps: invalid int value: 'ten'"),
 ])
@@ -348,8 +348,8 @@ def test_a_recipe_that_is_not_a_yaml_file_is_one_line_naming_the_file_and_line(t
     (tmp_path / "folder.yaml").mkdir()
     for path, message in ((tmp_path / "latin1.yaml", "latin1.yaml is not UTF-8 text (invalid continuation byte at "
                                                      "byte 16): save it as UTF-8"),
-                          (tmp_path / "broken.yaml", "broken.yaml:3 is not YAML (expected ',' or ']', but got "
-                                                     "'<stream end>'): fix a recipe at that line"),
+                          (tmp_path / "broken.yaml", "broken.yaml:3 is not YAML (did not find expected ',' or "
+                                                     "']'): fix a recipe at that line"),  # libyaml's words
                           (tmp_path / "folder.yaml", "folder.yaml is a folder: give the path of a recipe"),
                           (tmp_path, f"{tmp_path} is a folder: give the path of a recipe (a YAML file)")):
         assert main(["plan", "--config", str(path)]) == 2
