@@ -101,14 +101,19 @@ install-demo: $(DEMO_STAMP)
 demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(PY) -m grpo_kit demo
 
-# The demo's warm-started tiny policy ships in grpo_kit/policy/shipped/ (a few MB), so `make demo` and the CPU
-# notebooks start from the same weights on every machine without a warm start; this rebuilds it (3 to 5 minutes).
-# Then it checks that a second rebuild answers as the shipped copy does (the test marked `rebuild`, 4 more minutes:
-# out of `make test`, whose budget it would take a third of, and a warm start's floating-point sums can differ
-# between CPUs, which is why the weights ship).
+# The demos' warm-started tiny policies ship in grpo_kit/policy/shipped/ (4 to 5 MB each): the demo's and the compare
+# demo's (notebook 05's on a CPU), so `make demo`, `compare-demo` and the CPU notebooks start from the same weights on
+# every machine without a warm start, and so does `make test` (CI's clean checkout would warm-start them every time);
+# the learning tests' addition policy is committed in tests/addition_policy/ for the same reason. This rebuilds the
+# three (about 4, 5 and 2 minutes). Then it checks that a second rebuild of each answers as the copy does (the tests
+# marked `rebuild`, as long again: out of `make test`, whose budget they would take most of, and a warm start's
+# floating-point sums can differ between CPUs, which is why the weights ship).
 tiny-weights: $(STAMP)
 	$(PY) -c "from grpo_kit.demo import ship_demo_policy; print(ship_demo_policy())"
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -m rebuild tests/policy/test_shipped_policy.py
+	$(PY) -c "from grpo_kit.demo import CompareDemoConfig, ship_demo_policy as ship; print(ship(config=CompareDemoConfig()))"
+	$(PY) -c "from tests.conftest import ship_addition_policy; print(ship_addition_policy())"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -m rebuild \
+		tests/policy/test_shipped_policy.py tests/training/test_learning.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,40 +33,57 @@ def tiny_policy_files(tmp_path_factory, gsm8k_train_small):
     return path
 
 
+#: The learning tests' policy, committed beside them as the demos' policies ship with the kit: a clean checkout (CI's)
+#: would otherwise warm-start it in every `make test` (about 100 CPU seconds). `make tiny-weights` rebuilds it
+#: (:func:`ship_addition_policy`) and checks that a rebuild answers as this copy does (tests/training/test_learning.py).
+ADDITION_POLICY = ROOT / "tests" / "addition_policy"
+
+
+def addition_recipe() -> str:
+    """A digest of what builds the addition policy: the build's code below and the rows it trains on
+    (tests/addition.py). The committed copy records the one it was built by (``recipe.json``)."""
+    import json
+
+    from tests.addition import SYSTEM, split_pairs
+
+    digest = hashlib.sha256(inspect.getsource(_build_addition_policy).encode())
+    digest.update(json.dumps([SYSTEM, split_pairs()], sort_keys=True).encode())
+    return digest.hexdigest()[:12]
+
+
 @pytest.fixture(scope="session")
 def addition_policy_files():
-    """A tiny policy warm-started on single-digit addition (tests/addition.py): it knows the sums and
-    rarely uses the XML format under greedy decoding. Built once per checkout (about 90 s) into
-    .cache/grpo_kit-tests/, written whole as the kit's own tiny-policy cache is (grpo_kit.policy.warm_start); the
-    folder's name hashes everything the build reads (its code below, tests/addition.py, the kit's tasks code and task
-    files, its policy code, torch's, transformers' and trl's versions), so a change to any of them builds it again.
-    Tests load their own copy."""
-    import hashlib
+    """A tiny policy warm-started on single-digit addition (tests/addition.py): it knows the sums and rarely uses the
+    XML format under greedy decoding. The committed copy (:data:`ADDITION_POLICY`); tests load their own copy."""
+    import json
+
+    recipe = ADDITION_POLICY / "recipe.json"
+    if not recipe.is_file() or json.loads(recipe.read_text())["recipe"] != addition_recipe():
+        pytest.fail(f"{ADDITION_POLICY} is missing or was built by another recipe than tests/conftest.py's "
+                    "_build_addition_policy and tests/addition.py now give: make tiny-weights rebuilds it")
+    return ADDITION_POLICY
+
+
+def ship_addition_policy(folder: Path = ADDITION_POLICY) -> Path:
+    """Build the addition policy from scratch into ``folder`` (whole or not at all), with the torch threads of a
+    shipped policy's build (:data:`grpo_kit.policy.warm_start.SHIP_THREADS`: the order of floating-point sums, and so
+    the weights, depend on it), and record its recipe. About 100 CPU seconds. Returns ``folder``."""
+    import json
 
     import torch
-    import transformers
-    import trl
 
-    kit = ROOT / "grpo_kit"
-    sources = [ROOT / "tests" / "addition.py", *sorted((kit / "tasks").rglob("*.py")),
-               *sorted((kit / "tasks" / "builtin").glob("*.yaml")), *sorted((kit / "policy").glob("*.py"))]
-    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__} {trl.__version__}".encode())
-    digest.update(inspect.getsource(_build_addition_policy).encode())
-    for source in sources:
-        digest.update(source.read_bytes())
-    path = ROOT / ".cache" / "grpo_kit-tests" / f"addition-policy-{digest.hexdigest()[:12]}"
-    if not path.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        building = Path(tempfile.mkdtemp(dir=path.parent, prefix=".building-"))
-        try:
+    from grpo_kit.policy.loading import saved_whole
+    from grpo_kit.policy.warm_start import SHIP_THREADS
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(SHIP_THREADS)
+    try:
+        with saved_whole(folder, "recipe.json") as building:
             _build_addition_policy(building)
-            building.rename(path)  # whole or not at all: a killed build leaves only a .building- folder
-        except OSError:
-            if not path.is_dir():  # not another process's finished build
-                raise
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
-    return path
+            (building / "recipe.json").write_text(json.dumps({"recipe": addition_recipe()}) + "\n")
+    finally:
+        torch.set_num_threads(threads)
+    return folder
 
 
 def _build_addition_policy(path: Path) -> None:
