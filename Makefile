@@ -118,7 +118,18 @@ tiny-weights: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: first-run lint docs test-main test-stack
+# The stack suite runs beside the main suite: neither waits for the other, and the stack's processes take up what the
+# main suite's two leave idle at its end. Its output goes to runs/test-stack.log, printed when both are done; make
+# test fails if either failed. test-main and test-stack run each alone.
+STACK_LOG := runs/test-stack.log
+test: first-run lint docs $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) $(STACK_STAMP) | $(CHROMEDRIVER)
+	@mkdir -p $(dir $(STACK_LOG)); echo "stack suite: running beside the main suite, into $(STACK_LOG)"
+	@$(MAKE) --no-print-directory test-stack STACK_JOBS=1 > $(STACK_LOG) 2>&1 & stack=$$!; \
+		$(MAKE) --no-print-directory test-main; main=$$?; \
+		wait $$stack; stack_status=$$?; echo "== stack suite ($(STACK_LOG))"; cat $(STACK_LOG); \
+		[ $$main -eq 0 ] || echo "make test: the main suite failed"; \
+		[ $$stack_status -eq 0 ] || echo "make test: the stack suite failed"; \
+		[ $$main -eq 0 ] && [ $$stack_status -eq 0 ]
 
 # Said before a first `make test` builds anything: each part it still has to build, with its time on 2 cores
 # (measured: docs/development/testing.md#environments), so nobody waits half an hour unwarned.
@@ -144,10 +155,10 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores). Each test file runs on
-# one process, so a module's expensive fixture (a trained policy, a reference run) is built once; files are handed
-# out in collection order, which tests/conftest.py makes longest first (xdist's default order, most tests first, left
-# the longest files to the end, one process running them alone). (Finer `xdist_group`s would balance better, but
-# pytest 9.2 with xdist 3.8 silently ignores them: pytest-xdist #1386.)
+# one process, so a module's expensive fixture (a trained policy, a reference run) is built once, except the long
+# tests tests/conftest.py hands out as units of their own (LONGEST_FIRST; xdist_group marks would say it, but pytest
+# 9.2 with xdist 3.8 ignores them: pytest-xdist #1386); units go out longest first (xdist's default order, most tests
+# first, left the longest files to the end, one process running them alone).
 # The viewer's browser tests (tests/runs/test_view.py) open it in Debian's headless Chromium through Debian's
 # chromedriver, driven by Selenium (requirements-cpu.txt): no browser is downloaded. Installed where missing (CI runs
 # as root on Debian); chromium-driver pulls chromium.
@@ -155,9 +166,11 @@ CHROMEDRIVER := /usr/bin/chromedriver
 $(CHROMEDRIVER):
 	apt-get update -qq && apt-get install -y -qq chromium chromium-driver
 
+# PYTEST_ARGS: more of pytest's options for the main suite and each stack file, e.g. PYTEST_ARGS=--durations=10.
+PYTEST_ARGS ?=
 test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
-		--no-loadscope-reorder -m "not rebuild"
+		--no-loadscope-reorder -m "not rebuild" $(PYTEST_ARGS)
 
 # The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
 # experiments), with only .venv: it builds nothing else, and the tests of what is not built (DeepSpeed, llama.cpp,
@@ -166,17 +179,19 @@ test-quick: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(if $(wildcard $(DS_STAMP)),GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR))) \
 		$(if $(wildcard $(LLAMA_STAMP)),GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR))) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-		$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not rebuild"
+		$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not rebuild" $(PYTEST_ARGS)
 
-# Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
+# Each file of tests/stack in its own process: once Unsloth is imported it replaces TRL's
 # trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.
 # On a CPU with AVX-512 the Unsloth file runs once more as an AVX2-only CPU sees it (GRPO_KIT_CPU_FLAGS: vLLM
 # hidden from Unsloth, tests/stack/conftest.py says why), with its own Unsloth compile folder.
+# STACK_JOBS files at a time (make test runs one at a time beside the main suite's two processes).
 AVX2_RERUN := $(if $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),avx2:tests/stack/test_unsloth_stack.py)
+STACK_JOBS ?= 2
 test-stack: $(STACK_STAMP)
-	printf '%s\n' tests/stack/test_*.py $(AVX2_RERUN) | xargs -P 2 -I{} sh -c 'f={}; case $$f in avx2:*) \
+	printf '%s\n' tests/stack/test_*.py $(AVX2_RERUN) | xargs -P $(STACK_JOBS) -I{} sh -c 'f={}; case $$f in avx2:*) \
 		f=$${f#avx2:}; export GRPO_KIT_CPU_FLAGS="avx avx2 fma" UNSLOTH_COMPILE_LOCATION=unsloth_compiled_cache_avx2;; \
-		esac; exec $(STACK_PY) -m pytest -q -p no:cacheprovider $$f'
+		esac; exec $(STACK_PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) $$f'
 
 # GPU tests (tests/gpu): the GPU stack (requirements.txt) in its own venv, each route in its own process.
 test-gpu: $(GPU_STAMP)

@@ -127,17 +127,52 @@ def kit_log_on_stderr():
     logger.setLevel(level)
 
 
-# `make test` hands whole files to its two test processes in collection order (--dist loadfile
-# --no-loadscope-reorder), so the longest files (pytest --durations=0 on 2 busy cores, 2026-11-27, the warm starts
-# cached) go first and the short ones fill in at the end: a long file handed out last would run alone while the other
-# process waited (tests/system/test_install.py, 34 pip calls to the registry, was handed out among the last).
-LONGEST_FIRST = ["tests/test_notebooks.py", "tests/runs/test_train_runs.py", "tests/runs/test_scaling.py",
-                 "tests/training/test_reward_choice.py", "tests/system/test_install.py", "tests/runs/test_export.py",
-                 "tests/training/test_learning.py", "tests/test_notebooks_task_file.py",
-                 "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py", "tests/tasks/test_countdown.py",
-                 "tests/runs/test_spec.py", "tests/test_demo.py", "tests/runs/test_bad_input.py"]
+# `make test` hands work units to its two test processes (-n 2 --dist loadfile), longest first, so the short ones fill
+# in at the end: a long unit handed out last would run alone while the other process waited. A unit is a whole file
+# (its module fixtures, a trained run, are built once), except the tests named here with their file
+# ("FILE::TEST", a parametrized test's every case or "FILE::TEST[CASE]" one of them): each of those is a unit of
+# its own, which either process may take. Only a test that shares no module fixture with the rest of its file is
+# named so. The order: CPU seconds of each unit (docs/development/testing.md, "Running the tests"); a new long file
+# or test belongs in it. `--dist loadgroup` with xdist_group marks would say the same, but pytest 9.2 with xdist 3.8
+# ignores the marks without a word (pytest-xdist #1386), so the units are handed out by pytest_xdist_make_scheduler
+# below.
+LONGEST_FIRST = [
+    "tests/runs/test_scaling.py",  # 5 launches of 2 processes each: ~115 CPU seconds (AVX-512, 2026-11-29)
+    "tests/training/test_reward_choice.py",  # ~110
+    "tests/test_notebooks.py::test_notebooks_run_in_order_on_the_cpu_preset",  # 4 kernels: ~70
+    "tests/runs/test_train_runs.py",  # ~70
+    "tests/runs/test_export.py",  # ~65 with the GGUF exports
+    "tests/system/test_install.py",  # the registry's metadata, 35 pip calls: ~65
+    "tests/test_notebooks_task_file.py",  # 4 kernels: ~50
+    "tests/training/test_learning.py",  # ~30
+    "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py",  # ~27 each
+    "tests/runs/test_scaling.py::test_fsdp_on_a_cpu_is_refused_not_silently_replicated",  # ~20
+    "tests/test_demo.py", "tests/runs/test_spec.py", "tests/test_notebooks.py",  # ~18 each
+    "tests/runs/test_bad_input.py", "tests/runs/test_view.py", "tests/tasks/test_countdown.py",
+]
+_RANK = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit a test is handed out in: its LONGEST_FIRST entry where it names the test, else its file."""
+    test = nodeid.partition("[")[0]  # a parametrized test's every case
+    return nodeid if nodeid in _RANK else test if test in _RANK else nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
+    items.sort(key=lambda item: _RANK.get(work_unit(item.nodeid), len(_RANK)))  # stable: the rest as collected
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the units of :func:`work_unit` in place of whole files (in collection order, which
+    pytest_collection_modifyitems made longest first: --no-loadscope-reorder keeps it)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class WorkUnits(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnits(config, log)
