@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny policy built offline once per test session."""
+"""Shared fixtures (a tiny policy built offline once per test session, the learning tests' committed policy) and how
+`make test` hands the tests to its two processes (LONGEST_FIRST)."""
 
 from __future__ import annotations
 
@@ -136,19 +137,19 @@ def kit_log_on_stderr():
 # or test belongs in it. `--dist loadgroup` with xdist_group marks would say the same, but pytest 9.2 with xdist 3.8
 # ignores the marks without a word (pytest-xdist #1386), so the units are handed out by pytest_xdist_make_scheduler
 # below.
-LONGEST_FIRST = [
-    "tests/runs/test_scaling.py",  # 5 launches of 2 processes each: ~115 CPU seconds (AVX-512, 2026-11-29)
-    "tests/training/test_reward_choice.py",  # ~110
-    "tests/test_notebooks.py::test_notebooks_run_in_order_on_the_cpu_preset",  # 4 kernels: ~70
-    "tests/runs/test_train_runs.py",  # ~70
-    "tests/runs/test_export.py",  # ~65 with the GGUF exports
-    "tests/system/test_install.py",  # the registry's metadata, 35 pip calls: ~65
-    "tests/test_notebooks_task_file.py",  # 4 kernels: ~50
-    "tests/training/test_learning.py",  # ~30
-    "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py",  # ~27 each
-    "tests/runs/test_scaling.py::test_fsdp_on_a_cpu_is_refused_not_silently_replicated",  # ~20
-    "tests/test_demo.py", "tests/runs/test_spec.py", "tests/test_notebooks.py",  # ~18 each
-    "tests/runs/test_bad_input.py", "tests/runs/test_view.py", "tests/tasks/test_countdown.py",
+LONGEST_FIRST = [  # CPU seconds in one process, AVX-512 EPYC, 2026-11-29 (a busy machine: upper bounds)
+    "tests/runs/test_scaling.py",  # 5 launches of 3 processes: over 115 (a killed launch's CPU goes uncounted)
+    "tests/training/test_reward_choice.py",  # 110
+    "tests/runs/test_train_runs.py",  # 71
+    "tests/test_notebooks.py::test_notebooks_run_in_order_on_the_cpu_preset",  # 4 kernels: 68
+    "tests/runs/test_export.py",  # 64, the GGUF exports 39 of it
+    "tests/system/test_install.py",  # 63, nearly all of it the registry check's 35 pip calls
+    "tests/test_notebooks_task_file.py",  # 4 kernels: 47
+    "tests/training/test_learning.py",  # 46
+    "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py",  # 27, 26
+    "tests/runs/test_scaling.py::test_fsdp_on_a_cpu_is_refused_not_silently_replicated",  # 20
+    "tests/test_demo.py", "tests/runs/test_spec.py", "tests/test_notebooks.py",  # 19, 18, 18
+    "tests/runs/test_bad_input.py", "tests/runs/test_view.py", "tests/tasks/test_countdown.py",  # 15, ?, 9
 ]
 _RANK = {name: i for i, name in enumerate(LONGEST_FIRST)}
 
