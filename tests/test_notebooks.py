@@ -89,8 +89,12 @@ EXECUTED = NOTEBOOKS.parent / "runs" / "notebooks-cpu"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["gsm8k", "countdown"])
+@pytest.mark.parametrize("task", ["countdown"])
 def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
+    """Notebooks 01-04 in order on one built-in task, Countdown: its one-line reward swap runs every cell a GSM8K run
+    does and the swap besides. A task's default reward set (no `rewards`) goes through notebook 03 in
+    tests/test_notebooks_task_file.py, and GSM8K through all five in the docs' executed copies
+    (scripts/notebook_outputs.py, checked above). A second run here on GSM8K took 67 CPU seconds of make test."""
     import json
 
     import papermill

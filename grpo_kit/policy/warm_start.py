@@ -17,9 +17,9 @@ The warm start lives in the policy wing, not beside the GRPO trainer, because it
 policy comes to exist: loading that policy means building it once and caching it
 (:func:`warm_started_tiny_policy`), and loading is the policy wing's job.
 
-The demo's policy ships with the kit (:data:`SHIPPED_DIR`, a few MB), so every machine starts the demo from the
-same weights without spending minutes on the warm start; ``make tiny-weights`` (:func:`ship`) rebuilds it, and a
-test checks that a rebuild evaluates the same.
+The demos' policies ship with the kit (:data:`SHIPPED_DIR`, a few MB each), so every machine starts the demo and the
+compare demo from the same weights without spending minutes on the warm start; ``make tiny-weights`` (:func:`ship`)
+rebuilds them, and a test checks that a rebuild evaluates the same.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ _COMPLETE = "warm-start.json"
 log = logging.getLogger(__name__)
 
 #: Warm-started tiny policies shipped with the kit, each in a folder named as its cache folder
-#: (:attr:`TinyPolicy.folder`): the demo's (``python -m grpo_kit demo`` with its defaults). A missing cache whose
-#: shipped copy exists is restored from it instead of trained.
+#: (:attr:`TinyPolicy.folder`): the demo's and the compare demo's (``python -m grpo_kit demo`` and ``compare-demo``
+#: with their defaults). A missing cache whose shipped copy exists is restored from it instead of trained.
 SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
 #: torch threads of a build that is shipped or compared with a shipped copy: the order of floating-point sums, and so
 #: the weights, depend on it.

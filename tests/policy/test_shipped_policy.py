@@ -1,15 +1,16 @@
-"""The demo's warm-started tiny policy ships with the kit: the demo and the CPU notebooks start from it without a warm
-start, and a rebuild (``make tiny-weights``) evaluates the same."""
+"""The demos' warm-started tiny policies ship with the kit: the demo, the compare demo and the CPU notebooks start from
+them without a warm start, and a rebuild (``make tiny-weights``) evaluates the same."""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from grpo_kit.demo import DemoConfig, demo_policy
+from grpo_kit.demo import CompareDemoConfig, DemoConfig, demo_policy
 from grpo_kit.policy.source import PolicySource
 from grpo_kit.policy.warm_start import SHIP_THREADS, SHIPPED_DIR, ship, warm_started_tiny_policy
 from grpo_kit.tasks import get_task
@@ -26,7 +27,11 @@ def test_the_demos_policy_ships_and_the_demo_and_notebooks_find_it():
     assert size < 10e6, f"the shipped policy is {size / 1e6:.1f} MB"
     # notebooks 02-04 with cpu_demo = True (no warm-start setting) resolve the same policy as the demo
     assert PolicySource.of(None, get_task("gsm8k")).tiny.folder.name == tiny.folder.name
-    assert [p.name for p in SHIPPED_DIR.iterdir() if not p.name.startswith(".")] == [tiny.folder.name]
+    compare = demo_policy(CompareDemoConfig())  # the compare demo's (notebook 05's with cpu_demo = True)
+    assert compare.shipped is not None, f"{SHIPPED_DIR / compare.folder.name} missing: run make tiny-weights"
+    assert sum(p.stat().st_size for p in compare.shipped.iterdir()) < 10e6
+    assert sorted(p.name for p in SHIPPED_DIR.iterdir() if not p.name.startswith(".")) == sorted(
+        [tiny.folder.name, compare.folder.name])
 
 
 def test_a_missing_cache_is_restored_from_the_shipped_copy_without_training(tmp_path):
@@ -41,9 +46,10 @@ def test_a_missing_cache_is_restored_from_the_shipped_copy_without_training(tmp_
 
 
 @pytest.mark.rebuild
-def test_a_rebuild_of_the_shipped_policy_evaluates_the_same(tmp_path):
-    """``make tiny-weights`` from scratch (minutes): the rebuilt policy answers 64 GSM8K test questions greedily as
-    the shipped one does (the same completions on nearly all, the same accuracy and format counts)."""
+@pytest.mark.parametrize("config", [DemoConfig(), CompareDemoConfig()], ids=["demo", "compare-demo"])
+def test_a_rebuild_of_the_shipped_policy_evaluates_the_same(config, tmp_path):
+    """``make tiny-weights`` from scratch (minutes): the rebuilt policy answers 64 test questions of its task greedily
+    as the shipped one does (the same completions on nearly all, the same accuracy and format counts)."""
     import torch
 
     from grpo_kit.evaluation.scoring import evaluate
@@ -51,10 +57,11 @@ def test_a_rebuild_of_the_shipped_policy_evaluates_the_same(tmp_path):
     from grpo_kit.policy.loading import load_policy
     from grpo_kit.tasks.data import take_slice
 
-    shipped = demo_policy().shipped
-    rebuilt = ship(demo_policy(DemoConfig(cache_dir=str(tmp_path / "cache"))), shipped_dir=tmp_path / "shipped")
+    tiny = demo_policy(config)
+    rebuilt = ship(demo_policy(replace(config, cache_dir=str(tmp_path / "cache"))), shipped_dir=tmp_path / "shipped")
+    shipped = tiny.shipped
     assert rebuilt.name == shipped.name and torch.get_num_threads() >= SHIP_THREADS
-    task = get_task("gsm8k")
+    task = tiny.task
     questions = take_slice(task.load("test"), n=64, seed=0)
     results = []
     for folder in (shipped, rebuilt):

@@ -1,9 +1,11 @@
 """Runs that survive and tell the truth: `python -m grpo_kit train`, checkpoints, resume after SIGKILL,
 extending a finished run, refusing another run's folder, held-out accuracy in the log history.
 
-The train processes run the kit's command line in a subprocess on the small random policy of
-conftest (``--model <folder>``), 6 GRPO steps of 8 completions, a checkpoint every 2 steps. What the kit is
-doing (each step, held-out accuracy, "resuming from") is logged to standard error as ``[grpo_kit] ...``.
+The runs train the small random policy of conftest (``--model <folder>``), 6 GRPO steps of 8 completions, a
+checkpoint every 2 steps, through the kit's command line: in a subprocess where a test kills it, reads its umask or
+its crash, or needs a reference run that is a process of its own; in this process (``_train_here``) where it only
+resumes or extends a run, sparing a second Python that imports torch and TRL again (about 8 CPU seconds each). What
+the kit is doing (each step, held-out accuracy, "resuming from") is logged to standard error as ``[grpo_kit] ...``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ def _train(args: list[str], kill_at: str | None = None) -> subprocess.CompletedP
             break
     child.wait(timeout=60)
     return "".join(seen)
+
+
+def _train_here(args: list[str], capsys) -> subprocess.CompletedProcess:
+    """`python -m grpo_kit train ...` as :func:`_train` runs it, in this process, with what it wrote captured."""
+    code = main(args)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
 def _rewards_by_step(history: list[dict]) -> dict[int, float]:
@@ -105,7 +114,7 @@ def test_train_writes_the_run_folder_with_checkpoints(uninterrupted):
         assert abs(rows["advantage"].sum()) < 1e-4 and rows["prompt"].nunique() == 1
 
 
-def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, tiny_policy_files, tmp_path):
+def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, tiny_policy_files, tmp_path, capsys):
     straight, _ = uninterrupted
     run_dir = tmp_path / "killed"
     out = _train(_train_args(tiny_policy_files, run_dir), kill_at="step 3/6")
@@ -118,7 +127,7 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
     args = _train_args(tiny_policy_files, run_dir, "--resume")
     for option in ("--max-steps", "--save-steps", "--train-size"):
         del args[args.index(option):args.index(option) + 2]
-    result = _train(args)
+    result = _train_here(args, capsys)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "resuming as recipe.yaml and train_settings.json record it: max_steps 6; save_steps 2" in result.stderr
     assert "train_size 32" in result.stderr
@@ -155,7 +164,7 @@ def test_extending_a_finished_run_trains_the_added_steps_on_the_longer_schedule(
     printed = err.split("To continue it as recorded: ")[1].split(" (notebook 03")[0]
     # the model is the recipe's (recipe.yaml records --model_name_or_path), so the command needs only the length
     assert printed == f"python -m grpo_kit train --run-dir {run_dir} --resume --max_steps 8"
-    result = _train(shlex.split(printed)[3:])
+    result = _train_here(shlex.split(printed)[3:], capsys)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[grpo_kit] resuming from" in result.stderr and "checkpoint-6" in result.stderr
     assert "resuming as recipe.yaml and train_settings.json record it: rewards strict_format_reward_func=1 " \
@@ -258,12 +267,13 @@ def test_a_resume_without_a_recipe_trains_on_with_the_one_the_run_folder_recorde
 
 
 def test_a_run_killed_during_its_final_save_finishes_it_on_resume_without_another_step(uninterrupted,
-                                                                                       tiny_policy_files, tmp_path):
+                                                                                       tiny_policy_files, tmp_path,
+                                                                                       capsys):
     run_dir = _copy(uninterrupted[0], tmp_path)
     (run_dir / "finished.json").unlink()
     (run_dir / "model" / "config.json").write_text("")  # torn by the kill
     (run_dir / "log_history.json").unlink()
-    result = _train(_train_args(tiny_policy_files, run_dir, "--resume"))
+    result = _train_here(_train_args(tiny_policy_files, run_dir, "--resume"), capsys)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "checkpoint-6 is the last step: finishing the save of the model, without training" in result.stderr
     assert "step 7" not in result.stderr
@@ -328,7 +338,7 @@ def test_a_full_disk_during_a_save_is_named_and_the_torn_checkpoint_set_aside(un
 
 
 def test_the_step_0_evaluation_survives_a_kill_before_the_first_checkpoint(uninterrupted, tiny_policy_files,
-                                                                           tmp_path):
+                                                                           tmp_path, capsys):
     import shutil
 
     run_dir = _copy(uninterrupted[0], tmp_path)
@@ -342,7 +352,7 @@ def test_the_step_0_evaluation_survives_a_kill_before_the_first_checkpoint(unint
             path.unlink()
     args = _train_args(tiny_policy_files, run_dir, "--resume")
     args[args.index("--max-steps") + 1] = "2"
-    result = _train(args)
+    result = _train_here(args, capsys)
     assert result.returncode == 0, result.stderr[-3000:]
     history = json.loads((run_dir / "log_history.json").read_text())
     rows = [row for row in history if "eval/strict_accuracy" in row]

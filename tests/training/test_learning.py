@@ -99,3 +99,22 @@ def test_a_reward_that_pays_for_length_destroys_accuracy_and_rings_the_alarm(add
     assert alarm["mcnemar_p"] < 0.05 and alarm["right_to_wrong"] > alarm["wrong_to_right"]
     assert any(row.get("eval/reward_hacking_alarm") == 1.0 for row in evals)
     assert (tmp_path / "run" / "alarms.jsonl").is_file()
+
+
+@pytest.mark.rebuild
+def test_a_rebuild_of_the_committed_addition_policy_answers_the_same(tmp_path):
+    """``make tiny-weights`` from scratch (about 2 minutes): the rebuilt policy answers the held-out questions greedily
+    as the committed one does (the same completions on nearly all, the same strict and lenient counts)."""
+    from tests.conftest import ADDITION_POLICY, ship_addition_policy
+
+    _, heldout_rows = split_pairs()
+    results = []
+    for folder in (ADDITION_POLICY, ship_addition_policy(tmp_path / "addition")):
+        model, tokenizer = load_policy(folder, dtype="float32")
+        results.append(evaluate(TransformersBackend(model, tokenizer, batch_size=90, progress=False), heldout_rows,
+                                Sampling(max_new_tokens=32)))
+    committed, rebuilt = results
+    same = sum(a["completion"] == b["completion"] for a, b in zip(committed.records, rebuilt.records))
+    assert same >= 0.9 * len(heldout_rows), f"{same} of {len(heldout_rows)} completions identical"
+    for count in (strict_correct, last_number_correct):
+        assert sum(count(committed)) == pytest.approx(sum(count(rebuilt)), abs=3), count.__name__
