@@ -612,7 +612,7 @@ def test_a_long_answer_that_is_no_number_is_shown_cut_in_its_one_line(tmp_path):
     error = _error(path)
     assert error.startswith(f"{tmp_path / 'test.jsonl'}:1: 'a' is '999") and "9999' (5000 characters), a number of " \
         "5,000 digits, longer than the 4,096 the kit reads and compares: give a shorter answer, or answer_type text " \
-        "to compare it as text" in error and len(error) < 400, error
+        "to compare it as text" in error and len(error.replace(str(tmp_path), "")) < 330, error  # paths vary
 
 
 def test_a_yaml_merge_key_is_read_in_task_files_as_in_recipes(tmp_path):
