@@ -211,17 +211,17 @@ def _resume(run_dir: Path, max_steps: int) -> tuple[str | None, str, Problem | N
     recorded = json_or_none(run_dir / "finished.json")  # none: not finished (train names a damaged one itself)
     finished = recorded.get("step") if isinstance(recorded, dict) else None
     try:
-        found = resume_point(folder, max_steps, finished)
+        checkpoint = resume_point(folder, max_steps, finished)
     except ValueError as e:
         return None, str(e), Problem(str(e), kind="resume")
-    if found is None:
+    if checkpoint is None:
         return None, f"no checkpoint in {folder}: training would start at step 0", None
     if finished == max_steps:
-        return str(found), f"the run finished at step {finished}: train --resume trains nothing", None
+        return str(checkpoint), f"the run finished at step {finished}: train --resume trains nothing", None
     skipped = [p.name for p in checkpoints(folder)
-               if checkpoint_step(p) > checkpoint_step(found) and not is_complete(p)]
+               if checkpoint_step(p) > checkpoint_step(checkpoint) and not is_complete(p)]
     newer = f"; newer but incomplete: {', '.join(skipped)}" if skipped else ""
-    return str(found), f"the newest complete checkpoint{newer}", None
+    return str(checkpoint), f"the newest complete checkpoint{newer}", None
 
 
 def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
@@ -231,49 +231,49 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
     lacks is then not fatal)."""
     from grpo_kit.training.checks import check_settings
 
-    found = []
+    problems = []
     try:  # the rewards do not change these checks: the default task's stand in
         check_settings(preset, get_task(DEFAULT_TASK).reward_set(), num_processes=processes, tiny_policy=shape is None)
     except ValueError as e:
-        found.append(Problem(str(e), kind="settings"))
-    found += _machine_problems(preset, gpu is None or preset.use_cpu, shape, here)
+        problems.append(Problem(str(e), kind="settings"))
+    problems += _machine_problems(preset, gpu is None or preset.use_cpu, shape, here)
     if gpu is None:
         if not preset.use_cpu:
-            found.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
-                                 f"CARD to plan for a card ({', '.join(CARDS)}), or use preset cpu-tiny on a CPU",
-                                 kind="no_gpu"))
-        return found
+            problems.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
+                                    f"CARD to plan for a card ({', '.join(CARDS)}), or use preset cpu-tiny on a CPU",
+                                    kind="no_gpu"))
+        return problems
     if preset.use_cpu:
-        found.append(Problem(f"preset {preset.name!r} runs on the CPU (use_cpu=True) although a GPU is there",
-                             fatal=False))
+        problems.append(Problem(f"preset {preset.name!r} runs on the CPU (use_cpu=True) although a GPU is there",
+                                fatal=False))
     if preset.bf16 and not gpu.bf16:
-        found.append(Problem(f"preset {preset.name!r} computes in bfloat16 (bf16=True) and {gpu.name} has none "
-                             "(compute capability below 8.0): use preset colab-t4, or --bf16 false --fp16 true",
-                             kind="bf16"))
+        problems.append(Problem(f"preset {preset.name!r} computes in bfloat16 (bf16=True) and {gpu.name} has none "
+                                "(compute capability below 8.0): use preset colab-t4, or --bf16 false --fp16 true",
+                                kind="bf16"))
     if kind in ("zero3", "fsdp2") and preset.lora_rank is not None:
-        found.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_r {preset.lora_rank}) "
-                             "does not need: use --launch ddp (configs/accelerate/ddp.yaml)", fatal=False))
+        problems.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_r {preset.lora_rank}) "
+                                "does not need: use --launch ddp (configs/accelerate/ddp.yaml)", fatal=False))
     if kind == "single" and processes > 1:
-        found.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch ddp "
-                             "(or zero2/zero3/fsdp2) to train on each", fatal=False))
+        problems.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch "
+                                "ddp (or zero2/zero3/fsdp2) to train on each", fatal=False))
     if memory is None:
         if isinstance(shape, str):  # the kit's tiny policy (no shape) needs no estimate
-            found.append(Problem(f"no memory estimate: {shape}", fatal=False, kind="memory"))
-        return found
+            problems.append(Problem(f"no memory estimate: {shape}", fatal=False, kind="memory"))
+        return problems
     if memory["needed"] > memory["available"]:
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
-        found.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
-                             f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
-                             "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on "
-                             "more GPUs)", kind="memory"))
+        problems.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
+                                f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
+                                "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on "
+                                "more GPUs)", kind="memory"))
     room = memory.get("kv_cache_room")
     if room is not None and room < memory["kv_cache_needed"]:
-        found.append(Problem(f"vLLM will not start: its share (vllm_gpu_memory_utilization "
-                             f"{preset.vllm_gpu_memory_utilization:g} of {memory['available']:g} GiB) leaves {room:g} "
-                             f"GiB after its weights, less than one {preset.vllm_max_model_len}-token sequence's KV "
-                             f"cache ({memory['kv_cache_needed']:g} GiB): raise vllm_gpu_memory_utilization or lower "
-                             "vllm_max_model_length", kind="vllm"))
-    return found
+        problems.append(Problem(f"vLLM will not start: its share (vllm_gpu_memory_utilization "
+                                f"{preset.vllm_gpu_memory_utilization:g} of {memory['available']:g} GiB) leaves "
+                                f"{room:g} GiB after its weights, less than one {preset.vllm_max_model_len}-token "
+                                f"sequence's KV cache ({memory['kv_cache_needed']:g} GiB): raise "
+                                "vllm_gpu_memory_utilization or lower vllm_max_model_length", kind="vllm"))
+    return problems
 
 
 def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | None, here: bool) -> list[Problem]:
@@ -288,41 +288,41 @@ def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | No
 
     from grpo_kit.system.hub import hub_problem
 
-    found = []
+    problems = []
     if on_cpu and preset.fp16:
-        found.append(Problem("fp16 = True on a CPU: accelerate runs float16 mixed precision only on accelerators and "
-                             "would train in float32 without a word (accelerate/accelerator.py): set --fp16 false",
-                             kind="cpu"))
+        problems.append(Problem("fp16 = True on a CPU: accelerate runs float16 mixed precision only on accelerators "
+                                "and would train in float32 without a word (accelerate/accelerator.py): set --fp16 "
+                                "false", kind="cpu"))
     if preset.optim in _BITSANDBYTES_OPTIMIZERS:  # the optim names transformers builds with bitsandbytes
         if on_cpu:
-            found.append(Problem(f"optim = {preset.optim!r} is a bitsandbytes optimizer, which runs on CUDA GPUs: on a "
-                                 "CPU set --optim adamw_torch", kind="cpu"))
+            problems.append(Problem(f"optim = {preset.optim!r} is a bitsandbytes optimizer, which runs on CUDA GPUs: "
+                                    "on a CPU set --optim adamw_torch", kind="cpu"))
         elif importlib.util.find_spec("bitsandbytes") is None:
-            found.append(Problem(f"optim = {preset.optim!r} needs bitsandbytes, which is not installed here: pip "
-                                 "install bitsandbytes, or set --optim adamw_torch", fatal=here, kind="packages"))
+            problems.append(Problem(f"optim = {preset.optim!r} needs bitsandbytes, which is not installed here: pip "
+                                    "install bitsandbytes, or set --optim adamw_torch", fatal=here, kind="packages"))
     if (attention := preset.settings.get("attn_implementation")) in ("flash_attention_2", "flash_attention_3"):
         if on_cpu:
-            found.append(Problem(f"attn_implementation {attention!r} runs on CUDA GPUs only: on a CPU set "
-                                 "--attn_implementation sdpa", kind="cpu"))
+            problems.append(Problem(f"attn_implementation {attention!r} runs on CUDA GPUs only: on a CPU set "
+                                    "--attn_implementation sdpa", kind="cpu"))
         elif importlib.util.find_spec("flash_attn" if attention.endswith("2") else "flash_attn_interface") is None:
-            found.append(Problem(f"attn_implementation {attention!r} needs flash-attn, which is not installed here: "
-                                 "pip install flash-attn, or set --attn_implementation sdpa", fatal=here,
-                                 kind="packages"))
+            problems.append(Problem(f"attn_implementation {attention!r} needs flash-attn, which is not installed here: "
+                                    "pip install flash-attn, or set --attn_implementation sdpa", fatal=here,
+                                    kind="packages"))
     if on_cpu and (problem := _cpu_memory_problem(preset, shape)):
-        found.append(Problem(problem, kind="cpu"))
+        problems.append(Problem(problem, kind="cpu"))
     if preset.deepspeed is not None:
         if importlib.util.find_spec("deepspeed") is None:
-            found.append(Problem(f"deepspeed = {preset.deepspeed!r}: DeepSpeed is not installed here (pip install "
-                                 "deepspeed, or requirements-deepspeed.txt), or drop deepspeed (python -m grpo_kit "
-                                 "plan --launch zero2/zero3 shows the kit's DeepSpeed launches)", fatal=here,
-                                 kind="packages"))
+            problems.append(Problem(f"deepspeed = {preset.deepspeed!r}: DeepSpeed is not installed here (pip install "
+                                    "deepspeed, or requirements-deepspeed.txt), or drop deepspeed (python -m grpo_kit "
+                                    "plan --launch zero2/zero3 shows the kit's DeepSpeed launches)", fatal=here,
+                                    kind="packages"))
         elif isinstance(preset.deepspeed, str) and not Path(preset.deepspeed).is_file():
-            found.append(Problem(f"deepspeed = {preset.deepspeed!r}: no such DeepSpeed config file", fatal=here,
-                                 kind="packages"))
+            problems.append(Problem(f"deepspeed = {preset.deepspeed!r}: no such DeepSpeed config file", fatal=here,
+                                    kind="packages"))
     if preset.push_to_hub and (problem := hub_problem("push_to_hub uploads every checkpoint to the Hub")):
-        found.append(Problem(problem + ", or drop push_to_hub (python -m grpo_kit export --push-to-hub uploads a "
-                             "verified export after training)", fatal=here, kind="hub"))
-    return found
+        problems.append(Problem(problem + ", or drop push_to_hub (python -m grpo_kit export --push-to-hub uploads a "
+                                "verified export after training)", fatal=here, kind="hub"))
+    return problems
 
 
 def _cpu_memory_problem(preset: Recipe, shape: ModelShape | str | None) -> str | None:
@@ -511,13 +511,13 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         problems.append(Problem(str(e), kind="rewards"))
         rewards = dict.fromkeys(recipe.reward_funcs or (), 1.0)
     # what train's grpo_config passes to GRPOConfig, and what Unsloth's generated trainer makes of it
-    passed = recipe.grpo_kwargs(str(Path(run_dir or "runs/run") / "checkpoints"), list(rewards.values()))
-    changes = builds.unsloth_changes(recipe, passed)
+    grpo_kwargs = recipe.grpo_kwargs(str(Path(run_dir or "runs/run") / "checkpoints"), list(rewards.values()))
+    changes = builds.unsloth_changes(recipe, grpo_kwargs)
     return Plan(
         preset=recipe.name, recipe_keys=recipe.taken(), route=route_of(recipe),
         model=model if model is not None else "the kit's tiny policy", algorithm=algorithm(recipe),
         rewards=rewards, adapter=builds.adapter(recipe),
-        grpo_config={**passed, **{field: effective for field, (_, effective) in changes.items()}},
+        grpo_config={**grpo_kwargs, **{field: effective for field, (_, effective) in changes.items()}},
         unsloth_changes={field: {"passed": was, "effective": now} for field, (was, now) in changes.items()},
         processes=[builds.process_loading(recipe, la, gpu) for la in launches],
         device=gpu, launch=launch, vllm=vllm, memory=memory, alarm=stale_weights_alarm(recipe),
@@ -543,17 +543,17 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
     Raises:
         ValueError: a problem that would end the run (each line with its remedy).
     """
-    found = [] if preset.use_cpu else gpus()
+    visible = [] if preset.use_cpu else gpus()
     kind = "single" if launch.world_size == 1 else (
         "fsdp2" if launch.fsdp else {2: "zero2", 3: "zero3"}.get(launch.zero_stage or 0, "ddp"))
     shape = _shape(preset, model)
     kinds = ("bf16", "cpu", "packages", "hub") + (() if os.environ.get(SKIP_ESTIMATE) == "1" else ("memory", "vllm"))
-    problems = _machine_problems(preset, True, shape, True) if not found else \
-        _problems(preset, found[0], kind, launch.world_size, _memory(preset, shape, found[0], kind, launch.world_size),
-                  shape)
+    gpu = visible[0] if visible else None
+    problems = _machine_problems(preset, True, shape, True) if gpu is None else \
+        _problems(preset, gpu, kind, launch.world_size, _memory(preset, shape, gpu, kind, launch.world_size), shape)
     fatal = [q for q in problems if q.fatal and q.kind in kinds]
     if fatal:
-        where = found[0].name if found else "this machine's CPU"
+        where = gpu.name if gpu is not None else "this machine's CPU"
         estimates = any(q.kind in ("memory", "vllm") for q in fatal)
         raise ValueError(f"this run would fail on {where}: " + "; ".join(q.text for q in fatal)
                          + " (`python -m grpo_kit plan` shows the whole plan"
