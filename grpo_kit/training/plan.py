@@ -4,8 +4,9 @@
 or this machine's GPUs, and a launch (one process, DDP, ZeRO-2/3, FSDP2): the route, the algorithm the
 ``GRPOConfig`` fields amount to (:func:`algorithm`), the ``GRPOConfig`` arguments, each process's placement, vLLM's
 settings, the per-GPU memory estimate (:func:`grpo_kit.training.memory.estimate_memory`), whether the stale-weights
-alarm can fire, the checkpoint a resume starts from, and the problems, each with its remedy. :func:`preflight` runs
-the same checks for ``train`` (from :meth:`grpo_kit.runs.spec.RunSpec.resolve`) before anything loads.
+alarm can fire, the checkpoint a resume starts from, and the problems, each with its remedy, as a :class:`Plan`; what
+``train`` builds on the recipe's route comes from :mod:`grpo_kit.training.builds`. :func:`preflight` runs the same
+checks for ``train`` (from :meth:`grpo_kit.runs.spec.RunSpec.resolve`) before anything loads.
 """
 
 from __future__ import annotations
