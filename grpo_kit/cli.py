@@ -574,8 +574,8 @@ def _plan(args: argparse.Namespace) -> int:
                          "--launch ddp, zero2, zero3 or fsdp2 for several GPUs, or drop --gpus")
     result = make_plan(args.config or args.preset, argv=args.trl, device=args.device, processes=args.gpus,
                        launch=args.launch, run_dir=args.run_dir, resume=args.resume)
-    print(json.dumps(result, indent=1, default=str) if args.json else format_plan(result))
-    return 2 if result["fatal"] else 0
+    print(json.dumps(result.to_json(), indent=1, default=str) if args.json else format_plan(result))
+    return 2 if result.fatal else 0
 
 
 def _doctor(args: argparse.Namespace) -> int:

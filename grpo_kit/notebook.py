@@ -160,14 +160,14 @@ def route_summary(preset: Any = None, model: str | None = None, steps: int | Non
 
     overrides = {**({"model_name_or_path": model} if model else {}), **({"max_steps": steps} if steps else {})}
     plan = make_plan(preset, overrides)
-    device, time = plan["device"], plan["time"]
+    device, time = plan.device, plan.time
     if device is None or time is None:
         return ""
     here = time[time["applies"]]
     generator = f"vLLM {installed_version('vllm')} generating" if time["applies"] == "with_vllm" else \
-        "no vLLM here: " + (route_words(here["route"]) if here else plan["without_vllm"])
-    lines = [f"card: {device['name']} ({device['memory_gib']:.0f} GiB); preset {plan['preset']} ({plan['model']}), "
-             f"route {plan['route']}, {generator}",
+        "no vLLM here: " + (route_words(here["route"]) if here else plan.without_vllm)
+    lines = [f"card: {device.name} ({device.memory_gib:.0f} GiB); preset {plan.preset} ({plan.model}), "
+             f"route {plan.route}, {generator}",
              f"time: about {here['hours']:.1f} h for {counted(time['steps'], 'GRPO step')} (an estimate, "
              f"{here['basis']})" if here else "time: no estimate for this route"]
     return "\n".join(lines + ([f"  {time['session']}"] if time["session"] else []))

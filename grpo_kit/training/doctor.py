@@ -67,8 +67,8 @@ def doctor(preset: Any = None, driver: Any = nvidia_driver) -> dict[str, Any]:
         from grpo_kit.training.plan import make_plan
 
         plan = make_plan(config)
-        needed = plan["memory"]["needed"] if plan["memory"] else None
-        problems += [line for line in plan["problems"] if line.startswith("FATAL")]
+        needed = plan.memory["needed"] if plan.memory else None
+        problems += [line for line in plan.problems if line.startswith("FATAL")]
         if needed is not None and free is not None and needed > free:
             problems.append(f"{free:.1f} GiB of GPU memory are free and preset {config.name!r} needs about "
                             f"{needed:g}: free the GPU (another kernel or process holds it) or pick a smaller preset")

@@ -4,8 +4,9 @@
 or this machine's GPUs, and a launch (one process, DDP, ZeRO-2/3, FSDP2): the route, the algorithm the
 ``GRPOConfig`` fields amount to (:func:`algorithm`), the ``GRPOConfig`` arguments, each process's placement, vLLM's
 settings, the per-GPU memory estimate (:func:`grpo_kit.training.memory.estimate_memory`), whether the stale-weights
-alarm can fire, the checkpoint a resume starts from, and the problems, each with its remedy. :func:`preflight` runs
-the same checks for ``train`` (from :meth:`grpo_kit.runs.spec.RunSpec.resolve`) before anything loads.
+alarm can fire, the checkpoint a resume starts from, and the problems, each with its remedy, as a :class:`Plan`; what
+``train`` builds on the recipe's route comes from :mod:`grpo_kit.training.builds`. :func:`preflight` runs the same
+checks for ``train`` (from :meth:`grpo_kit.runs.spec.RunSpec.resolve`) before anything loads.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus, placement
-from grpo_kit.policy.loading import transformers_load_kwargs, unsloth_load_kwargs, unsloth_peft_kwargs
+from grpo_kit.policy.devices import CARDS, Gpu, Launch, card, gpus
 from grpo_kit.policy.shapes import ModelShape, model_shape
 from grpo_kit.system.files import json_or_none
 from grpo_kit.system.logs import counted
 from grpo_kit.tasks import DEFAULT_TASK, RewardSet, get_task
+from grpo_kit.training import builds
 from grpo_kit.training.algorithms import algorithm_settings
 from grpo_kit.training.checkpoints import checkpoint_step, checkpoints, is_complete, resume_point
 from grpo_kit.training.cost import estimate_disk, estimate_time, time_lines
@@ -36,8 +37,8 @@ from grpo_kit.training.presets import (  # noqa: F401 (PRESETS: doctests)
     recipe_task,
 )
 
-__all__ = ["SKIP_ESTIMATE", "Problem", "adapter", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
-           "preset_of_run", "route_of", "run_rewards", "unsloth_changes"]
+__all__ = ["SKIP_ESTIMATE", "Plan", "Problem", "algorithm", "format_plan", "launch_of", "make_plan", "preflight",
+           "preset_of_run", "route_of", "run_rewards"]
 
 
 #: Set to ``1`` to train although the memory estimate says the run does not fit (:func:`preflight`).
@@ -51,6 +52,80 @@ class Problem:
     text: str
     fatal: bool = True
     kind: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a launch would do (:func:`make_plan`): ``python -m grpo_kit plan`` prints it (:func:`format_plan`), and
+    its ``--json`` is :meth:`to_json`, one key per field in this order (docs/how-to/plan-and-doctor.md).
+
+    Attributes:
+        preset: the recipe's name.
+        recipe_keys: what the kit makes of the keys TRL's and open-r1's scripts read themselves, one line each
+            (:meth:`grpo_kit.training.presets.Recipe.taken`).
+        route: ``"unsloth"``, ``"transformers+peft"`` or ``"transformers"`` (:func:`route_of`).
+        model: the policy's Hub id or folder, or ``"the kit's tiny policy"``.
+        algorithm: the named variant, its fields and what the route adds (:func:`algorithm`).
+        rewards: ``{reward name: weight}`` (:func:`run_rewards`).
+        adapter: the LoRA adapter as ``train`` builds it, ``None`` for full fine-tuning
+            (:func:`grpo_kit.training.builds.adapter`).
+        grpo_config: the ``GRPOConfig`` arguments (:meth:`grpo_kit.training.presets.Recipe.grpo_kwargs`, the
+            function ``train``'s config is) as the trainer will hold them: on Unsloth's route after
+            ``unsloth_changes``.
+        unsloth_changes: ``{field: {"passed": value, "effective": value}}``
+            (:func:`grpo_kit.training.builds.unsloth_changes`).
+        processes: one dict a process: its ``rank``, its ``from_pretrained`` keys
+            (:func:`grpo_kit.training.builds.process_loading`) and its ``loader`` in words.
+        device: the card planned for (:data:`grpo_kit.policy.devices.CARDS`) or this machine's first GPU; ``None``:
+            no GPU.
+        launch: one of :data:`grpo_kit.training.memory.LAUNCHES`.
+        vllm: vLLM's settings (:func:`grpo_kit.training.builds.vllm_settings`), ``None`` without vLLM.
+        memory: the per-GPU estimate in GiB (:func:`grpo_kit.training.memory.estimate_memory`), ``None`` without a
+            card or the model's shape.
+        alarm: whether the stale-weights alarm can fire, and why (:func:`grpo_kit.training.callbacks.
+            stale_weights_alarm`).
+        sampling: which temperature samples the completions and which the loss divides by, in words.
+        generator: what generates the completions, and why (:func:`grpo_kit.training.generators.generator`).
+        without_vllm: what a runtime without vLLM does, ``None`` where the recipe does not generate with it.
+        time: the hours estimates (:func:`grpo_kit.training.cost.estimate_time`), ``None`` without a card or shape,
+            or on a CPU.
+        disk: the download and disk estimates in GB (:func:`grpo_kit.training.cost.estimate_disk`), ``None``
+            without the model's shape.
+        resume_from: the checkpoint a resume starts from (its path), ``None``: none.
+        resume_why: why that checkpoint, or why none.
+        problems: one line each with its remedy; ``"FATAL: "`` before one that would end the run.
+        fatal: whether a problem would end the run (``plan`` then exits 2).
+    """
+
+    preset: str
+    recipe_keys: list[str]
+    route: str
+    model: str
+    algorithm: dict[str, Any]
+    rewards: dict[str, float]
+    adapter: dict[str, Any] | None
+    grpo_config: dict[str, Any]
+    unsloth_changes: dict[str, dict[str, Any]]
+    processes: list[dict[str, Any]]
+    device: Gpu | None
+    launch: str
+    vllm: dict[str, Any] | None
+    memory: dict[str, Any] | None
+    alarm: dict[str, Any]
+    sampling: str
+    generator: dict[str, str]
+    without_vllm: str | None
+    time: dict[str, Any] | None
+    disk: dict[str, Any] | None
+    resume_from: str | None
+    resume_why: str
+    problems: list[str]
+    fatal: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as ``plan --json`` prints it: a dict of the fields in order, ``device`` as its card's fields;
+        values JSON cannot hold are left for ``json.dumps(..., default=str)``."""
+        return dataclasses.asdict(self)
 
 
 def route_of(preset: Recipe) -> str:
@@ -137,17 +212,17 @@ def _resume(run_dir: Path, max_steps: int) -> tuple[str | None, str, Problem | N
     recorded = json_or_none(run_dir / "finished.json")  # none: not finished (train names a damaged one itself)
     finished = recorded.get("step") if isinstance(recorded, dict) else None
     try:
-        found = resume_point(folder, max_steps, finished)
+        checkpoint = resume_point(folder, max_steps, finished)
     except ValueError as e:
         return None, str(e), Problem(str(e), kind="resume")
-    if found is None:
+    if checkpoint is None:
         return None, f"no checkpoint in {folder}: training would start at step 0", None
     if finished == max_steps:
-        return str(found), f"the run finished at step {finished}: train --resume trains nothing", None
+        return str(checkpoint), f"the run finished at step {finished}: train --resume trains nothing", None
     skipped = [p.name for p in checkpoints(folder)
-               if checkpoint_step(p) > checkpoint_step(found) and not is_complete(p)]
+               if checkpoint_step(p) > checkpoint_step(checkpoint) and not is_complete(p)]
     newer = f"; newer but incomplete: {', '.join(skipped)}" if skipped else ""
-    return str(found), f"the newest complete checkpoint{newer}", None
+    return str(checkpoint), f"the newest complete checkpoint{newer}", None
 
 
 def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory: dict[str, Any] | None,
@@ -157,49 +232,49 @@ def _problems(preset: Recipe, gpu: Gpu | None, kind: str, processes: int, memory
     lacks is then not fatal)."""
     from grpo_kit.training.checks import check_settings
 
-    found = []
+    problems = []
     try:  # the rewards do not change these checks: the default task's stand in
         check_settings(preset, get_task(DEFAULT_TASK).reward_set(), num_processes=processes, tiny_policy=shape is None)
     except ValueError as e:
-        found.append(Problem(str(e), kind="settings"))
-    found += _machine_problems(preset, gpu is None or preset.use_cpu, shape, here)
+        problems.append(Problem(str(e), kind="settings"))
+    problems += _machine_problems(preset, gpu is None or preset.use_cpu, shape, here)
     if gpu is None:
         if not preset.use_cpu:
-            found.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
-                                 f"CARD to plan for a card ({', '.join(CARDS)}), or use preset cpu-tiny on a CPU",
-                                 kind="no_gpu"))
-        return found
+            problems.append(Problem(f"preset {preset.name!r} needs a CUDA GPU and none is visible here: pass --device "
+                                    f"CARD to plan for a card ({', '.join(CARDS)}), or use preset cpu-tiny on a CPU",
+                                    kind="no_gpu"))
+        return problems
     if preset.use_cpu:
-        found.append(Problem(f"preset {preset.name!r} runs on the CPU (use_cpu=True) although a GPU is there",
-                             fatal=False))
+        problems.append(Problem(f"preset {preset.name!r} runs on the CPU (use_cpu=True) although a GPU is there",
+                                fatal=False))
     if preset.bf16 and not gpu.bf16:
-        found.append(Problem(f"preset {preset.name!r} computes in bfloat16 (bf16=True) and {gpu.name} has none "
-                             "(compute capability below 8.0): use preset colab-t4, or --bf16 false --fp16 true",
-                             kind="bf16"))
+        problems.append(Problem(f"preset {preset.name!r} computes in bfloat16 (bf16=True) and {gpu.name} has none "
+                                "(compute capability below 8.0): use preset colab-t4, or --bf16 false --fp16 true",
+                                kind="bf16"))
     if kind in ("zero3", "fsdp2") and preset.lora_rank is not None:
-        found.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_r {preset.lora_rank}) "
-                             "does not need: use --launch ddp (configs/accelerate/ddp.yaml)", fatal=False))
+        problems.append(Problem(f"launch {kind} shards the weights, which a LoRA run (lora_r {preset.lora_rank}) "
+                                "does not need: use --launch ddp (configs/accelerate/ddp.yaml)", fatal=False))
     if kind == "single" and processes > 1:
-        found.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch ddp "
-                             "(or zero2/zero3/fsdp2) to train on each", fatal=False))
+        problems.append(Problem(f"--gpus {processes} with --launch single: one process uses the GPUs; pass --launch "
+                                "ddp (or zero2/zero3/fsdp2) to train on each", fatal=False))
     if memory is None:
         if isinstance(shape, str):  # the kit's tiny policy (no shape) needs no estimate
-            found.append(Problem(f"no memory estimate: {shape}", fatal=False, kind="memory"))
-        return found
+            problems.append(Problem(f"no memory estimate: {shape}", fatal=False, kind="memory"))
+        return problems
     if memory["needed"] > memory["available"]:
         parts = ", ".join(f"{k} {v:g}" for k, v in memory["parts"].items() if v)
-        found.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
-                             f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
-                             "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on "
-                             "more GPUs)", kind="memory"))
+        problems.append(Problem(f"does not fit: about {memory['needed']:g} GiB per GPU needed ({parts}), "
+                                f"{memory['available']:g} GiB on {gpu.name}: lower per_device_train_batch_size or "
+                                "vllm_gpu_memory_utilization, use LoRA or 4-bit, or shard (--launch zero3/fsdp2 on "
+                                "more GPUs)", kind="memory"))
     room = memory.get("kv_cache_room")
     if room is not None and room < memory["kv_cache_needed"]:
-        found.append(Problem(f"vLLM will not start: its share (vllm_gpu_memory_utilization "
-                             f"{preset.vllm_gpu_memory_utilization:g} of {memory['available']:g} GiB) leaves {room:g} "
-                             f"GiB after its weights, less than one {preset.vllm_max_model_len}-token sequence's KV "
-                             f"cache ({memory['kv_cache_needed']:g} GiB): raise vllm_gpu_memory_utilization or lower "
-                             "vllm_max_model_length", kind="vllm"))
-    return found
+        problems.append(Problem(f"vLLM will not start: its share (vllm_gpu_memory_utilization "
+                                f"{preset.vllm_gpu_memory_utilization:g} of {memory['available']:g} GiB) leaves "
+                                f"{room:g} GiB after its weights, less than one {preset.vllm_max_model_len}-token "
+                                f"sequence's KV cache ({memory['kv_cache_needed']:g} GiB): raise "
+                                "vllm_gpu_memory_utilization or lower vllm_max_model_length", kind="vllm"))
+    return problems
 
 
 def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | None, here: bool) -> list[Problem]:
@@ -214,41 +289,41 @@ def _machine_problems(preset: Recipe, on_cpu: bool, shape: ModelShape | str | No
 
     from grpo_kit.system.hub import hub_problem
 
-    found = []
+    problems = []
     if on_cpu and preset.fp16:
-        found.append(Problem("fp16 = True on a CPU: accelerate runs float16 mixed precision only on accelerators and "
-                             "would train in float32 without a word (accelerate/accelerator.py): set --fp16 false",
-                             kind="cpu"))
+        problems.append(Problem("fp16 = True on a CPU: accelerate runs float16 mixed precision only on accelerators "
+                                "and would train in float32 without a word (accelerate/accelerator.py): set --fp16 "
+                                "false", kind="cpu"))
     if preset.optim in _BITSANDBYTES_OPTIMIZERS:  # the optim names transformers builds with bitsandbytes
         if on_cpu:
-            found.append(Problem(f"optim = {preset.optim!r} is a bitsandbytes optimizer, which runs on CUDA GPUs: on a "
-                                 "CPU set --optim adamw_torch", kind="cpu"))
+            problems.append(Problem(f"optim = {preset.optim!r} is a bitsandbytes optimizer, which runs on CUDA GPUs: "
+                                    "on a CPU set --optim adamw_torch", kind="cpu"))
         elif importlib.util.find_spec("bitsandbytes") is None:
-            found.append(Problem(f"optim = {preset.optim!r} needs bitsandbytes, which is not installed here: pip "
-                                 "install bitsandbytes, or set --optim adamw_torch", fatal=here, kind="packages"))
+            problems.append(Problem(f"optim = {preset.optim!r} needs bitsandbytes, which is not installed here: pip "
+                                    "install bitsandbytes, or set --optim adamw_torch", fatal=here, kind="packages"))
     if (attention := preset.settings.get("attn_implementation")) in ("flash_attention_2", "flash_attention_3"):
         if on_cpu:
-            found.append(Problem(f"attn_implementation {attention!r} runs on CUDA GPUs only: on a CPU set "
-                                 "--attn_implementation sdpa", kind="cpu"))
+            problems.append(Problem(f"attn_implementation {attention!r} runs on CUDA GPUs only: on a CPU set "
+                                    "--attn_implementation sdpa", kind="cpu"))
         elif importlib.util.find_spec("flash_attn" if attention.endswith("2") else "flash_attn_interface") is None:
-            found.append(Problem(f"attn_implementation {attention!r} needs flash-attn, which is not installed here: "
-                                 "pip install flash-attn, or set --attn_implementation sdpa", fatal=here,
-                                 kind="packages"))
+            problems.append(Problem(f"attn_implementation {attention!r} needs flash-attn, which is not installed here: "
+                                    "pip install flash-attn, or set --attn_implementation sdpa", fatal=here,
+                                    kind="packages"))
     if on_cpu and (problem := _cpu_memory_problem(preset, shape)):
-        found.append(Problem(problem, kind="cpu"))
+        problems.append(Problem(problem, kind="cpu"))
     if preset.deepspeed is not None:
         if importlib.util.find_spec("deepspeed") is None:
-            found.append(Problem(f"deepspeed = {preset.deepspeed!r}: DeepSpeed is not installed here (pip install "
-                                 "deepspeed, or requirements-deepspeed.txt), or drop deepspeed (python -m grpo_kit "
-                                 "plan --launch zero2/zero3 shows the kit's DeepSpeed launches)", fatal=here,
-                                 kind="packages"))
+            problems.append(Problem(f"deepspeed = {preset.deepspeed!r}: DeepSpeed is not installed here (pip install "
+                                    "deepspeed, or requirements-deepspeed.txt), or drop deepspeed (python -m grpo_kit "
+                                    "plan --launch zero2/zero3 shows the kit's DeepSpeed launches)", fatal=here,
+                                    kind="packages"))
         elif isinstance(preset.deepspeed, str) and not Path(preset.deepspeed).is_file():
-            found.append(Problem(f"deepspeed = {preset.deepspeed!r}: no such DeepSpeed config file", fatal=here,
-                                 kind="packages"))
+            problems.append(Problem(f"deepspeed = {preset.deepspeed!r}: no such DeepSpeed config file", fatal=here,
+                                    kind="packages"))
     if preset.push_to_hub and (problem := hub_problem("push_to_hub uploads every checkpoint to the Hub")):
-        found.append(Problem(problem + ", or drop push_to_hub (python -m grpo_kit export --push-to-hub uploads a "
-                             "verified export after training)", fatal=here, kind="hub"))
-    return found
+        problems.append(Problem(problem + ", or drop push_to_hub (python -m grpo_kit export --push-to-hub uploads a "
+                                "verified export after training)", fatal=here, kind="hub"))
+    return problems
 
 
 def _cpu_memory_problem(preset: Recipe, shape: ModelShape | str | None) -> str | None:
@@ -267,41 +342,6 @@ def _cpu_memory_problem(preset: Recipe, shape: ModelShape | str | None) -> str |
         f"one micro-batch does not fit this machine's memory: per_device_train_batch_size {batch} x {length} tokens x "
         f"{vocab} logits x 4 bytes = {needed:,.0f} GiB, more than its {total:,.0f} GiB: lower "
         "per_device_train_batch_size (a multiple of num_generations) or the lengths")
-
-
-def unsloth_changes(preset: Recipe, kwargs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """What Unsloth's generated trainer makes of the ``GRPOConfig`` the kit passes, field by field.
-
-    unsloth 2026.10.7, ``unsloth/models/rl.py``: the generated config defaults
-    ``vllm_importance_sampling_correction`` to ``False`` (unless the recipe sets it); and where the
-    model carries Unsloth's vLLM engine (``fast_inference``), the generated ``__init__`` sets ``use_vllm = True``,
-    ``vllm_mode = "colocate"`` and turns ``top_k`` 0 (TRL's default, "no top-k") or ``None`` into -1 (vLLM's word
-    for the same), whatever the config said.
-
-    Args:
-        preset: the recipe (only Unsloth routes change anything).
-        kwargs: what the kit passes (:meth:`grpo_kit.training.presets.Recipe.grpo_kwargs`).
-
-    Returns:
-        ``{field: (passed, effective)}`` (``passed`` is ``None`` where the kit leaves TRL's default).
-
-    >>> sorted(unsloth_changes(PRESETS["a100"], {"use_vllm": False}))
-    ['top_k', 'use_vllm', 'vllm_importance_sampling_correction', 'vllm_mode']
-    >>> unsloth_changes(PRESETS["multi-gpu-lora"], {})
-    {}
-    """
-    if not preset.use_unsloth:
-        return {}
-    changes: dict[str, tuple[Any, Any]] = {}
-    if "vllm_importance_sampling_correction" not in kwargs:
-        changes["vllm_importance_sampling_correction"] = (None, False)
-    if preset.fast_inference:
-        for field, effective in (("use_vllm", True), ("vllm_mode", "colocate")):
-            if kwargs.get(field) != effective:
-                changes[field] = (kwargs.get(field), effective)
-        if kwargs.get("top_k") in (None, 0):
-            changes["top_k"] = (kwargs.get("top_k"), -1)
-    return changes
 
 
 def run_rewards(preset: Recipe, resumed: str | Path | None = None) -> dict[str, float]:
@@ -332,41 +372,6 @@ def run_rewards(preset: Recipe, resumed: str | Path | None = None) -> dict[str, 
     return {name: float(w) for name, w in zip(preset.reward_funcs, weights)}
 
 
-def adapter(preset: Recipe) -> dict[str, Any] | None:
-    """The LoRA adapter ``train`` adds, as it builds it: TRL's ``LoraConfig`` (:func:`grpo_kit.training.trainer.
-    peft_config`) on the transformers route, Unsloth's ``get_peft_model`` arguments
-    (:func:`grpo_kit.policy.loading.unsloth_peft_kwargs`) on Unsloth's; ``None`` for full fine-tuning."""
-    from grpo_kit.training.trainer import peft_config
-
-    if preset.lora_rank is None:
-        return None
-    if preset.use_unsloth:
-        return {"built_by": "unsloth FastLanguageModel.get_peft_model", **unsloth_peft_kwargs(preset.loading)}
-    config = peft_config(preset)
-    shown = ("r", "lora_alpha", "lora_dropout", "target_modules", "target_parameters", "modules_to_save", "use_rslora",
-             "use_dora", "bias", "task_type", "revision")
-    values = {k: sorted(v) if isinstance(v, set) else v for k, v in vars(config).items() if k in shown}
-    return {"built_by": "peft LoraConfig from trl.get_peft_config", **values}
-
-
-def _load_kwargs(preset: Recipe, placed: dict[str, Any]) -> dict[str, Any]:
-    """What the policy's ``from_pretrained`` gets in one process: on the transformers route the placement with the
-    recipe's keys over it (:func:`grpo_kit.policy.loading.transformers_load_kwargs`); Unsloth places the model
-    itself and takes the recipe's keys it reads (:func:`grpo_kit.policy.loading.unsloth_load_kwargs`)."""
-    if not preset.use_unsloth:
-        return transformers_load_kwargs(preset.loading, placed)
-    taken = unsloth_load_kwargs(preset.model or "", preset.loading)
-    return {**placed, **{k: taken[k] for k in ("revision", "trust_remote_code", "dtype") if k in taken}}
-
-
-def _loader(preset: Recipe) -> str:
-    """How the policy loads: through Unsloth (its own placement and dtype), or transformers (+ peft)."""
-    if preset.use_unsloth:
-        return "unsloth, " + ("4-bit NF4 base" if preset.load_in_4bit else "16-bit base") + \
-            (", colocated vLLM sharing the weights" if preset.fast_inference else "")
-    return "transformers" + (" + peft LoRA" if preset.lora_rank is not None else "")
-
-
 def _memory(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, kind: str,
             processes: int) -> dict[str, Any] | None:
     """:func:`grpo_kit.training.memory.estimate_memory`, or ``None`` without a card or a shape (:func:`_shape`)."""
@@ -389,26 +394,6 @@ def _shape(preset: Recipe, model: str | None) -> ModelShape | str | None:
         return str(e)
 
 
-def _sampling(preset: Recipe) -> str:
-    """Which temperature the completions are sampled at, and which the loss scores them at, in words."""
-    sampled, scored = preset.sampling_temperature, preset.temperature
-    if sampled == scored:
-        return f"temperature {scored:g}: TRL samples at it and divides the logits by it for the loss"
-    return (f"sampled at temperature {sampled:g} (generation_kwargs, which TRL applies over temperature when it "
-            f"samples); the loss divides the logits by temperature {scored:g}")
-
-
-def _without_vllm(preset: Recipe) -> str | None:
-    """What a run of ``preset`` does on a runtime without vLLM (``None``: the recipe does not generate with it)."""
-    if preset.use_unsloth and preset.fast_inference:
-        return ("Unsloth trains and evaluates with fast_inference=False, generating with Unsloth's own generate "
-                "(train and eval say so in one line); the time estimate without vLLM applies")
-    if preset.use_vllm:
-        return ("TRL refuses to start (use_vllm=True needs vLLM): install the vLLM doctor --install-plan names, or "
-                "set use_vllm false to generate through transformers")
-    return None
-
-
 def _time(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, steps: int,
           here: bool) -> dict[str, Any] | None:
     """The training time estimates (:func:`grpo_kit.training.cost.estimate_time`), with which route applies where the
@@ -421,10 +406,65 @@ def _time(preset: Recipe, shape: ModelShape | str | None, gpu: Gpu | None, steps
     return estimate_time(preset, shape, gpu, steps, installed_version("vllm") is not None if here else None)
 
 
+def _recipe_and_model(preset: str | Recipe | None, overrides: dict[str, Any], device: str | None,
+                      resumed: str | Path | None, argv: Sequence[str]) -> tuple[Recipe, str | None]:
+    """The recipe a plan is for and its model (``None``: the kit's tiny policy): the ``resumed`` run folder's
+    (:func:`preset_of_run`), else ``preset`` (``None``: the one the notebooks pick for the card) with the overrides."""
+    if resumed is not None:
+        return preset_of_run(resumed, argv, **overrides)
+    if preset is None:
+        preset = preset_for_device(card(device) if device is not None else (gpus() or [None])[0])
+    recipe = get_preset(preset, argv=argv, **overrides)
+    return recipe, recipe.model
+
+
+def _model_problems(model: str | None) -> list[Problem]:
+    """Why ``model`` cannot be the policy, as ``train`` checks it (:class:`grpo_kit.policy.source.PolicySource`)."""
+    if model is None:
+        return []
+    from grpo_kit.policy.source import PolicySource
+
+    try:
+        PolicySource.of(model, get_task(DEFAULT_TASK))
+    except ValueError as e:
+        return [Problem(str(e), kind="model")]
+    return []
+
+
+def _process_count(preset: Recipe, launch: str, processes: int | None, gpu_count: int) -> int:
+    """The training processes (``--gpus``, :func:`make_plan`): by default one for ``single``, else one per GPU less
+    the one a vLLM server keeps for itself.
+
+    Raises:
+        ValueError: fewer than one.
+    """
+    server = preset.use_vllm and not preset.fast_inference and preset.vllm_mode == "server"
+    count = processes if processes is not None else (
+        1 if launch == "single" else gpu_count - 1 if server and gpu_count > 1 else gpu_count)
+    if count < 1:
+        raise ValueError(f"--gpus must be at least 1, got {count}")
+    return count
+
+
+def _server_problems(vllm: dict[str, Any] | None, gpu: Gpu | None, processes: int, gpu_count: int) -> list[Problem]:
+    """A vLLM server (:func:`grpo_kit.training.builds.vllm_settings`) left without a GPU of its own by ``processes``
+    training processes on ``gpu_count`` GPUs."""
+    if vllm is None or vllm["mode"] != "server" or gpu is None or processes < gpu_count:
+        return []
+    return [Problem(
+        f"vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and {processes} training processes "
+        f"take all {gpu_count} GPUs: train on {gpu_count - 1} (--gpus {gpu_count - 1}, CUDA_VISIBLE_DEVICES leaving "
+        "one out) and start the server on the one left" if gpu_count > 1 else
+        "vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and this machine's only GPU "
+        "trains: use a preset that colocates vLLM (vllm_mode='colocate') or a machine with two GPUs",
+        kind="vllm")]
+
+
 def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | None = None, device: str | None = None,
               processes: int | None = None, launch: str = "single", run_dir: str | Path | None = None,
-              resume: bool = False, argv: Sequence[str] = ()) -> dict[str, Any]:
-    """What a launch would do (the JSON of ``python -m grpo_kit plan``), computed without loading a model.
+              resume: bool = False, argv: Sequence[str] = ()) -> Plan:
+    """What a launch would do (``python -m grpo_kit plan``; its ``--json`` is :meth:`Plan.to_json`), computed without
+    loading a model (docs/how-to/plan-and-doctor.md).
 
     Args:
         preset: a preset name or :class:`grpo_kit.training.presets.Recipe`; with ``run_dir`` and ``resume``, the
@@ -440,15 +480,7 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         run_dir, resume: the run folder, and whether to plan resuming it.
 
     Returns:
-        ``{"preset", "recipe_keys" (:meth:`grpo_kit.training.presets.Recipe.taken`), "route", "model", "algorithm",
-        "rewards" (:func:`run_rewards`), "adapter" (:func:`adapter`), "grpo_config" (built by the function train's
-        config is, :meth:`grpo_kit.training.presets.Recipe.grpo_kwargs`, and as the trainer will hold it: on Unsloth
-        routes after :func:`unsloth_changes`), "unsloth_changes", "processes" (each with its ``from_pretrained``
-        keys), "vllm", "memory", "alarm", "sampling" (which temperature applies),
-        "generator" (:func:`grpo_kit.training.generators.generator`: what generates the completions, and why),
-        "without_vllm" (what a runtime without vLLM does), "time" and "disk" (:mod:`grpo_kit.training.cost`'s
-        estimates), "resume_from", "resume_why", "problems", "fatal"}`` (docs/how-to/plan-and-doctor.md).
-        ``problems`` are lines; ``fatal`` says whether one would end the run.
+        The :class:`Plan`; its ``problems`` are lines, ``fatal`` says whether one would end the run.
 
     Raises:
         ValueError: an unknown preset, field, card or launch.
@@ -457,86 +489,45 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
     from grpo_kit.training.callbacks import stale_weights_alarm
     from grpo_kit.training.generators import generator
 
-    if resume and run_dir is not None:
-        p, model = preset_of_run(run_dir, argv, **(overrides or {}))
-    else:
-        if preset is None:  # the preset the notebooks pick for this card (preset = None)
-            preset = preset_for_device(card(device) if device is not None else (gpus() or [None])[0])
-        p = get_preset(preset, argv=argv, **(overrides or {}))
-        model = p.model
-    problems: list[Problem] = []
-    if model is not None:  # as train checks it
-        from grpo_kit.policy.source import PolicySource
-
-        try:
-            PolicySource.of(model, get_task(DEFAULT_TASK))
-        except ValueError as e:
-            problems.append(Problem(str(e), kind="model"))
-    gpu: Gpu | None
-    if device is not None:
-        gpu, here = card(device), 8
-    else:
-        found = gpus()
-        gpu, here = (found[0] if found else None), (len(found) or 8)
-    server = (p.use_vllm and not p.fast_inference and p.vllm_mode == "server")
-    # by default a vLLM server keeps one GPU of its own, and training takes the others
-    n = processes if processes is not None else (1 if launch == "single" else here - 1 if server and here > 1 else here)
-    if n < 1:
-        raise ValueError(f"--gpus must be at least 1, got {n}")
-    launches = [launch_of(launch, n, rank) for rank in range(1 if launch == "single" else n)]
-    shape = _shape(p, model)
-    memory = _memory(p, shape, gpu, launch, n)
-    problems += _problems(p, gpu, launch, n, memory, shape, here=device is None)
-    output = str(Path(run_dir or "runs/run") / "checkpoints")
-    vllm = None
-    if p.fast_inference or p.use_vllm:
-        mode = "colocate" if p.fast_inference else p.vllm_mode
-        vllm = {"mode": mode, "engine": "unsloth" if p.fast_inference else "trl", "max_model_len": p.vllm_max_model_len,
-                "gpu_memory_utilization": p.vllm_gpu_memory_utilization if mode == "colocate" else None}
-        if mode == "server":
-            from grpo_kit.policy.vllm import server_command
-
-            vllm["command"] = server_command(model or "<model>", p.vllm_server_host, p.vllm_server_port,
-                                             p.vllm_max_model_len)
-            vllm["why_no_share"] = ("the server runs on a GPU of its own, started by you: vLLM serve's own "
-                                    "--gpu-memory-utilization (0.9 by default) applies there")
-            if gpu is not None and n >= here:  # training takes every GPU: none is left for the server
-                problems.append(Problem(
-                    f"vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and {n} training processes "
-                    f"take all {here} GPUs: train on {here - 1} (--gpus {here - 1}, CUDA_VISIBLE_DEVICES leaving one "
-                    "out) and start the server on the one left" if here > 1 else
-                    "vllm_mode='server' generates on a GPU of its own (trl vllm-serve), and this machine's only GPU "
-                    "trains: use a preset that colocates vLLM (vllm_mode='colocate') or a machine with two GPUs",
-                    kind="vllm"))
+    resumed = run_dir if resume and run_dir is not None else None
+    recipe, model = _recipe_and_model(preset, overrides or {}, device, resumed, argv)
+    problems = _model_problems(model)
+    visible = gpus() if device is None else []
+    gpu, gpu_count = (card(device), 8) if device is not None else (visible[0] if visible else None, len(visible) or 8)
+    count = _process_count(recipe, launch, processes, gpu_count)
+    launches = [launch_of(launch, count, rank) for rank in range(1 if launch == "single" else count)]
+    shape = _shape(recipe, model)
+    memory = _memory(recipe, shape, gpu, launch, count)
+    vllm = builds.vllm_settings(recipe, model)
+    problems += _problems(recipe, gpu, launch, count, memory, shape, here=device is None)
+    problems += _server_problems(vllm, gpu, count, gpu_count)
     resume_from, resume_why = (None, "not resuming (pass --run-dir RUN --resume)")
-    if resume and run_dir is not None:
-        resume_from, resume_why, refused = _resume(Path(run_dir), p.max_steps)
+    if resumed is not None:
+        resume_from, resume_why, refused = _resume(Path(resumed), recipe.max_steps)
         problems += [refused] if refused is not None else []
-    steps_left = p.max_steps - ((checkpoint_step(resume_from) or 0) if resume_from is not None else 0)
+    steps_left = recipe.max_steps - ((checkpoint_step(resume_from) or 0) if resume_from is not None else 0)
     try:
-        rewards = run_rewards(p, run_dir if resume else None)
+        rewards = run_rewards(recipe, resumed)
     except ValueError as e:  # train refuses them the same way, before anything loads
         problems.append(Problem(str(e), kind="rewards"))
-        rewards = dict.fromkeys(p.reward_funcs or (), 1.0)
-    passed = p.grpo_kwargs(output, list(rewards.values()))  # what train's grpo_config passes to GRPOConfig
-    changes = unsloth_changes(p, passed)
-    return {
-        "preset": p.name, "recipe_keys": p.taken(), "route": route_of(p),
-        "model": model if model is not None else "the kit's tiny policy", "algorithm": algorithm(p),
-        "rewards": rewards, "adapter": adapter(p),
-        "grpo_config": {**passed, **{field: effective for field, (_, effective) in changes.items()}},
-        "unsloth_changes": {field: {"passed": was, "effective": now} for field, (was, now) in changes.items()},
-        "processes": [{"rank": la.rank, **_load_kwargs(p, placement(p.lora_rank is None, la, gpu)),
-                       "loader": _loader(p)} for la in launches],
-        "device": None if gpu is None else dataclasses.asdict(gpu), "launch": launch, "vllm": vllm, "memory": memory,
-        "alarm": stale_weights_alarm(p), "sampling": _sampling(p), "generator": generator(p),
-        "without_vllm": _without_vllm(p),
-        "time": _time(p, shape, gpu, steps_left, here=device is None),
-        "disk": estimate_disk(p, shape) if isinstance(shape, ModelShape) else None,
-        "resume_from": resume_from, "resume_why": resume_why,
-        "problems": [("FATAL: " if q.fatal else "") + q.text for q in problems],  # FATAL: it would end the run
-        "fatal": any(q.fatal for q in problems),
-    }
+        rewards = dict.fromkeys(recipe.reward_funcs or (), 1.0)
+    # what train's grpo_config passes to GRPOConfig, and what Unsloth's generated trainer makes of it
+    grpo_kwargs = recipe.grpo_kwargs(str(Path(run_dir or "runs/run") / "checkpoints"), list(rewards.values()))
+    changes = builds.unsloth_changes(recipe, grpo_kwargs)
+    return Plan(
+        preset=recipe.name, recipe_keys=recipe.taken(), route=route_of(recipe),
+        model=model if model is not None else "the kit's tiny policy", algorithm=algorithm(recipe),
+        rewards=rewards, adapter=builds.adapter(recipe),
+        grpo_config={**grpo_kwargs, **{field: effective for field, (_, effective) in changes.items()}},
+        unsloth_changes={field: {"passed": was, "effective": now} for field, (was, now) in changes.items()},
+        processes=[builds.process_loading(recipe, la, gpu) for la in launches],
+        device=gpu, launch=launch, vllm=vllm, memory=memory, alarm=stale_weights_alarm(recipe),
+        sampling=builds.sampling(recipe), generator=generator(recipe), without_vllm=builds.without_vllm(recipe),
+        time=_time(recipe, shape, gpu, steps_left, here=device is None),
+        disk=estimate_disk(recipe, shape) if isinstance(shape, ModelShape) else None,
+        resume_from=resume_from, resume_why=resume_why,
+        problems=[("FATAL: " if q.fatal else "") + q.text for q in problems],  # FATAL: it would end the run
+        fatal=any(q.fatal for q in problems))
 
 
 def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
@@ -553,17 +544,17 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
     Raises:
         ValueError: a problem that would end the run (each line with its remedy).
     """
-    found = [] if preset.use_cpu else gpus()
+    visible = [] if preset.use_cpu else gpus()
     kind = "single" if launch.world_size == 1 else (
         "fsdp2" if launch.fsdp else {2: "zero2", 3: "zero3"}.get(launch.zero_stage or 0, "ddp"))
     shape = _shape(preset, model)
     kinds = ("bf16", "cpu", "packages", "hub") + (() if os.environ.get(SKIP_ESTIMATE) == "1" else ("memory", "vllm"))
-    problems = _machine_problems(preset, True, shape, True) if not found else \
-        _problems(preset, found[0], kind, launch.world_size, _memory(preset, shape, found[0], kind, launch.world_size),
-                  shape)
+    gpu = visible[0] if visible else None
+    problems = _machine_problems(preset, True, shape, True) if gpu is None else \
+        _problems(preset, gpu, kind, launch.world_size, _memory(preset, shape, gpu, kind, launch.world_size), shape)
     fatal = [q for q in problems if q.fatal and q.kind in kinds]
     if fatal:
-        where = found[0].name if found else "this machine's CPU"
+        where = gpu.name if gpu is not None else "this machine's CPU"
         estimates = any(q.kind in ("memory", "vllm") for q in fatal)
         raise ValueError(f"this run would fail on {where}: " + "; ".join(q.text for q in fatal)
                          + " (`python -m grpo_kit plan` shows the whole plan"
@@ -571,22 +562,22 @@ def preflight(preset: Recipe, launch: Launch, model: str | None) -> None:
                             else ")"))
 
 
-def format_plan(plan: dict[str, Any]) -> str:
+def format_plan(plan: Plan) -> str:
     """The plan of :func:`make_plan` as text for a terminal (``python -m grpo_kit plan`` without ``--json``)."""
-    device = plan["device"]
-    bandwidth = device and (f"{device['bandwidth_gbs']:,.0f} GB/s" if device["bandwidth_gbs"] else "unknown")
-    where = "no GPU" if device is None else (f"{device['name']} ({device['memory_gib']:g} GiB, bfloat16 "
-                                             f"{'yes' if device['bf16'] else 'no'}, memory bandwidth {bandwidth})")
-    lines = [f"preset {plan['preset']}: route {plan['route']}, model {plan['model']}",
-             *(f"from the recipe: {line}" for line in plan["recipe_keys"]),
-             f"algorithm: {plan['algorithm']['summary']}", f"sampling: {plan['sampling']}",
-             f"device: {where}; launch {plan['launch']}, {counted(len(plan['processes']), 'process', 'processes')}"]
+    device = plan.device
+    bandwidth = device and (f"{device.bandwidth_gbs:,.0f} GB/s" if device.bandwidth_gbs else "unknown")
+    where = "no GPU" if device is None else (f"{device.name} ({device.memory_gib:g} GiB, bfloat16 "
+                                             f"{'yes' if device.bf16 else 'no'}, memory bandwidth {bandwidth})")
+    lines = [f"preset {plan.preset}: route {plan.route}, model {plan.model}",
+             *(f"from the recipe: {line}" for line in plan.recipe_keys),
+             f"algorithm: {plan.algorithm['summary']}", f"sampling: {plan.sampling}",
+             f"device: {where}; launch {plan.launch}, {counted(len(plan.processes), 'process', 'processes')}"]
     lines += [f"  rank {p['rank']}: " + ", ".join(f"{k} {v}" for k, v in p.items() if k not in ("rank", "loader"))
-              for p in plan["processes"][:2]]
-    if len(plan["processes"]) > 2:
-        lines.append(f"  ... and {len(plan['processes']) - 2} more, each on its own GPU")
-    lines += [f"generation: {plan['generator']['name']}", f"  basis: {plan['generator']['basis']}"]
-    vllm = plan["vllm"]
+              for p in plan.processes[:2]]
+    if len(plan.processes) > 2:
+        lines.append(f"  ... and {len(plan.processes) - 2} more, each on its own GPU")
+    lines += [f"generation: {plan.generator['name']}", f"  basis: {plan.generator['basis']}"]
+    vllm = plan.vllm
     if vllm is None:
         lines.append("vLLM: none (the policy generates with transformers)")
     else:
@@ -595,10 +586,10 @@ def format_plan(plan: dict[str, Any]) -> str:
                      + (f", gpu_memory_utilization {share:g}" if share is not None else ""))
         if "command" in vllm:
             lines.append(f"  start it first, on a GPU of its own: {vllm['command']}")
-    if plan["without_vllm"]:
+    if plan.without_vllm:
         lines.append(f"  without vLLM (a runtime the install plan gives none: doctor --install-plan): "
-                     f"{plan['without_vllm']}")
-    memory = plan["memory"]
+                     f"{plan.without_vllm}")
+    memory = plan.memory
     if memory is None:
         lines.append("memory: no estimate")
     else:
@@ -607,8 +598,8 @@ def format_plan(plan: dict[str, Any]) -> str:
             "" if memory["needed"] > memory["available"] else " (vLLM's share leaves no room for its KV cache)")
         lines.append(f"memory per GPU (estimate, GiB): {parts}; needed {memory['needed']:g} of "
                      f"{memory['available']:g}: {verdict}")
-    disk = plan["disk"]
-    lines += time_lines(plan["time"])  # each estimate with its basis
+    disk = plan.disk
+    lines += time_lines(plan.time)  # each estimate with its basis
     if disk is not None:
         lines.append(f"download (estimate): {disk['download']:.1f} GB, {disk['download_what']}")
         lines.append(f"disk (estimate): {disk['total']:.1f} GB in all: the download, {disk['checkpoints']:.1f} GB of "
@@ -616,16 +607,16 @@ def format_plan(plan: dict[str, Any]) -> str:
                      f"{disk['model']:.2f} GB, a merged export {disk['merged_export']:.1f} GB"
                      + (f" and the 16-bit base it merges into {disk['base_for_merge']:.1f} GB (export --base PATH "
                         "uses a copy you have)" if disk["base_for_merge"] else ""))
-    alarm = plan["alarm"]
+    alarm = plan.alarm
     lines.append(f"stale-weights alarm: {'armed' if alarm['armed'] else 'NOT armed'} ({alarm['why']})")
-    lines.append(f"resume from: {plan['resume_from'] or 'nothing'} ({plan['resume_why']})")
-    lines.append("rewards: " + ", ".join(f"{name} {weight:g}" for name, weight in plan["rewards"].items()))
-    adapter = plan["adapter"]
+    lines.append(f"resume from: {plan.resume_from or 'nothing'} ({plan.resume_why})")
+    lines.append("rewards: " + ", ".join(f"{name} {weight:g}" for name, weight in plan.rewards.items()))
+    adapter = plan.adapter
     lines.append("adapter: none (every weight trains)" if adapter is None else f"adapter ({adapter['built_by']}): "
                  + ", ".join(f"{k}={v!r}" for k, v in adapter.items() if k != "built_by"))
-    lines.append("GRPOConfig: " + ", ".join(f"{k}={v!r}" for k, v in plan["grpo_config"].items()))
-    if plan["unsloth_changes"]:
+    lines.append("GRPOConfig: " + ", ".join(f"{k}={v!r}" for k, v in plan.grpo_config.items()))
+    if plan.unsloth_changes:
         lines.append("  as Unsloth's generated trainer sets them: " + ", ".join(
-            f"{k} {c['passed']!r} -> {c['effective']!r}" for k, c in plan["unsloth_changes"].items()))
-    lines += ["problems:"] + [f"  {p}" for p in plan["problems"]] if plan["problems"] else ["problems: none"]
+            f"{k} {c['passed']!r} -> {c['effective']!r}" for k, c in plan.unsloth_changes.items()))
+    lines += ["problems:"] + [f"  {p}" for p in plan.problems] if plan.problems else ["problems: none"]
     return "\n".join(lines)

@@ -285,7 +285,7 @@ def test_plan_estimates_architectures_other_than_llamas(tmp_path):
     assert gemma.kv_per_token == 2 * 26 * 4 * 256
     plan = make_plan("multi-gpu-lora", overrides={"model_name_or_path": str(folders["gemma"])}, device="a100-80gb",
                      launch="zero3", processes=8)
-    memory = plan["memory"]
+    memory = plan.memory
     assert memory is not None and "2.61B parameters" in memory["basis"]
     assert memory["parts"]["weights"] == round(gemma.parameters * 2 / 8 / 2**30, 2)  # 16-bit, sharded by ZeRO-3
     phi3 = model_shape(folders["phi3"])
@@ -294,14 +294,14 @@ def test_plan_estimates_architectures_other_than_llamas(tmp_path):
     # the recipe's LoRA targets name Llama's projections: as peft, those Phi-3 has (o_proj, down_proj) are counted
     plan = make_plan("multi-gpu-lora", overrides={"model_name_or_path": str(folders["phi3"])}, device="a100-80gb")
     lora = PRESETS["multi-gpu-lora"].lora_rank * 32 * (2 * 3072 + 8192 + 3072)
-    assert plan["memory"]["parts"]["trainable"] == round(lora * 8 / 2**30, 2)  # float32 adapter and gradient
+    assert plan.memory["parts"]["trainable"] == round(lora * 8 / 2**30, 2)  # float32 adapter and gradient
     plan = make_plan("multi-gpu-lora", overrides={"model_name_or_path": str(folders["phi3"]),
                                                   "lora_target_modules": ["q_proj"]}, device="a100-80gb")
-    assert plan["memory"] is None
-    assert any("name no linear layer" in p and "qkv_proj" in p for p in plan["problems"])
+    assert plan.memory is None
+    assert any("name no linear layer" in p and "qkv_proj" in p for p in plan.problems)
     plan = make_plan("multi-gpu-lora", overrides={"model_name_or_path": str(folders["phi3"]),
                                                   "lora_target_modules": "all-linear"}, device="a100-80gb")
-    assert plan["memory"]["parts"]["trainable"] > 0
+    assert plan.memory["parts"]["trainable"] > 0
 
 
 @pytest.mark.skipif(not os.environ.get("GRPO_KIT_DEEPSPEED"), reason="DeepSpeed lives in .deepspeed (make test)")

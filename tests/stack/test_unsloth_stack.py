@@ -237,11 +237,11 @@ def test_unsloths_config_turns_off_the_metric_the_stale_weights_alarm_reads(tmp_
 
 
 def test_plans_unsloth_changes_are_what_the_generated_trainer_does(tmp_path):
-    """`plan` shows the GRPOConfig after Unsloth's changes (grpo_kit.training.plan.unsloth_changes): the generated
+    """`plan` shows the GRPOConfig after Unsloth's changes (grpo_kit.training.builds.unsloth_changes): the generated
     trainer of the pinned Unsloth holds the same setters, and its config the same default."""
     from trl import GRPOConfig
 
-    from grpo_kit.training.plan import unsloth_changes
+    from grpo_kit.training.builds import unsloth_changes
 
     source = (Path(os.environ.get("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache"))
               / "UnslothGRPOTrainer.py").read_text()

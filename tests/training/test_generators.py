@@ -121,7 +121,7 @@ def test_each_route_names_its_generator(name, overrides, engine):
 
 def test_plan_says_the_generator_with_its_basis():
     plan = make_plan("cpu-tiny", overrides=STEP)
-    assert plan["generator"] == generator(get_preset("cpu-tiny", **STEP)) and not plan["problems"]
+    assert plan.generator == generator(get_preset("cpu-tiny", **STEP)) and not plan.problems
     text = format_plan(plan)
     assert "generation: transformers continuous batching (generate_batch, paged attention; no CUDA graphs on a CPU)" \
         in text and "'num_blocks': 16" in text

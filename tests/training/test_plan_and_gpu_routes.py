@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import types
@@ -28,11 +29,11 @@ def test_without_a_context_length_the_plan_says_vllm_will_not_start():
 
     unset = make_plan("multi-gpu-lora", {"vllm_max_model_length": 131072}, device="a100-80gb",
                       launch="ddp", processes=8)
-    assert unset["fatal"] and any("vLLM will not start" in line for line in unset["problems"])
-    assert unset["memory"]["kv_cache_needed"] == 16.0  # 131,072 tokens x 128 KiB
+    assert unset.fatal and any("vLLM will not start" in line for line in unset.problems)
+    assert unset.memory["kv_cache_needed"] == 16.0  # 131,072 tokens x 128 KiB
     fixed = make_plan("multi-gpu-lora", device="a100-80gb", launch="ddp", processes=8)
-    assert not fixed["fatal"] and fixed["vllm"]["max_model_len"] == 512
-    assert fixed["memory"]["parts"]["vllm_weights"] == pytest.approx(14.96, abs=0.01)  # vLLM's bf16 copy of 8.03B
+    assert not fixed.fatal and fixed.vllm["max_model_len"] == 512
+    assert fixed.memory["parts"]["vllm_weights"] == pytest.approx(14.96, abs=0.01)  # vLLM's bf16 copy of 8.03B
 
 
 def _fsdp_checkpoint(folder, step, optimizer=True, weights=True):
@@ -173,6 +174,23 @@ def _plan(capsys, *argv):
     return code, json.loads(capsys.readouterr().out)
 
 
+def test_plans_json_is_the_plan_field_for_field(capsys):
+    """`plan --json` is :meth:`Plan.to_json`: one key per field, in the order the command has always printed them
+    (scripts read them by name), the card as its fields."""
+    from grpo_kit.training.plan import make_plan
+
+    code, printed = _plan(capsys, "--preset", "multi-gpu-full", "--device", "h100-80gb", "--launch", "zero3")
+    plan = make_plan("multi-gpu-full", device="h100-80gb", launch="zero3")
+    assert code == 0 and printed == json.loads(json.dumps(plan.to_json(), default=str))
+    assert list(printed) == [
+        "preset", "recipe_keys", "route", "model", "algorithm", "rewards", "adapter", "grpo_config", "unsloth_changes",
+        "processes", "device", "launch", "vllm", "memory", "alarm", "sampling", "generator", "without_vllm", "time",
+        "disk", "resume_from", "resume_why", "problems", "fatal"]
+    assert printed["device"]["name"] == plan.device.name == "NVIDIA H100 80GB HBM3" and len(printed["processes"]) == 7
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.fatal = True  # type: ignore[misc]  # a plan is what make_plan found
+
+
 def test_plan_json_for_each_route_on_a_cpu(capsys):
     code, a100 = _plan(capsys, "--preset", "a100", "--device", "a100-40gb")
     assert code == 0 and PLAN_KEYS <= set(a100)
@@ -302,9 +320,10 @@ def test_the_memory_verdict_agrees_with_vllms_fatal_problem(capsys):
     code, plan = _plan(capsys, "--preset", "multi-gpu-lora", "--device", "a100-40gb", "--launch", "ddp")
     assert code == 2 and any(line.startswith("FATAL: vLLM will not start") for line in plan["problems"])
     assert plan["memory"]["fits"] is False and plan["memory"]["needed"] <= plan["memory"]["available"]
-    from grpo_kit.training.plan import format_plan
+    from grpo_kit.training.plan import format_plan, make_plan
 
-    assert "DOES NOT FIT (vLLM's share leaves no room for its KV cache)" in format_plan(plan)
+    text = format_plan(make_plan("multi-gpu-lora", device="a100-40gb", launch="ddp"))
+    assert "DOES NOT FIT (vLLM's share leaves no room for its KV cache)" in text
 
 
 def test_lora_under_zero3_counts_the_whole_model_trl_gathers_for_each_weight_sync(capsys):
@@ -323,7 +342,7 @@ def test_a_vllm_server_keeps_a_gpu_of_its_own(capsys):
     from grpo_kit.training.plan import make_plan
 
     default = make_plan("multi-gpu-full", launch="zero3", device="h100-80gb")
-    assert len(default["processes"]) == 7 and not any("vllm_mode='server'" in p for p in default["problems"])
+    assert len(default.processes) == 7 and not any("vllm_mode='server'" in p for p in default.problems)
     assert main(["plan", "--preset", "multi-gpu-full", "--launch", "zero3", "--device", "h100-80gb",
                  "--gpus", "8"]) == 2
     assert "8 training processes take all 8 GPUs: train on 7" in capsys.readouterr().out
@@ -335,28 +354,28 @@ def test_plan_says_which_temperature_applies_the_hours_download_and_disk_and_wit
     from grpo_kit.training.plan import format_plan, make_plan
 
     plan = make_plan("a100", device="a100-40gb")
-    assert plan["sampling"].startswith("sampled at temperature 0.9 (generation_kwargs") and \
-        "divides the logits by temperature 1" in plan["sampling"]
-    with_vllm, without = plan["time"]["with_vllm"], plan["time"]["without_vllm"]
+    assert plan.sampling.startswith("sampled at temperature 0.9 (generation_kwargs") and \
+        "divides the logits by temperature 1" in plan.sampling
+    with_vllm, without = plan.time["with_vllm"], plan.time["without_vllm"]
     assert round(with_vllm["hours"], 1) == 2.0  # the blog post's own 2 hours: its recipe on its card
     assert without["hours"] > with_vllm["hours"] and "measured, benchmarks/results/gpu-2026-11-27" in without["basis"]
     # issue 55: without vLLM an Unsloth recipe runs Unsloth without fast_inference, and the estimate says so
     assert (with_vllm["route"], without["route"]) == ("vllm", "unsloth")
     assert "Unsloth without fast_inference, has no step of its own timed yet" in without["basis"]
-    assert plan["time"]["applies"] is None and plan["time"]["session"] is None  # planned for a card elsewhere
-    assert "fast_inference=False" in plan["without_vllm"]
-    assert 5 < plan["disk"]["download"] < 6.5 and plan["disk"]["base_for_merge"] == 16.1
+    assert plan.time["applies"] is None and plan.time["session"] is None  # planned for a card elsewhere
+    assert "fast_inference=False" in plan.without_vllm
+    assert 5 < plan.disk["download"] < 6.5 and plan.disk["base_for_merge"] == 16.1
     text = format_plan(plan)
     for line in ("sampling: sampled at temperature 0.9", "time (estimate, not measured on this card) for 250 steps: "
                  "with vLLM generating about 2.0 h", "download (estimate): 5.7 GB", "  without vLLM (a runtime"):
         assert line in text, line
-    faster = make_plan("a100", device="h100-80gb")["time"]["with_vllm"]["hours"]
+    faster = make_plan("a100", device="h100-80gb").time["with_vllm"]["hours"]
     assert faster < with_vllm["hours"]  # more memory bandwidth, a shorter estimate
     trl = make_plan("multi-gpu-lora", device="a100-80gb", launch="ddp")
-    assert trl["without_vllm"].startswith("TRL refuses") and trl["time"]["without_vllm"] is None  # nothing runs
+    assert trl.without_vllm.startswith("TRL refuses") and trl.time["without_vllm"] is None  # nothing runs
     assert "without vLLM (Unsloth, generating with its own generate) about 6.3 h" in text
     plain = make_plan("cpu-tiny")
-    assert plain["time"] is None and plain["without_vllm"] is None and plain["sampling"].startswith("temperature")
+    assert plain.time is None and plain.without_vllm is None and plain.sampling.startswith("temperature")
 
 
 def test_a_24_gb_card_gets_a_recipe_that_fits_a_colab_session_and_a100_there_is_told_so():
@@ -367,12 +386,12 @@ def test_a_24_gb_card_gets_a_recipe_that_fits_a_colab_session_and_a100_there_is_
     from grpo_kit.training.plan import format_plan, make_plan
 
     made = make_plan(device="l4-24gb")
-    assert made["preset"] == "colab-l4" and not made["fatal"] and made["time"]["session"] is None
-    assert all(made["time"][k]["hours"] < SESSION_HOURS for k in ("with_vllm", "without_vllm"))
+    assert made.preset == "colab-l4" and not made.fatal and made.time["session"] is None
+    assert all(made.time[k]["hours"] < SESSION_HOURS for k in ("with_vllm", "without_vllm"))
     big = make_plan("a100", device="l4-24gb")
-    assert "without vLLM (32.9 h) is longer than one Colab session" in big["time"]["session"]
-    assert "preset colab-l4 (unsloth/Qwen2.5-3B-Instruct), takes about 4.7 h without vLLM" in big["time"]["session"]
-    assert big["time"]["session"] in format_plan(big)
+    assert "without vLLM (32.9 h) is longer than one Colab session" in big.time["session"]
+    assert "preset colab-l4 (unsloth/Qwen2.5-3B-Instruct), takes about 4.7 h without vLLM" in big.time["session"]
+    assert big.time["session"] in format_plan(big)
 
 
 def test_plans_json_gives_its_estimates_rounded_as_its_memory_figures_are(capsys):
@@ -417,10 +436,10 @@ def test_plan_prints_the_config_and_adapter_train_builds(tmp_path, capsys):
     plan = make_plan(recipe, run_dir=tmp_path / "run")
     spec = RunSpec.resolve(recipe, task=None, run_dir=tmp_path / "run")
     built = grpo_config(spec.preset, str(spec.folder.checkpoints), spec.rewards)
-    assert {k: getattr(built, k) for k in plan["grpo_config"]} == plan["grpo_config"]
+    assert {k: getattr(built, k) for k in plan.grpo_config} == plan.grpo_config
     adapter = peft_config(spec.preset)
-    assert {k: v for k, v in plan["adapter"].items() if k != "built_by"} == \
-        {k: sorted(v) if isinstance(v, set) else v for k, v in vars(adapter).items() if k in plan["adapter"]}
+    assert {k: v for k, v in plan.adapter.items() if k != "built_by"} == \
+        {k: sorted(v) if isinstance(v, set) else v for k, v in vars(adapter).items() if k in plan.adapter}
 def test_on_a_gpu_every_announced_time_is_plans_arithmetic_for_that_card_and_route(monkeypatch, caplog):
     """Issue 55: on a GPU the GRPO announcement scaled the tiny CPU policy's rates by parameters / 1.1e6 (653 s a step,
     45 h for a100's 250 steps where plan said 2.0 h). Now train's announcement and the evaluation's generation on a
@@ -435,7 +454,7 @@ def test_on_a_gpu_every_announced_time_is_plans_arithmetic_for_that_card_and_rou
 
     a100 = devices.CARDS["a100-40gb"]
     monkeypatch.setattr(train_module, "first_gpu", lambda: a100)
-    planned = make_plan("a100", device="a100-40gb")["time"]
+    planned = make_plan("a100", device="a100-40gb").time
     for preset, key, route in ((PRESETS["a100"], "with_vllm", "vLLM generating"),
                                # no vLLM here: RunSpec.resolve turned fast_inference off, the route Unsloth's
                                (get_preset("a100", fast_inference=False), "without_vllm",

@@ -24,10 +24,10 @@ def test_every_row_of_the_documented_memory_table_is_what_plan_answers():
     assert len(rows) >= 10
     for preset, device, launch, gpus, *numbers, fits in rows:
         plan = make_plan(preset.strip("`"), device=device, launch=launch, processes=int(gpus))
-        memory = plan["memory"]
+        memory = plan.memory
         expected = [memory["parts"][p] for p in PARTS] + [memory["needed"], memory["available"]]
         assert [float(n) for n in numbers] == expected, (preset, device, launch)
-        assert fits.startswith("yes") == (not plan["fatal"]), (preset, device, launch, plan["problems"])
+        assert fits.startswith("yes") == (not plan.fatal), (preset, device, launch, plan.problems)
 
 
 def test_every_row_of_the_documented_time_and_disk_table_is_what_plan_answers():
@@ -38,7 +38,7 @@ def test_every_row_of_the_documented_time_and_disk_table_is_what_plan_answers():
     assert len(rows) >= 8 and all(len(row) == 8 for row in rows)
     for preset, device, launch, gpus, with_vllm, without, download, total in rows:
         plan = make_plan(preset.strip("`"), device=device, launch=launch, processes=int(gpus))
-        time, disk = plan["time"], plan["disk"]
+        time, disk = plan.time, plan.disk
         said = [f"{e['hours']:.1f} ({e['seconds_per_step']:.0f} s)" if e else "-"
                 for e in (time["with_vllm"], time["without_vllm"])]
         assert [with_vllm, without, download, total] == [*said, f"{disk['download']:.1f}", f"{disk['total']:.1f}"], \
