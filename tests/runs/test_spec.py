@@ -76,3 +76,42 @@ def test_train_trains_the_policy_the_baseline_measured_or_refuses_before_loading
     err = capsys.readouterr().err
     assert f"the baseline in {run} measured {measured.name}, and this would train tiny:" in err
     assert "--warm-steps 20" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_resume_takes_from_the_record_what_the_call_leaves_out_and_says_which_in_order(tmp_path, caplog):
+    """The six settings a resume may take from ``train_settings.json`` (rewards, questions, held-out evaluation) are
+    taken by name where the call leaves them ``None``, kept where it gives them, and said in one line, in order."""
+    import json
+    import logging
+
+    from grpo_kit.runs.spec import RunSpec
+    from grpo_kit.training.presets import get_preset, recipe_yaml
+
+    run, cache = tmp_path / "run", str(tmp_path / "cache")
+    first = RunSpec.resolve("cpu-tiny", "sum3", rewards={"strict_format_reward_func": 2.0}, run_dir=run,
+                            train_size=16, eval_steps=2, eval_size=4, eval_max_new_tokens=12, seed=3, cache_dir=cache)
+    (run / "train_settings.json").write_text(json.dumps({
+        "task": "sum3", "identity": first.identity(), "heldout": first.heldout(), **first.rewards.to_record()}))
+    # the plan recipe.yaml records comes first (resuming from a recipe's name: its steps and checkpoints are the run's)
+    (run / "recipe.yaml").write_text(recipe_yaml(get_preset(first.preset, max_steps=7, save_steps=3)))
+    with caplog.at_level(logging.INFO, logger="grpo_kit"):
+        resumed = RunSpec.resolve("cpu-tiny", "sum3", run_dir=run, resume=True, cache_dir=cache)
+    assert (resumed.train_size, resumed.seed, resumed.eval_size, resumed.eval_steps, resumed.eval_max_new_tokens) \
+        == (16, 3, 4, 2, 12)
+    assert (resumed.preset.max_steps, resumed.preset.save_steps) == (7, 3)
+    assert resumed.rewards.names == first.rewards.names and resumed.rewards.weights == first.rewards.weights
+    assert resumed.validation["question"] == first.validation["question"]  # the same seed held out the same ones
+    said = [r.getMessage() for r in caplog.records if "record it: " in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("resuming as recipe.yaml and train_settings.json record it: "
+                                                 "max_steps 7; save_steps 3; ")  # then the recipe's other plan fields
+    assert said[0].endswith("; rewards strict_format_reward_func=2; train_size 16; data_seed 3; eval_size 4; "
+                            "eval_steps 2; eval_max_new_tokens 12 (the options of the same names change them)")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="grpo_kit"):  # what the call gives is its own, and not said
+        given = RunSpec.resolve("cpu-tiny", "sum3", run_dir=run, resume=True, cache_dir=cache, train_size=16,
+                                eval_max_new_tokens=12, rewards={"strict_format_reward_func": 2.0}, max_steps=9)
+    assert (given.preset.max_steps, given.preset.save_steps, given.seed, given.eval_size, given.eval_steps) == \
+        (9, 3, 3, 4, 2)
+    said = [r.getMessage().split("record it: ")[1] for r in caplog.records if "record it: " in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("save_steps 3; ") and "max_steps" not in said[0]
+    assert said[0].endswith("; data_seed 3; eval_size 4; eval_steps 2 (the options of the same names change them)")
