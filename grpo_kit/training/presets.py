@@ -259,9 +259,9 @@ class Recipe(_RecipeKeys):
         >>> get_preset("cpu-tiny", argv=["--torch_dtype", "bfloat16", "--model_revision", "v2"]).model_kwargs
         {'revision': 'v2', 'dtype': 'bfloat16'}
         """
-        named = {"revision": "model_revision", "trust_remote_code": "trust_remote_code",
-                 "attn_implementation": "attn_implementation", "dtype": "dtype"}
-        kwargs = {arg: self.settings[key] for arg, key in named.items() if key in self.settings}
+        key_of = {"revision": "model_revision", "trust_remote_code": "trust_remote_code",
+                  "attn_implementation": "attn_implementation", "dtype": "dtype"}
+        kwargs = {arg: self.settings[key] for arg, key in key_of.items() if key in self.settings}
         return {**kwargs, **(self.model_init_kwargs or {})}
 
     def data_task(self) -> dict[str, Any] | None:
@@ -373,13 +373,15 @@ def _set_env(path: Path, env: Any) -> None:
         raise ValueError(f"recipe {path}: env must map environment variable names to values, e.g. env: "
                          f"{{WANDB_MODE: offline}}, got {env!r}")
     env = {k: str(v) for k, v in env.items()}
-    said = [f"{k}={v}" + (f" (was {os.environ[k]})" if os.environ.get(k, v) != v else "") for k, v in env.items()]
+    assignments = [f"{k}={v}" + (f" (was {os.environ[k]})" if os.environ.get(k, v) != v else "")
+                   for k, v in env.items()]
     os.environ.update(env)
-    if said:
-        log.warning(f"recipe {path} sets environment variables for this process (its env: block): {', '.join(said)}")
+    if assignments:
+        log.warning(f"recipe {path} sets environment variables for this process (its env: block): "
+                    f"{', '.join(assignments)}")
 
 
-def _said_once(where: str, notices: Sequence[str]) -> None:
+def _log_renamed(where: str, notices: Sequence[str]) -> None:
     """One line for the old key names read as today's (:data:`grpo_kit.training.recipe_keys.RENAMED`)."""
     if notices:
         log.warning(f"{where}: read {', '.join(notices)} (the names TRL {installed_version('trl')} reads)")
@@ -396,7 +398,7 @@ def _command_line(argv: Sequence[str], say: bool = True) -> tuple[dict[str, Any]
     old names read as today's in one line."""
     argv, notices = renamed_argv(argv)
     if say:
-        _said_once("the command line", notices)
+        _log_renamed("the command line", notices)
     parser = _parser()
     for action in parser._actions:  # only what argv gives lands in the namespace
         action.default = argparse.SUPPRESS
@@ -507,15 +509,15 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
         values = _read_file(path)
         name = str(values.pop("name", None) or path.stem)
         values, notices, refused = read_keys(values, list(_defaults()))
-        _said_once(f"recipe {path}", notices)
+        _log_renamed(f"recipe {path}", notices)
         problems, where = refused, f"{path}: " if refused else ""
         # the named variant's values first (TRL's defaults, written out, without one), the recipe's own keys over them
         values = {**get_algorithm(values.get("algorithm", KitArgs.algorithm)).fields, **values}
     overrides, notices, refused = read_keys(overrides, list(_defaults()))
-    _said_once("the call's keys", notices)
-    given, refused_here = _command_line(argv)
-    problems += refused + refused_here
-    overrides = {**overrides, **given}
+    _log_renamed("the call's keys", notices)
+    argv_values, argv_refused = _command_line(argv)
+    problems += refused + argv_refused
+    overrides = {**overrides, **argv_values}
     if str({**values, **overrides}.get("use_unsloth")).lower() in ("true", "1", "yes"):
         _unsloth_first()  # before anything imports TRL's trainer
     if "name" in overrides and overrides["name"] != name:
