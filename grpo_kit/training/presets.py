@@ -21,9 +21,9 @@ import hashlib
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import FrozenInstanceError, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_kit.policy.devices import Gpu, cuda_available, first_gpu
 from grpo_kit.policy.loading import LORA_TARGETS, Loading, import_unsloth
@@ -80,22 +80,32 @@ RESUMABLE_FIELDS = frozenset({"max_steps", "save_steps", "save_total_limit", "lo
 PLAN_FIELDS = ("max_steps", "save_steps", "save_total_limit", "logging_steps")
 
 
-def _parser() -> Any:
-    """A fresh ``TrlParser`` over ``GRPOConfig``, ``ModelConfig``, the kit's keys and ``trl grpo``'s script keys
-    (with open-r1's two: the prompt column and the system prompt), each parse setting its defaults from a recipe, so
-    none is shared. ``exit_on_error=False``: a bad value raises; ``allow_abbrev=False``: a misspelled key is refused,
-    not read as the key it begins."""
-    from trl import GRPOConfig, ModelConfig, TrlParser
+@dataclass
+class _OpenR1Args:
+    """open-r1's two script keys beside ``trl grpo``'s (``GRPOScriptArguments`` and ``GRPOConfig`` in open-r1's
+    ``src/open_r1/configs.py``)."""
+
+    dataset_prompt_column: str = field(default="prompt", metadata={"help": "The data set's question column."})
+    system_prompt: str | None = field(default=None, metadata={"help": "The task's system prompt."})
+
+
+def _recipe_dataclasses() -> tuple[Any, ...]:
+    """The dataclasses whose fields are a recipe's keys: ``GRPOConfig``, ``ModelConfig``, the kit's keys, and the
+    script keys of ``trl grpo`` (``DatasetMixtureConfig``, ``GRPOScriptArguments``) and open-r1."""
+    from trl import GRPOConfig, ModelConfig
     from trl.scripts.grpo import GRPOScriptArguments
     from trl.scripts.utils import DatasetMixtureConfig
 
-    @dataclass
-    class _Script(GRPOScriptArguments, DatasetMixtureConfig):
-        # open-r1's GRPOScriptArguments and GRPOConfig (src/open_r1/configs.py)
-        dataset_prompt_column: str = field(default="prompt", metadata={"help": "The data set's question column."})
-        system_prompt: str | None = field(default=None, metadata={"help": "The task's system prompt."})
+    return GRPOConfig, ModelConfig, KitArgs, DatasetMixtureConfig, GRPOScriptArguments, _OpenR1Args
 
-    return TrlParser((GRPOConfig, ModelConfig, KitArgs, _Script), exit_on_error=False, allow_abbrev=False)
+
+def _parser() -> Any:
+    """A fresh ``TrlParser`` over :func:`_recipe_dataclasses`, each parse setting its defaults from a recipe, so none
+    is shared. ``exit_on_error=False``: a bad value raises; ``allow_abbrev=False``: a misspelled key is refused, not
+    read as the key it begins."""
+    from trl import TrlParser
+
+    return TrlParser(_recipe_dataclasses(), exit_on_error=False, allow_abbrev=False)
 
 
 @functools.cache
@@ -112,27 +122,59 @@ def _grpo_fields() -> frozenset[str]:
     return frozenset(f.name for f in fields(GRPOConfig))
 
 
-@dataclass(frozen=True)
-class Recipe:
+if TYPE_CHECKING:  # type checkers and IDEs read a recipe's keys, typed, from the dataclasses themselves
+    from trl import GRPOConfig, ModelConfig
+    from trl.scripts.grpo import GRPOScriptArguments
+    from trl.scripts.utils import DatasetMixtureConfig
+
+    class _RecipeKeys(GRPOConfig, ModelConfig, KitArgs, DatasetMixtureConfig, GRPOScriptArguments, _OpenR1Args):
+        """Every field of :func:`_recipe_dataclasses`, as the attributes of a :class:`Recipe`."""
+else:  # at run time Recipe.__init__ sets them: importing TRL here would import transformers before Unsloth can
+    _RecipeKeys = object
+
+
+class Recipe(_RecipeKeys):
     """A recipe read by :func:`get_preset`: its name and the keys it sets, typed by TRL's parser.
 
-    ``recipe.KEY`` reads any ``GRPOConfig``, ``ModelConfig`` or :class:`KitArgs` key: the recipe's value, else TRL's
-    default. Lengths are in tokens; ``per_device_train_batch_size`` counts completions (TRL), so each optimiser step
-    sees ``per_device_train_batch_size * gradient_accumulation_steps * processes / num_generations`` prompts.
-    ``save_steps`` is the checkpoint interval: a killed run loses at most that many steps
-    (``python -m grpo_kit train --resume``).
+    Every ``GRPOConfig``, ``ModelConfig``, :class:`KitArgs` and script key is an attribute (``recipe.learning_rate``):
+    the recipe's value, else TRL's (or the kit's) default; ``settings`` holds only the keys the recipe sets. Type
+    checkers and IDEs read the attributes' types from those dataclasses; ``dir(recipe)`` lists them. A recipe is
+    read-only: :func:`get_preset` makes one with keys changed. Lengths are in tokens; ``per_device_train_batch_size``
+    counts completions (TRL), so each optimiser step sees ``per_device_train_batch_size *
+    gradient_accumulation_steps * processes / num_generations`` prompts. ``save_steps`` is the checkpoint interval: a
+    killed run loses at most that many steps (``python -m grpo_kit train --resume``).
+
+    >>> recipe = PRESETS["a100"]
+    >>> recipe.learning_rate, recipe.settings["learning_rate"], recipe.adam_epsilon, "adam_epsilon" in recipe.settings
+    (5e-06, 5e-06, 1e-08, False)
     """
 
     name: str
     settings: Mapping[str, Any]
 
-    def __getattr__(self, key: str) -> Any:
-        if key.startswith("_") or "settings" not in self.__dict__:
-            raise AttributeError(key)
-        for source in (self.settings, _defaults()):  # the recipe's value, else TRL's default
-            if key in source:
-                return source[key]
-        raise AttributeError(f"a recipe has no key {key!r}")
+    def __init__(self, name: str, settings: Mapping[str, Any]) -> None:
+        """``name``: the recipe's; ``settings``: the keys it sets (a key of no dataclass is kept there, and is no
+        attribute: :func:`get_preset` refuses such keys, a run folder's record may hold an older version's)."""
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "settings", settings)
+        for key, default in _defaults().items():
+            if key != "name":  # KitArgs' name is the recipe's own
+                object.__setattr__(self, key, settings.get(key, default))
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {key!r}: a recipe is read-only (get_preset(recipe, "
+                                  f"{key}=...) makes one with it changed)")
+
+    def __delattr__(self, key: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {key!r}: a recipe is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Recipe):
+            return NotImplemented
+        return (self.name, self.settings) == (other.name, other.settings)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__qualname__}(name={self.name!r}, settings={self.settings!r})"
 
     @property
     def prompts_per_step(self) -> int:
@@ -217,9 +259,9 @@ class Recipe:
         >>> get_preset("cpu-tiny", argv=["--torch_dtype", "bfloat16", "--model_revision", "v2"]).model_kwargs
         {'revision': 'v2', 'dtype': 'bfloat16'}
         """
-        named = {"revision": "model_revision", "trust_remote_code": "trust_remote_code",
-                 "attn_implementation": "attn_implementation", "dtype": "dtype"}
-        kwargs = {arg: self.settings[key] for arg, key in named.items() if key in self.settings}
+        key_of = {"revision": "model_revision", "trust_remote_code": "trust_remote_code",
+                  "attn_implementation": "attn_implementation", "dtype": "dtype"}
+        kwargs = {arg: self.settings[key] for arg, key in key_of.items() if key in self.settings}
         return {**kwargs, **(self.model_init_kwargs or {})}
 
     def data_task(self) -> dict[str, Any] | None:
@@ -331,13 +373,15 @@ def _set_env(path: Path, env: Any) -> None:
         raise ValueError(f"recipe {path}: env must map environment variable names to values, e.g. env: "
                          f"{{WANDB_MODE: offline}}, got {env!r}")
     env = {k: str(v) for k, v in env.items()}
-    said = [f"{k}={v}" + (f" (was {os.environ[k]})" if os.environ.get(k, v) != v else "") for k, v in env.items()]
+    assignments = [f"{k}={v}" + (f" (was {os.environ[k]})" if os.environ.get(k, v) != v else "")
+                   for k, v in env.items()]
     os.environ.update(env)
-    if said:
-        log.warning(f"recipe {path} sets environment variables for this process (its env: block): {', '.join(said)}")
+    if assignments:
+        log.warning(f"recipe {path} sets environment variables for this process (its env: block): "
+                    f"{', '.join(assignments)}")
 
 
-def _said_once(where: str, notices: Sequence[str]) -> None:
+def _log_renamed(where: str, notices: Sequence[str]) -> None:
     """One line for the old key names read as today's (:data:`grpo_kit.training.recipe_keys.RENAMED`)."""
     if notices:
         log.warning(f"{where}: read {', '.join(notices)} (the names TRL {installed_version('trl')} reads)")
@@ -354,7 +398,7 @@ def _command_line(argv: Sequence[str], say: bool = True) -> tuple[dict[str, Any]
     old names read as today's in one line."""
     argv, notices = renamed_argv(argv)
     if say:
-        _said_once("the command line", notices)
+        _log_renamed("the command line", notices)
     parser = _parser()
     for action in parser._actions:  # only what argv gives lands in the namespace
         action.default = argparse.SUPPRESS
@@ -465,15 +509,15 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
         values = _read_file(path)
         name = str(values.pop("name", None) or path.stem)
         values, notices, refused = read_keys(values, list(_defaults()))
-        _said_once(f"recipe {path}", notices)
+        _log_renamed(f"recipe {path}", notices)
         problems, where = refused, f"{path}: " if refused else ""
         # the named variant's values first (TRL's defaults, written out, without one), the recipe's own keys over them
         values = {**get_algorithm(values.get("algorithm", KitArgs.algorithm)).fields, **values}
     overrides, notices, refused = read_keys(overrides, list(_defaults()))
-    _said_once("the call's keys", notices)
-    given, refused_here = _command_line(argv)
-    problems += refused + refused_here
-    overrides = {**overrides, **given}
+    _log_renamed("the call's keys", notices)
+    argv_values, argv_refused = _command_line(argv)
+    problems += refused + argv_refused
+    overrides = {**overrides, **argv_values}
     if str({**values, **overrides}.get("use_unsloth")).lower() in ("true", "1", "yes"):
         _unsloth_first()  # before anything imports TRL's trainer
     if "name" in overrides and overrides["name"] != name:

@@ -3,6 +3,9 @@ misspelled key refused in one line, a `trl grpo` recipe taken as it is, and the 
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
 import re
 
 import pytest
@@ -12,7 +15,8 @@ from grpo_kit.cli import main
 from grpo_kit.runs.spec import recipe_rewards
 from grpo_kit.system.install import installed_version
 from grpo_kit.tasks import get_task
-from grpo_kit.training.presets import PRESETS, RECIPES_DIR, get_preset, recipe_yaml
+from grpo_kit.training import presets
+from grpo_kit.training.presets import PRESETS, RECIPES_DIR, Recipe, get_preset, recipe_yaml
 from grpo_kit.training.trainer import grpo_config
 
 GSM8K = get_task("gsm8k")
@@ -62,6 +66,33 @@ def test_any_grpo_config_key_reaches_trls_config_with_no_kit_change(tmp_path, ar
     recipe = get_preset("cpu-tiny", argv=argv)
     assert getattr(recipe, key) == value
     assert getattr(grpo_config(recipe, str(tmp_path), GSM8K.reward_set()), key) == value
+
+
+def test_every_recipe_key_is_an_attribute_that_readers_and_tools_see():
+    """`Recipe.__getattr__` answered `recipe.KEY`, so no reader, IDE, type checker or `dir()` saw a recipe's keys:
+    each field of TRL's dataclasses and the kit's is an attribute, the recipe's value or the field's default as TRL's
+    parser types it, and the type checkers' base holds the same dataclasses the parser reads."""
+    recipe = get_preset("cpu-tiny", argv=["--top_entropy_quantile", "0.2"])
+    assert "__getattr__" not in vars(Recipe)
+    for kind in presets._recipe_dataclasses():
+        for key in (f.name for f in dataclasses.fields(kind) if f.name != "name"):
+            value = recipe.settings.get(key, presets._defaults()[key])
+            assert key in dir(recipe) and getattr(recipe, key) == value, key
+    assert (recipe.top_entropy_quantile, recipe.learning_rate, recipe.adam_epsilon) == (0.2, 3e-5, 1e-8)
+    tree = ast.parse(inspect.getsource(presets))
+    typed = next(node for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == "_RecipeKeys")
+    assert [base.id for base in typed.bases] == [kind.__name__ for kind in presets._recipe_dataclasses()]
+
+
+def test_a_recipe_is_read_only_and_has_no_key_it_does_not_hold():
+    recipe = get_preset("cpu-tiny")
+    with pytest.raises(dataclasses.FrozenInstanceError, match="get_preset"):
+        recipe.learning_rate = 1.0
+    with pytest.raises(AttributeError):
+        _ = recipe.learning_rat
+    assert get_preset(recipe, learning_rate=1e-4).learning_rate == 1e-4 and recipe.learning_rate == 3e-5
+    recorded = Recipe("old", {"learning_rate": 1e-5, "a_key_of_an_older_kit": 1})  # a run folder's record
+    assert recorded.learning_rate == 1e-5 and not hasattr(recorded, "a_key_of_an_older_kit")
 
 
 def test_a_recipe_file_sets_any_grpo_config_key(tmp_path):
