@@ -26,7 +26,7 @@ from grpo_kit.runs.folder import AFTER_STEP, BASELINE_STEP, TRAIN_STEP, RunFolde
 from grpo_kit.runs.measure import evaluated_with, plan_from_settings, run_rewards
 from grpo_kit.system.files import write_text
 from grpo_kit.system.logs import counted
-from grpo_kit.tasks import get_task
+from grpo_kit.tasks import Task, get_task
 
 __all__ = ["BASELINE_KEYS", "COMPARISON_FILES", "RunsReport", "check_comparison_out", "check_run_names",
            "compare_runs", "comparison_folder", "differing_settings", "existing_runs", "share_baseline"]
@@ -258,8 +258,56 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
 
 def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Path | None, seed: int,
                   trust_remote_code: bool) -> RunsReport:
+    """:func:`compare_runs` with the run folders locked: the shared baseline checked, each run's evaluation after
+    training checked, the comparison, its report and (with ``out_dir``) the files."""
     evaluated = {n: f.read_json(f.eval_settings, BASELINE_STEP) for n, f in zip(names, folders)}
     trained = {n: f.read_json(f.train_settings, TRAIN_STEP) for n, f in zip(names, folders)}
+    task, baseline = _shared_baseline(folders, names, evaluated, trust_remote_code)
+    run_by_digest = {}  # the trained weights' digest -> the run holding them
+    for n, f in zip(names, folders):
+        f.require(f.trained, AFTER_STEP)
+        if (stale := f.stale_results(evaluated_with(evaluated[n]))) is not None:
+            raise ValueError(f"{n}: {stale} (its results are not of the model it now holds, so they are not compared)")
+        digest = f.check_model()
+        if digest is not None and digest in run_by_digest:
+            raise ValueError(f"{run_by_digest[digest]} and {n} hold the same trained weights (a copy of one run, or "
+                             "one training repeated exactly), so their results are the same: compare different runs")
+        run_by_digest[digest] = n
+    afters = {n: EvalResult.from_jsonl(f.trained, task=task) for n, f in zip(names, folders)}
+    own_rewards = {getattr(f, "__name__", ""): f for n, folder in zip(names, folders)
+                   for f in run_rewards(trained[n], source=folder.train_settings, trust_remote_code=trust_remote_code)}
+    if own_rewards:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
+        questions = plan_from_settings(evaluated[names[0]], trust_remote_code=trust_remote_code).questions()
+        baseline = with_rewards(baseline, list(questions), list(own_rewards.values()))
+    comparison = compare_runs_results(baseline, afters, seed=seed)
+    differences = differing_settings(trained)
+    markdown = _report_markdown(task.name, names, comparison, differences)
+    chart = None
+    if out_dir is not None:
+        import matplotlib.pyplot as plt
+
+        from grpo_kit.evaluation.plots import plot_runs
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "runs_comparison.md", markdown)
+        write_text(out / "runs_metrics.csv", comparison.metrics.to_csv(index=False))
+        write_text(out / "runs_pairs.csv", comparison.pairs.to_csv(index=False))
+        chart = out / "runs_comparison.png"
+        plt.close(plot_runs(comparison.metrics, chart, title=f"{task.name}: runs against their shared baseline"))
+    return RunsReport(comparison=comparison, differences=differences, markdown=markdown, chart=chart)
+
+
+def _shared_baseline(folders: list[RunFolder], names: list[str], evaluated: dict[str, dict[str, Any]],
+                     trust_remote_code: bool) -> tuple[Task, EvalResult]:
+    """The runs' task and the baseline they share (the first run's), once every ``eval_settings.json``
+    (``evaluated``, by run name) agrees on :data:`BASELINE_KEYS` and every ``baseline.jsonl`` holds the same
+    questions and completions.
+
+    Raises:
+        ValueError: the runs do not share one baseline; the message names each setting that differs, with each run's
+            value.
+    """
     first = names[0]
     problems = [f"{label} ({key}): " + ", ".join(f"{n} {evaluated[n].get(key)!r}" for n in names)
                 for key, label in BASELINE_KEYS
@@ -276,28 +324,15 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
                          + "\n  ".join(problems) + "\nMeasure every run's baseline with the same settings (notebook "
                          "02 / python -m grpo_kit eval --before), e.g. by copying one run folder's baseline files "
                          "(eval_settings.json, baseline*.jsonl) into the others before training.")
-    digests = {}
-    for n, f in zip(names, folders):
-        f.require(f.trained, AFTER_STEP)
-        if (stale := f.stale_results(evaluated_with(evaluated[n]))) is not None:
-            raise ValueError(f"{n}: {stale} (its results are not of the model it now holds, so they are not compared)")
-        digest = f.check_model()
-        if digest is not None and digest in digests:
-            raise ValueError(f"{digests[digest]} and {n} hold the same trained weights (a copy of one run, or one "
-                             "training repeated exactly), so their results are the same: compare different runs")
-        digests[digest] = n
-    afters = {n: EvalResult.from_jsonl(f.trained, task=task) for n, f in zip(names, folders)}
-    own = {getattr(f, "__name__", ""): f for n, folder in zip(names, folders)
-           for f in run_rewards(trained[n], source=folder.train_settings, trust_remote_code=trust_remote_code)}
-    baseline = baselines[first]
-    if own:  # the runs' rewards of their own, scored on the baseline's completions too, so the table pairs them
-        questions = plan_from_settings(evaluated[first], trust_remote_code=trust_remote_code).questions()
-        baseline = with_rewards(baseline, list(questions), list(own.values()))
-    comparison = compare_runs_results(baseline, afters, seed=seed)
-    differences = differing_settings(trained)
+    return task, baselines[first]
+
+
+def _report_markdown(task_name: str, names: list[str], comparison: RunsComparison,
+                     differences: dict[str, dict[str, Any]]) -> str:
+    """``runs_comparison.md``: what was measured and how, the training settings that differ, then both tables."""
     holm = len(comparison.pairs) // max(1, comparison.pairs["key"].nunique())  # comparisons per metric
     lines = [f"# {counted(len(names), 'run')} against their shared baseline", "",
-             f"{task.name}: {counted(comparison.questions, 'question')}, greedy, paired by question id. Values with "
+             f"{task_name}: {counted(comparison.questions, 'question')}, greedy, paired by question id. Values with "
              "95% bootstrap intervals over questions; differences with paired intervals; exact McNemar tests on the "
              f"flips, p-values adjusted by Holm over the {counted(holm, 'comparison')} of each metric.", "",
              "## Settings that differ", ""]
@@ -309,18 +344,4 @@ def _compare_runs(folders: list[RunFolder], names: list[str], out_dir: str | Pat
         lines.append("None: the runs trained with the same recorded settings, seeds included, into different "
                      "weights (training that is not deterministic, e.g. on a GPU).")
     lines += ["", "## Results", "", runs_markdown(comparison), ""]
-    markdown = "\n".join(lines)
-    chart = None
-    if out_dir is not None:
-        import matplotlib.pyplot as plt
-
-        from grpo_kit.evaluation.plots import plot_runs
-
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "runs_comparison.md", markdown)
-        write_text(out / "runs_metrics.csv", comparison.metrics.to_csv(index=False))
-        write_text(out / "runs_pairs.csv", comparison.pairs.to_csv(index=False))
-        chart = out / "runs_comparison.png"
-        plt.close(plot_runs(comparison.metrics, chart, title=f"{task.name}: runs against their shared baseline"))
-    return RunsReport(comparison=comparison, differences=differences, markdown=markdown, chart=chart)
+    return "\n".join(lines)

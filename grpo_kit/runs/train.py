@@ -28,6 +28,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -214,17 +215,18 @@ def train(spec: RunSpec, policy: tuple[Any, Any] | None = None) -> TrainResult:
 
 
 def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
+    """:func:`train` in the run folder's lock: load what training starts from, train while the callbacks record the
+    run, write the trained policy and what it leaves."""
     from grpo_kit.policy.routes import prepare_stack
 
-    start = time.perf_counter()
-    folder, preset, main = spec.folder, spec.preset, spec.launch.is_main
-    shown = spec.progress != "none" and main  # the main process says what it does
+    began = time.perf_counter()
+    folder, preset = spec.folder, spec.preset
     if spec.resume and (finished := folder.finished_step()) == preset.max_steps:
         log.info(f"{folder.path} finished at step {finished} of {preset.max_steps}: nothing to train (a larger "
                  "--max-steps extends it)")
         history = folder.read_json(folder.log_history, "train") if folder.log_history.is_file() else []
         return TrainResult(run=folder, model_dir=folder.model, log_history=history, resumed_from=None,
-                           alarms=folder.read_alarms(), wall_s=time.perf_counter() - start, already_finished=True)
+                           alarms=folder.read_alarms(), wall_s=time.perf_counter() - began, already_finished=True)
     if preset.use_cpu and spec.launch.world_size > 1:
         # accelerate names each CPU process's device "cpu:0" (accelerate/state.py, set_device), transformers
         # resumes the optimizer with torch.load(map_location=args.device) (trainer.py,
@@ -232,65 +234,154 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
         # CPU run would fail. accelerate takes the device from this variable instead.
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     prepare_stack(preset.loading)  # Unsloth before transformers, TRL and peft
-    from grpo_kit.policy.generation import base_weights_digest
-    from grpo_kit.tasks.data import drop_long_prompts, system_prompt_of, take_slice
-    from grpo_kit.training.callbacks import HeldOutEval, RewardWatch, StaleWeightsAlarm, StepPrinter
-    from grpo_kit.training.groups import keep_groups, trl_completions_settings
-    from grpo_kit.training.trainer import build_trainer, save_policy
+    progress_shown = spec.progress != "none" and spec.launch.is_main  # the main process says what it does
+    start = _load(spec, policy, progress_shown)
+    trainer = _run_grpo(start, progress_shown)
+    model_dir = _write(spec, trainer, start.tokenizer, progress_shown)
+    trainer.accelerator.wait_for_everyone()
+    return TrainResult(run=folder, model_dir=model_dir, log_history=trainer.state.log_history,
+                       resumed_from=start.resume_from, alarms=folder.read_alarms(),
+                       wall_s=time.perf_counter() - began, trainer=trainer)
 
-    if spec.resume and main and (torn := set_aside_torn(folder.checkpoints)):
+
+@dataclass
+class _TrainingStart:
+    """Where GRPO training starts: the run, the policy loaded, the questions it trains on, the checkpoint it resumes
+    from and what the resumed run recorded; :meth:`record` writes that start into the run folder."""
+
+    spec: RunSpec
+    model: Any
+    tokenizer: Any
+    train_set: Any  # the training questions GRPO samples from (a datasets.Dataset)
+    base_fingerprint: str  # the policy's weights before training (base_weights_digest)
+    recorded_settings: dict[str, Any] | None  # the resumed run's train_settings.json; None: a new run writes its own
+    resume_from: Path | None  # the newest whole checkpoint, where a --resume continues; None: from step 0
+    resume_step: int | None  # resume_from's step
+    expected_s: float | None  # the seconds announced for the steps to run; None: not said yet
+
+    @property
+    def only_save_left(self) -> bool:
+        """The checkpoint resumed from is the last step: only the model's save is left to finish."""
+        return self.resume_step == self.spec.preset.max_steps
+
+    def record(self) -> None:
+        """What training changes in the run folder, done once the checkpoint it resumes from has loaded (a resume
+        that fails to load it leaves a finished run as it was)."""
+        from grpo_kit.tasks.data import system_prompt_of
+
+        spec, folder, preset = self.spec, self.spec.folder, self.spec.preset
+        if not spec.launch.is_main:
+            return
+        if self.recorded_settings is None:
+            write_json(folder.train_settings, {
+                "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": self.base_fingerprint,
+                "task": spec.task.ref, "system_prompt": system_prompt_of(self.train_set),
+                "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
+                "algorithm": algorithm_settings(preset), **spec.rewards.to_record(),
+                "train_questions": len(self.train_set), "max_steps": preset.max_steps, "heldout": spec.heldout(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
+        else:  # the length and evaluation cadence as last asked: what the next resume continues with
+            write_json(folder.train_settings, {**self.recorded_settings, "max_steps": preset.max_steps,
+                                               "heldout": spec.heldout()})
+        write_text(folder.recipe, recipe_yaml(preset))  # the run's recipe and plan: what a resume reads
+        # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
+        # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
+        folder.forget_after(self.resume_step if self.resume_step is not None else (0 if spec.resume else -1))
+        folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
+
+
+def _load(spec: RunSpec, policy: tuple[Any, Any] | None, progress_shown: bool) -> _TrainingStart:
+    """Find the checkpoint to resume from (torn ones set aside), say the time expected, load the policy (or take
+    ``policy``), fit the training questions to it and hold it to the weights a resumed run started from."""
+    from grpo_kit.policy.generation import base_weights_digest
+
+    folder, preset = spec.folder, spec.preset
+    if spec.resume and spec.launch.is_main and (torn := set_aside_torn(folder.checkpoints)):
         newest = latest_complete(folder.checkpoints)
         log.warning(f"set aside {', '.join(p.name for p in torn)} in {torn[0].parent} (not complete: the save was cut "
                     "short by a kill or a full disk); training continues from " +
                     (f"{newest.name}, the newest whole checkpoint" if newest else "step 0, no checkpoint being whole"))
     resume_from = latest_complete(folder.checkpoints) if spec.resume else None
     resume_step = checkpoint_step(resume_from) if resume_from is not None else None
-    announcing = shown and resume_step != preset.max_steps
     # on a GPU plan's time, said before the model loads where its shape is known
-    expected = _announce_grpo(spec, None, None, None, resume_step or 0) if announcing else None
+    expected_s = _announce_grpo(spec, None, None, None, resume_step or 0) \
+        if progress_shown and resume_step != preset.max_steps else None
     model, tokenizer = policy if policy is not None else _load_policy(spec)
     fingerprint = base_weights_digest(model)
-    train_set = drop_long_prompts(spec.train_split, tokenizer, preset.max_prompt_tokens)
-    if len(train_set) == 0:
-        raise ValueError(f"no {spec.task.name} training question fits max_prompt_tokens = "
-                         f"{preset.max_prompt_tokens} tokens of this tokenizer: raise max_prompt_tokens")
-    fitting = len(train_set)
-    if spec.train_size is not None:
-        train_set = take_slice(train_set, n=min(spec.train_size, len(train_set)), seed=spec.seed)
-    if shown:
-        log.info(_questions_line(spec, fitting, len(train_set)))
+    train_set = _train_questions(spec, tokenizer, progress_shown)
     recorded = folder.read_settings(folder.train_settings, "train", ("identity",)) \
-        if spec.resume and folder.train_settings.is_file() else None  # a new run writes its own
+        if spec.resume and folder.train_settings.is_file() else None
     if recorded is not None and recorded.get("base_fingerprint") != fingerprint:
         raise ValueError(f"{folder.path} was trained from weights {recorded.get('base_fingerprint')}, and the policy "
                          f"loaded now is {fingerprint}: resume with the same model (and warm start)")
-    def begin() -> None:
-        """What training changes in the run folder, done once the checkpoint it resumes from has loaded (a resume
-        that fails to load it leaves a finished run as it was)."""
-        if not main:
-            return
-        if recorded is None:
-            write_json(folder.train_settings, {
-                "identity": spec.identity(), "base_model": spec.policy.name, "base_fingerprint": fingerprint,
-                "task": spec.task.ref, "system_prompt": system_prompt_of(train_set),
-                "task_digest": dict(spec.task.digest) if spec.task.digest is not None else None,
-                "algorithm": algorithm_settings(preset), **spec.rewards.to_record(),
-                "train_questions": len(train_set), "max_steps": preset.max_steps, "heldout": spec.heldout(),
-                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
-        else:  # the length and evaluation cadence as last asked: what the next resume continues with
-            write_json(folder.train_settings, {**recorded, "max_steps": preset.max_steps, "heldout": spec.heldout()})
-        write_text(folder.recipe, recipe_yaml(preset))  # the run's recipe and plan: what a resume reads
-        # Evaluations and alarms after the step training starts from are redone: a killed run's are dropped
-        # (a fresh run drops any, a resumed one those after its checkpoint, or after step 0 without one).
-        folder.forget_after(resume_step if resume_step is not None else (0 if spec.resume else -1))
-        folder.finished.unlink(missing_ok=True)  # extended or redone: finished again only once saved
+    return _TrainingStart(spec=spec, model=model, tokenizer=tokenizer, train_set=train_set,
+                          base_fingerprint=fingerprint, recorded_settings=recorded, resume_from=resume_from,
+                          resume_step=resume_step, expected_s=expected_s)
 
-    def resume() -> str:
-        return folder.command("train --resume")
 
-    callbacks: list[Any] = [_OnTrainBegin(begin), checkpoint_callback()]  # first: before the held-out evaluation
+def _train_questions(spec: RunSpec, tokenizer: Any, progress_shown: bool) -> Any:
+    """The train split's questions whose prompt fits ``max_prompt_tokens``, a seeded ``train_size`` of them where
+    asked; the line that says which (:func:`_questions_line`)."""
+    from grpo_kit.tasks.data import drop_long_prompts, take_slice
+
+    train_set = drop_long_prompts(spec.train_split, tokenizer, spec.preset.max_prompt_tokens)
+    if len(train_set) == 0:
+        raise ValueError(f"no {spec.task.name} training question fits max_prompt_tokens = "
+                         f"{spec.preset.max_prompt_tokens} tokens of this tokenizer: raise max_prompt_tokens")
+    fitting = len(train_set)
+    if spec.train_size is not None:
+        train_set = take_slice(train_set, n=min(spec.train_size, len(train_set)), seed=spec.seed)
+    if progress_shown:
+        log.info(_questions_line(spec, fitting, len(train_set)))
+    return train_set
+
+
+def _run_grpo(start: _TrainingStart, progress_shown: bool) -> Any:
+    """Build the trainer with the recording callbacks and train from ``start`` to ``max_steps``, checkpoints every
+    ``save_steps`` (a run killed while saving its model after the last step only finishes that save); the trainer."""
+    from grpo_kit.training.callbacks import RewardWatch
+    from grpo_kit.training.groups import trl_completions_settings
+    from grpo_kit.training.trainer import build_trainer
+
+    spec, folder, preset, main = start.spec, start.spec.folder, start.spec.preset, start.spec.launch.is_main
+    callbacks = _recording_callbacks(start)
+    logged = get_preset(preset, **{k: v for k, v in trl_completions_settings().items() if k not in preset.settings}) \
+        if spec.groups.on else preset
+    trainer = build_trainer(start.model, start.tokenizer, start.train_set, logged, spec.rewards,
+                            str(folder.checkpoints), callbacks=callbacks, check=False)
+    trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))
+    expected_s = start.expected_s
+    if progress_shown and not start.only_save_left and expected_s is None:
+        expected_s = _announce_grpo(spec, start.model, start.tokenizer, start.train_set, start.resume_step or 0)
+    # last: a step's time includes the held-out evaluation's
+    bar = step_bar(trainer, "GRPO", "reward", enabled=progress_shown, expected=expected_s)
+    if start.only_save_left:
+        if main:
+            log.info(f"{start.resume_from.name} is the last step: finishing the save of the model, without training")
+        _finish_save(trainer, start.resume_from)
+        start.record()
+        return trainer
+    if start.resume_from is not None and main:
+        log.info(f"resuming from {start.resume_from} (step {start.resume_step} of {preset.max_steps})")
+    try:
+        # a resume's warning of tied weights the checkpoint holds once; a full disk said as one
+        with TiedKeysLoaded(trainer.model), saving(folder.checkpoints, partial(folder.command, "train --resume")):
+            trainer.train(resume_from_checkpoint=str(start.resume_from) if start.resume_from is not None else None)
+    finally:
+        bar.close()
+    return trainer
+
+
+def _recording_callbacks(start: _TrainingStart) -> list[Any]:
+    """The callbacks that record the run while it trains: its start, checkpoints, held-out accuracy, alarms, the
+    printed steps and the training groups."""
+    from grpo_kit.training.callbacks import HeldOutEval, StaleWeightsAlarm, StepPrinter
+    from grpo_kit.training.groups import keep_groups
+
+    spec, folder, preset, main = start.spec, start.spec.folder, start.spec.preset, start.spec.launch.is_main
+    callbacks: list[Any] = [_OnTrainBegin(start.record), checkpoint_callback()]  # first: before the held-out evaluation
     if spec.eval_steps is not None:
-        callbacks.append(HeldOutEval(spec.task, spec.validation, tokenizer, spec.eval_steps, folder,
+        callbacks.append(HeldOutEval(spec.task, spec.validation, start.tokenizer, spec.eval_steps, folder,
                                      is_main_process=main, split=f"validation (from {spec.task.name} train)",
                                      max_new_tokens=spec.eval_max_new_tokens or preset.max_completion_length,
                                      batch_size=preset.heldout_batch_size))
@@ -302,48 +393,32 @@ def _train(spec: RunSpec, policy: tuple[Any, Any] | None) -> TrainResult:
     if spec.groups.on:  # TRL writes each logged step's completions; the callback keeps them in groups/
         callbacks.append(keep_groups(folder.groups, spec.groups, spec.rewards.names, spec.rewards.weights,
                                      preset.num_generations, is_main_process=main))
-    logged = get_preset(preset, **{k: v for k, v in trl_completions_settings().items() if k not in preset.settings}) \
-        if spec.groups.on else preset
-    trainer = build_trainer(model, tokenizer, train_set, logged, spec.rewards, str(folder.checkpoints),
-                            callbacks=callbacks, check=False)
-    trainer.add_callback(RewardWatch(trainer.reward_funcs, records=folder if main else None))
-    if announcing and expected is None:
-        expected = _announce_grpo(spec, model, tokenizer, train_set, resume_step or 0)
-    bar = step_bar(trainer, "GRPO", "reward", enabled=shown, expected=expected)  # last: a step's time includes the
-    # held-out evaluation's
-    if resume_step == preset.max_steps:
-        if main:
-            log.info(f"{resume_from.name} is the last step: finishing the save of the model, without training")
-        _finish_save(trainer, resume_from)
-        begin()
-    else:
-        if resume_from is not None and main:
-            log.info(f"resuming from {resume_from} (step {resume_step} of {preset.max_steps})")
-        try:
-            # a resume's warning of tied weights the checkpoint holds once; a full disk said as one
-            with TiedKeysLoaded(trainer.model), saving(folder.checkpoints, resume):
-                trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
-        finally:
-            bar.close()
-    with phase_bar(f"saving the trained policy into {folder.model}", None, "s", enabled=shown), \
-            saving(folder.checkpoints, resume):
+    return callbacks
+
+
+def _write(spec: RunSpec, trainer: Any, tokenizer: Any, progress_shown: bool) -> Path:
+    """Write what training leaves into the run folder, each file whole: the trained policy (``model/``), the log
+    history, the model card and the curves, then ``finished.json`` last; the model folder."""
+    from grpo_kit.training.trainer import save_policy
+
+    folder, preset = spec.folder, spec.preset
+    with phase_bar(f"saving the trained policy into {folder.model}", None, "s", enabled=progress_shown), \
+            saving(folder.checkpoints, partial(folder.command, "train --resume")):
         model_dir = save_policy(trainer, tokenizer, folder.model)
+    if not spec.launch.is_main:
+        return model_dir
     log_history = trainer.state.log_history
-    if main:
-        write_json(folder.log_history, log_history)
-        write_text(model_dir / "README.md", model_card(folder.path))
-        import matplotlib.pyplot as plt
+    write_json(folder.log_history, log_history)
+    write_text(model_dir / "README.md", model_card(folder.path))
+    import matplotlib.pyplot as plt
 
-        from grpo_kit.evaluation.plots import plot_training_curves
+    from grpo_kit.evaluation.plots import plot_training_curves
 
-        plt.close(plot_training_curves(log_history, folder.curves,
-                                       title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
-                                       heldout="validation", rewards=spec.rewards,
-                                       max_length=preset.max_completion_length))
-        folder.mark_finished(trainer.state.global_step, alarms=folder.read_alarms())
-        if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
-            log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "
-                        f"is stale: {stale}")
-    trainer.accelerator.wait_for_everyone()
-    return TrainResult(run=folder, model_dir=model_dir, log_history=log_history, resumed_from=resume_from,
-                       alarms=folder.read_alarms(), wall_s=time.perf_counter() - start, trainer=trainer)
+    plt.close(plot_training_curves(log_history, folder.curves,
+                                   title=f"GRPO: {spec.policy.name} on {spec.task.name} ({preset.name})",
+                                   heldout="validation", rewards=spec.rewards, max_length=preset.max_completion_length))
+    folder.mark_finished(trainer.state.global_step, alarms=folder.read_alarms())
+    if folder.trained.is_file() and (stale := folder.stale_results()) is not None:
+        log.warning(f"the evaluation after training in {folder.path} (trained.jsonl, report.md, comparison.csv) "
+                    f"is stale: {stale}")
+    return model_dir
