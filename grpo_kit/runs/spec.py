@@ -33,7 +33,15 @@ from grpo_kit.training.checkpoints import check_same_run, latest_complete, resum
 from grpo_kit.training.checks import check_model_code, check_settings
 from grpo_kit.training.groups import GroupsKept
 from grpo_kit.training.plan import preflight
-from grpo_kit.training.presets import PLAN_FIELDS, Recipe, command_line, get_preset, recipe_task
+from grpo_kit.training.presets import (
+    PLAN_FIELDS,
+    Recipe,
+    command_line,
+    device_preset,
+    get_preset,
+    recipe_task,
+    unsloth_first,
+)
 from grpo_kit.training.recipe_keys import DATA_KEYS
 from grpo_kit.training.tracking import setup_wandb
 
@@ -351,6 +359,8 @@ def _resolve_recipe(preset: str | Path | Recipe | None, run_dir: str | Path | No
         overrides = {"algorithm": algorithm, **overrides}
     recorded_recipe = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
     recorded_plan: dict[str, Any] = {}
+    resumed = resume and recorded_recipe is not None and recorded_recipe.is_file() and preset is None
+    unsloth_first(recorded_recipe if resumed else preset or device_preset(), argv, overrides)  # before TRL's parser
     command_settings = {**overrides, **command_line(argv, strict=False)}  # get_preset below refuses what it must
     if resume and recorded_recipe is not None and recorded_recipe.is_file() and not isinstance(preset, Recipe):
         if preset is None:

@@ -486,11 +486,11 @@ def make_plan(preset: str | Recipe | None = None, overrides: dict[str, Any] | No
         ValueError: an unknown preset, field, card or launch.
         FileNotFoundError: ``resume`` with a run folder that has no ``train_settings.json``.
     """
+    resumed = run_dir if resume and run_dir is not None else None
+    recipe, model = _recipe_and_model(preset, overrides or {}, device, resumed, argv)  # Unsloth first, if it trains
     from grpo_kit.training.callbacks import stale_weights_alarm
     from grpo_kit.training.generators import generator
 
-    resumed = run_dir if resume and run_dir is not None else None
-    recipe, model = _recipe_and_model(preset, overrides or {}, device, resumed, argv)
     problems = _model_problems(model)
     visible = gpus() if device is None else []
     gpu, gpu_count = (card(device), 8) if device is not None else (visible[0] if visible else None, len(visible) or 8)

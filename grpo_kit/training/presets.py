@@ -35,7 +35,7 @@ from grpo_kit.training.algorithms import get_algorithm
 from grpo_kit.training.recipe_keys import STALE, read_keys, refusals, renamed_argv, unread
 
 __all__ = ["PLAN_FIELDS", "PRESETS", "RECIPES_DIR", "RESUMABLE_FIELDS", "KitArgs", "Recipe", "command_line",
-           "device_preset", "get_preset", "preset_for_device", "recipe_task", "recipe_yaml"]
+           "device_preset", "get_preset", "preset_for_device", "recipe_task", "recipe_yaml", "unsloth_first"]
 
 log = logging.getLogger(__name__)
 
@@ -500,6 +500,7 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
     0.2
     """
     source = device_preset() if source is None else source
+    unsloth_first(source, argv, overrides)  # before TRL's parser imports TRL
     problems: list[str] = []  # every key refused, of the file, the call and the command line: said in one line
     where = ""
     if isinstance(source, Recipe):
@@ -518,8 +519,6 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
     argv_values, argv_refused = _command_line(argv)
     problems += refused + argv_refused
     overrides = {**overrides, **argv_values}
-    if str({**values, **overrides}.get("use_unsloth")).lower() in ("true", "1", "yes"):
-        _unsloth_first()  # before anything imports TRL's trainer
     if "name" in overrides and overrides["name"] != name:
         raise ValueError("name is the recipe's own name: choose a recipe with --preset or --config (python -m "
                          "grpo_kit presets lists the shipped ones) and change its keys, not its name")
@@ -533,13 +532,47 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
     return recipe
 
 
-def _unsloth_first() -> None:
-    """Import Unsloth before TRL on a GPU, as Unsloth asks (it patches transformers and TRL when imported): reading
-    an Unsloth recipe imports TRL's parser. Without a GPU or without Unsloth there is nothing to patch."""
+def unsloth_first(source: str | os.PathLike | Recipe | None, argv: Sequence[str] = (),
+                  overrides: Mapping[str, Any] | None = None) -> None:
+    """Import Unsloth before anything imports TRL, where the recipe ``source`` with ``overrides`` and ``argv`` (as
+    :func:`get_preset` takes them) trains through Unsloth on a GPU: Unsloth patches transformers, TRL and peft when it
+    is imported and the kit refuses it after them (:func:`grpo_kit.policy.loading.import_unsloth`), while reading a
+    recipe builds TRL's parser, which imports TRL. So ``use_unsloth`` is read here as written, without the parser: the
+    recipe file's YAML, then the call's key, then the command line's last ``--use_unsloth`` (``--use-unsloth``,
+    ``--use_unsloth=VALUE``, a bare ``--use_unsloth``, ``--no_use_unsloth``). Without a GPU or without Unsloth
+    installed there is nothing to patch; a recipe that cannot be read is left to :func:`get_preset` to refuse.
+
+    Raises:
+        RuntimeError: transformers, TRL or peft were imported before Unsloth in this process.
+    """
     import importlib.util
 
-    if importlib.util.find_spec("unsloth") is not None and cuda_available():
+    if _asks_unsloth(source, argv, overrides or {}) and importlib.util.find_spec("unsloth") is not None \
+            and cuda_available():
         import_unsloth()  # once imported, it returns the module
+
+
+def _asks_unsloth(source: str | os.PathLike | Recipe | None, argv: Sequence[str], overrides: Mapping[str, Any]) -> bool:
+    """Whether ``use_unsloth`` is true as written in ``source``, ``overrides`` and ``argv``, the last one winning."""
+    said: Any = None
+    if isinstance(source, Recipe):
+        said = source.settings.get("use_unsloth")
+    elif source is not None:
+        try:
+            written = read_yaml(_file_of(source), "a recipe")
+        except (ValueError, OSError):
+            written = None  # get_preset says why in its own line
+        said = written.get("use_unsloth") if isinstance(written, dict) else None
+    said = overrides.get("use_unsloth", said)
+    for at, token in enumerate(argv):
+        key, equals, value = token.partition("=")
+        key = key.lstrip("-").replace("-", "_")
+        if key == "no_use_unsloth":
+            said = False
+        elif key == "use_unsloth" and token.startswith("--"):
+            following = argv[at + 1] if at + 1 < len(argv) else "--"
+            said = value if equals else ("true" if following.startswith("--") else following)
+    return str(said).lower() in ("true", "1", "yes")
 
 
 def recipe_task(preset: Recipe, cache_dir: str = DEFAULT_CACHE_DIR) -> str | None:

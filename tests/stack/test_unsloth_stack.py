@@ -311,3 +311,33 @@ def test_eval_before_and_after_of_an_unsloth_preset_without_vllm_take_unsloths_r
                  "constant", *common]) == 0
     assert main(["eval", "--trust-task-code", *common]) == 0  # the run records its own reward, length_reward
     assert (run / "report.md").is_file() and asked and not any(asked)  # never fast_inference
+
+
+_FRESH_PROCESS = """
+import sys
+from grpo_kit.training import presets
+presets.cuda_available = lambda: True  # a GPU machine as far as the kit's order of imports goes
+from grpo_kit.cli import main
+from grpo_kit.runs.spec import RunSpec
+code = main(["plan", "--preset", "a100", "--device", "a100-80gb"])
+print("plan exit", code, "unsloth first:", "unsloth" in sys.modules)
+try:
+    RunSpec.resolve("cpu-tiny", task=None, run_dir=sys.argv[1], argv=["--use-unsloth"])
+except ValueError as refused:
+    print("resolve refused:", str(refused).split(":")[0])
+"""
+
+
+def test_an_unsloth_recipe_imports_unsloth_before_trls_parser_on_a_gpu(tmp_path):
+    """On a GPU with Unsloth installed, `plan --preset a100`, `train` and the notebooks stopped with "transformers,
+    trl, peft was imported before unsloth": reading a recipe builds TRL's parser (it imports TRL), and `make_plan`
+    imported the trainer's callbacks, before the kit imported Unsloth. `use_unsloth` is now read as written, before
+    any parser, and Unsloth imported first. A fresh process, since this one imported Unsloth at its top; the tiny
+    policy's refusal of Unsloth comes after the recipe phase, so reaching it shows that phase passed."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "UNSLOTH_ALLOW_CPU": "1"})
+    assert "plan exit 0 unsloth first: True" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "resolve refused: the kit's tiny offline policy loads through transformers, never Unsloth" in done.stdout, \
+        done.stdout + done.stderr[-3000:]

@@ -454,3 +454,18 @@ def test_a_runs_old_keys_in_the_file_and_on_the_command_line_are_said_once_and_r
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("[grpo_kit] WARNING: the command line: read --torch_dtype as --dtype") and len(err) == 2
     assert "recipe key 'max_prompt_length' is gone" in err[1] and "recipe key --overwrite_output_dir is gone" in err[1]
+
+
+@pytest.mark.parametrize("source, argv, overrides, asks", [
+    ("a100", [], {}, True), ("cpu-tiny", [], {}, False), ("cpu-tiny", ["--use_unsloth", "true"], {}, True),
+    ("cpu-tiny", ["--use-unsloth=true"], {}, True), ("cpu-tiny", ["--use_unsloth", "--max_steps", "2"], {}, True),
+    ("a100", ["--use_unsloth", "false"], {}, False), ("a100", ["--no_use_unsloth"], {}, False),
+    ("a100", [], {"use_unsloth": False}, False), ("cpu-tiny", ["--use_unsloth", "1"], {"use_unsloth": False}, True),
+    ("no-such-recipe", [], {}, False),
+])
+def test_use_unsloth_is_read_as_written_before_trls_parser(source, argv, overrides, asks):
+    """Which recipes import Unsloth before TRL's parser on a GPU (the stack suite checks the order of imports in a
+    fresh process): the file's key, then the call's, then the command line's last, in TRL's spellings."""
+    from grpo_kit.training.presets import _asks_unsloth
+
+    assert _asks_unsloth(source, argv, overrides) is asks
