@@ -386,7 +386,7 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, eval_questions: float
     from grpo_kit.runs.pipeline import baseline_plan
 
     _refuse_unknown("plan_baseline", plan_settings, _plan_names() - {"eval_size", "eval_fraction", "samples"},
-                    "eval_questions, samples, and grpo_kit.runs.measure.EvalPlan's",
+                    "eval_questions, samples and baseline_plan's (EvalPlan's fields)",
                     instead={"eval_size": "eval_questions", "eval_fraction": "eval_questions"})
     cpu = cpu_demo_settings(cpu_demo)
     plan = baseline_plan(task, config, samples=samples,
@@ -566,7 +566,7 @@ def export_run(run: Any, formats: Any = ("merged",), **export_settings: Any) -> 
 
     known = {name for call in (export_steps, export) for name in inspect.signature(call).parameters}
     _refuse_unknown("export_run", export_settings, known - {"run_dir", "formats", "format", "settings"},
-                    "grpo_kit.runs.pipeline.export_steps'")
+                    "export_steps'")
     formats = [formats] if isinstance(formats, str) else list(formats)
     return "\n".join(export_steps(getattr(run, "path", run), formats, **export_settings))
 

@@ -237,7 +237,8 @@ def test_the_baseline_plan_takes_the_eval_plans_settings_by_their_own_names(tmp_
     assert (plan.temperature, plan.batch_size, plan.seed, plan.samples, plan.slice) == (0.9, 4, 3, 2, {"n": 12})
     assert plan.max_new_tokens == 256  # None: the plan's default
     with pytest.raises(ValueError, match=r"^plan_baseline has no setting 'max_new_token' \(did you mean "
-                                         r"max_new_tokens\?\): it takes eval_questions, samples, and .*temperature"):
+                                         r"max_new_tokens\?\): it takes eval_questions, samples and baseline_plan's "
+                                         r"\(EvalPlan's fields\) .*temperature"):
         notebook.plan_baseline("gsm8k", config, run_dir=str(tmp_path / "run"), use_drive=False, max_new_token=32)
     with pytest.raises(ValueError, match=r"plan_baseline has no setting 'eval_size' \(did you mean eval_questions\?\)"):
         notebook.plan_baseline("gsm8k", config, run_dir=str(tmp_path / "run"), use_drive=False, eval_size=40)
