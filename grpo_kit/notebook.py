@@ -276,6 +276,29 @@ class CpuDemo:
     train_size: int | None = None
     preset_overrides: Mapping[str, Any] = field(default_factory=dict)
 
+    def eval_settings(self) -> dict[str, Any]:
+        """What the switch sets in notebook 02's baseline plan, by :func:`grpo_kit.runs.pipeline.baseline_plan`'s
+        names: the tiny policy (no ``model``), ``eval_size`` questions (not the notebook's share), the budget, and the
+        batch and warm start where the switch gives them."""
+        return {"model": None, "eval_size": self.eval_size, "eval_fraction": None,
+                "max_new_tokens": self.max_new_tokens, **_given(batch_size=self.batch_size, warm=self.warm())}
+
+    def train_settings(self) -> dict[str, Any]:
+        """What the switch sets in notebook 03's run, by :meth:`grpo_kit.runs.spec.RunSpec.resolve`'s names: the tiny
+        policy (no ``model``), and the training questions and warm start where the switch gives them."""
+        return {"model": None, **_given(train_size=self.train_size, warm=self.warm())}
+
+    def warm(self) -> Any:
+        """The tiny policy's :class:`grpo_kit.policy.warm_start.WarmStart` (``None``: the kit's default)."""
+        from grpo_kit.policy.warm_start import WarmStart
+
+        return WarmStart(steps=self.warm_start_steps) if self.warm_start_steps is not None else None
+
+
+def _given(**settings: Any) -> dict[str, Any]:
+    """``settings`` less those left ``None`` (a call's default then applies)."""
+    return {name: value for name, value in settings.items() if value is not None}
+
 
 def cpu_demo_settings(cpu_demo: Any) -> CpuDemo | None:
     """The notebooks' ``cpu_demo`` switch read: ``False``/``None`` -> off (``None``), ``True`` -> :class:`CpuDemo`'s
@@ -303,12 +326,6 @@ def cpu_demo_settings(cpu_demo: Any) -> CpuDemo | None:
     raise ValueError(f"cpu_demo = {cpu_demo!r}: set it to True, False or a dict of settings")
 
 
-def _warm(cpu: CpuDemo | None) -> Any:
-    from grpo_kit.policy.warm_start import WarmStart
-
-    return WarmStart(steps=cpu.warm_start_steps) if cpu is not None and cpu.warm_start_steps is not None else None
-
-
 #: Notebook 02's sampled completions per question where they cost little (``samples = None``): enough for pass@8,
 #: maj@8 and the reward check's zero-variance share over GRPO-sized groups.
 CHEAP_SAMPLES = 8
@@ -331,54 +348,49 @@ def _default_samples(plan: Any, tiny: bool) -> Any:
     return plan
 
 
-def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = None,
-                  eval_questions: float | None = None, max_new_tokens: int | None = None, samples: int | None = None,
-                  cpu_demo: Any = False, temperature: float | None = None, seed: int | None = None,
-                  use_drive: bool | None = None, trust_remote_code: bool = False) -> tuple[Any, Any]:
-    """Notebook 02's plan: which questions, how they are decoded, where the results go. Nothing loads.
+def plan_baseline(task: str, config: Any, *, run_dir: str, eval_questions: float | None = None,
+                  samples: int | None = None, cpu_demo: Any = False, use_drive: bool | None = None,
+                  **plan_settings: Any) -> tuple[Any, Any]:
+    """Notebook 02's plan: which questions, how they are decoded, where the results go. Nothing loads. The plan is
+    the one ``python -m grpo_kit eval --before`` measures (:func:`grpo_kit.runs.pipeline.baseline_plan`), and
+    ``plan_settings`` are its settings under their own names.
 
     Args:
         task: the task's name (``grpo_kit.tasks``).
         config: the preset (:func:`gpu_check`).
         run_dir: the run folder notebooks 02, 03 and 04 share (on Google Drive in Colab:
             :func:`grpo_kit.runs.folder.resolve_run_dir`).
-        model: a Hub id or folder instead of the preset's model.
         eval_questions: a share of the test split (a float in (0, 1]; ``None``: the blog post's 0.5) or a number of
-            questions (an int).
-        max_new_tokens, temperature, seed: each completion's budget in tokens; the temperature of the samples; the
-            slice's seed (the same questions in notebook 04). ``None``: :class:`grpo_kit.runs.measure.EvalPlan`'s
-            defaults (256, 0.7, 0).
+            questions (an int): ``eval --before``'s ``--eval-fraction`` or ``--eval-size``.
         samples: sampled completions per question for avg@k / pass@k / maj@k and the reward check (0: greedy only);
             ``None``: :data:`CHEAP_SAMPLES` where they cost little (vLLM generates, or the kit's tiny policy on a
             CPU), else 0, said in one line either way.
-        cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``eval_size``, ``max_new_tokens``,
-            ``batch_size`` and warm start replace the notebook's.
+        cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its settings replace the notebook's
+            (:meth:`CpuDemo.eval_settings`).
         use_drive: ``None``: Drive in Colab only.
-        trust_remote_code: the task file may import and run the Python it names outside ``grpo_kit``
-            (:func:`grpo_kit.tasks.task_file.check_task_code`; the command line's ``--trust-task-code``).
+        plan_settings: :class:`grpo_kit.runs.measure.EvalPlan`'s fields and ``baseline_plan``'s keywords by name:
+            ``model`` (a Hub id or folder instead of the preset's), ``max_new_tokens``, ``temperature``, ``seed``
+            (the slice's: the same questions in notebook 04), ``batch_size``, ``backend``, ``warm_steps``,
+            ``trust_remote_code`` (the task file may import and run the Python it names outside ``grpo_kit``: the
+            command line's ``--trust-task-code``), ...; ``None`` keeps the plan's default.
 
     Returns:
         ``(plan, run)``: the :class:`grpo_kit.runs.measure.EvalPlan` and the :class:`grpo_kit.runs.folder.RunFolder`.
 
     Raises:
-        ValueError: ``eval_questions`` that is neither a share in (0, 1] nor a whole number >= 1, and whatever
-            :class:`grpo_kit.runs.measure.EvalPlan` refuses.
+        ValueError: a setting the plan has no field for (one line naming those it has); ``eval_questions`` that is
+            neither a share in (0, 1] nor a whole number >= 1; whatever :class:`grpo_kit.runs.measure.EvalPlan`
+            refuses.
     """
     from grpo_kit.runs.folder import RunFolder, resolve_run_dir
     from grpo_kit.runs.pipeline import baseline_plan
 
+    _refuse_unknown("plan_baseline", plan_settings, _plan_names() - {"eval_size", "eval_fraction", "samples"},
+                    "eval_questions, samples and baseline_plan's (EvalPlan's fields)",
+                    instead={"eval_size": "eval_questions", "eval_fraction": "eval_questions"})
     cpu = cpu_demo_settings(cpu_demo)
-    if eval_questions is not None and (isinstance(eval_questions, bool) or not isinstance(eval_questions, int | float)
-                                       or eval_questions <= 0 or (isinstance(eval_questions, float)
-                                                                  and eval_questions > 1)):
-        raise ValueError(f"eval_questions = {eval_questions!r}: set a share of the test split in (0, 1] (0.5 is "
-                         "the blog post's half) or a whole number of questions")
-    size = cpu.eval_size if cpu else eval_questions if isinstance(eval_questions, int) else None
-    plan = baseline_plan(task, config, model=None if cpu else model, seed=seed, eval_size=size,
-                         eval_fraction=None if cpu or isinstance(eval_questions, int) else eval_questions,
-                         max_new_tokens=cpu.max_new_tokens if cpu else max_new_tokens,
-                         samples=samples, temperature=temperature, batch_size=cpu.batch_size if cpu else None,
-                         warm=_warm(cpu), trust_remote_code=trust_remote_code)
+    plan = baseline_plan(task, config, samples=samples,
+                         **{**plan_settings, **_questions(eval_questions), **(cpu.eval_settings() if cpu else {})})
     if samples is None:
         plan = _default_samples(plan, tiny=cpu is not None)
     run = RunFolder(resolve_run_dir(run_dir, use_drive))
@@ -389,6 +401,52 @@ def plan_baseline(task: str, config: Any, *, run_dir: str, model: str | None = N
         print(line)
     print(f"run folder: {run.path}")
     return plan, run
+
+
+def _questions(eval_questions: Any) -> dict[str, Any]:
+    """Notebook 02's ``eval_questions`` by :func:`grpo_kit.runs.pipeline.baseline_plan`'s names: a whole number as
+    ``eval_size``, a share as ``eval_fraction`` (``None``: neither, the plan's default share).
+
+    Raises:
+        ValueError: neither a share in (0, 1] nor a whole number >= 1.
+    """
+    if eval_questions is None:
+        return {}
+    if isinstance(eval_questions, bool) or not isinstance(eval_questions, int | float) or eval_questions <= 0 \
+            or (isinstance(eval_questions, float) and eval_questions > 1):
+        raise ValueError(f"eval_questions = {eval_questions!r}: set a share of the test split in (0, 1] (0.5 is "
+                         "the blog post's half) or a whole number of questions")
+    return {"eval_size": eval_questions} if isinstance(eval_questions, int) else {"eval_fraction": eval_questions}
+
+
+def _plan_names() -> set[str]:
+    """The settings :func:`grpo_kit.runs.pipeline.baseline_plan` takes by name: its keywords and
+    :class:`grpo_kit.runs.measure.EvalPlan`'s fields, less the task, the preset and the slice it builds."""
+    import inspect
+
+    from grpo_kit.runs.measure import EvalPlan
+    from grpo_kit.runs.pipeline import baseline_plan
+
+    keywords = {p.name for p in inspect.signature(baseline_plan).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    return (keywords | {f.name for f in fields(EvalPlan)}) - {"task", "preset", "slice"}
+
+
+def _refuse_unknown(call: str, settings: Mapping[str, Any], known: set[str], whose: str,
+                    instead: Mapping[str, str] | None = None) -> None:
+    """Refuse in one line a setting ``call`` does not take, naming the nearest (``instead``: ``{name: what the call
+    takes for it}``, else the closest spelling) and those it takes (``whose``: where their names come from).
+
+    Raises:
+        ValueError: a name of ``settings`` is not in ``known``.
+    """
+    import difflib
+
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        near = (instead or {}).get(unknown[0]) or next(iter(difflib.get_close_matches(unknown[0], known, n=1)), None)
+        hint = f" (did you mean {near}?)" if near else ""
+        raise ValueError(f"{call} has no setting {', '.join(map(repr, unknown))}{hint}: it takes {whose} "
+                         f"{', '.join(sorted(known))}")
 
 
 def _generation_line(plan: Any) -> str | None:
@@ -416,49 +474,41 @@ def _generation_line(plan: Any) -> str | None:
             f"{route} (an estimate, {basis})")
 
 
-def plan_training(config: Any, task: str, *, run_dir: str, model: str | None = None, algorithm: str | None = None,
-                  rewards: Any = None, max_steps: int | None = None, resume: bool = False,
-                  eval_steps: int | None = None, eval_size: int | None = None, wandb_project: str | None = None,
-                  cpu_demo: Any = False, seed: int | None = None, use_drive: bool | None = None,
-                  trust_remote_code: bool = False) -> Any:
-    """Notebook 03's run, resolved and checked before anything loads (:meth:`grpo_kit.runs.spec.RunSpec.resolve`),
-    and said in two lines (:meth:`grpo_kit.runs.spec.RunSpec.describe`).
+def plan_training(config: Any, task: str, *, run_dir: str, cpu_demo: Any = False, use_drive: bool | None = None,
+                  **run_settings: Any) -> Any:
+    """Notebook 03's run, resolved and checked before anything loads by what ``python -m grpo_kit train`` resolves
+    it with (:meth:`grpo_kit.runs.spec.RunSpec.resolve`, whose arguments ``run_settings`` are, under their own
+    names), and said in two lines (:meth:`grpo_kit.runs.spec.RunSpec.describe`).
 
     Args:
         config: the preset (:func:`gpu_check`).
         task: the task's name.
-        run_dir: the run folder (on Google Drive in Colab).
-        model: a Hub id or folder instead of the preset's model.
-        algorithm: a named GRPO variant (``python -m grpo_kit algorithms``; ``None``: the preset's own).
-        rewards: a :class:`grpo_kit.tasks.RewardSet`, or ``{reward name: weight}`` (weight 0: logged, not trained
-            on); ``None``: the task's.
-        max_steps: GRPO steps (``None``: the preset's).
-        resume: continue from the newest complete checkpoint (with a larger ``max_steps``, extend a finished run).
-        eval_steps: greedy accuracy every N steps on ``eval_size`` validation questions held out of the train split
-            (``None``: the task's ``validation_size``, else up to 100), with the reward-hacking alarm (``None``: off).
-        wandb_project: log to wandb (:func:`grpo_kit.training.tracking.setup_wandb`; ``None``: as the preset's
-            ``report_to`` says).
-        cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its ``train_size`` and warm start apply.
-        seed: seeds the data slices (the train questions, the held-out slice) where the preset sets no
-            ``data_seed`` (``None``: 0, or resuming, the run's).
-        trust_remote_code: the task file may import and run the Python it names outside ``grpo_kit``
-            (:func:`grpo_kit.tasks.task_file.check_task_code`; the command line's ``--trust-task-code``).
+        run_dir: the run folder (on Google Drive in Colab: :func:`grpo_kit.runs.folder.resolve_run_dir`).
+        cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`): its settings replace the notebook's
+            (:meth:`CpuDemo.train_settings`).
+        use_drive: ``None``: Drive in Colab only.
+        run_settings: ``RunSpec.resolve``'s arguments by name: ``model`` (a Hub id or folder instead of the
+            preset's), ``algorithm``, ``rewards`` (a :class:`grpo_kit.tasks.RewardSet` or ``{reward name: weight}``),
+            ``resume``, ``eval_steps``, ``eval_size``, ``seed``, ``wandb_project``, ``trust_remote_code`` (the task
+            file may import and run the Python it names outside ``grpo_kit``: the command line's
+            ``--trust-task-code``), ...; any other name is a preset field (``max_steps``, ``learning_rate``, ...), as
+            the command line's ``--key value``. ``None`` keeps the default.
 
     Returns:
         The :class:`grpo_kit.runs.spec.RunSpec` that :func:`grpo_kit.runs.train.train` runs.
+
+    Raises:
+        ValueError: a name that is neither ``RunSpec.resolve``'s nor a preset field (one line naming the nearest), and
+            whatever ``RunSpec.resolve`` refuses.
     """
     from grpo_kit.runs.folder import resolve_run_dir
     from grpo_kit.runs.spec import RunSpec
 
     cpu = cpu_demo_settings(cpu_demo)
-    spec = RunSpec.resolve(config, task, rewards=rewards, model=None if cpu else model,
-                           run_dir=resolve_run_dir(run_dir, use_drive), resume=resume,
-                           train_size=cpu.train_size if cpu else None, eval_steps=eval_steps, eval_size=eval_size,
-                           seed=seed, warm=_warm(cpu), algorithm=algorithm, wandb_project=wandb_project,
-                           trust_remote_code=trust_remote_code,
-                           **({"max_steps": max_steps} if max_steps is not None else {}))
+    run_settings = {**_given(**run_settings), **(cpu.train_settings() if cpu else {})}
+    spec = RunSpec.resolve(config, task, run_dir=resolve_run_dir(run_dir, use_drive), **run_settings)
     print("\n".join(spec.describe()))
-    if not spec.preset.use_cpu and (summary := route_summary(spec.preset, model=model)):
+    if not spec.preset.use_cpu and (summary := route_summary(spec.preset, model=run_settings.get("model"))):
         print(summary)
     return spec
 
@@ -485,26 +535,40 @@ def open_run(run_dir: str, use_drive: bool | None = None, trust_remote_code: boo
     return run, plan
 
 
-def export_run(run: Any, formats: Any = ("merged",), questions: int = 32, hub_repo: str | None = None,
-               base: str | None = None, trust_remote_code: bool = False) -> str:
-    """Notebook 04's export (:func:`grpo_kit.runs.pipeline.export_steps`, as ``python -m grpo_kit export``): each
-    format checked against the trained policy on ``questions`` held-out questions, and the export (the merged one of
-    several) uploaded to ``hub_repo`` (private) when given. ``base``: a local folder holding the 16-bit base an Unsloth
-    LoRA run merges into (:func:`grpo_kit.runs.unsloth_base.merge_base`). ``trust_remote_code``: the run's task file may
-    import and run Python of its own (:func:`grpo_kit.tasks.task_file.check_task_code`).
+def export_run(run: Any, formats: Any = ("merged",), **export_settings: Any) -> str:
+    """Notebook 04's export, the step ``python -m grpo_kit export`` runs (:func:`grpo_kit.runs.pipeline.export_steps`,
+    whose settings ``export_settings`` are, under their own names): each format checked against the trained policy on
+    held-out questions, and the export (the merged one of several) uploaded to the Hub when asked.
+
+    Args:
+        run: the run (:func:`open_run`'s :class:`grpo_kit.runs.folder.RunFolder`) or its folder.
+        formats: a format or several (:data:`grpo_kit.runs.export_formats.FORMATS`).
+        export_settings: ``export_steps``' and :func:`grpo_kit.runs.export.export`'s by name: ``questions`` (the
+            held-out questions each export must answer like the trained policy; default 32), ``push_to_hub`` (an
+            ``owner/name`` repository the verified export is uploaded to, private unless ``private=False``), ``base``
+            (a local folder holding the 16-bit base an Unsloth LoRA run merges into:
+            :func:`grpo_kit.runs.unsloth_base.merge_base`), ``trust_remote_code`` (the run's task file may import and
+            run Python of its own: :func:`grpo_kit.tasks.task_file.check_task_code`), ``quant``, ``threshold``,
+            ``out``.
 
     Returns:
         One line per export: its folder and its verification's summary (and the upload's address).
 
     Raises:
         grpo_kit.runs.export.ExportRefused: an export that does not answer like the trained policy.
-        ValueError: ``hub_repo`` with several formats and no merged one.
+        ValueError: a setting the export has none of (one line naming those it has); ``push_to_hub`` with several
+            formats and no merged one.
     """
+    import inspect
+
+    from grpo_kit.runs.export import export
     from grpo_kit.runs.pipeline import export_steps
 
+    known = {name for call in (export_steps, export) for name in inspect.signature(call).parameters}
+    _refuse_unknown("export_run", export_settings, known - {"run_dir", "formats", "format", "settings"},
+                    "export_steps'")
     formats = [formats] if isinstance(formats, str) else list(formats)
-    return "\n".join(export_steps(run.path, formats, questions=questions, base=base, push_to_hub=hub_repo,
-                                  trust_remote_code=trust_remote_code))
+    return "\n".join(export_steps(getattr(run, "path", run), formats, **export_settings))
 
 
 @dataclass
@@ -517,10 +581,11 @@ class Comparison:
 
 
 def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[str, Mapping[str, Any]] | None = None,
-                    model: str | None = None, max_steps: int | None = None, eval_size: int | None = None,
-                    max_new_tokens: int | None = None, samples: int | None = None, cpu_demo: Any = False,
-                    seed: int = 0, use_drive: bool | None = None, trust_remote_code: bool = False) -> Comparison:
-    """Notebook 05's variants, each resolved and checked before anything loads, and the baseline they share.
+                    eval_size: int | None = None, max_new_tokens: int | None = None, samples: int | None = None,
+                    cpu_demo: Any = False, use_drive: bool | None = None, **run_settings: Any) -> Comparison:
+    """Notebook 05's variants, each resolved and checked before anything loads by what ``python -m grpo_kit train``
+    resolves a run with (:meth:`grpo_kit.runs.spec.RunSpec.resolve`), and the baseline they share, planned as
+    ``eval --before`` plans one (:func:`grpo_kit.runs.pipeline.baseline_plan`).
 
     On the CPU demo the recipe is the compare demo's (:class:`grpo_kit.runs.pipeline.CompareDemoConfig`: its warm start,
     learning rate, group size and budget), with the switch's ``preset_overrides`` over it.
@@ -529,18 +594,25 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
         task: the task's name; its ``compare_rewards`` are the default variants.
         config: the preset (:func:`gpu_check`).
         run_dir: the folder that holds one run folder per variant and the comparison.
-        variants: ``{name: RunSpec.resolve arguments}`` (``rewards``, ``algorithm``, preset fields); ``None``: the
-            task's reward sets.
-        max_steps: GRPO steps of every variant (``None``: the preset's, or the compare demo's on the CPU demo).
-        eval_size, max_new_tokens, samples: the evaluation every run shares (``None``: the compare demo's, 300
-            questions, 40 tokens, 8 samples; the CPU demo's ``max_new_tokens`` and ``batch_size`` replace the
-            notebook's).
-        trust_remote_code: the task file may import and run the Python it names outside ``grpo_kit``
-            (:func:`grpo_kit.tasks.task_file.check_task_code`; the command line's ``--trust-task-code``).
+        variants: ``{name: RunSpec.resolve arguments}`` (``rewards``, ``algorithm``, preset fields), over
+            ``run_settings``; ``None``: the task's reward sets.
+        eval_size, max_new_tokens, samples: the evaluation every run shares, as the compare demo names them (``None``:
+            :class:`grpo_kit.runs.pipeline.CompareDemoConfig`'s, 300 test questions, 40 tokens, 8 samples; the CPU
+            demo's ``max_new_tokens`` and ``batch_size`` replace the notebook's).
+        cpu_demo: the notebooks' switch (:func:`cpu_demo_settings`).
+        use_drive: ``None``: Drive in Colab only.
+        run_settings: what every variant shares, by ``RunSpec.resolve``'s names: ``model``, ``seed``,
+            ``trust_remote_code`` (the task file may import and run the Python it names outside ``grpo_kit``: the
+            command line's ``--trust-task-code``), ..., and preset fields (``max_steps``: GRPO steps of every variant,
+            ``None``: the preset's, or the compare demo's on the CPU demo); those the baseline plan takes too
+            (``model``, ``seed``, ``trust_remote_code``, ...) go to it as well. ``None`` keeps the default.
 
     Raises:
-        ValueError: fewer than two variants, and whatever :meth:`grpo_kit.runs.spec.RunSpec.resolve` refuses.
+        ValueError: fewer than two variants; a name that is neither ``RunSpec.resolve``'s nor a preset field (one line
+            naming the nearest); whatever ``RunSpec.resolve`` refuses.
     """
+    import inspect
+
     from grpo_kit.runs.folder import resolve_run_dir
     from grpo_kit.runs.pipeline import CompareDemoConfig, baseline_plan
     from grpo_kit.runs.spec import RunSpec
@@ -548,27 +620,30 @@ def plan_comparison(task: str, config: Any, *, run_dir: str, variants: Mapping[s
     from grpo_kit.training.presets import get_preset
 
     cpu = cpu_demo_settings(cpu_demo)
-    demo = CompareDemoConfig(task=task, seed=seed, trust_remote_code=trust_remote_code,
-                             **({"grpo_steps": max_steps} if max_steps else {}))
-    eval_size, max_new_tokens = eval_size or demo.eval_size, max_new_tokens or demo.eval_max_new_tokens
-    samples = demo.samples if samples is None else samples
-    fields_, warm, batch_size = {}, None, None
+    arguments = set(inspect.signature(RunSpec.resolve).parameters)
+    preset_fields = {k: v for k, v in _given(**run_settings).items() if k not in arguments}
+    run_settings = {k: v for k, v in _given(**run_settings).items() if k in arguments}
+    trusted = bool(run_settings.get("trust_remote_code"))
+    demo = CompareDemoConfig(task=task, seed=run_settings.get("seed", 0), trust_remote_code=trusted,
+                             **({"grpo_steps": preset_fields["max_steps"]} if "max_steps" in preset_fields else {}))
+    evaluation = {"eval_size": eval_size or demo.eval_size, "samples": demo.samples if samples is None else samples,
+                  "max_new_tokens": max_new_tokens or demo.eval_max_new_tokens}
+    demo_fields = {}
     if cpu is not None:
-        fields_ = {k: v for k, v in demo.preset_fields().items() if k not in cpu.preset_overrides}
-        warm = replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)
-        model, max_new_tokens, batch_size = None, cpu.max_new_tokens, cpu.batch_size
-    config = get_preset(config, **{**fields_, **({"max_steps": max_steps} if max_steps else {})})
-    compare_rewards = get_task(task, trust_remote_code=trust_remote_code).extras.get("compare_rewards", {})
+        demo_fields = {k: v for k, v in demo.preset_fields().items() if k not in cpu.preset_overrides}
+        run_settings |= {"model": None, "warm": replace(demo.warm, steps=cpu.warm_start_steps or demo.warm.steps)}
+        evaluation |= {"max_new_tokens": cpu.max_new_tokens, **_given(batch_size=cpu.batch_size)}
+    config = get_preset(config, **{**demo_fields, **preset_fields})
+    compare_rewards = get_task(task, trust_remote_code=trusted).extras.get("compare_rewards", {})
     chosen = variants if variants is not None else {name: {"rewards": dict(weights)}
                                                     for name, weights in compare_rewards.items()}
     if len(chosen) < 2:
         raise ValueError(f"compare two or more variants, got {list(chosen)}: set variants = {{name: {{...}}, ...}}")
     root = Path(resolve_run_dir(run_dir, use_drive))
-    specs = {name: RunSpec.resolve(config, task, model=model, run_dir=root / name, seed=seed, warm=warm,
-                                   trust_remote_code=trust_remote_code, **kwargs)
-             for name, kwargs in chosen.items()}
-    plan = baseline_plan(task, config, model=model, seed=seed, max_new_tokens=max_new_tokens, eval_size=eval_size,
-                         samples=samples, batch_size=batch_size, warm=warm, trust_remote_code=trust_remote_code)
+    specs = {name: RunSpec.resolve(config, task, run_dir=root / name, **{**run_settings, **variant})
+             for name, variant in chosen.items()}
+    plan = baseline_plan(task, config, **{**{k: v for k, v in run_settings.items() if k in _plan_names()},
+                                          **evaluation})
     print(f"{config.name}: {counted(config.max_steps, 'step')}, learning rate {config.learning_rate}, "
           f"{counted(config.prompts_per_step, 'prompt')} x {counted(config.num_generations, 'completion')}")
     for name, spec in specs.items():

@@ -228,6 +228,56 @@ def test_a_bad_share_of_questions_is_refused_in_one_line(tmp_path, questions):
                                run_dir=str(tmp_path / "run"), use_drive=False)
 
 
+def test_the_baseline_plan_takes_the_eval_plans_settings_by_their_own_names(tmp_path):
+    """Issue 56: notebook 02's call passes EvalPlan's fields through as ``eval --before`` builds the plan, and refuses
+    in one line a name the plan has none of, before anything loads."""
+    config = notebook.gpu_check("cpu-tiny")
+    plan, _ = notebook.plan_baseline("gsm8k", config, run_dir=str(tmp_path / "run"), use_drive=False, samples=2,
+                                     eval_questions=12, temperature=0.9, batch_size=4, seed=3, max_new_tokens=None)
+    assert (plan.temperature, plan.batch_size, plan.seed, plan.samples, plan.slice) == (0.9, 4, 3, 2, {"n": 12})
+    assert plan.max_new_tokens == 256  # None: the plan's default
+    with pytest.raises(ValueError, match=r"^plan_baseline has no setting 'max_new_token' \(did you mean "
+                                         r"max_new_tokens\?\): it takes eval_questions, samples and baseline_plan's "
+                                         r"\(EvalPlan's fields\) .*temperature"):
+        notebook.plan_baseline("gsm8k", config, run_dir=str(tmp_path / "run"), use_drive=False, max_new_token=32)
+    with pytest.raises(ValueError, match=r"plan_baseline has no setting 'eval_size' \(did you mean eval_questions\?\)"):
+        notebook.plan_baseline("gsm8k", config, run_dir=str(tmp_path / "run"), use_drive=False, eval_size=40)
+
+
+def test_the_training_plan_takes_run_spec_resolves_arguments_and_preset_fields(tmp_path, capsys):
+    """Notebook 03's call is RunSpec.resolve's: its own arguments and any preset field (the command line's --key
+    value) by name, None keeping the default; a misspelt name is refused in one line naming the nearest."""
+    config = notebook.gpu_check("cpu-tiny")
+    spec = notebook.plan_training(config, "gsm8k", run_dir=str(tmp_path / "run"), use_drive=False, max_steps=3,
+                                  learning_rate=2e-5, train_size=40, rewards={"correctness_reward_func": 1.0},
+                                  eval_steps=None, cpu_demo={"warm_start_steps": 6})
+    assert (spec.preset.max_steps, spec.preset.learning_rate, spec.train_size) == (3, 2e-5, 40)
+    assert spec.rewards.names == ["correctness_reward_func"] and spec.eval_steps is None
+    assert spec.policy.tiny.warm.steps == 6 and "3 steps" in capsys.readouterr().out.replace("GRPO step", "step")
+    with pytest.raises(ValueError, match=r"unknown recipe key 'max_step' \(did you mean max_steps\?\)"):
+        notebook.plan_training(config, "gsm8k", run_dir=str(tmp_path / "run"), use_drive=False, max_step=3)
+
+
+def test_the_export_takes_export_steps_settings_and_refuses_others_before_anything_loads(tmp_path):
+    with pytest.raises(ValueError, match=r"^export_run has no setting 'hub_repo': it takes .* push_to_hub, .*"):
+        notebook.export_run(tmp_path, ["merged"], hub_repo="you/model")
+    with pytest.raises(ValueError, match=r"^export_run has no setting 'question' \(did you mean questions\?\)"):
+        notebook.export_run(tmp_path, "merged", question=4)
+
+
+def test_the_comparison_applies_its_preset_fields_to_every_variant(tmp_path, capsys):
+    config = notebook.gpu_check("cpu-tiny")
+    comparison = notebook.plan_comparison("sum3", config, run_dir=str(tmp_path / "compare"), use_drive=False,
+                                          max_steps=3, learning_rate=2e-4, eval_size=20, samples=0, seed=1)
+    assert [(s.preset.max_steps, s.preset.learning_rate, s.seed) for s in comparison.specs.values()] == \
+        [(3, 2e-4, 1)] * 2
+    assert comparison.plan.slice == {"n": 20} and comparison.plan.samples == 0 and comparison.plan.seed == 1
+    assert "cpu-tiny: 3 steps, learning rate 0.0002" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"unknown recipe key 'learning_rat' \(did you mean learning_rate\?\)"):
+        notebook.plan_comparison("sum3", config, run_dir=str(tmp_path / "compare"), use_drive=False,
+                                 learning_rat=2e-4)
+
+
 def test_in_a_notebook_the_kits_information_is_on_standard_output_and_warnings_on_standard_error(capsys):
     """Jupyter draws standard error as an error (issue 46: the kit's information lines rendered in red boxes)."""
     import logging
