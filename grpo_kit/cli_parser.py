@@ -54,11 +54,11 @@ def _recipe_options(parser: Any, choices: bool = True) -> None:
     """``--config`` or ``--preset``: the recipe a command takes, one of them (neither: the shipped recipe that fits
     this machine); any recipe key after them, in TRL's form ``--KEY VALUE``, lands in ``trl``: see
     :func:`grpo_kit.cli.main`."""
-    parser = parser.add_mutually_exclusive_group()  # both name the recipe: argparse refuses the pair in one line
-    parser.add_argument("--config", metavar="FILE.yaml", help="a recipe file: TRL's GRPOConfig and ModelConfig keys "
+    recipe = parser.add_mutually_exclusive_group()  # both name the recipe: argparse refuses the pair in one line
+    recipe.add_argument("--config", metavar="FILE.yaml", help="a recipe file: TRL's GRPOConfig and ModelConfig keys "
                         "and trl grpo's script keys (as trl grpo --config reads them) and grpo_kit's own; --KEY VALUE "
                         "after it overrides any key, e.g. --learning_rate 1e-5 --lora_r 16")
-    parser.add_argument("--preset", choices=list(PRESETS) if choices else None, help="a shipped recipe (python -m "
+    recipe.add_argument("--preset", choices=list(PRESETS) if choices else None, help="a shipped recipe (python -m "
                         "grpo_kit presets; default: the one that fits --device or this machine's GPU, e.g. t4-16gb "
                         "colab-t4, l4-24gb colab-l4, a100-40gb a100; cpu-tiny without one)")
 
