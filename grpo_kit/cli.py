@@ -185,7 +185,8 @@ def _eval_after(args: argparse.Namespace) -> int:
     ignored = [option for option, dest in args.before_only if getattr(args, dest) not in (None, False, [])]
     ignored += args.trl[:1]
     if ignored:
-        raise ValueError(f"{', '.join(ignored)} only apply to eval --before: the evaluation after training repeats "
+        raise ValueError(f"{', '.join(ignored)} only appl{'ies' if len(ignored) == 1 else 'y'} to eval --before: the "
+                         "evaluation after training repeats "
                          f"the baseline's settings ({Path(args.run_dir) / 'eval_settings.json'}). Drop them, or "
                          "measure a new baseline with --before in a new run folder")
     run = RunFolder.existing(args.run_dir, write=False)  # a mistyped folder is named, not created

@@ -143,7 +143,7 @@ LONGEST_FIRST = [  # CPU seconds in one process, AVX-512 EPYC, 2026-11-29 (a bus
     "tests/runs/test_train_runs.py",  # 71
     "tests/test_notebooks.py::test_notebooks_run_in_order_on_the_cpu_preset",  # 4 kernels: 68
     "tests/runs/test_export.py",  # 64, the GGUF exports 39 of it
-    "tests/system/test_install.py",  # 63, nearly all of it the registry check's 35 pip calls
+    "tests/system/test_install.py",  # 3 pip resolutions waiting on PyPI (the registry check: install-table-check)
     "tests/test_notebooks_task_file.py",  # 4 kernels: 47
     "tests/training/test_learning.py",  # 46
     "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py",  # 27, 26

@@ -159,7 +159,7 @@ def test_the_shipped_pinned_row_equals_the_registrys_metadata():
                              download_gb=row["vllm_download_gb"]) == row
 
 
-@pytest.mark.slow
+@pytest.mark.registry  # make install-table-check: it tests PyPI's releases, not the kit's code
 def test_the_shipped_table_is_what_the_registry_says_now():
     """scripts/install_table.py --check: every row regenerated from the registry (10 minutes on 2 busy cores, mostly
     waiting on it: every torch release's metadata and the sizes of a vLLM row's files), so a new vLLM, torch or
