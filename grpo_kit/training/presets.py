@@ -15,6 +15,7 @@ refuse only after the model loaded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import functools
 import hashlib
@@ -500,14 +501,15 @@ def get_preset(source: str | os.PathLike | Recipe | None, /, argv: Sequence[str]
     0.2
     """
     source = device_preset() if source is None else source
-    unsloth_first(source, argv, overrides)  # before TRL's parser imports TRL
     problems: list[str] = []  # every key refused, of the file, the call and the command line: said in one line
     where = ""
     if isinstance(source, Recipe):
         name, values = source.name, dict(source.settings)
+        _unsloth_first_if_asked(values, argv, overrides)
     else:
         path = _file_of(source)
         values = _read_file(path)
+        _unsloth_first_if_asked(values, argv, overrides)  # before TRL's parser, in read_keys, imports TRL
         name = str(values.pop("name", None) or path.stem)
         values, notices, refused = read_keys(values, list(_defaults()))
         _log_renamed(f"recipe {path}", notices)
@@ -537,39 +539,42 @@ def unsloth_first(source: str | os.PathLike | Recipe | None, argv: Sequence[str]
     """Import Unsloth before anything imports TRL, where the recipe ``source`` with ``overrides`` and ``argv`` (as
     :func:`get_preset` takes them) trains through Unsloth on a GPU: Unsloth patches transformers, TRL and peft when it
     is imported and the kit refuses it after them (:func:`grpo_kit.policy.loading.import_unsloth`), while reading a
-    recipe builds TRL's parser, which imports TRL. So ``use_unsloth`` is read here as written, without the parser: the
-    recipe file's YAML, then the call's key, then the command line's last ``--use_unsloth`` (``--use-unsloth``,
-    ``--use_unsloth=VALUE``, a bare ``--use_unsloth``, ``--no_use_unsloth``). Without a GPU or without Unsloth
-    installed there is nothing to patch; a recipe that cannot be read is left to :func:`get_preset` to refuse.
+    recipe builds TRL's parser, which imports TRL. For a caller that parses ``argv`` before :func:`get_preset` reads
+    the recipe (:meth:`grpo_kit.runs.spec.RunSpec.resolve`); :func:`get_preset` itself checks the keys it reads.
+    A recipe that cannot be read is left to :func:`get_preset` to refuse.
 
     Raises:
         RuntimeError: transformers, TRL or peft were imported before Unsloth in this process.
     """
+    written: Any = {}
+    if isinstance(source, Recipe):
+        written = source.settings
+    elif source is not None:
+        with contextlib.suppress(ValueError, OSError):  # get_preset says why in its own line
+            written = read_yaml(_file_of(source), "a recipe")
+    _unsloth_first_if_asked(written if isinstance(written, Mapping) else {}, argv, overrides or {})
+
+
+def _unsloth_first_if_asked(written: Mapping[str, Any], argv: Sequence[str], overrides: Mapping[str, Any]) -> None:
+    """Import Unsloth where ``use_unsloth`` is true as written, without TRL's parser (:func:`_asks_unsloth`), on a
+    GPU with Unsloth installed; elsewhere there is nothing to patch."""
     import importlib.util
 
-    if _asks_unsloth(source, argv, overrides or {}) and importlib.util.find_spec("unsloth") is not None \
+    if _asks_unsloth(written, argv, overrides) and importlib.util.find_spec("unsloth") is not None \
             and cuda_available():
         import_unsloth()  # once imported, it returns the module
 
 
-def _asks_unsloth(source: str | os.PathLike | Recipe | None, argv: Sequence[str], overrides: Mapping[str, Any]) -> bool:
-    """Whether ``use_unsloth`` is true as written in ``source``, ``overrides`` and ``argv``, the last one winning."""
-    said: Any = None
-    if isinstance(source, Recipe):
-        said = source.settings.get("use_unsloth")
-    elif source is not None:
-        try:
-            written = read_yaml(_file_of(source), "a recipe")
-        except (ValueError, OSError):
-            written = None  # get_preset says why in its own line
-        said = written.get("use_unsloth") if isinstance(written, dict) else None
-    said = overrides.get("use_unsloth", said)
+def _asks_unsloth(written: Mapping[str, Any], argv: Sequence[str], overrides: Mapping[str, Any]) -> bool:
+    """Whether ``use_unsloth`` is true as written: the recipe's keys, then the call's, then the command line's last
+    (``--use_unsloth VALUE``, ``--use-unsloth=VALUE``, a bare ``--use_unsloth``, ``--no_use_unsloth``)."""
+    said = overrides.get("use_unsloth", written.get("use_unsloth"))
     for at, token in enumerate(argv):
-        key, equals, value = token.partition("=")
-        key = key.lstrip("-").replace("-", "_")
+        option, equals, value = token.partition("=")
+        key = option[2:].replace("-", "_") if option.startswith("--") else ""
         if key == "no_use_unsloth":
             said = False
-        elif key == "use_unsloth" and token.startswith("--"):
+        elif key == "use_unsloth":
             following = argv[at + 1] if at + 1 < len(argv) else "--"
             said = value if equals else ("true" if following.startswith("--") else following)
     return str(said).lower() in ("true", "1", "yes")

@@ -463,9 +463,13 @@ def test_a_runs_old_keys_in_the_file_and_on_the_command_line_are_said_once_and_r
     ("a100", [], {"use_unsloth": False}, False), ("cpu-tiny", ["--use_unsloth", "1"], {"use_unsloth": False}, True),
     ("no-such-recipe", [], {}, False),
 ])
-def test_use_unsloth_is_read_as_written_before_trls_parser(source, argv, overrides, asks):
+def test_use_unsloth_is_read_as_written_before_trls_parser(source, argv, overrides, asks, monkeypatch):
     """Which recipes import Unsloth before TRL's parser on a GPU (the stack suite checks the order of imports in a
     fresh process): the file's key, then the call's, then the command line's last, in TRL's spellings."""
-    from grpo_kit.training.presets import _asks_unsloth
+    from grpo_kit.training import presets
 
-    assert _asks_unsloth(source, argv, overrides) is asks
+    asked = []
+    monkeypatch.setattr(presets, "_unsloth_first_if_asked", lambda written, *a: asked.append(
+        presets._asks_unsloth(written, *a)))
+    presets.unsloth_first(source, argv, overrides)
+    assert asked == [asks]
