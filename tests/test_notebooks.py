@@ -1,5 +1,6 @@
-"""The notebooks run headless on the CPU preset (01-04 in order, 05 on its own); committed copies carry no outputs, and
-the documentation site's copies (docs/notebooks/) carry the outputs of a CPU run of the current code cells."""
+"""The notebooks run headless on the CPU preset, 01 to 05 in order on a task file of your own, and their calls on
+Countdown in this process; committed copies carry no outputs, and the documentation site's copies (docs/notebooks/)
+carry the outputs of a CPU run of the current code cells."""
 
 from __future__ import annotations
 
@@ -86,87 +87,112 @@ def _check_outputs(path: Path) -> None:
 
 # Executed copies land here (git-ignored) so they can be opened after `make test`.
 EXECUTED = NOTEBOOKS.parent / "runs" / "notebooks-cpu"
+EXAMPLE = NOTEBOOKS.parent / "examples" / "capitals"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["countdown"])
-def test_notebooks_run_in_order_on_the_cpu_preset(tmp_path, task):
-    """Notebooks 01-04 in order on one built-in task, Countdown: its one-line reward swap runs every cell a GSM8K run
-    does and the swap besides. A task's default reward set (no `rewards`) goes through notebook 03 in
-    tests/test_notebooks_task_file.py, and GSM8K through all five in the docs' executed copies
-    (scripts/notebook_outputs.py, checked above). A second run here on GSM8K took 67 CPU seconds of make test."""
+def test_notebooks_01_to_05_run_in_order_on_a_task_file(tmp_path):
+    """Notebooks 01-05 in order, each in a kernel of its own, on a task file of your own (``task = "task.yaml"``: a
+    JSONL of text answers; a built-in task takes the same ``get_task``): explored, measured, trained with its
+    rewards swapped in one line (a reward at weight 0 logged, not trained on), measured again, exported, viewed,
+    and two variants compared on one shared baseline. A task's default reward set (no ``rewards``) and what only
+    Countdown shows (its reward in the report and the training log) go through the notebooks' calls in
+    :func:`test_notebook_calls_train_and_measure_countdown_with_its_default_rewards`; GSM8K through all five in the
+    docs' executed copies (scripts/notebook_outputs.py, checked above)."""
     import json
 
     import papermill
 
-    executed = EXECUTED / task
-    shutil.rmtree(executed, ignore_errors=True)
-    executed.mkdir(parents=True)
-    run_dir = str(executed)
-    tiny = {"warm_start_steps": 6, "eval_size": 8, "max_new_tokens": 24, "batch_size": 8}  # the cpu_demo switch's knobs
-    # Countdown swaps a reward in one line: the XML tag count becomes a logged, untrained metric.
-    rewards = {"strict_format_reward_func": 1.0, "countdown_reward_func": 1.0, "xmlcount_reward_func": 0.0} \
-        if task == "countdown" else None
+    shutil.rmtree(EXECUTED, ignore_errors=True)
+    EXECUTED.mkdir(parents=True)
+    folder = EXECUTED / "my_task"
+    shutil.copytree(EXAMPLE, folder)
+    task = str(folder / "task.yaml")
+    run, compared = EXECUTED / "runs" / "capitals", EXECUTED / "runs" / "compare"
+    small = {"per_device_train_batch_size": 8, "max_completion_length": 16}
+    tiny = {"warm_start_steps": 6, "batch_size": 8, "max_new_tokens": 16}  # the cpu_demo switch's knobs
+    # The task file's rewards swapped in one line: soft format for strict; the XML tag count logged, not trained on.
+    rewards = {"text_correctness_reward_func": 2.0, "soft_format_reward_func": 0.5, "xmlcount_reward_func": 0.0}
     parameters = {
-        "01_explore.ipynb": dict(task=task, preset="cpu-tiny", map_size=500),
-        "02_baseline_eval.ipynb": dict(task=task, run_dir=run_dir, samples=2, cpu_demo=tiny),
-        "03_train_grpo.ipynb": dict(task=task, run_dir=run_dir, max_steps=2, rewards=rewards, cpu_demo=dict(
-            tiny, train_size=32, preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16})),
-        "04_post_training_eval.ipynb": dict(run_dir=run_dir, export_questions=4),
+        "01_explore.ipynb": dict(task=task, preset="cpu-tiny"),
+        "02_baseline_eval.ipynb": dict(task=task, run_dir=str(run), samples=2, cpu_demo=dict(tiny, eval_size=8)),
+        "03_train_grpo.ipynb": dict(task=task, run_dir=str(run), max_steps=2, eval_steps=2, rewards=rewards,
+                                    cpu_demo=dict(tiny, preset_overrides=small)),
+        "04_post_training_eval.ipynb": dict(run_dir=str(run), export_questions=2),
+        COMPARE: dict(task=task, run_dir=str(compared), max_steps=1, eval_size=4, samples=2,
+                      cpu_demo=dict(tiny, max_new_tokens=12, preset_overrides=small)),
     }
-    walls = {}
-    for name in ORDER:
-        out = executed / name
+    walls, shown = {}, {}
+    for name in [*ORDER, COMPARE]:
+        out = EXECUTED / name
         start = time.perf_counter()
         papermill.execute_notebook(str(NOTEBOOKS / name), str(out), parameters=parameters[name], cwd=str(tmp_path),
                                    kernel_name="python3", progress_bar=False)
         walls[name] = time.perf_counter() - start
         _check_outputs(out)
-    print(f"notebook wall times (s), {task}:", {k: round(v, 1) for k, v in walls.items()})
-    run = Path(run_dir)
+        shown[name] = "".join(str(o.get("data", {})) for c in nbformat.read(out, as_version=4).cells
+                              for o in c.get("outputs", []))
+    print("notebook wall times (s):", {k: round(v, 1) for k, v in walls.items()})
+
+    assert "reward set (weighted total)" in shown["02_baseline_eval.ipynb"]  # the reward check, last cell of 02
+    assert json.loads((run / "eval_settings.json").read_text())["task"] == str(Path(task).resolve())
     assert {"baseline.jsonl", "trained.jsonl", "eval_settings.json", "log_history.json", "training_curves.png",
             "model", "generations.jsonl", "baseline_sampled.jsonl", "trained_sampled.jsonl", "comparison.csv",
             "before_after.png"} <= {p.name for p in run.iterdir()}
-    final = nbformat.read(executed / "04_post_training_eval.ipynb", as_version=4)
-    shown = "".join(str(o.get("data", {})) for c in final.cells for o in c.get("outputs", []))
-    assert "Strict accuracy" in shown and "pass@2 (strict)" in shown and "McNemar" in shown
-    assert "merged export (float32)" in shown and "PASSED" in shown  # the export section, verified
-    assert (run / "export" / "merged" / "README.md").is_file()
-    assert ("Countdown reward" in shown) == (task == "countdown")
-    assert (run / "view.html").is_file() and "the same page, to open in a browser" in shown  # the run viewer, inline
+    settings = json.loads((run / "train_settings.json").read_text())
+    assert settings["heldout"]["split"] == "validation" and settings["heldout"]["questions"] == 10
     logged = {k for row in json.loads((run / "log_history.json").read_text()) for k in row}
-    if task == "countdown":
-        assert {"rewards/countdown_reward_func/mean", "rewards/xmlcount_reward_func/mean"} <= logged
+    assert {"rewards/text_correctness_reward_func/mean", "rewards/soft_format_reward_func/mean",
+            "rewards/xmlcount_reward_func/mean"} <= logged  # the swap trained on; weight 0 still logged
+    assert "rewards/strict_format_reward_func/mean" not in logged  # the task file's reward, swapped out
+    after = shown["04_post_training_eval.ipynb"]
+    assert "Text correctness" in (run / "report.md").read_text()
+    assert "Strict accuracy" in after and "pass@2 (strict)" in after and "McNemar" in after
+    assert "merged export (float32)" in after and "PASSED" in after  # the export section, verified
+    assert (run / "export" / "merged" / "README.md").is_file()
+    assert (run / "view.html").is_file() and "the same page, to open in a browser" in after  # the run viewer, inline
 
-
-@pytest.mark.slow
-def test_compare_notebook_trains_two_variants_on_one_baseline(tmp_path):
-    import papermill
-
-    executed = EXECUTED / "compare"
-    shutil.rmtree(executed, ignore_errors=True)
-    executed.mkdir(parents=True)
-    run_dir = executed / "runs"
-    out = executed / COMPARE
-    start = time.perf_counter()
-    papermill.execute_notebook(
-        str(NOTEBOOKS / COMPARE), str(out), cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
-        parameters=dict(task="sum3", run_dir=str(run_dir), max_steps=2, eval_size=8, samples=2, cpu_demo=dict(
-            warm_start_steps=6, max_new_tokens=16, batch_size=8,
-            preset_overrides={"per_device_train_batch_size": 8, "max_completion_length": 16})))
-    print(f"notebook 05 wall time: {time.perf_counter() - start:.1f} s")
-    _check_outputs(out)
-    variants = ["format-only", "correctness"]  # the sum3 task's reward sets, in order
+    variants = ["format-only", "correctness"]  # a task file's reward sets for notebook 05, in order
     for name in variants:
         assert {"baseline.jsonl", "baseline_sampled.jsonl", "eval_settings.json", "trained.jsonl", "model",
-                "report.md"} <= {p.name for p in (run_dir / name).iterdir()}
-    assert (run_dir / "format-only" / "baseline.jsonl").read_text() == \
-        (run_dir / "correctness" / "baseline.jsonl").read_text()  # one baseline, shared
+                "report.md"} <= {p.name for p in (compared / name).iterdir()}
+    assert (compared / "format-only" / "baseline.jsonl").read_text() == \
+        (compared / "correctness" / "baseline.jsonl").read_text()  # one baseline, shared
     assert {"runs_comparison.md", "runs_pairs.csv", "runs_comparison.png"} <= \
-        {p.name for p in (run_dir / "comparison").iterdir()}
-    cells = nbformat.read(out, as_version=4).cells
-    shown = "".join(str(o.get("data", {})) for c in cells for o in c.get("outputs", []))
-    assert "baseline -> format-only" in shown and "baseline -> correctness" in shown
-    assert "format-only -> correctness" in shown and "Holm" in shown
-    assert "reward correctness_reward_func" in shown  # the settings that differ: its weight, 0 against 2
-    assert (run_dir / "comparison" / "view.html").is_file() and "the same page, to open in a browser" in shown
+        {p.name for p in (compared / "comparison").iterdir()}
+    table = (compared / "comparison" / "runs_comparison.md").read_text()
+    assert "baseline -> format-only" in table and "baseline -> correctness" in table
+    five = shown[COMPARE]
+    assert "baseline -> format-only" in five and "baseline -> correctness" in five
+    assert "format-only -> correctness" in five and "Holm" in five
+    assert "reward text_correctness_reward_func" in five  # the settings that differ: its weight, 0 against 2
+    assert (compared / "comparison" / "view.html").is_file() and "the same page, to open in a browser" in five
+
+
+def test_notebook_calls_train_and_measure_countdown_with_its_default_rewards(tiny_policy_files, tmp_path,
+                                                                            kit_log_on_stderr):
+    """What the chain above cannot show on a task file of text answers, through the calls notebooks 02-04 make, in
+    this process, with a policy of your own (the notebooks' ``model``, a folder): notebook 03's default reward set
+    (the task's, no ``rewards``) with its commented swap line (the XML tag count at weight 0), Countdown's reward
+    reaching TRL with its ``nums`` and ``target`` columns and logged beside the untrained metric, and Countdown's
+    reward in notebook 04's report."""
+    import json
+
+    from grpo_kit.notebook import gpu_check, plan_baseline, plan_training
+    from grpo_kit.runs.measure import measure_after, measure_before
+    from grpo_kit.runs.train import train
+    from grpo_kit.tasks import get_task
+
+    task, model, run_dir = "countdown", str(tiny_policy_files), str(tmp_path / "countdown")
+    config = gpu_check("cpu-tiny", {"per_device_train_batch_size": 8, "max_completion_length": 16,
+                                    "max_prompt_tokens": 240})  # its prompts in this tokenizer: about 220
+    plan, run = plan_baseline(task, config, model=model, eval_questions=4, max_new_tokens=16, samples=0,
+                              batch_size=4, run_dir=run_dir)
+    measure_before(plan, run)
+    reward_set = get_task(task).reward_set()  # notebook 03's cell without rewards, then its commented line:
+    reward_set = reward_set.with_weight("xmlcount_reward_func", 0.0)  # log it, don't train on it
+    train(plan_training(config, task, model=model, rewards=reward_set, max_steps=1, train_size=8, run_dir=run_dir))
+    logged = {k for row in json.loads(run.log_history.read_text()) for k in row}
+    assert {"rewards/countdown_reward_func/mean", "rewards/xmlcount_reward_func/mean"} <= logged
+    measure_after(run)
+    assert "Countdown reward" in run.report.read_text(encoding="utf-8")

@@ -62,3 +62,15 @@ def test_question_map_and_plots():
     plt.close(explore.plot_question_map(points))
     features = explore.describe(test, None, "test")
     plt.close(explore.plot_distributions(features))
+
+
+def test_countdown_steps_come_from_its_solver_and_its_answer_is_the_target():
+    """Notebook 01 on a task without worked solutions (Countdown): a puzzle's steps are its solver's lines (3-4
+    numbers: 2 or 3 operations), its answer the target; the map colours the same steps."""
+    countdown = get_task("countdown")
+    rows = countdown.load("test").select(range(6))
+    frame = explore.describe(rows, None, "test", countdown)
+    assert set(frame["steps"]) <= {2, 3} and (frame["solution_tokens"] > 0).all()
+    assert list(frame["answer"]) == [float(target) for target in rows["target"]]
+    points = explore.question_map({"test": rows}, n=None, task=countdown)
+    assert list(points["steps"]) == list(frame["steps"])
