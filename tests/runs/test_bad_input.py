@@ -444,10 +444,12 @@ def test_ctrl_c_during_training_prints_one_line_and_resume_goes_on(tiny_policy_f
     """As a user meets it: SIGINT (Ctrl-C) while a train command runs."""
     import signal
 
-    command = [sys.executable, "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--model_name_or_path",
-               str(tiny_policy_files), "--run-dir", str(tmp_path / "run"), "--max-steps", "500", "--train-size", "16",
-               "--rewards", "xmlcount_reward_func", "--per_device_train_batch_size", "8", "--max_completion_length",
-               "8"]
+    # sum3's one-line questions: before its first step a run checks every train prompt's length (GSM8K's 7,473: about
+    # 2 CPU seconds)
+    command = [sys.executable, "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--task", "sum3",
+               "--model_name_or_path", str(tiny_policy_files), "--run-dir", str(tmp_path / "run"), "--max-steps", "500",
+               "--train-size", "16", "--rewards", "xmlcount_reward_func", "--per_device_train_batch_size", "8",
+               "--max_completion_length", "8"]
     # As in a terminal: a shell without job control starts background commands with SIGINT ignored, and Python
     # keeps an ignored SIGINT ignored, so a test run started that way would see no Ctrl-C at all.
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,

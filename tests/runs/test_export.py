@@ -308,12 +308,24 @@ def test_the_hub_upload_refuses_unverified_and_fails_before_uploading(full_run, 
 
 @needs_llama
 @pytest.mark.parametrize("which,quant", [("head_run", "f16"), ("lora_run", "q4_k_m")])
-def test_gguf_exports_load_in_llama_cpp_and_answer_like_the_trained_policy(which, quant, request):
+def test_gguf_exports_load_in_llama_cpp_and_answer_like_the_trained_policy(which, quant, request, monkeypatch):
+    """Each exported as a model above F32_GGUF_LIMIT parameters (1B) is: a type the converter writes directly (f16),
+    or a quantized one through a 16-bit GGUF, not a float32 one (an 8B model's float32 GGUF would be 32 GB of disk in
+    between). A small model's quantized GGUF through float32 is the disk test's q4_k_m below."""
+    import grpo_kit.policy.llama_cpp
+    import grpo_kit.runs.export_formats
+
+    real, outtypes = grpo_kit.policy.llama_cpp.convert_to_gguf, []
+    monkeypatch.setattr(grpo_kit.policy.llama_cpp, "convert_to_gguf",
+                        lambda model_dir, out_file, outtype="f16": outtypes.append(outtype) or real(
+                            model_dir, out_file, outtype))
+    monkeypatch.setattr(grpo_kit.runs.export_formats, "F32_GGUF_LIMIT", 0)
     run = request.getfixturevalue(which)
     folder, verification = export(run, "gguf", quant=quant, questions=QUESTIONS)
     assert verification.passed, verification.summary() + "\n" + verification.side_by_side()
     assert verification.kind == "gguf" and verification.dtype == quant
     assert [p.name for p in folder.glob("*.gguf")] == [f"{run.name}-{quant}.gguf"]
+    assert outtypes == ["f16"]  # the tiny policy is float32: a 16-bit GGUF, not f32, before the quantizer
     if quant == "f16":  # the unquantized rule: a share of identical completions
         assert verification.identical_share >= 0.75 and "identical completions" in verification.rule
 
@@ -596,21 +608,6 @@ def test_the_disk_a_gguf_export_asks_for_is_what_it_writes(full_run, quant, tmp_
     export(full_run, "gguf", quant=quant, questions=QUESTIONS, out=tmp_path / "gguf")
     assert len(written) == (1 if quant == "q8_0" else 2)
     assert max(written) <= asked[0] <= 1.2 * max(written), (asked, written)
-
-
-@needs_llama
-def test_a_large_models_quantized_gguf_goes_through_16_bits_not_float32(lora_run, tmp_path, monkeypatch):
-    """Above F32_GGUF_LIMIT parameters (1B) an 8B model's float32 GGUF would be 32 GB of disk in between."""
-    import grpo_kit.policy.llama_cpp
-    import grpo_kit.runs.export_formats
-
-    real, outtypes = grpo_kit.policy.llama_cpp.convert_to_gguf, []
-    monkeypatch.setattr(grpo_kit.policy.llama_cpp, "convert_to_gguf",
-                        lambda model_dir, out_file, outtype="f16": outtypes.append(outtype) or real(
-                            model_dir, out_file, outtype))
-    monkeypatch.setattr(grpo_kit.runs.export_formats, "F32_GGUF_LIMIT", 0)
-    export(lora_run, "gguf", quant="q4_k_m", questions=QUESTIONS, out=tmp_path / "gguf")
-    assert outtypes == ["f16"]  # the tiny policy is float32: a 16-bit GGUF, not f32, before the quantizer
 
 
 # --- nothing lost after training: --out, two exporters, an edited model/ ----------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -329,23 +330,102 @@ def test_an_edited_baseline_record_is_refused_by_every_reader_naming_the_file(tm
         assert main(readers["reward-check"]) == 0
 
 
-def _as_another_user(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m grpo_kit ARGS`` as a user who owns nothing here: as root (who may write anywhere) through
-    util-linux's setpriv as ``nobody``, else as this user; skipped where this Python cannot start as ``nobody``."""
-    prefix = []
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("root, and no setpriv to read a folder as another user")
-        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        probe = subprocess.run([*prefix, sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=60)
-        if probe.returncode != 0:  # e.g. a shared-library Python whose libpython lies in root's own home
-            pytest.skip(f"this Python does not start as another user: {probe.stderr.strip()[-300:]}")
-    return subprocess.run([*prefix, sys.executable, "-m", "grpo_kit", *args], cwd=cwd, capture_output=True,
-                          text=True, env={**os.environ, "HOME": str(cwd), "MPLCONFIGDIR": str(cwd / "mpl")},
-                          timeout=300)
+#: A Python that runs ``python -m grpo_kit ARGS`` for each request read from its standard input (one JSON line:
+#: ``args``, ``cwd``), each command's standard output and error captured on its file descriptors 1 and 2, as a
+#: process of its own would have them, and answers one JSON line on the standard output it started with.
+_COMMANDS = textwrap.dedent("""
+    import json, os, sys, tempfile, traceback
+
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # what is written between commands goes to the log, never among the replies
+    from grpo_kit.cli import main
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        os.chdir(request["cwd"])
+        sys.stdout.flush(), sys.stderr.flush()
+        files, kept = [tempfile.TemporaryFile() for _ in "12"], [os.dup(1), os.dup(2)]
+        for fd, file in zip((1, 2), files):
+            os.dup2(file.fileno(), fd)
+        try:
+            code = main(request["args"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            for fd, saved in zip((1, 2), kept):
+                os.dup2(saved, fd)
+                os.close(saved)
+        texts = []
+        for file in files:
+            file.seek(0)
+            texts.append(file.read().decode())
+            file.close()
+        replies.write(json.dumps({"returncode": code, "stdout": texts[0], "stderr": texts[1]}) + "\\n")
+        replies.flush()
+""")
 
 
-def test_commands_that_only_read_a_run_folder_work_on_a_read_only_one():
+class _AnotherUser:
+    """One Python running ``python -m grpo_kit`` commands (:data:`_COMMANDS`) as a user who owns nothing here: as
+    root (who may write anywhere) through util-linux's setpriv as ``nobody``, else as this user. One process for every
+    command of this file's read-only tests, where each command in a Python of its own cost about 6 CPU seconds of
+    imports; its ``HOME`` and ``MPLCONFIGDIR`` lie in a folder of root's that ``nobody`` cannot write, as the
+    tests' folders are."""
+
+    def __init__(self, home: Path) -> None:
+        prefix = []
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None:
+                pytest.skip("root, and no setpriv to read a folder as another user")
+            prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            probe = subprocess.run([*prefix, sys.executable, "-c", "pass"], capture_output=True, text=True,
+                                   timeout=60)
+            if probe.returncode != 0:  # e.g. a shared-library Python whose libpython lies in root's own home
+                pytest.skip(f"this Python does not start as another user: {probe.stderr.strip()[-300:]}")
+        self.log = (home.parent / f"{home.name}.log").open("w+")
+        self.process = subprocess.Popen([*prefix, sys.executable, "-c", _COMMANDS], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=home,
+                                        env={**os.environ, "HOME": str(home), "MPLCONFIGDIR": str(home / "mpl")})
+
+    def __call__(self, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+        """``python -m grpo_kit ARGS`` run in ``cwd``: its exit status, standard output and error."""
+        self.process.stdin.write(json.dumps({"args": args, "cwd": str(cwd)}) + "\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], 300)
+        reply = self.process.stdout.readline() if ready else ""
+        if not reply:
+            self.log.seek(0)
+            raise AssertionError(f"the commands' Python gave no answer to {args}:\n{self.log.read()[-3000:]}")
+        done = json.loads(reply)
+        return subprocess.CompletedProcess(args, done["returncode"], done["stdout"], done["stderr"])
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def as_another_user():
+    """:class:`_AnotherUser`, one for this file's tests."""
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="grpo-kit-another-user-"))
+    home.chmod(0o755)
+    try:
+        user = _AnotherUser(home)
+        yield user
+        user.close()
+    finally:
+        shutil.rmtree(home)
+        (home.parent / f"{home.name}.log").unlink(missing_ok=True)
+
+
+def test_commands_that_only_read_a_run_folder_work_on_a_read_only_one(as_another_user):
     """Cases 14 and 18 of issue 44: a read-only run folder blocked reward-check, view --out and compare --out
     ("cannot write the run folder ... choose --run-dir", an option none of them takes); every file the kit wrote was
     mode 0600 whatever the umask, so another user could not read a shared run folder at all."""
@@ -369,10 +449,10 @@ def test_commands_that_only_read_a_run_folder_work_on_a_read_only_one():
         (root / "out").chmod(0o1777)
         for args in (["reward-check", "run"], ["view", "run", "--out", "out/view.html", "--trust-task-code"],
                      ["compare", "run", "--out", "out/cmp", "--trust-task-code"]):
-            done = _as_another_user(args, root)
+            done = as_another_user(args, root)
             assert done.returncode == 0, (args, done.stderr)
         assert (root / "out" / "view.html").is_file() and (root / "out" / "cmp" / "runs_comparison.md").is_file()
-        done = _as_another_user(["view", "run", "--trust-task-code"], root)
+        done = as_another_user(["view", "run", "--trust-task-code"], root)
         assert done.returncode == 2 and done.stderr == (f"error: cannot write run/view.html ({run} is read-only to "
                                                         "you): give --out a file where you can write, e.g. --out "
                                                         "view.html\n")
@@ -433,7 +513,7 @@ def test_a_second_train_and_an_export_name_the_training_that_holds_the_folder_fi
     assert f"{run / 'model'} is missing" in capsys.readouterr().err
 
 
-def test_a_read_only_run_folder_already_evaluated_shows_its_report():
+def test_a_read_only_run_folder_already_evaluated_shows_its_report(as_another_user):
     """F3: `eval` on a read-only folder already evaluated told the user to choose another --run-dir."""
     import tempfile
 
@@ -450,14 +530,14 @@ def test_a_read_only_run_folder_already_evaluated_shows_its_report():
         for path in [run, *run.rglob("*")]:
             path.chmod(path.stat().st_mode & ~0o222)
         root.chmod(0o755)
-        done = _as_another_user(["eval", "--run-dir", "run"], root)
+        done = as_another_user(["eval", "--run-dir", "run"], root)
         assert done.returncode == 0, done.stderr
         assert done.stdout == "# grpo_kit: run\n\n| metric | before | after |\n\n"
         assert f"{Path('run')} is read-only, and its evaluation after training is of the model it holds now" in \
             done.stderr
         (run / "evaluated.json").chmod(0o644)
         (run / "evaluated.json").write_text("{}")  # not current: measured again, which needs a folder it can write
-        done = _as_another_user(["eval", "--run-dir", "run"], root)
+        done = as_another_user(["eval", "--run-dir", "run"], root)
         assert done.returncode == 2 and "cannot write the run folder run" in done.stderr, done.stderr
     finally:
         for path in [root, *root.rglob("*")]:

@@ -1,15 +1,20 @@
 """Runs that survive and tell the truth: `python -m grpo_kit train`, checkpoints, resume after SIGKILL,
 extending a finished run, refusing another run's folder, held-out accuracy in the log history.
 
-The runs train the small random policy of conftest (``--model <folder>``), 6 GRPO steps of 8 completions, a
-checkpoint every 2 steps, through the kit's command line: in a subprocess where a test kills it, reads its umask or
-its crash, or needs a reference run that is a process of its own; in this process (``_train_here``) where it only
-resumes or extends a run, sparing a second Python that imports torch and TRL again (about 8 CPU seconds each). What
-the kit is doing (each step, held-out accuracy, "resuming from") is logged to standard error as ``[grpo_kit] ...``.
+The runs train the small random policy of conftest (``--model <folder>``) on sum3's one-line questions: what is
+checked here is the same on any task, and a run on GSM8K first reads all 7,473 of its train questions and checks each
+prompt's length (about 3 CPU seconds a run). 6 GRPO steps of 8 completions, a checkpoint every 2 steps, through the
+kit's command line: in a subprocess only where a test kills it (``_train_killed``); everywhere else in this process
+(``_train_here``, under the umask a shell gives, 0022), sparing a Python that imports torch and TRL again (about 9 CPU
+seconds each): the uninterrupted run every test copies, the runs that resume, extend or fail, and the run paid by
+misbehaving rewards. What the kit is doing (each step, held-out accuracy, "resuming from") is logged to standard
+error as ``[grpo_kit] ...``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -31,21 +36,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _train_args(model: Path, run_dir: Path, *extra: str) -> list[str]:
-    return ["train", "--preset", "cpu-tiny", "--run-dir", str(run_dir), "--train-size", "32", "--rewards",
-            "strict_format_reward_func", "xmlcount_reward_func", "--eval-size", "6", *extra, "--model_name_or_path",
-            str(model), "--max-steps", "6", "--save-steps", "2", "--per_device_train_batch_size", "8",
-            "--max_completion_length", "12", "--learning_rate", "0.02", "--lr_scheduler_type", "cosine",
-            "--eval_strategy", "steps", "--eval_steps", "2"]
+    return ["train", "--preset", "cpu-tiny", "--task", "sum3", "--run-dir", str(run_dir), "--train-size", "32",
+            "--rewards", "strict_format_reward_func", "xmlcount_reward_func", "--eval-size", "6", *extra,
+            "--model_name_or_path", str(model), "--max-steps", "6", "--save-steps", "2",
+            "--per_device_train_batch_size", "8", "--max_completion_length", "12", "--learning_rate", "0.02",
+            "--lr_scheduler_type", "cosine", "--eval_strategy", "steps", "--eval_steps", "2"]
 
 
-def _train(args: list[str], kill_at: str | None = None) -> subprocess.CompletedProcess | str:
-    """Run `python -m grpo_kit train ...`; with ``kill_at``, SIGKILL it as soon as that text is logged (the log goes
-    to standard error, read here together with standard output)."""
-    command = [sys.executable, "-m", "grpo_kit", *args]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if kill_at is None:
-        return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, umask=0o022)
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
+def _train_killed(args: list[str], kill_at: str) -> str:
+    """Run `python -m grpo_kit train ...` and SIGKILL it as soon as ``kill_at`` is logged (the log goes to standard
+    error, read here together with standard output); returns what it wrote until then."""
+    child = subprocess.Popen([sys.executable, "-m", "grpo_kit", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                              umask=0o022)
     seen = []
     for line in child.stdout:
@@ -57,11 +59,16 @@ def _train(args: list[str], kill_at: str | None = None) -> subprocess.CompletedP
     return "".join(seen)
 
 
-def _train_here(args: list[str], capsys) -> subprocess.CompletedProcess:
-    """`python -m grpo_kit train ...` as :func:`_train` runs it, in this process, with what it wrote captured."""
-    code = main(args)
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, code, out.out, out.err)
+def _train_here(args: list[str]) -> subprocess.CompletedProcess:
+    """`python -m grpo_kit ARGS` in this process, under umask 0022, with what it wrote to standard output and error
+    (the kit's log included: its handler writes to whatever ``sys.stderr`` is) captured."""
+    out, err, mask = io.StringIO(), io.StringIO(), os.umask(0o022)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(args)
+    finally:
+        os.umask(mask)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def _rewards_by_step(history: list[dict]) -> dict[int, float]:
@@ -73,7 +80,7 @@ def _rewards_by_step(history: list[dict]) -> dict[int, float]:
 @pytest.fixture(scope="module")
 def uninterrupted(tiny_policy_files, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "straight"
-    result = _train(_train_args(tiny_policy_files, run_dir))
+    result = _train_here(_train_args(tiny_policy_files, run_dir))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return run_dir, result.stderr  # the kit's log
 
@@ -114,10 +121,10 @@ def test_train_writes_the_run_folder_with_checkpoints(uninterrupted):
         assert abs(rows["advantage"].sum()) < 1e-4 and rows["prompt"].nunique() == 1
 
 
-def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, tiny_policy_files, tmp_path, capsys):
+def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, tiny_policy_files, tmp_path):
     straight, _ = uninterrupted
     run_dir = tmp_path / "killed"
-    out = _train(_train_args(tiny_policy_files, run_dir), kill_at="step 3/6")
+    out = _train_killed(_train_args(tiny_policy_files, run_dir), kill_at="step 3/6")
     assert "step 3/6" in out and not (run_dir / "model").exists()  # killed before the end
     found = latest_complete(run_dir / "checkpoints")
     assert found is not None and found.name in ("checkpoint-2", "checkpoint-4")
@@ -127,7 +134,7 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(uninterrupted, ti
     args = _train_args(tiny_policy_files, run_dir, "--resume")
     for option in ("--max-steps", "--save-steps", "--train-size"):
         del args[args.index(option):args.index(option) + 2]
-    result = _train_here(args, capsys)
+    result = _train_here(args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "resuming as recipe.yaml and train_settings.json record it: max_steps 6; save_steps 2" in result.stderr
     assert "train_size 32" in result.stderr
@@ -164,7 +171,7 @@ def test_extending_a_finished_run_trains_the_added_steps_on_the_longer_schedule(
     printed = err.split("To continue it as recorded: ")[1].split(" (notebook 03")[0]
     # the model is the recipe's (recipe.yaml records --model_name_or_path), so the command needs only the length
     assert printed == f"python -m grpo_kit train --run-dir {run_dir} --resume --max_steps 8"
-    result = _train_here(shlex.split(printed)[3:], capsys)
+    result = _train_here(shlex.split(printed)[3:])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[grpo_kit] resuming from" in result.stderr and "checkpoint-6" in result.stderr
     assert "resuming as recipe.yaml and train_settings.json record it: rewards strict_format_reward_func=1 " \
@@ -267,13 +274,12 @@ def test_a_resume_without_a_recipe_trains_on_with_the_one_the_run_folder_recorde
 
 
 def test_a_run_killed_during_its_final_save_finishes_it_on_resume_without_another_step(uninterrupted,
-                                                                                       tiny_policy_files, tmp_path,
-                                                                                       capsys):
+                                                                                       tiny_policy_files, tmp_path):
     run_dir = _copy(uninterrupted[0], tmp_path)
     (run_dir / "finished.json").unlink()
     (run_dir / "model" / "config.json").write_text("")  # torn by the kill
     (run_dir / "log_history.json").unlink()
-    result = _train_here(_train_args(tiny_policy_files, run_dir, "--resume"), capsys)
+    result = _train_here(_train_args(tiny_policy_files, run_dir, "--resume"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "checkpoint-6 is the last step: finishing the save of the model, without training" in result.stderr
     assert "step 7" not in result.stderr
@@ -329,7 +335,7 @@ def test_a_full_disk_during_a_save_is_named_and_the_torn_checkpoint_set_aside(un
     torn = run_dir / "checkpoints" / "checkpoint-4"
     assert torn.is_dir() and not is_complete(torn)
     monkeypatch.undo()
-    result = _train(_train_args(tiny_policy_files, run_dir, "--resume"))  # space freed: the command it named
+    result = _train_here(_train_args(tiny_policy_files, run_dir, "--resume"))  # space freed: the command it named
     assert result.returncode == 0, result.stderr[-3000:]
     assert (f"set aside checkpoint-4 in {run_dir / 'checkpoints' / 'torn'} (not complete: the save was cut short by a "
             "kill or a full disk); training continues from checkpoint-2, the newest whole checkpoint") in result.stderr
@@ -338,7 +344,7 @@ def test_a_full_disk_during_a_save_is_named_and_the_torn_checkpoint_set_aside(un
 
 
 def test_the_step_0_evaluation_survives_a_kill_before_the_first_checkpoint(uninterrupted, tiny_policy_files,
-                                                                           tmp_path, capsys):
+                                                                           tmp_path):
     import shutil
 
     run_dir = _copy(uninterrupted[0], tmp_path)
@@ -352,7 +358,7 @@ def test_the_step_0_evaluation_survives_a_kill_before_the_first_checkpoint(unint
             path.unlink()
     args = _train_args(tiny_policy_files, run_dir, "--resume")
     args[args.index("--max-steps") + 1] = "2"
-    result = _train_here(args, capsys)
+    result = _train_here(args)
     assert result.returncode == 0, result.stderr[-3000:]
     history = json.loads((run_dir / "log_history.json").read_text())
     rows = [row for row in history if "eval/strict_accuracy" in row]
@@ -420,7 +426,7 @@ def test_a_resume_whose_checkpoint_does_not_load_changes_nothing_in_the_finished
     heldout = sorted(p.name for p in (run_dir / "heldout").iterdir())
     args = _train_args(tiny_policy_files, run_dir, "--resume")
     args[args.index("--max-steps") + 1] = "8"
-    result = _train(args)
+    result = _train_here(args)
     assert result.returncode != 0 and "size mismatch" in result.stderr
     assert _snapshot(run_dir) == before and sorted(p.name for p in (run_dir / "heldout").iterdir()) == heldout
 
@@ -490,8 +496,8 @@ def slow(completions, **kwargs):
 @pytest.fixture(scope="module")
 def misbehaving_run(tiny_policy_files, tmp_path_factory):
     """Two GRPO steps (no held-out evaluation) paid by every misbehaving reward above at once, beside the kit's
-    correctness reward, in one `python -m grpo_kit train` process: the tests below each check what one of them must
-    not do. Returns the run folder and the kit's log."""
+    correctness reward, in one `python -m grpo_kit train` (run in this process, the rewards' module on its path): the
+    tests below each check what one of them must not do. Returns the run folder and the kit's log."""
     folder = tmp_path_factory.mktemp("misbehaving")
     (folder / "mine.py").write_text(MISBEHAVING)
     args = _train_args(tiny_policy_files, folder / "run")
@@ -500,9 +506,12 @@ def misbehaving_run(tiny_policy_files, tmp_path_factory):
                              "mine:raises_at_step_2", "mine:vandal", "correctness_reward_func", "mine:slow"]
     args[args.index("--max-steps") + 1] = "2"
     args = args[:args.index("--eval_strategy")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)])}
-    result = subprocess.run([sys.executable, "-m", "grpo_kit", *args], capture_output=True, text=True, cwd=ROOT,
-                            env=env, timeout=600)
+    sys.path.insert(0, str(folder))
+    try:
+        result = _train_here(args)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("mine", None)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "[grpo_kit] step 2/2: reward" in result.stderr
     return folder / "run", result.stderr
