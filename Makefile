@@ -209,14 +209,18 @@ test-quick: $(STAMP)
 # Each file of tests/stack in its own process: once Unsloth is imported it replaces TRL's
 # trainers for the rest of the process, so the Unsloth route and the plain-TRL routes must not share one.
 # On a CPU with AVX-512 the Unsloth file runs once more as an AVX2-only CPU sees it (GRPO_KIT_CPU_FLAGS: vLLM
-# hidden from Unsloth, tests/stack/conftest.py says why), with its own Unsloth compile folder.
+# hidden from Unsloth, tests/stack/conftest.py says why), with its own Unsloth compile folder, less the tests marked
+# same_without_vllm (their path is the same whether Unsloth sees vLLM or not: pyproject.toml's markers).
+# One OpenMP thread per process, as in test-main: beside the main suite's two processes a second thread only waits
+# for a core, and the tiny models' matrix products then cost several times the CPU seconds.
 # STACK_JOBS files at a time (make test runs one at a time beside the main suite's two processes).
 AVX2_RERUN := $(if $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),avx2:tests/stack/test_unsloth_stack.py)
 STACK_JOBS ?= 2
 test-stack: $(STACK_STAMP)
-	printf '%s\n' tests/stack/test_*.py $(AVX2_RERUN) | xargs -P $(STACK_JOBS) -I{} sh -c 'f={}; case $$f in avx2:*) \
-		f=$${f#avx2:}; export GRPO_KIT_CPU_FLAGS="avx avx2 fma" UNSLOTH_COMPILE_LOCATION=unsloth_compiled_cache_avx2;; \
-		esac; exec $(STACK_PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) $$f'
+	printf '%s\n' tests/stack/test_*.py $(AVX2_RERUN) | OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 xargs -P $(STACK_JOBS) -I{} \
+		sh -c 'f={}; only=; case $$f in avx2:*) f=$${f#avx2:}; only="not same_without_vllm"; \
+		export GRPO_KIT_CPU_FLAGS="avx avx2 fma" UNSLOTH_COMPILE_LOCATION=unsloth_compiled_cache_avx2;; \
+		esac; exec $(STACK_PY) -m pytest -q -p no:cacheprovider -m "$$only" $(PYTEST_ARGS) $$f'
 
 # The CPU stack's main suite once on Python 3.13 (Colab's Python), in a venv of its own: beside `make test`, not in it.
 # PyPI has no CPU wheel of torch 2.13.0 for Python 3.13 (the local one is for 3.11), so pip takes PyPI's CUDA build

@@ -38,7 +38,8 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
     """The CPU's feature flags as Linux reports them (empty where there is no such file: then nothing is assumed).
 
     ``GRPO_KIT_CPU_FLAGS`` (space-separated) stands in for them: ``make test-stack`` runs the Unsloth file once
-    more with ``avx2`` only, so a machine with AVX-512 also proves the route an AVX2-only machine takes.
+    more with ``avx2`` only, so a machine with AVX-512 also proves the route an AVX2-only machine takes (less the
+    tests marked ``same_without_vllm``, whose path does not change with vLLM hidden).
     """
     if os.environ.get("GRPO_KIT_CPU_FLAGS"):
         return set(os.environ["GRPO_KIT_CPU_FLAGS"].split())

@@ -153,6 +153,9 @@ def test_a_plain_trl_lora_route_after_unsloth_is_refused_not_silently_changed(ti
     assert not any(p.requires_grad is False for p in model.parameters())  # nothing was wrapped or frozen
 
 
+# Never asks for vLLM: the model has no vllm_engine, so Unsloth's trainer generates through transformers, and what
+# Unsloth generated at import is the same with vLLM hidden (only its OnlineDPO trainer's imports differ).
+@pytest.mark.same_without_vllm
 def test_unsloths_trainer_runs_grpo_steps_and_moves_the_adapter(tiny_policy, gsm8k_train_small, tmp_path):
     model, tokenizer = tiny_policy
     preset = get_preset(_cpu(PRESETS["a100"]), use_cpu=True, gradient_checkpointing=False, max_steps=2,
@@ -255,6 +258,7 @@ def test_plans_unsloth_changes_are_what_the_generated_trainer_does(tmp_path):
         "vllm_importance_sampling_correction": False, "use_vllm": True, "vllm_mode": "colocate", "top_k": -1}
 
 
+@pytest.mark.same_without_vllm  # it hides vLLM itself
 def test_eval_before_and_after_of_an_unsloth_preset_without_vllm_take_unsloths_route(tiny_policy_files, tmp_path,
                                                                                        monkeypatch):
     """On a runtime without vLLM `train` turned fast_inference off, but `eval --before` and `eval` still
@@ -315,6 +319,8 @@ def test_eval_before_and_after_of_an_unsloth_preset_without_vllm_take_unsloths_r
 
 _FRESH_PROCESS = """
 import sys
+if sys.argv[2] == "hide-vllm":  # as tests/stack/conftest.py does where this CPU cannot run vllm._C
+    sys.modules["vllm"] = None
 from grpo_kit.training import presets
 presets.cuda_available = lambda: True  # a GPU machine as far as the kit's order of imports goes
 from grpo_kit.cli import main
@@ -325,6 +331,7 @@ try:
     RunSpec.resolve("cpu-tiny", task=None, run_dir=sys.argv[1], argv=["--use-unsloth"])
 except ValueError as refused:
     print("resolve refused:", str(refused).split(":")[0])
+print("vLLM modules loaded:", sorted({name.split(".")[0] for name in sys.modules if name.startswith("vllm.")}))
 """
 
 
@@ -333,11 +340,15 @@ def test_an_unsloth_recipe_imports_unsloth_before_trls_parser_on_a_gpu(tmp_path)
     trl, peft was imported before unsloth": reading a recipe builds TRL's parser (it imports TRL), and `make_plan`
     imported the trainer's callbacks, before the kit imported Unsloth. `use_unsloth` is now read as written, before
     any parser, and Unsloth imported first. A fresh process, since this one imported Unsloth at its top; the tiny
-    policy's refusal of Unsloth comes after the recipe phase, so reaching it shows that phase passed."""
+    policy's refusal of Unsloth comes after the recipe phase, so reaching it shows that phase passed. Where this
+    CPU cannot run ``vllm._C``, the fresh process hides vLLM as this one did (``import unsloth`` would die there)."""
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(tmp_path / "run")], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "UNSLOTH_ALLOW_CPU": "1"})
+    done = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(tmp_path / "run"),
+                           "hide-vllm" if VLLM_HIDDEN else "-"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "UNSLOTH_ALLOW_CPU": "1"})
     assert "plan exit 0 unsloth first: True" in done.stdout, done.stdout + done.stderr[-3000:]
     assert "resolve refused: the kit's tiny offline policy loads through transformers, never Unsloth" in done.stdout, \
         done.stdout + done.stderr[-3000:]
+    if VLLM_HIDDEN:
+        assert "vLLM modules loaded: []" in done.stdout, done.stdout

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import socket
+from unittest import mock
 
 import pytest
 import torch
@@ -123,9 +124,18 @@ def _vllm_cpu_kernels() -> str:
     return f"{build}, oneDNN up to {os.environ.get('ONEDNN_MAX_CPU_ISA', 'the CPU')}"
 
 
+@pytest.fixture
+def environment_restored():
+    """The process's environment as it was before the test: TRL's colocated vLLM sets RANK, LOCAL_RANK and WORLD_SIZE
+    for good (trl/generation/vllm_generation.py), and left set they make the next test's GRPOConfig start a process
+    group on port 29500, which a two-process test of the main suite beside this one may hold."""
+    with mock.patch.dict(os.environ):
+        yield
+
+
 @pytest.mark.parametrize("send", ["trl-names", "tied-head-sent", "embedding-skipped"])
 def test_trl_colocated_vllm_trains_grpo_steps_and_generates_from_the_synced_weights(
-        tiny_policy, gsm8k_train_small, tmp_path, monkeypatch, send):
+        tiny_policy, gsm8k_train_small, tmp_path, monkeypatch, environment_restored, send):
     import trl.trainer.utils
     from trl.generation.vllm_generation import VLLMGeneration
 
