@@ -259,6 +259,8 @@ class RunSpec:
         """
         if run_dir is not None:
             check_run_dir(run_dir)  # '' would read ./recipe.yaml as the run's
+        launch = launch or Launch.from_env()
+        _check_fsdp(launch)  # before the recipe: reading it imports TRL, about 8 CPU seconds in every process
         recipe, notes, command_settings, recorded_plan = _resolve_recipe(preset, run_dir, resume, argv, overrides,
                                                                          algorithm, wandb_project)
         trust_remote_code = trust_remote_code or bool(command_settings.get("trust_remote_code"))
@@ -276,7 +278,6 @@ class RunSpec:
         recipe, reward_set, reward_notes = _resolve_rewards(
             recipe, task, choices.rewards, from_record="rewards" in recorded_choices,
             trusted=trust_remote_code or "reward_funcs" in command_settings)
-        launch = launch or Launch.from_env()
         _check_launch(choices, progress, launch, recipe)
         policy = PolicySource.of(model if model is not None else recipe.model, task, seed=recipe.seed, warm=warm,
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
@@ -548,7 +549,18 @@ def _check_launch(choices: _RunChoices, progress: str, launch: Launch, recipe: R
         raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a full "
                          "copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop eval_steps and "
                          "evaluate the saved model afterwards (python -m grpo_kit eval)")
-    if launch.fsdp and (recipe.use_cpu or not cuda_available()):
+    _check_fsdp(launch, recipe.use_cpu)
+
+
+def _check_fsdp(launch: Launch, use_cpu: bool = False) -> None:
+    """Refuse an FSDP launch (``ACCELERATE_USE_FSDP``, as ``accelerate launch`` sets it) without a CUDA GPU, or with
+    a recipe that trains on the CPU (``use_cpu``): :meth:`RunSpec.resolve` asks once before it reads the recipe
+    (only torch is imported), then again with the recipe's ``use_cpu``.
+
+    Raises:
+        ValueError: the message names the configs that do run here.
+    """
+    if launch.fsdp and (use_cpu or not cuda_available()):
         # accelerate 1.15 engages FSDP only for accelerator device types, not MULTI_CPU (accelerate/state.py): the
         # run would silently replicate the whole model on every process, which FSDP was chosen to avoid.
         # DeepSpeed ZeRO does run on CPU processes (its CPU accelerator, gloo): tests/runs/test_scaling.py.

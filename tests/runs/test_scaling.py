@@ -1,6 +1,11 @@
 """Past one device: `accelerate launch -m grpo_kit train` on two CPU processes (gloo) with DDP, DeepSpeed ZeRO-2
 and ZeRO-3, the shipped accelerate configs, and the multi-GPU presets' checks.
 
+The launches run `accelerate-launch`, accelerate's own name for `accelerate launch` (the same `launch_command`, with
+the same arguments and environment) without the `accelerate` command's other subcommands, whose imports (transformers,
+scikit-learn) cost the launcher about 4 CPU seconds. They train on sum3, whose prompts are short: the tiny policy's
+warm start and each process's prompt filter read 700 questions, not GSM8K's 7,473.
+
 On a CPU, accelerate 1.15 runs several processes only through its multi-GPU launcher (torchrun): `--cpu`
 starts one process (and drops a DeepSpeed config) unless mpirun is used. Through that launcher a DDP config
 joins the processes as MULTI_CPU data parallelism over gloo, and a DeepSpeed config runs DeepSpeed's engine
@@ -29,7 +34,7 @@ from grpo_kit.training.presets import PRESETS, get_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "accelerate"
-ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+ACCELERATE = str(Path(sys.executable).with_name("accelerate-launch"))
 DEEPSPEED = Path(os.environ.get("GRPO_KIT_DEEPSPEED", ROOT / ".deepspeed"))
 
 
@@ -38,8 +43,8 @@ def _launch(config: str, processes: int, model: Path | str, run_dir: Path, *extr
     on the kit's tiny policy, warm-started (one step) into that cache."""
     policy = ["--warm-steps", "1", "--cache-dir", model[5:]] if str(model).startswith("tiny:") else \
         ["--model_name_or_path", str(model)]
-    return [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), "--num_processes", str(processes),
-            "--mixed_precision", "no", "-m", "grpo_kit", "train", "--preset", "cpu-tiny", *policy,
+    return [ACCELERATE, "--config_file", str(CONFIGS / config), "--num_processes", str(processes),
+            "--mixed_precision", "no", "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--task", "sum3", *policy,
             "--run-dir", str(run_dir), "--max-steps", "4", "--save-steps", "2", "--train-size", "32",
             "--per_device_train_batch_size", "8", "--max_completion_length", "12",
             "--rewards", "strict_format_reward_func", "xmlcount_reward_func",
@@ -191,11 +196,26 @@ def test_zero2_over_two_processes_trains_what_ddp_trains(ddp_run, tmp_path):
     _assert_trains_like(run_dir, ddp_run[0] / "run")
 
 
-def test_fsdp_on_a_cpu_is_refused_not_silently_replicated(tiny_policy_files, tmp_path):
-    """Accelerate engages FSDP only on GPUs; on a CPU it would quietly run plain DDP."""
+def test_fsdp_on_a_cpu_is_refused_not_silently_replicated(tiny_policy_files, tmp_path, monkeypatch):
+    """Accelerate engages FSDP only on GPUs; on a CPU it would quietly run plain DDP. Each process refuses it before
+    it reads the recipe (which imports TRL) and before the run folder exists."""
     code, out = _run(_launch("fsdp2.yaml", 2, tiny_policy_files, tmp_path / "run"), tmp_path / "prompts")
     assert code != 0 and "configured for FSDP, which shards only on GPUs" in out, out[-3000:]
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not (tmp_path / "run").exists()
+    from grpo_kit.runs import spec
+
+    def read_recipe(*args, **kwargs):
+        raise AssertionError("the recipe was read before FSDP was refused")
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what the launcher set in those processes
+    with monkeypatch.context() as early:
+        early.setattr(spec, "_resolve_recipe", read_recipe)
+        with pytest.raises(ValueError, match="configured for FSDP, which shards only on GPUs"):
+            spec.RunSpec.resolve("cpu-tiny", "sum3", run_dir=tmp_path / "run")
+    monkeypatch.setattr(spec, "cuda_available", lambda: True)  # with a GPU: a recipe that trains on the CPU, once read
+    with pytest.raises(ValueError, match="configured for FSDP, which shards only on GPUs"):
+        spec.RunSpec.resolve("cpu-tiny", "sum3", run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_held_out_evaluation_is_refused_when_the_weights_are_sharded(tmp_path, monkeypatch):
