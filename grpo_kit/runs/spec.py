@@ -270,7 +270,7 @@ class RunSpec:
         choices = _RunChoices(rewards=rewards, train_size=train_size, eval_steps=eval_steps, eval_size=eval_size,
                               eval_max_new_tokens=eval_max_new_tokens,
                               seed=recipe.data_seed if recipe.data_seed is not None else seed)
-        run_dir, recorded = _read_run_record(run_dir, recipe, task, resume)
+        run_dir, recorded = _read_run_record(run_dir, recipe, task, resume, launch)
         recorded_choices = {} if recorded is None else \
             _recorded_choices(recorded, Path(run_dir), choices, recipe.reward_funcs, trust_remote_code)
         choices = replace(choices, **recorded_choices)  # the run as recorded, unless this call says otherwise
@@ -442,11 +442,11 @@ def _recorded_task(run_dir: str | Path | None) -> tuple[str, dict[str, str] | No
     return DEFAULT_TASK, None
 
 
-def _read_run_record(run_dir: str | Path | None, recipe: Recipe, task: Task,
-                     resume: bool) -> tuple[str | Path, dict[str, Any] | None]:
+def _read_run_record(run_dir: str | Path | None, recipe: Recipe, task: Task, resume: bool,
+                     launch: Launch) -> tuple[str | Path, dict[str, Any] | None]:
     """The run folder (``run_dir``, else the recipe's ``output_dir``, else ``runs/<recipe>-<task>``), checked free of
-    another training, and resuming, its training's record (``train_settings.json``; ``None``: not resuming, or none
-    written yet). Nothing is written here.
+    another training by the main process of ``launch``, and resuming, its training's record (``train_settings.json``;
+    ``None``: not resuming, or none written yet). Nothing is written here.
 
     Raises:
         ValueError: a folder that is not one of its own, one another training is writing, or a damaged record.
@@ -455,7 +455,10 @@ def _read_run_record(run_dir: str | Path | None, recipe: Recipe, task: Task,
         run_dir = recipe.settings.get("output_dir") or Path("runs") / f"{recipe.name}-{task.name}"
     check_run_dir(run_dir)  # a folder of its own, before anything is read from it
     record = RunFolder(run_dir, write=False)  # its writability is checked by _resolve_folder
-    record.check_free()  # a training already writing it is named first, before its checkpoints are
+    if launch.is_main:  # a training already writing it is named first, before its checkpoints are
+        # only the main process writes the folder (grpo_kit.runs.train), and it may hold the lock by the time a slower
+        # process of its launch gets here: that process would take its own launch for another writer
+        record.check_free()
     recorded = record.read_settings(record.train_settings, "train", ("identity",)) \
         if resume and record.train_settings.is_file() else None
     return run_dir, recorded

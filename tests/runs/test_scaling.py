@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import textwrap
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -216,6 +217,37 @@ def test_fsdp_on_a_cpu_is_refused_not_silently_replicated(tiny_policy_files, tmp
     with pytest.raises(ValueError, match="configured for FSDP, which shards only on GPUs"):
         spec.RunSpec.resolve("cpu-tiny", "sum3", run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_launchs_other_processes_leave_the_run_folders_lock_to_the_main_process(tiny_policy_files, tmp_path):
+    """Only the main process writes the run folder and holds its lock (grpo_kit.runs.train). A slower process of the
+    same launch that resolved its spec once the main process held the lock took it for another writer's and ended
+    the launch ("is being written by process <the main process>"); the main process still refuses another writer."""
+    from grpo_kit.policy.devices import Launch
+    from grpo_kit.runs.folder import RunFolderBusy
+    from grpo_kit.runs.spec import RunSpec
+
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from grpo_kit.runs.folder import RunFolder
+        with RunFolder({str(tmp_path / "run")!r}).lock("train"):
+            print("holding", flush=True)
+            time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+
+        def resolve(rank: int) -> RunSpec:
+            return RunSpec.resolve("cpu-tiny", "sum3", model=tiny_policy_files, run_dir=tmp_path / "run",
+                                   launch=Launch(world_size=2, rank=rank, local_rank=rank))
+
+        assert resolve(rank=1).folder.path == tmp_path / "run"
+        with pytest.raises(RunFolderBusy, match=f"being written by process {holder.pid} on .* \\(train, since "):
+            resolve(rank=0)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
 
 
 def test_held_out_evaluation_is_refused_when_the_weights_are_sharded(tmp_path, monkeypatch):
