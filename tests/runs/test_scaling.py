@@ -3,8 +3,8 @@ and ZeRO-3, the shipped accelerate configs, and the multi-GPU presets' checks.
 
 The launches run `accelerate-launch`, accelerate's own name for `accelerate launch` (the same `launch_command`, with
 the same arguments and environment) without the `accelerate` command's other subcommands, whose imports (transformers,
-scikit-learn) cost the launcher about 4 CPU seconds. They train on sum3, whose prompts are short: the tiny policy's
-warm start and each process's prompt filter read 700 questions, not GSM8K's 7,473.
+scikit-learn) cost the launcher about 4 CPU seconds. They train on sum3, whose 2,100 train rows are one line each:
+the tiny policy's warm start and each process's prompt-length filter read those, not GSM8K's 7,473 worded problems.
 
 On a CPU, accelerate 1.15 runs several processes only through its multi-GPU launcher (torchrun): `--cpu`
 starts one process (and drops a DeepSpeed config) unless mpirun is used. Through that launcher a DDP config
