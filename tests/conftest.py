@@ -138,18 +138,18 @@ def kit_log_on_stderr():
 # ignores the marks without a word (pytest-xdist #1386), so the units are handed out by pytest_xdist_make_scheduler
 # below.
 LONGEST_FIRST = [  # CPU seconds in one process, AVX-512 EPYC, 2026-11-29 (a busy machine: upper bounds)
-    "tests/runs/test_scaling.py",  # 5 launches of 3 processes: about 150 counting every process, the killed ones too
+    "tests/runs/test_scaling.py",  # 5 launches of 3 processes: 136 counting every process, the killed ones too
     "tests/training/test_reward_choice.py",  # 110
     "tests/runs/test_train_runs.py",  # 71
     "tests/test_notebooks.py::test_notebooks_run_in_order_on_the_cpu_preset",  # 4 kernels: 68
     "tests/runs/test_export.py",  # 64, the GGUF exports 39 of it
-    "tests/system/test_install.py",  # 60 of pip's, its calls at once: held about 90 s of wall, mostly waiting on PyPI
+    "tests/system/test_install.py",  # 54, pip's: its calls at once, 38 s of wall (quiet) to 114 (busy), on PyPI
     "tests/test_notebooks_task_file.py",  # 4 kernels: 47
     "tests/training/test_learning.py",  # 46
     "tests/runs/test_run_folder.py", "tests/test_gpu_proof.py",  # 27, 26
     "tests/test_demo.py", "tests/runs/test_spec.py", "tests/test_notebooks.py",  # 19, 18, 18
     "tests/runs/test_bad_input.py", "tests/runs/test_view.py", "tests/tasks/test_countdown.py",  # 15, ?, 9
-    "tests/runs/test_scaling.py::test_fsdp_on_a_cpu_is_refused_not_silently_replicated",  # 7: refused before TRL loads
+    "tests/runs/test_scaling.py::test_fsdp_on_a_cpu_is_refused_not_silently_replicated",  # 5: refused before TRL loads
 ]
 _RANK = {name: i for i, name in enumerate(LONGEST_FIRST)}
 
