@@ -58,6 +58,12 @@ COMPANIONS = ("torchvision", "torchaudio")
 #: Manylinux tags a Colab or cloud GPU machine (glibc 2.35) installs: every manylinux_2_N up to 2.35. pip matches
 #: --platform tags exactly, so each is named (vllm 0.19.1, for one, is tagged manylinux_2_31 only).
 PLATFORMS = (*(f"manylinux_2_{n}_x86_64" for n in range(35, 16, -1)), "manylinux2014_x86_64", "linux_x86_64")
+#: ``pip install --dry-run`` reading only each wheel's METADATA. pip takes it from the file an index serves beside the
+#: wheel (PEP 658: PyPI's ``core-metadata``) and, where an index or mirror serves none, downloads the whole wheel
+#: (torch's: 530 MB) unless fast-deps lets it read the METADATA by HTTP range requests: pip tries the PEP 658 file
+#: first, then the lazy wheel (pip/_internal/operations/prepare.py, ``_fetch_metadata_only``).
+PIP_DRY_RUN = ("install", "--quiet", "--dry-run", "--use-feature=fast-deps", "--ignore-installed",
+               "--only-binary=:all:")
 MARKERS = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
            "python_version": "3.12", "python_full_version": "3.12.12", "implementation_name": "cpython",
            "extra": ""}
@@ -78,10 +84,9 @@ def fetch(requirements: list[str]) -> dict[str, dict]:
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.json"
         platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--no-deps",
-                        "--ignore-installed",
-                        "--only-binary=:all:", "--python-version", "3.12", *platforms, "--report", str(report),
-                        *requirements], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        subprocess.run([sys.executable, "-m", "pip", *PIP_DRY_RUN, "--no-deps", "--python-version", "3.12",
+                        *platforms, "--report", str(report), *requirements],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         found = json.loads(report.read_text())["install"]
     return {canonicalize_name(item["metadata"]["name"]): {"version": item["metadata"]["version"],
                                                          "requires_dist": item["metadata"].get("requires_dist") or []}
@@ -229,9 +234,9 @@ def download_gb(requirements: list[str]) -> float:
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.json"
         platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-                        "--only-binary=:all:", "--python-version", "3.12", *platforms, "--report", str(report),
-                        *requirements], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        subprocess.run([sys.executable, "-m", "pip", *PIP_DRY_RUN, "--python-version", "3.12", *platforms,
+                        "--report", str(report), *requirements],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         urls = [item["download_info"]["url"] for item in json.loads(report.read_text())["install"]]
 
     def size(url: str) -> int:

@@ -139,17 +139,17 @@ def kit_log_on_stderr():
 # below.
 LONGEST_FIRST = [  # CPU seconds in one process, AVX-512 EPYC, 2026-11-29 (a busy machine: upper bounds); "about":
     # scaled by the file's change as measured before and after it, side by side (load average 4 to 7)
-    "tests/runs/test_scaling.py",  # 5 launches of 3 processes: over 115 (a killed launch's CPU goes uncounted)
+    "tests/runs/test_scaling.py",  # 5 launches of 3 processes: 136 counting every process, the killed ones too
     "tests/training/test_reward_choice.py",  # 110
     "tests/test_notebooks.py::test_notebooks_01_to_05_run_in_order_on_a_task_file",  # 5 kernels: 75
     "tests/runs/test_export.py",  # about 57, the GGUF exports about 32 of it
-    "tests/system/test_install.py",  # 3 pip resolutions waiting on PyPI (the registry check: install-table-check)
+    "tests/system/test_install.py",  # 54, pip's: its calls at once, 38 s of wall (quiet) to 114 (busy), on PyPI
     "tests/training/test_learning.py",  # 30
     "tests/test_gpu_proof.py", "tests/runs/test_train_runs.py",  # 26, about 23
     "tests/test_notebooks.py",  # 23: the notebooks' calls on Countdown in its process
-    "tests/runs/test_scaling.py::test_fsdp_on_a_cpu_is_refused_not_silently_replicated",  # 20
     "tests/test_demo.py", "tests/runs/test_bad_input.py",  # 19, 15
     "tests/runs/test_run_folder.py", "tests/runs/test_view.py", "tests/tasks/test_countdown.py",  # about 14, ?, 9
+    "tests/runs/test_scaling.py::test_fsdp_on_a_cpu_is_refused_not_silently_replicated",  # 5: refused before TRL loads
 ]
 _RANK = {name: i for i, name in enumerate(LONGEST_FIRST)}
 

@@ -259,6 +259,8 @@ class RunSpec:
         """
         if run_dir is not None:
             check_run_dir(run_dir)  # '' would read ./recipe.yaml as the run's
+        launch = launch or Launch.from_env()
+        _check_fsdp(launch)  # before the recipe: reading it imports TRL, about 8 CPU seconds in every process
         recipe, notes, command_settings, recorded_plan = _resolve_recipe(preset, run_dir, resume, argv, overrides,
                                                                          algorithm, wandb_project)
         trust_remote_code = trust_remote_code or bool(command_settings.get("trust_remote_code"))
@@ -268,7 +270,7 @@ class RunSpec:
         choices = _RunChoices(rewards=rewards, train_size=train_size, eval_steps=eval_steps, eval_size=eval_size,
                               eval_max_new_tokens=eval_max_new_tokens,
                               seed=recipe.data_seed if recipe.data_seed is not None else seed)
-        run_dir, recorded = _read_run_record(run_dir, recipe, task, resume)
+        run_dir, recorded = _read_run_record(run_dir, recipe, task, resume, launch)
         recorded_choices = {} if recorded is None else \
             _recorded_choices(recorded, Path(run_dir), choices, recipe.reward_funcs, trust_remote_code)
         choices = replace(choices, **recorded_choices)  # the run as recorded, unless this call says otherwise
@@ -276,7 +278,6 @@ class RunSpec:
         recipe, reward_set, reward_notes = _resolve_rewards(
             recipe, task, choices.rewards, from_record="rewards" in recorded_choices,
             trusted=trust_remote_code or "reward_funcs" in command_settings)
-        launch = launch or Launch.from_env()
         _check_launch(choices, progress, launch, recipe)
         policy = PolicySource.of(model if model is not None else recipe.model, task, seed=recipe.seed, warm=warm,
                                  warm_steps=warm_steps, spec=tiny_spec, cache_dir=cache_dir)
@@ -441,11 +442,11 @@ def _recorded_task(run_dir: str | Path | None) -> tuple[str, dict[str, str] | No
     return DEFAULT_TASK, None
 
 
-def _read_run_record(run_dir: str | Path | None, recipe: Recipe, task: Task,
-                     resume: bool) -> tuple[str | Path, dict[str, Any] | None]:
+def _read_run_record(run_dir: str | Path | None, recipe: Recipe, task: Task, resume: bool,
+                     launch: Launch) -> tuple[str | Path, dict[str, Any] | None]:
     """The run folder (``run_dir``, else the recipe's ``output_dir``, else ``runs/<recipe>-<task>``), checked free of
-    another training, and resuming, its training's record (``train_settings.json``; ``None``: not resuming, or none
-    written yet). Nothing is written here.
+    another training by the main process of ``launch``, and resuming, its training's record (``train_settings.json``;
+    ``None``: not resuming, or none written yet). Nothing is written here.
 
     Raises:
         ValueError: a folder that is not one of its own, one another training is writing, or a damaged record.
@@ -454,7 +455,10 @@ def _read_run_record(run_dir: str | Path | None, recipe: Recipe, task: Task,
         run_dir = recipe.settings.get("output_dir") or Path("runs") / f"{recipe.name}-{task.name}"
     check_run_dir(run_dir)  # a folder of its own, before anything is read from it
     record = RunFolder(run_dir, write=False)  # its writability is checked by _resolve_folder
-    record.check_free()  # a training already writing it is named first, before its checkpoints are
+    if launch.is_main:  # a training already writing it is named first, before its checkpoints are
+        # only the main process writes the folder (grpo_kit.runs.train), and it may hold the lock by the time a slower
+        # process of its launch gets here: that process would take its own launch for another writer
+        record.check_free()
     recorded = record.read_settings(record.train_settings, "train", ("identity",)) \
         if resume and record.train_settings.is_file() else None
     return run_dir, recorded
@@ -548,7 +552,18 @@ def _check_launch(choices: _RunChoices, progress: str, launch: Launch, recipe: R
         raise ValueError("held-out evaluation during training (eval_steps) runs on the main process with a full "
                          "copy of the policy; with FSDP or ZeRO-3 the weights are sharded: drop eval_steps and "
                          "evaluate the saved model afterwards (python -m grpo_kit eval)")
-    if launch.fsdp and (recipe.use_cpu or not cuda_available()):
+    _check_fsdp(launch, recipe.use_cpu)
+
+
+def _check_fsdp(launch: Launch, use_cpu: bool = False) -> None:
+    """Refuse an FSDP launch (``ACCELERATE_USE_FSDP``, as ``accelerate launch`` sets it) without a CUDA GPU, or with
+    a recipe that trains on the CPU (``use_cpu``): :meth:`RunSpec.resolve` asks once before it reads the recipe
+    (only torch is imported), then again with the recipe's ``use_cpu``.
+
+    Raises:
+        ValueError: the message names the configs that do run here.
+    """
+    if launch.fsdp and (use_cpu or not cuda_available()):
         # accelerate 1.15 engages FSDP only for accelerator device types, not MULTI_CPU (accelerate/state.py): the
         # run would silently replicate the whole model on every process, which FSDP was chosen to avoid.
         # DeepSpeed ZeRO does run on CPU processes (its CPU accelerator, gloo): tests/runs/test_scaling.py.

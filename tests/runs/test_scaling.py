@@ -1,6 +1,11 @@
 """Past one device: `accelerate launch -m grpo_kit train` on two CPU processes (gloo) with DDP, DeepSpeed ZeRO-2
 and ZeRO-3, the shipped accelerate configs, and the multi-GPU presets' checks.
 
+The launches run `accelerate-launch`, accelerate's own name for `accelerate launch` (the same `launch_command`, with
+the same arguments and environment) without the `accelerate` command's other subcommands, whose imports (transformers,
+scikit-learn) cost the launcher about 4 CPU seconds. They train on sum3, whose 2,100 train rows are one line each:
+the tiny policy's warm start and each process's prompt-length filter read those, not GSM8K's 7,473 worded problems.
+
 On a CPU, accelerate 1.15 runs several processes only through its multi-GPU launcher (torchrun): `--cpu`
 starts one process (and drops a DeepSpeed config) unless mpirun is used. Through that launcher a DDP config
 joins the processes as MULTI_CPU data parallelism over gloo, and a DeepSpeed config runs DeepSpeed's engine
@@ -16,6 +21,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import textwrap
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -29,7 +35,7 @@ from grpo_kit.training.presets import PRESETS, get_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "accelerate"
-ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+ACCELERATE = str(Path(sys.executable).with_name("accelerate-launch"))
 DEEPSPEED = Path(os.environ.get("GRPO_KIT_DEEPSPEED", ROOT / ".deepspeed"))
 
 
@@ -38,8 +44,8 @@ def _launch(config: str, processes: int, model: Path | str, run_dir: Path, *extr
     on the kit's tiny policy, warm-started (one step) into that cache."""
     policy = ["--warm-steps", "1", "--cache-dir", model[5:]] if str(model).startswith("tiny:") else \
         ["--model_name_or_path", str(model)]
-    return [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), "--num_processes", str(processes),
-            "--mixed_precision", "no", "-m", "grpo_kit", "train", "--preset", "cpu-tiny", *policy,
+    return [ACCELERATE, "--config_file", str(CONFIGS / config), "--num_processes", str(processes),
+            "--mixed_precision", "no", "-m", "grpo_kit", "train", "--preset", "cpu-tiny", "--task", "sum3", *policy,
             "--run-dir", str(run_dir), "--max-steps", "4", "--save-steps", "2", "--train-size", "32",
             "--per_device_train_batch_size", "8", "--max_completion_length", "12",
             "--rewards", "strict_format_reward_func", "xmlcount_reward_func",
@@ -191,11 +197,57 @@ def test_zero2_over_two_processes_trains_what_ddp_trains(ddp_run, tmp_path):
     _assert_trains_like(run_dir, ddp_run[0] / "run")
 
 
-def test_fsdp_on_a_cpu_is_refused_not_silently_replicated(tiny_policy_files, tmp_path):
-    """Accelerate engages FSDP only on GPUs; on a CPU it would quietly run plain DDP."""
+def test_fsdp_on_a_cpu_is_refused_not_silently_replicated(tiny_policy_files, tmp_path, monkeypatch):
+    """Accelerate engages FSDP only on GPUs; on a CPU it would quietly run plain DDP. Each process refuses it before
+    it reads the recipe (which imports TRL) and before the run folder exists."""
     code, out = _run(_launch("fsdp2.yaml", 2, tiny_policy_files, tmp_path / "run"), tmp_path / "prompts")
     assert code != 0 and "configured for FSDP, which shards only on GPUs" in out, out[-3000:]
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not (tmp_path / "run").exists()
+    from grpo_kit.runs import spec
+
+    def read_recipe(*args, **kwargs):
+        raise AssertionError("the recipe was read before FSDP was refused")
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what the launcher set in those processes
+    with monkeypatch.context() as early:
+        early.setattr(spec, "_resolve_recipe", read_recipe)
+        with pytest.raises(ValueError, match="configured for FSDP, which shards only on GPUs"):
+            spec.RunSpec.resolve("cpu-tiny", "sum3", run_dir=tmp_path / "run")
+    monkeypatch.setattr(spec, "cuda_available", lambda: True)  # with a GPU: a recipe that trains on the CPU, once read
+    with pytest.raises(ValueError, match="configured for FSDP, which shards only on GPUs"):
+        spec.RunSpec.resolve("cpu-tiny", "sum3", run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_launchs_other_processes_leave_the_run_folders_lock_to_the_main_process(tiny_policy_files, tmp_path):
+    """Only the main process writes the run folder and holds its lock (grpo_kit.runs.train). A slower process of the
+    same launch that resolved its spec once the main process held the lock took it for another writer's and ended
+    the launch ("is being written by process <the main process>"); the main process still refuses another writer."""
+    from grpo_kit.policy.devices import Launch
+    from grpo_kit.runs.folder import RunFolderBusy
+    from grpo_kit.runs.spec import RunSpec
+
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from grpo_kit.runs.folder import RunFolder
+        with RunFolder({str(tmp_path / "run")!r}).lock("train"):
+            print("holding", flush=True)
+            time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+
+        def resolve(rank: int) -> RunSpec:
+            return RunSpec.resolve("cpu-tiny", "sum3", model=tiny_policy_files, run_dir=tmp_path / "run",
+                                   launch=Launch(world_size=2, rank=rank, local_rank=rank))
+
+        assert resolve(rank=1).folder.path == tmp_path / "run"
+        with pytest.raises(RunFolderBusy, match=f"being written by process {holder.pid} on .* \\(train, since "):
+            resolve(rank=0)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
 
 
 def test_held_out_evaluation_is_refused_when_the_weights_are_sharded(tmp_path, monkeypatch):

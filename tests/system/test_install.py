@@ -142,21 +142,74 @@ def _registry_reachable() -> bool:
     return out.returncode == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("packaging") is None, reason="needs packaging")
-def test_the_shipped_pinned_row_equals_the_registrys_metadata():
-    """Read again from the registry (Requires-Dist through pip's --dry-run --report; no wheel is downloaded)."""
-    if not _registry_reachable():
-        pytest.skip("the package registry cannot be reached from here")
+def _install_table_script():
+    """scripts/install_table.py as a module: what reads the registry's metadata through pip."""
     spec = importlib.util.spec_from_file_location("install_table", ROOT / "scripts" / "install_table.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    table = install_table()
-    row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
-    requirements = [f"torch=={row['torch']}", f"vllm=={row['vllm']}"]
-    requirements += [f"{name}=={version}" for name, version in row["packages"].items()]
-    releases = [script.fetch_one(f"torch=={release}") for release in row["releases"]]
-    assert script.derive_row(row["torch_minor"], script.fetch(requirements), releases=releases,
-                             download_gb=row["vllm_download_gb"]) == row
+    return script
+
+
+def _pinned_row_asks(pool):
+    """The pinned row's metadata from the registry, each pip call in ``pool``: a function that waits for them and
+    returns ``(script, row, metas, releases)``."""
+    def ask():
+        script, table = _install_table_script(), install_table()
+        row = next(r for r in table["rows"] if r["torch_minor"] == table["pinned"])
+        requirements = [f"torch=={row['torch']}", f"vllm=={row['vllm']}"]
+        requirements += [f"{name}=={version}" for name, version in row["packages"].items()]
+        metas = pool.submit(script.fetch, requirements)
+        releases = [pool.submit(script.fetch_one, f"torch=={release}") for release in row["releases"]]
+        return script, row, metas.result(), [release.result() for release in releases]
+
+    return pool.submit(ask).result
+
+
+def _plan_requirements() -> list[str]:
+    """What the plan for Colab's default runtime installs (torch 2.11.0+cu128, driver 580.82.07)."""
+    return install_plan("2.11.0+cu128", "580.82.07").install
+
+
+#: The tests that ask the registry (pip, mostly waiting on it), by name: what each asks, started in a thread pool.
+REGISTRY_ASKS = {
+    "test_the_shipped_pinned_row_equals_the_registrys_metadata": _pinned_row_asks,
+    **{f"test_the_pinned_gpu_stack_resolves_for_cpython_3_12_and_3_13[{python}]":
+       (lambda pool, python=python: pool.submit(_resolve, python, ["-r", str(ROOT / "requirements.txt")]).result)
+       for python in ("3.12", "3.13")},
+    "test_colabs_default_runtime_plan_resolves_for_cpython_3_13":
+        lambda pool: pool.submit(_resolve, "3.13", _plan_requirements()).result,
+}
+
+
+@pytest.fixture(scope="module")
+def registry_asked(request):
+    """Every registry question of this file's selected tests, asked at once when the first of them starts: each pip
+    call mostly waits on the registry (the resolutions a minute or more each), so together they take about as long as
+    the longest one, not the sum.
+    ``{test name: a function that waits for its answer}``, and ``"reachable"``: whether pip reaches the registry."""
+    import concurrent.futures
+
+    selected = {item.name for item in request.session.items if item.module is request.module}
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:  # more than the calls: one of them waits on others
+        asked = {"reachable": pool.submit(_registry_reachable).result}
+        asked |= {name: ask(pool) for name, ask in REGISTRY_ASKS.items() if name in selected}
+        yield asked
+
+
+@pytest.fixture
+def registry_answer(request, registry_asked):
+    """A function that waits for this test's answer from the registry (:func:`registry_asked`), called in the test
+    so that what pip refused fails the test itself; skipped where pip cannot reach the registry."""
+    if not registry_asked["reachable"]():
+        pytest.skip("the package registry cannot be reached from here")
+    return registry_asked[request.node.name]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("packaging") is None, reason="needs packaging")
+def test_the_shipped_pinned_row_equals_the_registrys_metadata(registry_answer):
+    """Read again from the registry (Requires-Dist through pip's --dry-run --report; no wheel is downloaded)."""
+    script, row, metas, releases = registry_answer()
+    assert script.derive_row(row["torch_minor"], metas, releases=releases, download_gb=row["vllm_download_gb"]) == row
 
 
 @pytest.mark.registry  # make install-table-check: it tests PyPI's releases, not the kit's code
@@ -242,15 +295,13 @@ def _resolve(python: str, requirements: list[str]) -> dict[str, str]:
     wheel is downloaded), {name: version}."""
     import tempfile
 
-    spec = importlib.util.spec_from_file_location("install_table", ROOT / "scripts" / "install_table.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _install_table_script()
     platforms = [arg for tag in script.PLATFORMS for arg in ("--platform", tag)]
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.json"
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-                               "--only-binary=:all:", "--python-version", python, *platforms, "--report", str(report),
-                               *requirements], capture_output=True, text=True, timeout=900)
+        done = subprocess.run([sys.executable, "-m", "pip", *script.PIP_DRY_RUN, "--python-version", python,
+                               *platforms, "--report", str(report), *requirements],
+                              capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         return {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
                 for item in json.loads(report.read_text())["install"]}
@@ -258,25 +309,22 @@ def _resolve(python: str, requirements: list[str]) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("python", ["3.12", "3.13"])
-def test_the_pinned_gpu_stack_resolves_for_cpython_3_12_and_3_13(python):
+def test_the_pinned_gpu_stack_resolves_for_cpython_3_12_and_3_13(python, registry_answer):
     """requirements.txt as pip's resolver takes it for CPython 3.12 (the lent GPU machine) and 3.13 (Colab's runtime,
-    googlecolab/backend-info 2026-08-19), manylinux x86-64: every pin kept (about a minute each, on the registry)."""
-    if not _registry_reachable():
-        pytest.skip("the package registry cannot be reached from here")
+    googlecolab/backend-info 2026-08-19), manylinux x86-64: every pin kept (about a minute each on the registry,
+    asked together with this file's other registry questions)."""
     pins = {line.split("==")[0].strip().lower().replace("_", "-"): line.split("==")[1].split("#")[0].strip()
             for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line.split("#")[0]}
-    found = _resolve(python, ["-r", str(ROOT / "requirements.txt")])
+    found = registry_answer()  # pip's resolution of requirements.txt on this Python (REGISTRY_ASKS)
     assert {name: found.get(name) for name in pins} == pins
 
 
 @pytest.mark.slow
-def test_colabs_default_runtime_plan_resolves_for_cpython_3_13():
+def test_colabs_default_runtime_plan_resolves_for_cpython_3_13(registry_answer):
     """The plan for Colab's runtime (torch 2.11.0+cu128, driver 580.82.07, Python 3.13): PyPI's torch 2.11.0 and its
     companions, vllm 0.26.0 and the row's packages resolve together as pip takes them on Python 3.13."""
-    if not _registry_reachable():
-        pytest.skip("the package registry cannot be reached from here")
     plan = install_plan("2.11.0+cu128", "580.82.07")
-    found = _resolve("3.13", plan.install)
+    found = registry_answer()  # pip's resolution of plan.install on Python 3.13 (REGISTRY_ASKS)
     assert {p.split("==")[0].lower().replace("_", "-"): found.get(p.split("==")[0].lower().replace("_", "-"))
             for p in plan.install} == {p.split("==")[0].lower().replace("_", "-"): p.split("==")[1]
                                        for p in plan.install}
