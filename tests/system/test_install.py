@@ -189,7 +189,7 @@ def registry_asked(request):
     ``{test name: a function that waits for its answer}``, and ``"reachable"``: whether pip reaches the registry."""
     import concurrent.futures
 
-    selected = {item.name for item in request.session.items if item.module is request.module}
+    selected = {item.name for item in request.session.items if item.path == request.path}  # doctests have no .module
     with concurrent.futures.ThreadPoolExecutor(16) as pool:  # more than the calls: one of them waits on others
         asked = {"reachable": pool.submit(_registry_reachable).result}
         asked |= {name: ask(pool) for name, ask in REGISTRY_ASKS.items() if name in selected}
