@@ -81,16 +81,27 @@ def fetch(requirements: list[str]) -> dict[str, dict]:
     Raises:
         subprocess.CalledProcessError: pip could not read them (the registry is unreachable or a version is gone).
     """
+    return {canonicalize_name(item["metadata"]["name"]): {"version": item["metadata"]["version"],
+                                                         "requires_dist": item["metadata"].get("requires_dist") or []}
+            for item in dry_run(requirements, "--no-deps")}
+
+
+def dry_run(requirements: list[str], *options: str, python: str = "3.12", timeout: float | None = None) -> list[dict]:
+    """What ``pip install REQUIREMENTS`` would install on CPython ``python``, manylinux x86-64 (:data:`PLATFORMS`), as
+    pip's ``--dry-run --report`` gives it: the report's ``install`` entries (``metadata``, ``download_info``), read
+    from wheel metadata only (:data:`PIP_DRY_RUN`). ``options``: more of pip's options (``--no-deps``).
+
+    Raises:
+        subprocess.CalledProcessError: pip could not resolve them (its standard error in ``.stderr``).
+        subprocess.TimeoutExpired: pip ran past ``timeout`` seconds.
+    """
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.json"
         platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
-        subprocess.run([sys.executable, "-m", "pip", *PIP_DRY_RUN, "--no-deps", "--python-version", "3.12",
-                        *platforms, "--report", str(report), *requirements],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        found = json.loads(report.read_text())["install"]
-    return {canonicalize_name(item["metadata"]["name"]): {"version": item["metadata"]["version"],
-                                                         "requires_dist": item["metadata"].get("requires_dist") or []}
-            for item in found}
+        subprocess.run([sys.executable, "-m", "pip", *PIP_DRY_RUN, *options, "--python-version", python, *platforms,
+                        "--report", str(report), *requirements],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+        return json.loads(report.read_text())["install"]
 
 
 @functools.cache
@@ -231,13 +242,7 @@ def download_gb(requirements: list[str]) -> float:
     import concurrent.futures
     import urllib.request
 
-    with tempfile.TemporaryDirectory() as folder:
-        report = Path(folder) / "report.json"
-        platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
-        subprocess.run([sys.executable, "-m", "pip", *PIP_DRY_RUN, "--python-version", "3.12", *platforms,
-                        "--report", str(report), *requirements],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        urls = [item["download_info"]["url"] for item in json.loads(report.read_text())["install"]]
+    urls = [item["download_info"]["url"] for item in dry_run(requirements)]
 
     def size(url: str) -> int:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=120) as response:
