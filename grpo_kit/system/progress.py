@@ -57,7 +57,10 @@ def machine_factor() -> float:
 
     import torch
 
-    a, b = torch.randn(256, 128), torch.randn(128, 512)
+    # Its own generator: drawing from torch's global one would move a run's sampling after the trainer's set_seed,
+    # and the first run of a process would then generate other completions than the runs after it.
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 128, generator=generator), torch.randn(128, 512, generator=generator)
     (a @ b).sum()  # first-call setup
     timings = timeit.repeat(lambda: [(a @ b @ b.T).sum() for _ in range(40)], repeat=3, number=1)
     return max(0.05, sorted(timings)[1] / _REFERENCE_PROBE_S)
