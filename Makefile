@@ -146,14 +146,21 @@ lint: $(STAMP)
 # The stack suite runs beside the main suite: neither waits for the other, and the stack's processes take up what the
 # main suite's two leave idle at its end. Its output goes to runs/test-stack.log, printed when both are done; make
 # test fails if either failed. test-main and test-stack run each alone.
+# Its last line gives both suites' wall time and the CPU kind they ran on, so every CI log records the budget of
+# docs/development/testing.md on the kind CI drew (the main suite's ten longest tests are printed above it).
 STACK_LOG := runs/test-stack.log
+CPU_KIND = $(shell grep -qw amx_tile /proc/cpuinfo 2>/dev/null && echo AMX || { grep -qw avx512f /proc/cpuinfo \
+	2>/dev/null && echo AVX-512 || echo AVX2; })
+CPU_MODEL = $(shell sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
 test: first-run lint docs $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) $(STACK_STAMP) | $(CHROMEDRIVER)
 	@mkdir -p $(dir $(STACK_LOG)); echo "stack suite: running beside the main suite, into $(STACK_LOG)"
-	@$(MAKE) --no-print-directory test-stack STACK_JOBS=1 > $(STACK_LOG) 2>&1 & stack=$$!; \
-		$(MAKE) --no-print-directory test-main; main=$$?; \
+	@began=$$(date +%s); load=$$(cut -d' ' -f1 /proc/loadavg); $(MAKE) --no-print-directory test-stack STACK_JOBS=1 > $(STACK_LOG) 2>&1 & stack=$$!; \
+		$(MAKE) --no-print-directory test-main; main=$$?; main_s=$$(( $$(date +%s) - began )); \
 		wait $$stack; stack_status=$$?; echo "== stack suite ($(STACK_LOG))"; cat $(STACK_LOG); \
 		[ $$main -eq 0 ] || echo "make test: the main suite failed"; \
 		[ $$stack_status -eq 0 ] || echo "make test: the stack suite failed"; \
+		echo "make test: both suites $$(( $$(date +%s) - began )) s, the main suite $$main_s s, on $$(nproc) cores of" \
+			"$(CPU_KIND) ($(CPU_MODEL)), load average $$load at the start"; \
 		[ $$main -eq 0 ] && [ $$stack_status -eq 0 ]
 
 # Said before a first `make test` builds anything: each part it still has to build, with its time on 2 cores
@@ -191,11 +198,11 @@ CHROMEDRIVER := /usr/bin/chromedriver
 $(CHROMEDRIVER):
 	apt-get update -qq && apt-get install -y -qq chromium chromium-driver
 
-# PYTEST_ARGS: more of pytest's options for the main suite and each stack file, e.g. PYTEST_ARGS=--durations=10.
+# PYTEST_ARGS: more of pytest's options for the main suite and each stack file, e.g. PYTEST_ARGS="-k export".
 PYTEST_ARGS ?=
 test-main: $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) | $(CHROMEDRIVER)
 	GRPO_KIT_DEEPSPEED=$(abspath $(DS_DIR)) GRPO_KIT_LLAMA=$(abspath $(LLAMA_DIR)) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
-		--no-loadscope-reorder -m "not rebuild and not registry" $(PYTEST_ARGS)
+		--no-loadscope-reorder -m "not rebuild and not registry" --durations=10 $(PYTEST_ARGS)
 
 # The contributors' quick loop: ruff and the main suite without the tests marked slow (the notebooks, the learning
 # experiments), with only .venv: it builds nothing else, and the tests of what is not built (DeepSpeed, llama.cpp,
