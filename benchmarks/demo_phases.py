@@ -74,6 +74,19 @@ def _timed(argv: list[str], cwd: Path, env: dict[str, str], capture: bool = Fals
     return time.perf_counter() - start, _children_cpu() - cpu, done.stdout or ""
 
 
+def machine() -> str:
+    """The CPU kind the budget is set per (``AMX``, ``AVX-512`` or ``AVX2``, from /proc/cpuinfo's flags) and its model
+    name, as `make test`'s last line gives them: ``"AVX-512 (AMD EPYC)"``; ``"unknown CPU"`` without /proc/cpuinfo."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    flags = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split()) if "flags" in text else set()
+    model = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
+    kind = "AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags else "AVX2"
+    return f"{kind} ({model.group(1).strip() if model else 'model not named'})"
+
+
 def demo_walls(report: str) -> dict[str, float]:
     """The demo's ``## Wall times (s)`` section of ``report.md`` as ``{phase: seconds}``.
 
@@ -122,7 +135,8 @@ def main() -> int:
     print("\n| phase | wall s | CPU s |\n| --- | --: | --: |")
     for name, (seconds, used) in rows.items():
         print(f"| {name} | {seconds:.1f} | {'' if used is None else f'{used:.1f}'} |")
-    print(f"\n{os.cpu_count()} CPUs; load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    print(f"\n{os.cpu_count()} CPUs of {machine()}; load average {load_before:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
