@@ -149,9 +149,9 @@ lint: $(STAMP)
 # Its last line gives both suites' wall time and the CPU kind they ran on, so every CI log records the budget of
 # docs/development/testing.md on the kind CI drew (the main suite's ten longest tests are printed above it).
 STACK_LOG := runs/test-stack.log
-CPU_KIND = $(shell grep -qw amx_tile /proc/cpuinfo 2>/dev/null && echo AMX || { grep -qw avx512f /proc/cpuinfo \
-	2>/dev/null && echo AVX-512 || echo AVX2; })
-CPU_MODEL = $(shell sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
+# The CPU kind and model as benchmarks/demo_phases.py names them (its machine(): one rule for both records).
+CPU_MACHINE = $(shell $(PYTHON) -c "import sys; sys.path.insert(0, 'benchmarks'); from demo_phases import machine; \
+	print(machine())")
 test: first-run lint docs $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) $(STACK_STAMP) | $(CHROMEDRIVER)
 	@mkdir -p $(dir $(STACK_LOG)); echo "stack suite: running beside the main suite, into $(STACK_LOG)"
 	@began=$$(date +%s); load=$$(cut -d' ' -f1 /proc/loadavg); $(MAKE) --no-print-directory test-stack STACK_JOBS=1 > $(STACK_LOG) 2>&1 & stack=$$!; \
@@ -160,7 +160,7 @@ test: first-run lint docs $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) $(STACK_STAMP) | $
 		[ $$main -eq 0 ] || echo "make test: the main suite failed"; \
 		[ $$stack_status -eq 0 ] || echo "make test: the stack suite failed"; \
 		echo "make test: both suites $$(( $$(date +%s) - began )) s, the main suite $$main_s s, on $$(nproc) cores of" \
-			"$(CPU_KIND) ($(CPU_MODEL)), load average $$load at the start"; \
+			"$(CPU_MACHINE), load average $$load at the start"; \
 		[ $$main -eq 0 ] && [ $$stack_status -eq 0 ]
 
 # Said before a first `make test` builds anything: each part it still has to build, with its time on 2 cores

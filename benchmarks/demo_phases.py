@@ -76,7 +76,8 @@ def _timed(argv: list[str], cwd: Path, env: dict[str, str], capture: bool = Fals
 
 def machine() -> str:
     """The CPU kind the budget is set per (``AMX``, ``AVX-512`` or ``AVX2``, from /proc/cpuinfo's flags) and its model
-    name, as `make test`'s last line gives them: ``"AVX-512 (AMD EPYC)"``; ``"unknown CPU"`` without /proc/cpuinfo."""
+    name: ``"AVX-512 (AMD EPYC)"``; ``"unknown CPU"`` without /proc/cpuinfo. `make test`'s last line names the machine
+    with it too (the Makefile's CPU_MACHINE)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
