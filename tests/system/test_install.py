@@ -316,8 +316,8 @@ def test_the_pinned_gpu_stack_resolves_for_cpython_3_12_and_3_13(python, registr
 def test_colabs_default_runtime_plan_resolves_for_cpython_3_13(registry_answer):
     """The plan for Colab's runtime (torch 2.11.0+cu128, driver 580.82.07, Python 3.13): PyPI's torch 2.11.0 and its
     companions, vllm 0.26.0 and the row's packages resolve together as pip takes them on Python 3.13."""
-    plan = install_plan("2.11.0+cu128", "580.82.07")
-    found = registry_answer()  # pip's resolution of plan.install on Python 3.13 (REGISTRY_ASKS)
+    requirements = _plan_requirements()
+    found = registry_answer()  # pip's resolution of these requirements on Python 3.13 (REGISTRY_ASKS)
     assert {p.split("==")[0].lower().replace("_", "-"): found.get(p.split("==")[0].lower().replace("_", "-"))
-            for p in plan.install} == {p.split("==")[0].lower().replace("_", "-"): p.split("==")[1]
-                                       for p in plan.install}
+            for p in requirements} == {p.split("==")[0].lower().replace("_", "-"): p.split("==")[1]
+                                       for p in requirements}
