@@ -145,6 +145,59 @@ def _counting(bar: Any) -> Any:
     return StoppingCriteriaList([_Count()])
 
 
+def _shares_prompt_prefill(model: Any) -> bool:
+    """Whether :func:`_prefilled_once` may hand ``model`` a prompt cache: a causal LM of transformers' own ``forward``
+    and ``generate`` (a LoRA adapter of peft's over one) whose every layer attends, fully or in a sliding window,
+    through transformers' ``DynamicCache``. Unsloth's models (their ``forward`` replaced, with an inference cache of
+    their own), linear-attention and state-space layers (a state, not keys and values per position) and peft's prompt
+    learning (virtual tokens before the prompt) generate as they are."""
+    from transformers import DynamicCache, GenerationMixin
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    if getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False):
+        return False
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(inner.generate, "__func__", None) is not GenerationMixin.generate or \
+            not type(inner).forward.__module__.startswith("transformers."):
+        return False
+    supports = getattr(inner, "_supports_default_dynamic_cache", None)  # transformers/generation/utils.py
+    if not (callable(supports) and supports()):
+        return False
+    layers = DynamicCache(config=inner.config).layers
+    return bool(layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
+
+
+def _prefilled_once(model: Any, enc: Any, n: int) -> dict[str, Any]:
+    """The inputs of ``n`` samples per prompt with each prompt's key/value cache computed once, not ``n`` times.
+
+    ``generate(num_return_sequences=n)`` repeats each prompt ``n`` times before its first forward pass, so the prompt
+    is encoded ``n`` times; here all but each prompt's last token go through the model once, the cache is repeated
+    ``n`` times (``DynamicCache.batch_repeat_interleave``, the order ``num_return_sequences`` gives) and ``generate``
+    continues from it, as transformers' prefix caching does (docs: "Cache strategies", re-use cache to continue
+    generation). Positions are counted over the attention mask, as ``generate`` counts them under left padding. With
+    8 samples of the tiny policy's 43-token prompts this halves the CPU time of a sampled batch, the same tokens.
+
+    Args:
+        model: a model :func:`_shares_prompt_prefill` accepts.
+        enc: the tokenizer's batch, ``input_ids`` and ``attention_mask`` of shape ``(prompts, length)``, left padded.
+        n: samples per prompt.
+
+    Returns:
+        ``generate``'s keyword arguments: ``input_ids`` and ``attention_mask`` of shape ``(prompts * n, length)``
+        and ``past_key_values`` holding the first ``length - 1`` positions of each row.
+    """
+    from transformers import DynamicCache
+
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], past_key_values=cache,
+          use_cache=True)
+    cache.batch_repeat_interleave(n)
+    return {"input_ids": ids.repeat_interleave(n, dim=0), "attention_mask": mask.repeat_interleave(n, dim=0),
+            "past_key_values": cache}
+
+
 class TransformersBackend:
     """Batched generation with ``model.generate``: prompts sorted by length, left padded.
 
@@ -240,6 +293,9 @@ class TransformersBackend:
                         torch.manual_seed(sampling.seed + batch_no)
                         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
                     with torch.no_grad():
+                        if sampling.n > 1 and _shares_prompt_prefill(self.model) and enc["input_ids"].shape[1] > 1:
+                            enc = _prefilled_once(self.model, enc, sampling.n)
+                            kwargs["num_return_sequences"] = 1  # the prompts come repeated, with their cache
                         out = self.model.generate(**enc, **kwargs)
                     bar.update(start + sampling.max_new_tokens - bar.n)  # a batch that stopped early: its budget done
                     new = out[:, enc["input_ids"].shape[1]:]

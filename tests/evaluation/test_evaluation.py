@@ -110,6 +110,59 @@ def test_transformers_backend_samples_n_per_prompt(tiny_policy, gsm8k_train_smal
     assert len({s.text for g in out for s in g}) > 3  # samples differ
 
 
+@pytest.mark.parametrize("adapter", [False, True], ids=["model", "lora"])
+def test_samples_continue_from_one_prompt_cache_and_are_the_samples_generate_draws(tiny_policy, gsm8k_train_small,
+                                                                                   monkeypatch, adapter):
+    """n samples per prompt encode each prompt once (its cache repeated n times) and draw exactly what
+    generate(num_return_sequences=n) draws, prompts of different lengths left padded in one batch."""
+    import torch
+
+    import grpo_kit.policy.generation as generation
+
+    model, tokenizer = tiny_policy
+    if adapter:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    prompts = [gsm8k_train_small["prompt"][i] for i in (0, 1, 2, 3)]
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    assert len({len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts}) > 1  # padded
+    sampled = Sampling(temperature=1.0, n=4, max_new_tokens=10, seed=3)
+    calls = []
+    monkeypatch.setattr(generation, "_prefilled_once", lambda *a, _f=generation._prefilled_once: calls.append(a[2])
+                        or _f(*a))
+    shared = TransformersBackend(model, tokenizer, batch_size=4, progress=False).generate(prompts, sampled)
+    assert calls == [4]
+    monkeypatch.setattr(generation, "_shares_prompt_prefill", lambda model: False)
+    repeated = TransformersBackend(model, tokenizer, batch_size=4, progress=False).generate(prompts, sampled)
+    assert [[s.text for s in g] for g in shared] == [[s.text for s in g] for g in repeated]
+    assert len({s.text for g in shared for s in g}) > 4  # samples differ
+    enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    first = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True,
+                 pad_token_id=tokenizer.pad_token_id)
+    with torch.no_grad():
+        plain = model.generate(**enc, **first).scores
+        cached = model.generate(**generation._prefilled_once(model, enc, 2), **first).scores
+    for step_plain, step_cached in zip(plain, cached, strict=True):  # the positions generate counts, each step
+        torch.testing.assert_close(step_cached, step_plain.repeat_interleave(2, dim=0), atol=1e-5, rtol=1e-4)
+
+
+def test_a_model_whose_forward_is_not_transformers_own_is_not_handed_a_prompt_cache(tiny_policy):
+    """Unsloth replaces its models' forward with one keeping an inference cache of its own: such a model
+    generates its samples as generate repeats them."""
+    from grpo_kit.policy.generation import _shares_prompt_prefill
+
+    model, _ = tiny_policy
+    assert _shares_prompt_prefill(model)
+
+    class Replaced(type(model)):
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs)
+
+    model.__class__ = Replaced
+    assert not _shares_prompt_prefill(model)
+
+
 def test_evaluate_on_the_tiny_policy(tiny_policy, gsm8k_train_small):
     model, tokenizer = tiny_policy
     result = evaluate(TransformersBackend(model, tokenizer, progress=False), gsm8k_train_small.select(range(6)),
