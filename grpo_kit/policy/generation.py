@@ -233,8 +233,9 @@ class TransformersBackend:
                 announce(what, seconds, shorten, where=f"at most on {gpu.name}, generating through transformers",
                          basis=basis)
             return seconds
+        samples = sampling.n if _shares_prompt_prefill(self.model) else 1
         seconds = sum(expected_seconds("generate", parameters, sequences=len(b) * sampling.n, batches=1,
-                                       new_tokens=sampling.max_new_tokens) for b in batches)
+                                       new_tokens=sampling.max_new_tokens, samples=samples) for b in batches)
         if seconds >= 10:
             announce(what, seconds, shorten)
         return seconds

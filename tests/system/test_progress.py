@@ -40,6 +40,9 @@ def test_estimates_grow_with_the_size_of_the_phase(monkeypatch):
     greedy = expected_seconds("generate", sequences=20, batches=1, new_tokens=64)
     assert expected_seconds("generate", sequences=80, batches=1, new_tokens=64) > greedy
     assert expected_seconds("generate", 1.1e9, sequences=20, batches=1, new_tokens=64) == pytest.approx(1000 * greedy)
+    sampled = expected_seconds("generate", sequences=80, batches=1, new_tokens=64)  # 80 prompts
+    shared = expected_seconds("generate", sequences=80, batches=1, new_tokens=64, samples=8)  # 10 prompts, 8 each
+    assert greedy < shared < sampled  # a prompt encoded once for its samples
     with pytest.raises(ValueError, match="unknown phase kind"):
         expected_seconds("nap")
 
