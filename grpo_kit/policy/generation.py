@@ -9,6 +9,7 @@ interface and is imported only when asked for.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -150,15 +151,21 @@ def _shares_prompt_prefill(model: Any) -> bool:
     and ``generate`` (a LoRA adapter of peft's over one) whose every layer attends, fully or in a sliding window,
     through transformers' ``DynamicCache``. Unsloth's models (their ``forward`` replaced, with an inference cache of
     their own), linear-attention and state-space layers (a state, not keys and values per position) and peft's prompt
-    learning (virtual tokens before the prompt) generate as they are."""
+    learning (virtual tokens before the prompt) generate as they are, as every model does under a transformers
+    without these cache classes (5.17's ``transformers/cache_utils.py``)."""
     from transformers import DynamicCache, GenerationMixin
-    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+    try:
+        from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+    except ImportError:
+        return False
     if getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False):
         return False
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    forward = type(inner).forward
     if getattr(inner.generate, "__func__", None) is not GenerationMixin.generate or \
-            not type(inner).forward.__module__.startswith("transformers."):
+            not forward.__module__.startswith("transformers.") or \
+            "logits_to_keep" not in inspect.signature(forward).parameters:
         return False
     supports = getattr(inner, "_supports_default_dynamic_cache", None)  # transformers/generation/utils.py
     if not (callable(supports) and supports()):
@@ -192,7 +199,7 @@ def _prefilled_once(model: Any, enc: Any, n: int) -> dict[str, Any]:
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
     cache = DynamicCache(config=model.config)
     model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], past_key_values=cache,
-          use_cache=True)
+          use_cache=True, logits_to_keep=1)  # only the cache is kept: not a vocabulary's logits per prompt token
     cache.batch_repeat_interleave(n)
     return {"input_ids": ids.repeat_interleave(n, dim=0), "attention_mask": mask.repeat_interleave(n, dim=0),
             "past_key_values": cache}
