@@ -147,7 +147,8 @@ def _counting(bar: Any) -> Any:
 
 
 def _shares_prompt_prefill(model: Any) -> bool:
-    """Whether :func:`_prefilled_once` may hand ``model`` a prompt cache: a causal LM of transformers' own ``forward``
+    """Whether :func:`_prefilled_once` may hand ``model`` a prompt cache: on a CPU (on a GPU, vLLM's prefix caching
+    shares prompts, and this route is not run there), a causal LM of transformers' own ``forward``
     and ``generate`` (a LoRA adapter of peft's over one) whose every layer attends, fully or in a sliding window,
     through transformers' ``DynamicCache``. Unsloth's models (their ``forward`` replaced, with an inference cache of
     their own), linear-attention and state-space layers (a state, not keys and values per position) and peft's prompt
@@ -159,7 +160,8 @@ def _shares_prompt_prefill(model: Any) -> bool:
         from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
     except ImportError:
         return False
-    if getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False):
+    if getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False) or \
+            getattr(model, "device", None) is None or model.device.type != "cpu":
         return False
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     forward = type(inner).forward

@@ -147,20 +147,27 @@ def test_samples_continue_from_one_prompt_cache_and_are_the_samples_generate_dra
         torch.testing.assert_close(step_cached, step_plain.repeat_interleave(2, dim=0), atol=1e-5, rtol=1e-4)
 
 
-def test_a_model_whose_forward_is_not_transformers_own_is_not_handed_a_prompt_cache(tiny_policy):
+def test_a_model_whose_forward_is_not_transformers_own_or_on_a_gpu_is_not_handed_a_prompt_cache(tiny_policy):
     """Unsloth replaces its models' forward with one keeping an inference cache of its own: such a model
-    generates its samples as generate repeats them."""
+    generates its samples as generate repeats them; so does a model on a GPU (a route not run there)."""
+    import torch
+
     from grpo_kit.policy.generation import _shares_prompt_prefill
 
     model, _ = tiny_policy
     assert _shares_prompt_prefill(model)
+    plain = type(model)
 
-    class Replaced(type(model)):
+    class Replaced(plain):
         def forward(self, *args, **kwargs):
             return super().forward(*args, **kwargs)
 
-    model.__class__ = Replaced
-    assert not _shares_prompt_prefill(model)
+    class OnAGpu(plain):
+        device = torch.device("cuda", 0)
+
+    for other in (Replaced, OnAGpu):
+        model.__class__ = other
+        assert not _shares_prompt_prefill(model), other
 
 
 def test_evaluate_on_the_tiny_policy(tiny_policy, gsm8k_train_small):
