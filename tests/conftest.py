@@ -140,7 +140,7 @@ def kit_log_on_stderr():
 LONGEST_FIRST = [  # CPU seconds in one process, AVX-512 EPYC, 2026-11-29 (a busy machine: upper bounds); "about":
     # scaled by the file's change as measured before and after it, side by side (load average 4 to 7)
     "tests/runs/test_scaling.py",  # 5 launches of 3 processes: 136 counting every process, the killed ones too
-    "tests/training/test_reward_choice.py",  # 110
+    "tests/training/test_reward_choice.py",  # 110 (89 on a quiet machine, each prompt encoded once for its samples)
     "tests/test_notebooks.py::test_notebooks_01_to_05_run_in_order_on_a_task_file",  # 5 kernels: 75
     "tests/runs/test_export.py",  # about 57, the GGUF exports about 32 of it
     "tests/system/test_install.py",  # 54, pip's: its calls at once, 38 s of wall (quiet) to 114 (busy), on PyPI
