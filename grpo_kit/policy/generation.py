@@ -285,6 +285,7 @@ class TransformersBackend:
         label = "greedy" if sampling.greedy else f"sampled ({sampling.n} per question)"
         label = f"{self.name}, {label}" if self.name else label
         expected = self._announce(label, len(prompts), batches, sampling) if self.progress else None
+        share = sampling.n > 1 and _shares_prompt_prefill(self.model)  # each prompt encoded once for its samples
         try:
             with phase_bar(label, len(batches) * sampling.max_new_tokens, "token", enabled=self.progress,
                            expected=expected) as bar:
@@ -303,7 +304,7 @@ class TransformersBackend:
                         torch.manual_seed(sampling.seed + batch_no)
                         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
                     with torch.no_grad():
-                        if sampling.n > 1 and _shares_prompt_prefill(self.model) and enc["input_ids"].shape[1] > 1:
+                        if share and set(enc) == {"input_ids", "attention_mask"} and enc["input_ids"].shape[1] > 1:
                             enc = _prefilled_once(self.model, enc, sampling.n)
                             kwargs["num_return_sequences"] = 1  # the prompts come repeated, with their cache
                         out = self.model.generate(**enc, **kwargs)
