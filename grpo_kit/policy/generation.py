@@ -225,11 +225,13 @@ class TransformersBackend:
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.progress, self.name = batch_size, progress, name
 
-    def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling) -> float:
+    def _announce(self, label: str, questions: int, batches: list[list[int]], sampling: Sampling,
+                  shared: bool) -> float:
         """The line before a generation long enough to wait for (:func:`grpo_kit.system.progress.announce`); returns
         the seconds expected, announced or not, for the bar to correct. On a GPU the time is the kit's arithmetic for
         the card (:func:`grpo_kit.policy.speed.generation_seconds`, as ``plan`` reckons), with its basis; on a CPU this
-        machine's measured speed."""
+        machine's measured speed, each prompt encoded once for its samples where ``shared``
+        (:func:`_prefilled_once`)."""
         what = (f"{label} completions of {counted(questions, 'question')} (up to {sampling.max_new_tokens} new tokens "
                 f"each, {counted(len(batches), 'batch', 'batches')})")
         shorten = "fewer questions, a smaller max_new_tokens or fewer samples shorten it"
@@ -242,9 +244,9 @@ class TransformersBackend:
                 announce(what, seconds, shorten, where=f"at most on {gpu.name}, generating through transformers",
                          basis=basis)
             return seconds
-        samples = sampling.n if _shares_prompt_prefill(self.model) else 1
         seconds = sum(expected_seconds("generate", parameters, sequences=len(b) * sampling.n, batches=1,
-                                       new_tokens=sampling.max_new_tokens, samples=samples) for b in batches)
+                                       new_tokens=sampling.max_new_tokens, samples=sampling.n if shared else 1)
+                      for b in batches)
         if seconds >= 10:
             announce(what, seconds, shorten)
         return seconds
@@ -284,8 +286,8 @@ class TransformersBackend:
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         label = "greedy" if sampling.greedy else f"sampled ({sampling.n} per question)"
         label = f"{self.name}, {label}" if self.name else label
-        expected = self._announce(label, len(prompts), batches, sampling) if self.progress else None
         share = sampling.n > 1 and _shares_prompt_prefill(self.model)  # each prompt encoded once for its samples
+        expected = self._announce(label, len(prompts), batches, sampling, share) if self.progress else None
         try:
             with phase_bar(label, len(batches) * sampling.max_new_tokens, "token", enabled=self.progress,
                            expected=expected) as bar:

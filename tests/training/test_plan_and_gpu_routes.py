@@ -472,6 +472,6 @@ def test_on_a_gpu_every_announced_time_is_plans_arithmetic_for_that_card_and_rou
     backend = TransformersBackend(model, tokenizer=None, progress=True)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="grpo_kit"):
-        seconds = backend._announce("greedy", 660, [list(range(32))] * 21, Sampling(max_new_tokens=256))
+        seconds = backend._announce("greedy", 660, [list(range(32))] * 21, Sampling(max_new_tokens=256), False)
     assert seconds == generation_seconds("transformers", 660 * 256, 8_030_261_248, a100)[0]
     assert round(seconds / 60) == 54 and "at most on NVIDIA A100-SXM4-40GB" in caplog.text
