@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -33,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from demo_phases import machine as machine_name  # benchmarks/ is this script's folder: on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 600
@@ -78,16 +79,6 @@ def words_task(folder: Path, train: int = 300, test: int = 60, seed: int = 0) ->
 
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 _ANNOUNCED = re.compile(r"\[grpo_kit\] (.+?): (about [\d.]+ (?:s|min|h)|a few seconds) on this machine")
@@ -139,7 +130,7 @@ def main() -> int:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     import torch
 
-    machine = {"cpu": _cpu(), "cores": os.cpu_count(), "torch_threads": args.threads or torch.get_num_threads(),
+    machine = {"cpu": machine_name(), "cores": os.cpu_count(), "torch_threads": args.threads or torch.get_num_threads(),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_at_start": _load()}
     print(f"machine: {machine['cpu']}, {machine['cores']} cores, torch threads {machine['torch_threads']}, "
           f"{machine['date']}, load average (1/5/15 min) at start {machine['load_at_start']}", flush=True)
