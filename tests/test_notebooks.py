@@ -152,6 +152,12 @@ def test_notebooks_01_to_05_run_in_order_on_a_task_file(tmp_path):
     assert (run / "export" / "merged" / "README.md").is_file()
     assert (run / "view.html").is_file() and "the same page, to open in a browser" in after  # the run viewer, inline
 
+    _assert_compared(compared, shown[COMPARE])
+
+
+def _assert_compared(compared: Path, five: str) -> None:
+    """What notebook 05 wrote into ``compared`` and showed (``five``, its outputs' text): two variants trained on one
+    shared baseline, their paired table with Holm's adjustment, the settings that differ, and the viewer's page."""
     variants = ["format-only", "correctness"]  # a task file's reward sets for notebook 05, in order
     for name in variants:
         assert {"baseline.jsonl", "baseline_sampled.jsonl", "eval_settings.json", "trained.jsonl", "model",
@@ -162,7 +168,6 @@ def test_notebooks_01_to_05_run_in_order_on_a_task_file(tmp_path):
         {p.name for p in (compared / "comparison").iterdir()}
     table = (compared / "comparison" / "runs_comparison.md").read_text()
     assert "baseline -> format-only" in table and "baseline -> correctness" in table
-    five = shown[COMPARE]
     assert "baseline -> format-only" in five and "baseline -> correctness" in five
     assert "format-only -> correctness" in five and "Holm" in five
     assert "reward text_correctness_reward_func" in five  # the settings that differ: its weight, 0 against 2
