@@ -146,8 +146,8 @@ lint: $(STAMP)
 # The stack suite runs beside the main suite: neither waits for the other, and the stack's processes take up what the
 # main suite's two leave idle at its end. Its output goes to runs/test-stack.log, printed when both are done; make
 # test fails if either failed. test-main and test-stack run each alone.
-# Its last line gives both suites' wall time and the CPU kind they ran on, so every CI log records the budget of
-# docs/development/testing.md on the kind CI drew (the main suite's ten longest tests are printed above it).
+# Its last line gives both suites' wall time and the CPU kind they ran on, so any run's log (CI keeps one only when a
+# run fails) records the budget of docs/development/testing.md on its kind (the main suite's ten longest tests above).
 STACK_LOG := runs/test-stack.log
 # The CPU kind and model as benchmarks/demo_phases.py names them (its machine(): one rule for both records).
 CPU_MACHINE = $(shell $(PYTHON) -c "import sys; sys.path.insert(0, 'benchmarks'); from demo_phases import machine; \
