@@ -297,7 +297,18 @@ def _resolve(python: str, requirements: list[str]) -> dict[str, str]:
         found = _install_table_script().dry_run(requirements, python=python, timeout=900)
     except subprocess.CalledProcessError as refused:
         pytest.fail(refused.stderr[-3000:])
-    return {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"] for item in found}
+    from packaging.utils import canonicalize_name
+
+    return {canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"] for item in found}
+
+
+def _pinned(lines: list[str]) -> dict[str, str]:
+    """``{name: version}`` of the ``NAME==VERSION`` lines (comments dropped), each name as :func:`_resolve` spells it
+    (PEP 503's normal form)."""
+    from packaging.utils import canonicalize_name
+
+    pairs = [line.split("#")[0].split("==") for line in lines]
+    return {canonicalize_name(pair[0].strip()): pair[1].strip() for pair in pairs if len(pair) == 2}
 
 
 @pytest.mark.slow
@@ -306,8 +317,7 @@ def test_the_pinned_gpu_stack_resolves_for_cpython_3_12_and_3_13(python, registr
     """requirements.txt as pip's resolver takes it for CPython 3.12 (the lent GPU machine) and 3.13 (Colab's runtime,
     googlecolab/backend-info 2026-08-19), manylinux x86-64: every pin kept (about a minute each on the registry,
     asked together with this file's other registry questions)."""
-    pins = {line.split("==")[0].strip().lower().replace("_", "-"): line.split("==")[1].split("#")[0].strip()
-            for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line.split("#")[0]}
+    pins = _pinned((ROOT / "requirements.txt").read_text().splitlines())
     found = registry_answer()  # pip's resolution of requirements.txt on this Python (REGISTRY_ASKS)
     assert {name: found.get(name) for name in pins} == pins
 
@@ -316,8 +326,6 @@ def test_the_pinned_gpu_stack_resolves_for_cpython_3_12_and_3_13(python, registr
 def test_colabs_default_runtime_plan_resolves_for_cpython_3_13(registry_answer):
     """The plan for Colab's runtime (torch 2.11.0+cu128, driver 580.82.07, Python 3.13): PyPI's torch 2.11.0 and its
     companions, vllm 0.26.0 and the row's packages resolve together as pip takes them on Python 3.13."""
-    requirements = _plan_requirements()
+    pins = _pinned(_plan_requirements())
     found = registry_answer()  # pip's resolution of these requirements on Python 3.13 (REGISTRY_ASKS)
-    assert {p.split("==")[0].lower().replace("_", "-"): found.get(p.split("==")[0].lower().replace("_", "-"))
-            for p in requirements} == {p.split("==")[0].lower().replace("_", "-"): p.split("==")[1]
-                                       for p in requirements}
+    assert {name: found.get(name) for name in pins} == pins
