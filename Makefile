@@ -143,25 +143,35 @@ install-table-check: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# The stack suite runs beside the main suite: neither waits for the other, and the stack's processes take up what the
-# main suite's two leave idle at its end. Its output goes to runs/test-stack.log, printed when both are done; make
-# test fails if either failed. test-main and test-stack run each alone.
+# The stack suite runs beside the main suite, after the strict site build (`make docs`): neither lane waits for the
+# other, and the stack's processes take up what the main suite's two leave idle at its end (the site build alone first
+# kept one core idle for its 14 s). Their output goes to runs/docs.log and runs/test-stack.log, printed when both lanes
+# are done; make test fails if any of the three failed. test-main and test-stack run each alone.
 # Its last line gives both suites' wall time and the CPU kind they ran on, so any run's log (CI keeps one only when a
 # run fails) records the budget of docs/development/testing.md on its kind (the main suite's ten longest tests above).
 STACK_LOG := runs/test-stack.log
+DOCS_LOG := runs/docs.log
 # The CPU kind and model as benchmarks/demo_phases.py names them (its machine(): one rule for both records).
 CPU_MACHINE = $(shell $(PYTHON) -c "import sys; sys.path.insert(0, 'benchmarks'); from demo_phases import machine; \
 	print(machine())")
-test: first-run lint docs $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) $(STACK_STAMP) | $(CHROMEDRIVER)
-	@mkdir -p $(dir $(STACK_LOG)); echo "stack suite: running beside the main suite, into $(STACK_LOG)"
-	@began=$$(date +%s); load=$$(cut -d' ' -f1 /proc/loadavg); $(MAKE) --no-print-directory test-stack STACK_JOBS=1 > $(STACK_LOG) 2>&1 & stack=$$!; \
+# The beside lane's exit status: 2 if the site build failed, plus 1 if the stack suite failed.
+test: first-run lint $(DOCS_STAMP) $(STAMP) $(DS_STAMP) $(LLAMA_STAMP) $(STACK_STAMP) | $(CHROMEDRIVER)
+	@mkdir -p $(dir $(STACK_LOG)); echo "site build, then the stack suite: beside the main suite, into $(DOCS_LOG) and $(STACK_LOG)"
+	@began=$$(date +%s); load=$$(cut -d' ' -f1 /proc/loadavg); \
+		( $(MAKE) --no-print-directory docs > $(DOCS_LOG) 2>&1; docs=$$?; \
+		  $(MAKE) --no-print-directory test-stack STACK_JOBS=1 > $(STACK_LOG) 2>&1; stack=$$?; \
+		  exit $$(( ($$docs != 0) * 2 + ($$stack != 0) )) ) & beside=$$!; \
 		$(MAKE) --no-print-directory test-main; main=$$?; main_s=$$(( $$(date +%s) - began )); \
-		wait $$stack; stack_status=$$?; echo "== stack suite ($(STACK_LOG))"; cat $(STACK_LOG); \
+		wait $$beside; beside=$$?; \
+		if [ $$(( beside & 2 )) -eq 0 ]; then echo "== site build ($(DOCS_LOG)): $$(tail -n 1 $(DOCS_LOG))"; \
+		else echo "== site build ($(DOCS_LOG))"; cat $(DOCS_LOG); fi; \
+		echo "== stack suite ($(STACK_LOG))"; cat $(STACK_LOG); \
 		[ $$main -eq 0 ] || echo "make test: the main suite failed"; \
-		[ $$stack_status -eq 0 ] || echo "make test: the stack suite failed"; \
+		[ $$(( beside & 2 )) -eq 0 ] || echo "make test: the site build failed (mkdocs --strict, $(DOCS_LOG))"; \
+		[ $$(( beside & 1 )) -eq 0 ] || echo "make test: the stack suite failed"; \
 		echo "make test: both suites $$(( $$(date +%s) - began )) s, the main suite $$main_s s, on $$(nproc) cores of" \
 			"$(CPU_MACHINE), load average $$load at the start"; \
-		[ $$main -eq 0 ] && [ $$stack_status -eq 0 ]
+		[ $$main -eq 0 ] && [ $$beside -eq 0 ]
 
 # Said before a first `make test` builds anything: each part it still has to build, with its time on 2 cores
 # (measured: docs/development/testing.md#environments), so nobody waits half an hour unwarned.

@@ -32,14 +32,17 @@ def _cpu_s() -> tuple[float, float]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Time one test's setup, call and teardown; append ``{"id", "self", "children", "wall"}`` (seconds)."""
-    (own, children), start = _cpu_s(), time.perf_counter()
+    """Time one test's setup, call and teardown; append ``{"id", "self", "children", "wall"}`` (seconds), the xdist
+    ``worker`` that ran it and when it ``started`` (Unix time, seconds), from which :func:`idle` reads each worker's
+    time between tests."""
+    (own, children), start, started = _cpu_s(), time.perf_counter(), time.time()
     yield
     (own_after, children_after), wall = _cpu_s(), time.perf_counter() - start
     path = os.environ.get("GRPO_KIT_TEST_CPU")
     if path:
         row = {"id": item.nodeid, "self": round(own_after - own, 2), "children": round(children_after - children, 2),
-               "wall": round(wall, 2)}
+               "wall": round(wall, 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+               "started": round(started, 2)}
         with open(path, "a", encoding="utf-8") as out:  # one short line per write: appends do not interleave
             out.write(json.dumps(row) + "\n")
 
@@ -60,6 +63,27 @@ def by_file(rows: list[dict]) -> list[tuple[str, float, float, float, int]]:
     return sorted(((name, *totals) for name, totals in files.items()), key=lambda r: -(r[1] + r[2]))
 
 
+def idle(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
+    """Per worker ``(before its first test, between tests, after its last test until the last worker's end)``, in
+    seconds: what a worker spent starting (collecting), between tests, and waiting for the other at the end.
+
+    >>> idle([{"worker": "gw0", "started": 10, "wall": 5}, {"worker": "gw0", "started": 16, "wall": 4},
+    ...       {"worker": "gw1", "started": 12, "wall": 20}])
+    {'gw0': (0, 1, 12), 'gw1': (2, 0, 0)}
+    """
+    workers: dict[str, list[dict]] = defaultdict(list)
+    for row in sorted(rows, key=lambda r: r["started"]):
+        workers[row["worker"]].append(row)
+    first = min(r["started"] for r in rows)
+    end = max(r["started"] + r["wall"] for r in rows)
+    result = {}
+    for worker, own in sorted(workers.items()):
+        between = sum(b["started"] - (a["started"] + a["wall"]) for a, b in zip(own, own[1:]))
+        result[worker] = (round(own[0]["started"] - first, 2), round(between, 2),
+                          round(end - own[-1]["started"] - own[-1]["wall"], 2))
+    return result
+
+
 def main(path: str, top: int = 20) -> None:
     rows = [json.loads(line) for line in open(path, encoding="utf-8")]
     own, children = sum(r["self"] for r in rows), sum(r["children"] for r in rows)
@@ -68,6 +92,11 @@ def main(path: str, top: int = 20) -> None:
     print("\n| file | CPU s | in-process | children | wall s | tests |\n| --- | --: | --: | --: | --: | --: |")
     for name, own, children, wall, count in by_file(rows)[:top]:
         print(f"| `{name}` | {own + children:.1f} | {own:.1f} | {children:.1f} | {wall:.1f} | {count} |")
+    if all("started" in row for row in rows):
+        print("\nper worker, seconds: after the first worker's first test until its own first, between its tests, "
+              "after its last test until the last worker ended")
+        for worker, (before, between, after) in idle(rows).items():
+            print(f"  {worker}: {before:.1f}, {between:.1f}, {after:.1f}")
 
 
 if __name__ == "__main__":
