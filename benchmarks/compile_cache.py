@@ -24,9 +24,14 @@ import argparse
 import json
 import os
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
+
+try:  # PEP 706's extraction filters (filter="data"): in the standard library from Python 3.11.4
+    import tarfile
+    from tarfile import data_filter  # noqa: F401
+except ImportError:  # older, such as Debian 12's 3.11.2: the same module, backported (requirements-cpu.txt)
+    from backports import tarfile
 
 #: The cache folders under the cache root, in the order they are packed, each with the variable that points the
 #: library at it. Unsloth's generated modules (:data:`GENERATED`) come first: they are small.

@@ -14,8 +14,13 @@ import json
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
+
+try:  # PEP 706's extraction filters (filter="data"): in the standard library from Python 3.11.4
+    import tarfile
+    from tarfile import data_filter  # noqa: F401
+except ImportError:  # older, such as Debian 12's 3.11.2: the same module, backported (requirements-cpu.txt)
+    from backports import tarfile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_bundle import ARCHIVE, kit_bytes, sha256  # noqa: E402
