@@ -5,7 +5,7 @@
 # seconds in it (703 against 761: docs/development/testing.md, "The interpreter"). PYTHON=... chooses another.
 ifeq ($(origin PYTHON),undefined)
 PYTHON := $(shell v=$$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
-	[ -n "$$v" ] && /usr/bin/python$$v -c 'import ensurepip, venv' 2>/dev/null && echo /usr/bin/python$$v || echo python3)
+	[ -n "$$v" ] && /usr/bin/python$$v -c 'import ensurepip, venv; ensurepip.version()' 2>/dev/null && echo /usr/bin/python$$v || echo python3)
 endif
 VENV ?= .venv
 PY := $(VENV)/bin/python
