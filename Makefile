@@ -1,6 +1,6 @@
 # `make demo` and `make test` work from nothing: they create the virtual environments, install, run.
 # The Python every environment is made with: the system's own build of python3's version where it has one that makes
-# virtual environments (Debian's /usr/bin/python3.11), else python3. pyenv builds CPython as a shared library without
+# virtual environments (Debian's /usr/bin/python3.11), else python3. pyenv's default build is a shared library without
 # profile-guided optimisation; Debian's executable has the interpreter linked in: `make test` took 8% fewer CPU
 # seconds in it (703 against 761: docs/development/testing.md, "The interpreter"). PYTHON=... chooses another.
 ifeq ($(origin PYTHON),undefined)

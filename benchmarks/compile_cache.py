@@ -11,8 +11,9 @@ Every part of a call runs with the same folder, so a part finds what the parts b
 
 The file is a gzip'd tar of at most ``limit`` bytes (16 MiB: what one file back from a call may weigh); files that
 would pass the limit are left out, the folders' order in :data:`FOLDERS` first, and counted in what :func:`pack`
-returns. :func:`restore` extracts with the standard library's ``data`` filter (no absolute paths, no ``..``, no
-links out, no group- or other-writable modes: Unsloth refuses a Mega-cache folder others can write).
+returns. :func:`restore` extracts with PEP 706's ``data`` filter, the standard library's or before Python 3.11.4 its
+backport (no absolute paths, no ``..``, no links out, no group- or other-writable modes: Unsloth refuses a
+Mega-cache folder others can write).
 
   python benchmarks/compile_cache.py pack CACHE_ROOT FILE [--limit-mib 16]
   python benchmarks/compile_cache.py restore FILE CACHE_ROOT
