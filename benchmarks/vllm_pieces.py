@@ -16,13 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-try:  # PEP 706's extraction filters (filter="data"): in the standard library from Python 3.11.4
-    import tarfile
-    from tarfile import data_filter  # noqa: F401
-except ImportError:  # older, such as Debian 12's 3.11.2: the same module, backported (requirements-cpu.txt)
-    from backports import tarfile
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_cache import tarfile  # noqa: E402  (with PEP 706's filters: the standard library's or their backport)
 from vllm_bundle import ARCHIVE, kit_bytes, sha256  # noqa: E402
 from wheel_bundle import LIMIT, ROOT, tree_bytes  # noqa: E402
 
