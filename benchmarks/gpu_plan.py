@@ -1,5 +1,5 @@
-"""The GPU proof's plan (issue 53): its parts in order of value, each with its phases' seconds from the first run on an
-H200 (``benchmarks/results/gpu-2026-11-27``, docs/development/benchmarks.md gives each number's basis), and the
+"""The GPU proof's plan (issue 53): its parts in order of value, each with its phases' seconds from the second loan of
+an H200 (``benchmarks/results/gpu-2026-11-29``, docs/development/benchmarks.md gives each number's basis), and the
 arithmetic of the calls that run them: every part over two loans, one call of at most 9 minutes each.
 
   python benchmarks/gpu_proof.py --plan    # the two calls' seconds per part
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Part:
-    """One part of the proof: its phases with their planned seconds (from the 2026-11-27 H200 run where it measured
+    """One part of the proof: its phases with their planned seconds (from the 2026-11-29 H200 run where it measured
     them: docs/development/benchmarks.md gives each number's basis), the phase its minimum runs through, the steady
     GRPO step its deadline expects (``step_s``) and, for ``a100-peft``, the seconds continuous batching needs."""
 
@@ -38,24 +38,25 @@ class Part:
 #: The parts in order of value. The first call of a loan runs from the top; the next loan's call runs what is left.
 PLAN: list[Part] = [
     Part("machine", (("start, versions, driver", 5), ("copy bandwidth", 3)), "copy bandwidth"),
-    Part("a100-unsloth-4bit", (("start: import Unsloth", 20), ("save the random 8B model", 21),
-                               ("load it in 4 bits", 10), ("trainer", 5), ("step 1: compilation", 125),
-                               ("step 2", 30), ("exit: caches written", 5)), "step 1: compilation", step_s=30),
-    Part("a100-peft", (("start", 10), ("build the 8B model in bf16", 15), ("step 1", 30), ("step 2", 30),
-                       ("continuous batching: 2 calls", 30), ("exit", 5)), "step 1", step_s=30, cb_s=30),
-    Part("a100-unsloth-16bit", (("start: import Unsloth", 20), ("load the saved 8B model in 16 bits", 15),
-                                ("trainer", 5), ("step 1: caches warm", 55), ("step 2", 30), ("exit", 5)),
-         "step 1: caches warm", step_s=30),
-    Part("eval", (("start", 8), ("build the 1.5B model", 5), ("batch 1 of 32 x 256 tokens", 7), ("batch 2", 6),
+    Part("a100-unsloth-4bit", (("start: import Unsloth", 20), ("save the random 8B model", 25),
+                               ("load it in 4 bits", 14), ("trainer, and what the row does not time", 20),
+                               ("step 1: compilation", 68), ("step 2", 7), ("exit: caches written", 5)),
+         "step 1: compilation", step_s=7),
+    Part("a100-peft", (("start", 10), ("build the 8B model in bf16", 10), ("step 1", 35), ("step 2", 20),
+                       ("continuous batching: 2 calls", 37), ("exit", 5)), "step 1", step_s=20, cb_s=37),
+    Part("a100-unsloth-16bit", (("start: import Unsloth", 20), ("load the saved 8B model in 16 bits", 11),
+                                ("trainer, and what the row does not time", 16), ("step 1: caches warm", 28),
+                                ("step 2", 6), ("exit", 5)), "step 1: caches warm", step_s=6),
+    Part("eval", (("start", 8), ("build the 1.5B model", 2), ("batch 1 of 32 x 256 tokens", 13), ("batch 2", 12),
                   ("exit", 5)), "batch 1 of 32 x 256 tokens"),
-    Part("pipeline-smoke", (("start: import Unsloth, build and save the random model", 26), ("02 measure_before", 15),
-                            ("03 train: step 1 compiles", 115), ("04 measure_after", 9),
-                            ("04 export: merged, verified", 45), ("exit", 5)), "03 train: step 1 compiles"),
-    Part("colab-t4", (("start: import Unsloth", 20), ("save the random 3B model in fp16", 8), ("load it in 4 bits", 8),
-                      ("trainer", 5), ("step 1: compilation in fp16", 110), ("step 2", 15), ("exit", 5)),
-         "step 1: compilation in fp16", step_s=15),
-    Part("full-80gb", (("start", 10), ("build the 1.5B model in fp32", 8), ("step 1", 40), ("step 2", 35),
-                       ("exit", 5)), "step 1", step_s=35),
+    Part("pipeline-smoke", (("start: import Unsloth, build and save the random model", 32), ("02 measure_before", 11),
+                            ("03 train: step 1 compiles", 64), ("04 measure_after", 9),
+                            ("04 export: merged, verified", 27), ("exit", 5)), "03 train: step 1 compiles"),
+    Part("colab-t4", (("start: import Unsloth", 20), ("save the random 3B model in fp16", 10), ("load it in 4 bits", 6),
+                      ("trainer, and what the row does not time", 20), ("step 1: compilation in fp16", 70),
+                      ("step 2", 7), ("exit", 5)), "step 1: compilation in fp16", step_s=7),
+    Part("full-80gb", (("start", 10), ("build the 1.5B model in fp32", 13), ("step 1", 40), ("step 2", 18),
+                       ("the final checkpoint (the trainer saves at its end), exit", 45)), "step 1", step_s=18),
 ]
 PARTS = {part.name: part for part in PLAN}
 #: A loan's first call: its ``timeout_s`` and the proof's budget inside it (the bundle's check and install, a few

@@ -214,24 +214,24 @@ def test_a_call_runs_what_is_left_each_part_only_with_its_minimum_left(tmp_path,
 
     monkeypatch.setattr(gpu_proof, "run_child", run_child)
     out = tmp_path / "out"
-    assert gpu_proof.main(["--miniature", "--rerun", "--budget-s", "155", "--caches", str(tmp_path / "caches.tar.gz"),
+    assert gpu_proof.main(["--miniature", "--rerun", "--budget-s", "120", "--caches", str(tmp_path / "caches.tar.gz"),
                            "--out", str(out)]) == 1
-    # 4-bit (181 s at least) and the smoke (156 s) cannot start within 155 s; the 16-bit route (planned 130 s) is
-    # the only part the plan expects to finish, so it may take all 155; the stand-ins take no time, so colab-t4
-    # (151 s at least) and full-80gb start after it
-    assert ran == [("a100-unsloth-16bit", 155), ("colab-t4", 155), ("full-80gb", 155)]
+    # 4-bit (147 s at least) cannot start within 120 s; the 16-bit route (planned 86 s) is the only part the plan
+    # expects to finish, so it may take all 120; the stand-ins take no time, so the smoke (107 s at least) and
+    # full-80gb (63) start after it, and colab-t4 (126) is skipped
+    assert ran == [("a100-unsloth-16bit", 120), ("pipeline-smoke", 120), ("full-80gb", 120)]
     rows = [json.loads(line) for line in (out / "raw.jsonl").read_text().splitlines()]
     assert [(r["route"], r["call"]) for r in rows] == [
         ("machine", "first"), ("a100-peft", "first"), ("eval", "first"), ("a100-unsloth-4bit", "rerun"),
         ("a100-unsloth-16bit", "rerun"), ("pipeline-smoke", "rerun"), ("colab-t4", "rerun"), ("full-80gb", "rerun")]
-    assert "under the 181 s its load and first step need" in rows[3]["skipped"]
-    assert "155 s left of the call's 155 s, under the 156 s" in rows[5]["skipped"]
+    assert "under the 147 s its load and first step need" in rows[3]["skipped"]
+    assert "120 s left of the call's 120 s, under the 126 s" in rows[6]["skipped"]
     assert all(r["caches_at_start"]["files"] >= 1 for r in rows[4:] if "skipped" not in r)
     assert (out / "compile-cache.tar.gz").is_file() and mirror.read_text().count("\n") == 8
 
 
 def test_every_part_comes_back_over_two_calls_each_inside_nine_minutes():
-    """The plan's arithmetic: each call's parts, at their planned seconds (from the 2026-11-27 H200 run), add up
+    """The plan's arithmetic: each call's parts, at their planned seconds (from the 2026-11-29 H200 run), add up
     inside the proof's budget, which leaves the call's 540 s (9 minutes) room for the install and the caches' packing;
     every part is in one of two calls (one per loan), the machine in each; a part's minimum is its load and first
     step."""
@@ -244,8 +244,8 @@ def test_every_part_comes_back_over_two_calls_each_inside_nine_minutes():
     assert gpu_plan.RERUN_BUDGET_S + 25 <= gpu_plan.RERUN_TIMEOUT_S
     assert calls[0][:3] == ["machine", "a100-unsloth-4bit", "a100-peft"]  # the blog post's route first
     unsloth = gpu_plan.PARTS["a100-unsloth-4bit"]
-    assert unsloth.min_s == unsloth.planned_s - 35 == 181  # all but step 2 (30 s) and the exit (5 s)
-    assert gpu_plan.child_timeout("a100-peft", left=300, reserved=150) == 150  # 120 + the 30 saved before it
+    assert unsloth.min_s == unsloth.planned_s - 12 == 147  # all but step 2 (7 s) and the exit (5 s)
+    assert gpu_plan.child_timeout("a100-peft", left=300, reserved=150) == 150  # 117 + the 33 saved before it
     assert gpu_plan.child_timeout("a100-peft", left=70, reserved=0) == 70  # never more than is left
 
 

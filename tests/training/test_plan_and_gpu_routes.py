@@ -358,10 +358,12 @@ def test_plan_says_which_temperature_applies_the_hours_download_and_disk_and_wit
         "divides the logits by temperature 1" in plan.sampling
     with_vllm, without = plan.time["with_vllm"], plan.time["without_vllm"]
     assert round(with_vllm["hours"], 1) == 2.0  # the blog post's own 2 hours: its recipe on its card
-    assert without["hours"] > with_vllm["hours"] and "measured, benchmarks/results/gpu-2026-11-27" in without["basis"]
+    # issue 54: without vLLM, the Unsloth step the GPU proof measured on an H200, scaled to the A100's bandwidth
+    assert without["seconds_per_step"] == round(6.974 * 4800 / 1555) and \
+        "measured by the GPU proof, benchmarks/results/gpu-2026-11-29" in without["basis"]
     # issue 55: without vLLM an Unsloth recipe runs Unsloth without fast_inference, and the estimate says so
     assert (with_vllm["route"], without["route"]) == ("vllm", "unsloth")
-    assert "Unsloth without fast_inference, has no step of its own timed yet" in without["basis"]
+    assert "a100 without fast_inference (Unsloth 4-bit LoRA r32, its own generate) on one H200" in without["basis"]
     assert plan.time["applies"] is None and plan.time["session"] is None  # planned for a card elsewhere
     assert "fast_inference=False" in plan.without_vllm
     assert 5 < plan.disk["download"] < 6.5 and plan.disk["base_for_merge"] == 16.1
@@ -373,24 +375,25 @@ def test_plan_says_which_temperature_applies_the_hours_download_and_disk_and_wit
     assert faster < with_vllm["hours"]  # more memory bandwidth, a shorter estimate
     trl = make_plan("multi-gpu-lora", device="a100-80gb", launch="ddp")
     assert trl.without_vllm.startswith("TRL refuses") and trl.time["without_vllm"] is None  # nothing runs
-    assert "without vLLM (Unsloth, generating with its own generate) about 6.3 h" in text
+    assert "without vLLM (Unsloth, generating with its own generate) about 1.5 h" in text
     plain = make_plan("cpu-tiny")
     assert plain.time is None and plain.without_vllm is None and plain.sampling.startswith("temperature")
 
 
 def test_a_24_gb_card_gets_a_recipe_that_fits_a_colab_session_and_a100_there_is_told_so():
-    """Issue 55: an L4 got a100's 8B recipe (10.4 h with vLLM, 32.9 h without). The recipe made for it (preset None)
-    fits one Colab session either way; a100 asked for there says which estimate is longer than a session and names
-    the smaller choice with its hours."""
+    """Issue 55: an L4 got a100's 8B recipe (10.4 h with vLLM, 32.9 h without, as estimated then). The recipe made for
+    it (preset None) fits one Colab session either way; a100 asked for there with more steps says which estimate is
+    longer than a session and names the smaller choice with its hours."""
     from grpo_kit.training.cost import SESSION_HOURS
     from grpo_kit.training.plan import format_plan, make_plan
 
     made = make_plan(device="l4-24gb")
     assert made.preset == "colab-l4" and not made.fatal and made.time["session"] is None
     assert all(made.time[k]["hours"] < SESSION_HOURS for k in ("with_vllm", "without_vllm"))
-    big = make_plan("a100", device="l4-24gb")
-    assert "without vLLM (32.9 h) is longer than one Colab session" in big.time["session"]
-    assert "preset colab-l4 (unsloth/Qwen2.5-3B-Instruct), takes about 4.7 h without vLLM" in big.time["session"]
+    big = make_plan("a100", {"max_steps": 500}, device="l4-24gb")
+    assert "with vLLM (20.7 h) and without vLLM (15.5 h) is longer than one Colab session" in big.time["session"]
+    assert ("preset colab-l4 (unsloth/Qwen2.5-3B-Instruct), takes about 1.5 h with vLLM and 1.1 h without vLLM for "
+            "its 250 steps") in big.time["session"]
     assert big.time["session"] in format_plan(big)
 
 
@@ -474,4 +477,4 @@ def test_on_a_gpu_every_announced_time_is_plans_arithmetic_for_that_card_and_rou
     with caplog.at_level(logging.INFO, logger="grpo_kit"):
         seconds = backend._announce("greedy", 660, [list(range(32))] * 21, Sampling(max_new_tokens=256), False)
     assert seconds == generation_seconds("transformers", 660 * 256, 8_030_261_248, a100)[0]
-    assert round(seconds / 60) == 54 and "at most on NVIDIA A100-SXM4-40GB" in caplog.text
+    assert round(seconds / 60) == 38 and "at most on NVIDIA A100-SXM4-40GB" in caplog.text
