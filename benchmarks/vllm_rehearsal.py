@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default=str(ROOT / ".vllm-rehearsal"), help="scratch (ignored by git)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "vllm-rehearsal"))
     args = parser.parse_args(argv)
+    # absolute (the routes run with the scratch folder as their cwd), not resolved (a venv's python is a link)
+    args.python = os.path.abspath(args.python)
     pieces, kit, work, out = Path(args.pieces).resolve(), Path(args.wheels).resolve(), Path(args.work), Path(args.out)
     try:
         versions = machine_versions(args.python)
