@@ -59,22 +59,26 @@ class Reference:
     card: str
 
 
-_PROOF = "measured by the GPU proof, benchmarks/results/gpu-2026-11-29"
+def _measured(what: str, seconds: float, tokens: int, generation_seconds: float, parameters: int) -> Reference:
+    """A steady step the GPU proof of 2026-11-29 measured on one H200 (``what``: the route and shape, and where), its
+    numbers written once: its description says them from its fields."""
+    return Reference(f"{what}: {seconds:.3g} s a step after the first, {generation_seconds:.3g} s of it "
+                     "generating (measured by the GPU proof, benchmarks/results/gpu-2026-11-29)", seconds, tokens,
+                     generation_seconds, parameters, "h200-141gb")
+
+
 #: The steps each route's estimate scales from, the one nearest in parameters taken (the module docstring): each a
 #: steady step (the second; the first compiles or warms up).
 STEPS: dict[str, tuple[Reference, ...]] = {
     "vllm": (Reference("the blog post's own figure for its recipe (a100) on one A100: 250 steps in about 2 hours (not "
                        "measured by the kit)", 7200 / 250, 16 * 256, 7200 / 250, _REFERENCE_PARAMETERS, "a100-40gb"),),
-    "unsloth": (Reference("a100 without fast_inference (Unsloth 4-bit LoRA r32, its own generate) on one H200: 6.97 s "
-                          f"a step after the first, 5.74 s of it generating ({_PROOF})", 6.974, 16 * 256, 5.74,
-                          _REFERENCE_PARAMETERS, "h200-141gb"),),
+    "unsloth": (_measured("a100 without fast_inference (Unsloth 4-bit LoRA r32, its own generate) on one H200",
+                          6.974, 16 * 256, 5.74, _REFERENCE_PARAMETERS),),
     "transformers": (
-        Reference("a100's shape through TRL + peft on one H200, generation through transformers: 19.5 s a step after "
-                  f"the first, 18.1 s of it generating ({_PROOF})", 19.476, 16 * 256, 18.07, _REFERENCE_PARAMETERS,
-                  "h200-141gb"),
-        Reference("full-80gb's shape (Qwen2.5-1.5B, full fine-tuning) on one H200, generation through transformers: "
-                  f"17.6 s a step after the first, 17.1 s of it generating ({_PROOF})", 17.553, 16 * 512, 17.12,
-                  1_543_714_304, "h200-141gb"),
+        _measured("a100's shape through TRL + peft on one H200, generation through transformers", 19.476, 16 * 256,
+                  18.07, _REFERENCE_PARAMETERS),
+        _measured("full-80gb's shape (Qwen2.5-1.5B, full fine-tuning) on one H200, generation through transformers",
+                  17.553, 16 * 512, 17.12, 1_543_714_304),
     ),
 }
 
